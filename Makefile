@@ -1,0 +1,54 @@
+# Composer — every task a developer or CI runs. `make help` lists them.
+# Bootstraps its own tooling: installs uv with pip when it is missing and never
+# downloads a Python (the machine's python3, 3.11 or newer, is used).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+export UV_PYTHON_DOWNLOADS := never
+export UV_PYTHON := $(PYTHON)
+UV := $(PYTHON) -m uv
+VENV_STAMP := .venv/.synced
+PY_SOURCES := libs tests examples
+
+.PHONY: help install run test test-unit lint fmt proto bench clean
+
+help:  ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+$(VENV_STAMP): pyproject.toml uv.lock $(wildcard libs/*/pyproject.toml)
+	@$(UV) --version >/dev/null 2>&1 || { echo "installing uv with pip"; $(PYTHON) -m pip install --quiet uv; }
+	$(UV) sync --locked --all-packages
+	@touch $@
+
+install: $(VENV_STAMP)  ## create .venv with every library and the dev tools
+
+run: $(VENV_STAMP)  ## run the example workflow through the state machine, printing each transition
+	$(UV) run --no-sync python examples/simulate.py examples/order-fulfilment.yaml
+
+test: $(VENV_STAMP)  ## the whole suite (unit; integration against the real PostgreSQL and Redis)
+	$(UV) run --no-sync pytest
+
+test-unit: $(VENV_STAMP)  ## the unit suite only (no services needed)
+	$(UV) run --no-sync pytest tests/unit
+
+lint: $(VENV_STAMP)  ## ruff (lint and format check) and mypy
+	$(UV) run --no-sync ruff check $(PY_SOURCES)
+	$(UV) run --no-sync ruff format --check $(PY_SOURCES)
+	$(UV) run --no-sync mypy
+
+fmt: $(VENV_STAMP)  ## format and auto-fix
+	$(UV) run --no-sync ruff format $(PY_SOURCES)
+	$(UV) run --no-sync ruff check --fix $(PY_SOURCES)
+
+proto: $(VENV_STAMP)  ## regenerate gRPC code from proto/ into libs/rpc
+	@if ls proto/*/*/*.proto >/dev/null 2>&1; then \
+		$(UV) run --no-sync python -m grpc_tools.protoc -Iproto --python_out=libs/rpc/src \
+			--grpc_python_out=libs/rpc/src --pyi_out=libs/rpc/src proto/*/*/*.proto; \
+	else echo "no .proto files under proto/ yet: nothing to generate"; fi
+
+bench: $(VENV_STAMP)  ## benchmarks (never part of make test): prints a table
+	$(UV) run --no-sync python -m tests.bench
+
+clean:  ## remove the virtualenv and caches
+	rm -rf .venv .mypy_cache .ruff_cache .pytest_cache .hypothesis

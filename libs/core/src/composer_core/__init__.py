@@ -1,0 +1,8 @@
+"""Composer's pure core: workflow definitions, templates and the state machine.
+
+Nothing here does I/O, reads the clock or makes ids; the engine injects them.
+"""
+
+from composer_core import errors, model, statemachine, templates
+
+__all__ = ["errors", "model", "statemachine", "templates"]

@@ -1,0 +1,36 @@
+"""Workflow definitions: the YAML format, its validation and the WorkflowDAG."""
+
+from composer_core.model._build import (
+    build_dag,
+    default_engine,
+    parse_seconds,
+    parse_time,
+    validate,
+)
+from composer_core.model._dag import CompiledNode, WorkflowDAG
+from composer_core.model._limits import DEFAULT_LIMITS, Limits
+from composer_core.model._load import parse_definition
+from composer_core.model._spec import DEFAULT_RETRY, Edge, Node, RetryPolicy, WorkflowSpec
+from composer_core.model._states import BUILTIN_QUEUES, NodeType, RunStatus, TaskState
+
+__all__ = [
+    "BUILTIN_QUEUES",
+    "DEFAULT_LIMITS",
+    "DEFAULT_RETRY",
+    "CompiledNode",
+    "Edge",
+    "Limits",
+    "Node",
+    "NodeType",
+    "RetryPolicy",
+    "RunStatus",
+    "TaskState",
+    "WorkflowDAG",
+    "WorkflowSpec",
+    "build_dag",
+    "default_engine",
+    "parse_definition",
+    "parse_seconds",
+    "parse_time",
+    "validate",
+]

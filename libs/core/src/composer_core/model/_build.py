@@ -1,0 +1,518 @@
+"""Validating a WorkflowSpec and building its WorkflowDAG.
+
+Every check appends a Problem and goes on, so a user sees every problem of a
+definition in one answer. The DAG is built only when there is none.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import datetime as dt
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from composer_core.errors import DefinitionInvalid, Problem, TemplateError
+from composer_core.model._dag import CompiledNode, WorkflowDAG
+from composer_core.model._limits import DEFAULT_LIMITS, Limits
+from composer_core.model._spec import Node, WorkflowSpec
+from composer_core.model._states import NodeType
+from composer_core.templates import (
+    ROOTS,
+    CelEngine,
+    CompiledValue,
+    Expression,
+    ExpressionEngine,
+    References,
+    compile_condition,
+    compile_value,
+)
+
+_NODE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_WORKFLOW_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_QUEUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
+_SPEC_KEYS: dict[NodeType, frozenset[str]] = {
+    NodeType.HTTP: frozenset({"method", "url", "headers", "query", "body"}),
+    NodeType.PYTHON: frozenset({"code", "input"}),
+    NodeType.WAIT: frozenset({"duration_seconds", "until"}),
+    NodeType.WAIT_FOR_EVENT: frozenset({"event", "timeout_seconds"}),
+    NodeType.SWITCH: frozenset(),
+    NodeType.FORK: frozenset(),
+    NodeType.JOIN: frozenset(),
+}
+#: Spec keys kept as text: Python code is full of ``{{`` that are not templates.
+_VERBATIM: dict[NodeType, frozenset[str]] = {NodeType.PYTHON: frozenset({"code"})}
+
+_default_engine: ExpressionEngine | None = None
+
+
+def default_engine() -> ExpressionEngine:
+    """The process-wide CEL engine (its grammar is built once)."""
+    global _default_engine
+    if _default_engine is None:
+        _default_engine = CelEngine()
+    return _default_engine
+
+
+def build_dag(
+    spec: WorkflowSpec,
+    *,
+    version: int = 1,
+    engine: ExpressionEngine | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> WorkflowDAG:
+    """Validate ``spec`` and build its DAG; raise DefinitionInvalid listing every problem."""
+    return _Builder(spec, version, engine or default_engine(), limits).build()
+
+
+def validate(
+    spec: WorkflowSpec, *, engine: ExpressionEngine | None = None, limits: Limits = DEFAULT_LIMITS
+) -> list[Problem]:
+    """Every problem of ``spec``; empty when it is valid."""
+    try:
+        build_dag(spec, engine=engine, limits=limits)
+    except DefinitionInvalid as exc:
+        return exc.problems
+    return []
+
+
+class _Builder:
+    def __init__(
+        self, spec: WorkflowSpec, version: int, engine: ExpressionEngine, limits: Limits
+    ) -> None:
+        self.spec = spec
+        self.version = version
+        self.engine = engine
+        self.limits = limits
+        self.problems: list[Problem] = []
+        self.index: dict[str, int] = {}  # node id → its first position
+        self.ancestors: dict[str, frozenset[str]] = {}
+
+    def add(self, path: str, message: str) -> None:
+        self.problems.append(Problem(path, message))
+
+    def build(self) -> WorkflowDAG:
+        self.check_header()
+        self.check_nodes()
+        self.check_edges()
+        order = self.topological_order()
+        start = self.check_start(order)
+        for i, node in enumerate(self.spec.nodes):
+            self.check_node_spec(i, node)
+        compiled = self.compile_nodes()
+        conditions = self.compile_conditions()
+        output, output_refs = self.compile_output()
+        if self.problems or order is None or start is None:
+            raise DefinitionInvalid(self.problems)
+        return WorkflowDAG(
+            self.spec,
+            self.version,
+            start,
+            compiled,
+            conditions,
+            output,
+            output_refs,
+            tuple(order),
+            self.engine,
+        )
+
+    # -- shape -------------------------------------------------------------
+
+    def check_header(self) -> None:
+        spec, limits = self.spec, self.limits
+        if not _WORKFLOW_ID.fullmatch(spec.id) or len(spec.id) > limits.max_id_length:
+            self.add(
+                "id",
+                f"{spec.id!r} is not a workflow id: use letters, digits, '_', '-' or '.', "
+                f"starting with a letter or digit, at most {limits.max_id_length} characters",
+            )
+        if spec.webhook_url is not None and not spec.webhook_url.startswith(
+            ("http://", "https://")
+        ):
+            self.add("webhook_url", "must be an http:// or https:// URL")
+        if not spec.nodes:
+            self.add("nodes", "a workflow needs at least one node")
+        if len(spec.nodes) > limits.max_nodes:
+            self.add("nodes", f"{len(spec.nodes)} nodes; the limit is {limits.max_nodes}")
+        if len(spec.edges) > limits.max_edges:
+            self.add("edges", f"{len(spec.edges)} edges; the limit is {limits.max_edges}")
+
+    def check_nodes(self) -> None:
+        for i, node in enumerate(self.spec.nodes):
+            path = f"nodes[{i}]"
+            if not _NODE_ID.fullmatch(node.id) or len(node.id) > self.limits.max_id_length:
+                self.add(
+                    f"{path}.id",
+                    f"{node.id!r} is not a node id: use letters, digits and '_', not starting "
+                    f"with a digit, at most {self.limits.max_id_length} characters "
+                    "(so that tasks.<id> reads in an expression)",
+                )
+            if node.id in self.index:
+                self.add(
+                    f"{path}.id",
+                    f"duplicate node id {node.id!r} (first at nodes[{self.index[node.id]}])",
+                )
+            else:
+                self.index[node.id] = i
+            if node.type.is_worker:
+                if node.type is NodeType.TASK and not node.queue:
+                    self.add(f"{path}.queue", "required for TASK: the queue your workers read")
+                if node.queue is not None and not _QUEUE.fullmatch(node.queue):
+                    self.add(
+                        f"{path}.queue",
+                        f"{node.queue!r} is not a queue name: use letters, digits, '_', '-', '.'",
+                    )
+            else:
+                for field in ("queue", "timeout_seconds", "retry"):
+                    if getattr(node, field) is not None:
+                        self.add(
+                            f"{path}.{field}",
+                            f"applies only to HTTP, PYTHON and TASK nodes, not {node.type}",
+                        )
+            size = len(json.dumps(node.spec, default=str).encode())
+            if size > self.limits.max_spec_bytes:
+                self.add(f"{path}.spec", f"{size} bytes; the limit is {self.limits.max_spec_bytes}")
+            retry = node.retry
+            if retry is not None and retry.max_seconds < retry.initial_seconds:
+                self.add(f"{path}.retry.max_seconds", "must be at least initial_seconds")
+
+    def check_edges(self) -> None:
+        seen: dict[tuple[str, str], int] = {}
+        for i, edge in enumerate(self.spec.edges):
+            path = f"edges[{i}]"
+            for field, node_id in (("from", edge.source), ("to", edge.target)):
+                if node_id not in self.index:
+                    self.add(f"{path}.{field}", f"no node {node_id!r}")
+            if edge.source == edge.target:
+                self.add(path, f"edge from {edge.source!r} to itself")
+            key = (edge.source, edge.target)
+            if key in seen:
+                self.add(
+                    path,
+                    f"duplicate edge {edge.source} → {edge.target} (first at edges[{seen[key]}])",
+                )
+            seen.setdefault(key, i)
+            source = self.node(edge.source)
+            if (
+                edge.condition is not None
+                and source is not None
+                and source.type is not NodeType.SWITCH
+            ):
+                self.add(
+                    f"{path}.condition",
+                    f"conditions belong on edges out of a SWITCH; {edge.source!r} is {source.type}",
+                )
+
+    def node(self, node_id: str) -> Node | None:
+        i = self.index.get(node_id)
+        return None if i is None else self.spec.nodes[i]
+
+    def topological_order(self) -> list[str] | None:
+        """Kahn's order over known nodes; reports a cycle and returns None if there is one."""
+        targets: dict[str, list[str]] = {n: [] for n in self.index}
+        indegree = dict.fromkeys(self.index, 0)
+        for edge in self.spec.edges:
+            if (
+                edge.source in self.index
+                and edge.target in self.index
+                and edge.source != edge.target
+            ):
+                targets[edge.source].append(edge.target)
+                indegree[edge.target] += 1
+        ready = [n for n in self.index if indegree[n] == 0]
+        order: list[str] = []
+        while ready:
+            current = ready.pop(0)
+            order.append(current)
+            for target in targets[current]:
+                indegree[target] -= 1
+                if indegree[target] == 0:
+                    ready.append(target)
+        if len(order) < len(self.index):
+            self.add(
+                "edges",
+                f"the graph has a cycle: {' → '.join(self.find_cycle(targets, set(order)))}",
+            )
+            return None
+        ancestors: dict[str, frozenset[str]] = {}
+        sources: dict[str, list[str]] = {n: [] for n in self.index}
+        for source, ts in targets.items():
+            for t in ts:
+                sources[t].append(source)
+        for node_id in order:
+            acc: set[str] = set()
+            for source in sources[node_id]:
+                acc.add(source)
+                acc |= ancestors[source]
+            ancestors[node_id] = frozenset(acc)
+        self.ancestors = ancestors
+        return order
+
+    @staticmethod
+    def find_cycle(targets: Mapping[str, list[str]], acyclic: set[str]) -> list[str]:
+        start = next(n for n in targets if n not in acyclic)
+        path, seen = [start], {start: 0}
+        current = start
+        while True:
+            current = next(t for t in targets[current] if t not in acyclic)
+            if current in seen:
+                return [*path[seen[current] :], current]
+            seen[current] = len(path)
+            path.append(current)
+
+    def check_start(self, order: list[str] | None) -> Node | None:
+        roots = [n for n in self.index if not any(e.target == n for e in self.spec.edges)]
+        start_id = self.spec.start
+        if start_id is not None:
+            if start_id not in self.index:
+                self.add("start", f"no node {start_id!r}")
+                return None
+        elif len(roots) == 1:
+            start_id = roots[0]
+        else:
+            if roots:
+                self.add(
+                    "start",
+                    f"{len(roots)} nodes have no incoming edge ({', '.join(roots)}): "
+                    "connect them or name the one to start at in `start`",
+                )
+            elif order is not None:
+                self.add("start", "every node has an incoming edge: there is no node to start at")
+            return None
+        if order is None:
+            return self.node(start_id)
+        reachable = {start_id, *(n for n in self.index if start_id in self.ancestors.get(n, ()))}
+        for node_id in self.index:
+            if node_id not in reachable:
+                self.add(
+                    f"nodes[{self.index[node_id]}]",
+                    f"node {node_id!r} cannot be reached from the start node {start_id!r}",
+                )
+        return self.node(start_id)
+
+    # -- per-type specs ----------------------------------------------------
+
+    def check_node_spec(self, i: int, node: Node) -> None:
+        path = f"nodes[{i}].spec"
+        spec = node.spec
+        allowed = _SPEC_KEYS.get(node.type)
+        if allowed is not None:
+            for key in spec:
+                if key not in allowed:
+                    hint = (
+                        f"; {node.type} takes {', '.join(sorted(allowed))}"
+                        if allowed
+                        else f"; {node.type} takes no spec"
+                    )
+                    self.add(f"{path}.{key}", f"unknown field{hint}")
+        match node.type:
+            case NodeType.HTTP:
+                self.check_http(path, spec)
+            case NodeType.PYTHON:
+                self.check_python(path, spec)
+            case NodeType.WAIT:
+                self.check_wait(path, spec)
+            case NodeType.WAIT_FOR_EVENT:
+                self.check_wait_for_event(path, spec)
+            case NodeType.SWITCH:
+                if not any(e.source == node.id for e in self.spec.edges):
+                    self.add(f"nodes[{i}]", f"SWITCH {node.id!r} has no outgoing edge")
+            case _:
+                pass
+
+    def check_http(self, path: str, spec: Mapping[str, Any]) -> None:
+        url = spec.get("url")
+        if url is None:
+            self.add(f"{path}.url", "required for HTTP")
+        elif not isinstance(url, str):
+            self.add(f"{path}.url", "must be a string")
+        elif not _templated(url) and not url.startswith(("http://", "https://")):
+            self.add(f"{path}.url", f"{url!r} is not an http:// or https:// URL")
+        method = spec.get("method")
+        if (
+            isinstance(method, str)
+            and not _templated(method)
+            and method.upper() not in _HTTP_METHODS
+        ):
+            self.add(
+                f"{path}.method", f"{method!r} is not one of {', '.join(sorted(_HTTP_METHODS))}"
+            )
+        elif method is not None and not isinstance(method, str):
+            self.add(f"{path}.method", "must be a string")
+        for key in ("headers", "query"):
+            value = spec.get(key)
+            if value is not None and not isinstance(value, Mapping) and not _templated(value):
+                self.add(f"{path}.{key}", "must be a mapping of names to values")
+
+    def check_python(self, path: str, spec: Mapping[str, Any]) -> None:
+        code = spec.get("code")
+        if code is None:
+            self.add(f"{path}.code", "required for PYTHON: a module that defines main(input)")
+            return
+        if not isinstance(code, str):
+            self.add(f"{path}.code", "must be a string of Python source")
+            return
+        try:
+            module = ast.parse(code)
+        except SyntaxError as exc:
+            self.add(f"{path}.code", f"not valid Python: {exc.msg} (line {exc.lineno})")
+            return
+        if not any(
+            isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef) and stmt.name == "main"
+            for stmt in module.body
+        ):
+            self.add(f"{path}.code", "must define a top-level function main(input)")
+
+    def check_wait(self, path: str, spec: Mapping[str, Any]) -> None:
+        has_duration, has_until = "duration_seconds" in spec, "until" in spec
+        if has_duration == has_until:
+            self.add(path, "WAIT needs exactly one of duration_seconds or until")
+        if has_duration:
+            self.check_seconds(f"{path}.duration_seconds", spec["duration_seconds"])
+        if has_until:
+            until = spec["until"]
+            if not isinstance(until, str):
+                self.add(f"{path}.until", "must be an RFC 3339 time string")
+            elif not _templated(until) and parse_time(until) is None:
+                self.add(f"{path}.until", f"{until!r} is not an RFC 3339 time with a time zone")
+
+    def check_wait_for_event(self, path: str, spec: Mapping[str, Any]) -> None:
+        event = spec.get("event")
+        if event is None:
+            self.add(f"{path}.event", "required for WAIT_FOR_EVENT: the signal name to wait for")
+        elif not isinstance(event, str) or not event.strip():
+            self.add(f"{path}.event", "must be a non-empty string")
+        if "timeout_seconds" in spec:
+            self.check_seconds(f"{path}.timeout_seconds", spec["timeout_seconds"])
+
+    def check_seconds(self, path: str, value: Any) -> None:
+        if isinstance(value, str) and _templated(value):
+            return
+        if parse_seconds(value) is None:
+            self.add(path, f"must be a non-negative number of seconds, got {value!r}")
+
+    # -- templates ---------------------------------------------------------
+
+    def compile_nodes(self) -> dict[str, CompiledNode]:
+        compiled: dict[str, CompiledNode] = {}
+        for i, node in enumerate(self.spec.nodes):
+            if self.index.get(node.id) != i:
+                continue
+            path = f"nodes[{i}].spec"
+            value = compile_value(
+                node.spec,
+                self.engine,
+                path=path,
+                on_error=self.template_error,
+                verbatim=_VERBATIM.get(node.type, frozenset()),
+            )
+            refs = self.check_references(path, value.references, value.expressions, node.id)
+            if node.type is NodeType.SWITCH:
+                # A SWITCH passes on its predecessor's output and reads its conditions' refs.
+                preds = frozenset(e.source for e in self.spec.edges if e.target == node.id)
+                cond_refs: References = References()
+                for edge in self.spec.edges:
+                    if edge.source == node.id and edge.condition:
+                        with contextlib.suppress(TemplateError):  # compile_conditions reports it
+                            compiled_condition = compile_condition(edge.condition, self.engine)
+                            cond_refs = cond_refs | compiled_condition.references
+                ids = (
+                    None
+                    if refs is None or cond_refs.task_ids is None
+                    else refs | cond_refs.task_ids | preds
+                )
+                refs = ids
+            compiled[node.id] = CompiledNode(value, refs)
+        return compiled
+
+    def compile_conditions(self) -> dict[tuple[str, str], Expression]:
+        conditions: dict[tuple[str, str], Expression] = {}
+        for i, edge in enumerate(self.spec.edges):
+            if not edge.condition:
+                continue
+            path = f"edges[{i}].condition"
+            try:
+                expression = compile_condition(edge.condition, self.engine)
+            except TemplateError as exc:
+                self.add(path, str(exc))
+                continue
+            self.check_references(path, expression.references, (expression,), edge.source)
+            conditions[(edge.source, edge.target)] = expression
+        return conditions
+
+    def compile_output(self) -> tuple[CompiledValue | None, frozenset[str] | None]:
+        if self.spec.output is None:
+            return None, frozenset()
+        value = compile_value(
+            self.spec.output, self.engine, path="output", on_error=self.template_error
+        )
+        refs = self.check_references("output", value.references, value.expressions, None)
+        return value, refs
+
+    def template_error(self, path: str, exc: TemplateError) -> None:
+        self.add(path, str(exc))
+
+    def check_references(
+        self,
+        path: str,
+        refs: References,
+        expressions: tuple[Expression, ...],
+        reader: str | None,
+    ) -> frozenset[str] | None:
+        """Check the roots and task names an expression reads; return its task refs.
+
+        ``reader`` is the node that evaluates it: it may only read outputs of
+        nodes upstream of it (None: the run's output, which may read any node).
+        """
+        for expression in expressions:
+            if len(expression.source) > self.limits.max_expression_length:
+                self.add(
+                    path,
+                    f"expression of {len(expression.source)} characters; the limit is {self.limits.max_expression_length}",
+                )
+        for root in sorted(refs.roots - ROOTS):
+            self.add(
+                path, f"unknown name {root!r}: expressions start from {', '.join(sorted(ROOTS))}"
+            )
+        if refs.task_ids is None:
+            return None
+        upstream = self.ancestors.get(reader) if reader is not None else None
+        for task_id in sorted(refs.task_ids):
+            if task_id not in self.index:
+                self.add(path, f"tasks.{task_id}: no node {task_id!r} in this workflow")
+            elif upstream is not None and task_id not in upstream:
+                self.add(
+                    path,
+                    f"tasks.{task_id}: {task_id!r} is not upstream of {reader!r}, so its output is not there yet when {reader!r} runs",
+                )
+        return refs.task_ids
+
+
+def _templated(value: Any) -> bool:
+    return isinstance(value, str) and "{{" in value
+
+
+def parse_seconds(value: Any) -> float | None:
+    """A JSON number or numeric string as non-negative seconds; None if it is not one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return None
+    if isinstance(value, int | float) and value >= 0 and value == value and value != float("inf"):
+        return float(value)
+    return None
+
+
+def parse_time(value: str) -> dt.datetime | None:
+    """An RFC 3339 time with a zone; None if it is not one."""
+    try:
+        parsed = dt.datetime.fromisoformat(value.strip())
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None

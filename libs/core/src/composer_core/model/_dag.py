@@ -1,0 +1,155 @@
+"""WorkflowDAG: one definition version, validated, compiled and indexed.
+
+Built once per (workflow, version) and read-only after, so the engine can
+cache it and share it between events and runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from composer_core.errors import InvalidRequest
+from composer_core.model._spec import Edge, Node, RetryPolicy, WorkflowSpec
+from composer_core.model._states import BUILTIN_QUEUES, NodeType
+from composer_core.templates import CompiledValue, Expression, ExpressionEngine
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledNode:
+    """What a node's templates compile to, and which task outputs they read."""
+
+    spec: CompiledValue
+    #: Node ids whose outputs evaluating this node may need; None: unknown, load all reached.
+    task_refs: frozenset[str] | None
+
+
+class WorkflowDAG:
+    """A validated definition version. Build it with ``build_dag``."""
+
+    def __init__(
+        self,
+        spec: WorkflowSpec,
+        version: int,
+        start: Node,
+        compiled: Mapping[str, CompiledNode],
+        conditions: Mapping[tuple[str, str], Expression],
+        output: CompiledValue | None,
+        output_refs: frozenset[str] | None,
+        topo_order: tuple[str, ...],
+        engine: ExpressionEngine,
+    ) -> None:
+        self.spec = spec
+        #: The engine that compiled this version's expressions; evaluation binds through it.
+        self.engine = engine
+        self.version = version
+        self._start = start
+        self._nodes: Mapping[str, Node] = MappingProxyType({n.id: n for n in spec.nodes})
+        outgoing: dict[str, list[Edge]] = {n.id: [] for n in spec.nodes}
+        incoming: dict[str, list[Edge]] = {n.id: [] for n in spec.nodes}
+        for edge in spec.edges:
+            outgoing[edge.source].append(edge)
+            incoming[edge.target].append(edge)
+        self._outgoing = {k: tuple(v) for k, v in outgoing.items()}
+        self._incoming = {k: tuple(v) for k, v in incoming.items()}
+        self._successors = {
+            k: tuple(self._nodes[e.target] for e in v) for k, v in self._outgoing.items()
+        }
+        self._compiled = compiled
+        self._conditions = conditions
+        self._output = output
+        self._output_refs = output_refs
+        self._topo_index = {node_id: i for i, node_id in enumerate(topo_order)}
+        self._descendants: dict[str, tuple[str, ...]] = {}
+
+    @property
+    def workflow_id(self) -> str:
+        return self.spec.id
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        return tuple(self._nodes.values())
+
+    def node(self, node_id: str) -> Node | None:
+        return self._nodes.get(node_id)
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._nodes
+
+    def successors(self, node_id: str) -> tuple[Node, ...]:
+        return self._successors.get(node_id, ())
+
+    def predecessors(self, node_id: str) -> tuple[Node, ...]:
+        return tuple(self._nodes[e.source] for e in self._incoming.get(node_id, ()))
+
+    def incoming(self, node_id: str) -> tuple[Edge, ...]:
+        return self._incoming.get(node_id, ())
+
+    def outgoing(self, node_id: str) -> tuple[Edge, ...]:
+        return self._outgoing.get(node_id, ())
+
+    def descendants(self, node_id: str) -> tuple[str, ...]:
+        """Every node reachable from ``node_id`` (not itself), in topological order."""
+        cached = self._descendants.get(node_id)
+        if cached is None:
+            seen: set[str] = set()
+            stack = [e.target for e in self.outgoing(node_id)]
+            while stack:
+                current = stack.pop()
+                if current not in seen:
+                    seen.add(current)
+                    stack.extend(e.target for e in self.outgoing(current))
+            cached = tuple(sorted(seen, key=self._topo_index.__getitem__))
+            self._descendants[node_id] = cached
+        return cached
+
+    def start_node(self, override: str | None = None) -> Node:
+        """The node a run starts at: ``override`` if given, else the definition's start."""
+        if override is None:
+            return self._start
+        node = self._nodes.get(override)
+        if node is None:
+            raise InvalidRequest(
+                f"start node {override!r} is not in workflow {self.workflow_id!r} "
+                f"version {self.version}"
+            )
+        return node
+
+    def task_refs(self, node_id: str) -> frozenset[str] | None:
+        """Outputs the node's templates (or a SWITCH's conditions) may read; None: any."""
+        compiled = self._compiled.get(node_id)
+        return compiled.task_refs if compiled else frozenset()
+
+    def compiled_spec(self, node_id: str) -> CompiledValue:
+        return self._compiled[node_id].spec
+
+    def condition(self, edge: Edge) -> Expression | None:
+        return self._conditions.get((edge.source, edge.target))
+
+    @property
+    def output_template(self) -> CompiledValue | None:
+        return self._output
+
+    @property
+    def output_refs(self) -> frozenset[str] | None:
+        return self._output_refs
+
+    def retry_policy(self, node_id: str) -> RetryPolicy:
+        return self._nodes[node_id].retry_policy
+
+    def queue(self, node_id: str) -> str | None:
+        """The queue a worker node is dispatched to; None for nodes no worker runs."""
+        node = self._nodes[node_id]
+        if not node.type.is_worker:
+            return None
+        return node.queue or BUILTIN_QUEUES.get(node.type)
+
+    def is_type(self, node_id: str, node_type: NodeType) -> bool:
+        node = self._nodes.get(node_id)
+        return node is not None and node.type is node_type
+
+    def __repr__(self) -> str:
+        return (
+            f"WorkflowDAG({self.workflow_id!r}, version={self.version}, nodes={len(self._nodes)})"
+        )

@@ -1,0 +1,68 @@
+"""Reading a definition from YAML or JSON text into a WorkflowSpec."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from composer_core.errors import DefinitionInvalid, Problem
+from composer_core.model._limits import DEFAULT_LIMITS, Limits
+from composer_core.model._spec import WorkflowSpec
+
+
+def parse_definition(
+    source: str | bytes | Mapping[str, Any], *, limits: Limits = DEFAULT_LIMITS
+) -> WorkflowSpec:
+    """Parse YAML or JSON text (JSON is YAML) or an already-decoded mapping.
+
+    Raises DefinitionInvalid listing every shape problem with its path.
+    """
+    if isinstance(source, Mapping):
+        data: Any = source
+    else:
+        raw = source.encode() if isinstance(source, str) else source
+        if len(raw) > limits.max_definition_bytes:
+            raise DefinitionInvalid(
+                [
+                    Problem(
+                        "",
+                        f"definition is {len(raw)} bytes; the limit is "
+                        f"{limits.max_definition_bytes}",
+                    )
+                ]
+            )
+        try:
+            data = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+            reason = getattr(exc, "problem", None) or str(exc)
+            raise DefinitionInvalid(
+                [Problem("", f"not valid YAML or JSON{where}: {reason}")]
+            ) from exc
+    if not isinstance(data, Mapping):
+        raise DefinitionInvalid(
+            [Problem("", f"a definition is a mapping with id and nodes, not {type(data).__name__}")]
+        )
+    try:
+        return WorkflowSpec.model_validate(data)
+    except ValidationError as exc:
+        raise DefinitionInvalid([_problem(e) for e in exc.errors()]) from exc
+
+
+def _problem(error: Any) -> Problem:
+    path = ""
+    for part in error["loc"]:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    message = str(error["msg"])
+    if error["type"] == "extra_forbidden":
+        message = "unknown field"
+    elif error["type"] == "missing":
+        message = "required"
+    elif error["type"] == "enum":
+        expected = error.get("ctx", {}).get("expected", "")
+        message = f"unknown value {error.get('input')!r}; expected {expected}"
+    return Problem(path, message)

@@ -1,0 +1,59 @@
+"""The pure workflow state machine: events in, actions out (seed 001)."""
+
+from composer_core.statemachine._actions import (
+    Action,
+    BufferSignal,
+    CancelTasks,
+    CompleteTask,
+    ConsumeSignal,
+    CreateTask,
+    DispatchTask,
+    FailTask,
+    FinishRun,
+    ReopenRun,
+    ResolveWait,
+    RetryTask,
+    Transition,
+)
+from composer_core.statemachine._events import (
+    Event,
+    NodeCompleted,
+    NodeFailed,
+    RunCancelled,
+    RunRetried,
+    RunStarted,
+    SignalReceived,
+    TimerFired,
+)
+from composer_core.statemachine._machine import Deps, Machine, Store
+from composer_core.statemachine._state import NodeState, Run, Signal
+
+__all__ = [
+    "Action",
+    "BufferSignal",
+    "CancelTasks",
+    "CompleteTask",
+    "ConsumeSignal",
+    "CreateTask",
+    "Deps",
+    "DispatchTask",
+    "Event",
+    "FailTask",
+    "FinishRun",
+    "Machine",
+    "NodeCompleted",
+    "NodeFailed",
+    "NodeState",
+    "ReopenRun",
+    "ResolveWait",
+    "RetryTask",
+    "Run",
+    "RunCancelled",
+    "RunRetried",
+    "RunStarted",
+    "Signal",
+    "SignalReceived",
+    "Store",
+    "TimerFired",
+    "Transition",
+]

@@ -1,0 +1,564 @@
+"""The state machine: one event in, a Transition (a list of actions) out.
+
+It reads no clock, makes no ids and does no I/O: ``Deps`` brings the time,
+the id generator and a read-only Store for data it loads only when a
+template needs it. The caller serializes events per run (the engine holds
+the run's row lock) and persists the actions in one transaction.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Protocol
+
+from composer_core.errors import (
+    InvalidRequest,
+    RunActive,
+    RunFinished,
+    StoreError,
+    TemplateError,
+)
+from composer_core.model import Node, NodeType, RunStatus, TaskState, WorkflowDAG
+from composer_core.statemachine._actions import (
+    Action,
+    BufferSignal,
+    CancelTasks,
+    CompleteTask,
+    ConsumeSignal,
+    CreateTask,
+    DispatchTask,
+    FailTask,
+    FinishRun,
+    ReopenRun,
+    ResolveWait,
+    RetryTask,
+    Transition,
+)
+from composer_core.statemachine._events import (
+    Event,
+    NodeCompleted,
+    NodeFailed,
+    RunCancelled,
+    RunRetried,
+    RunStarted,
+    SignalReceived,
+    TimerFired,
+)
+from composer_core.statemachine._state import Run, Signal
+from composer_core.statemachine._waits import wait_input, woke_at
+from composer_core.templates import Json
+
+
+class Store(Protocol):
+    """Read access to run data the machine loads only on demand."""
+
+    async def outputs(self, node_ids: Collection[str]) -> Mapping[str, Json]:
+        """The outputs of the given completed nodes."""
+        ...
+
+    async def pending_signal(self, name: str, exclude: Collection[str]) -> Signal | None:
+        """The oldest buffered, unconsumed signal called ``name`` whose id is not in ``exclude``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Deps:
+    store: Store
+    now: Callable[[], dt.datetime]
+    new_id: Callable[[], str]
+
+
+class _Readiness(Enum):
+    WAITING = "waiting"  # an incoming edge is unresolved
+    RUN = "run"  # all resolved, at least one active
+    SKIP = "skip"  # all resolved, none active
+
+
+class Machine:
+    """Decides one event for one run. Make a new one per event; not thread-safe."""
+
+    def __init__(self, dag: WorkflowDAG, run: Run, deps: Deps) -> None:
+        self._dag = dag
+        self._run = run
+        self._deps = deps
+        self._now = dt.datetime.min.replace(tzinfo=dt.UTC)
+        self._actions: list[Action] = []
+        self._transition = Transition(self._actions)
+        self._consumed: set[str] = set()
+        self._bound: dict[str, object] = {}
+        self._bound_tasks: dict[str, object] = {}
+        self._tasks_root: object | None = None
+
+    async def apply(self, event: Event) -> Transition:
+        """Consume one event.
+
+        Raises InvalidRequest, RunFinished or RunActive when the event cannot
+        apply (nothing to persist), and StoreError when the Store failed
+        (transient: apply the event again on a fresh snapshot).
+        """
+        self._now = self._deps.now()
+        match event:
+            case RunStarted():
+                await self._on_run_started(event)
+            case NodeCompleted():
+                await self._on_node_completed(event)
+            case NodeFailed():
+                self._on_node_failed(event)
+            case TimerFired():
+                await self._on_timer_fired(event)
+            case SignalReceived():
+                await self._on_signal_received(event)
+            case RunRetried():
+                await self._on_run_retried(event)
+            case RunCancelled():
+                self._on_run_cancelled(event)
+            case _:
+                raise InvalidRequest(f"unknown event {event!r}")
+        if self._transition.ignored is None:
+            await self._finish_if_done()
+        return self._transition
+
+    # -- bookkeeping -------------------------------------------------------
+
+    def _emit(self, action: Action) -> None:
+        self._actions.append(action)
+        action.apply(self._run)
+
+    def _ignore(self, reason: str) -> None:
+        self._transition.ignored = reason
+
+    def _node(self, node_id: str) -> Node:
+        node = self._dag.node(node_id)
+        if node is None:  # pragma: no cover - callers pass ids from the DAG
+            raise InvalidRequest(f"node {node_id!r} is not in {self._dag!r}")
+        return node
+
+    # -- events ------------------------------------------------------------
+
+    async def _on_run_started(self, event: RunStarted) -> None:
+        if self._run.is_terminal:
+            raise RunFinished(f"run {self._run.run_id} is {self._run.status}")
+        if self._run.nodes:
+            raise InvalidRequest(f"run {self._run.run_id} has already started")
+        await self._begin(self._dag.start_node(event.start_node))
+
+    async def _on_node_completed(self, event: NodeCompleted) -> None:
+        state = self._run.nodes.get(event.node_id)
+        if (
+            state is None
+            or not state.matches(event.task_id, event.attempt)
+            or not state.state.is_with_worker
+        ):
+            self._ignore(
+                f"stale or duplicate completion of {event.node_id} attempt {event.attempt}"
+            )
+            return
+        self._emit(CompleteTask(event.task_id, event.node_id, event.attempt, event.output))
+        if self._run.is_terminal:
+            return  # finished meanwhile (a routing failure elsewhere): keep the output, go no further
+        await self._advance_from(event.node_id, event.output)
+
+    def _on_node_failed(self, event: NodeFailed) -> None:
+        state = self._run.nodes.get(event.node_id)
+        if (
+            state is None
+            or not state.matches(event.task_id, event.attempt)
+            or not state.state.is_with_worker
+        ):
+            self._ignore(f"stale or duplicate failure of {event.node_id} attempt {event.attempt}")
+            return
+        node = self._dag.node(event.node_id)
+        next_attempt = event.attempt + 1
+        if (
+            node is None
+            or event.permanent
+            or self._run.is_terminal
+            or next_attempt >= node.retry_policy.max_attempts
+        ):
+            self._emit(
+                FailTask(event.task_id, event.node_id, event.attempt, event.error, event.error_code)
+            )
+            return
+        self._emit(
+            RetryTask(event.task_id, event.node_id, event.attempt, event.error, event.error_code)
+        )
+        delay = node.retry_policy.delay(next_attempt)
+        self._emit(self._dispatch(node, event.task_id, next_attempt, None, delay))
+
+    async def _on_timer_fired(self, event: TimerFired) -> None:
+        state = self._run.nodes.get(event.node_id)
+        if (
+            state is None
+            or state.task_id != event.task_id
+            or state.state is not TaskState.WAITING
+            or self._run.is_terminal
+        ):
+            self._ignore(f"timer for {event.node_id} is no longer pending")
+            return
+        if self._dag.is_type(event.node_id, NodeType.WAIT_FOR_EVENT):
+            error = f"timed out waiting for event {state.awaited_signal!r}"
+            self._emit(ResolveWait(event.task_id, event.node_id, TaskState.FAILED, error=error))
+            return
+        output = woke_at(self._now)
+        self._emit(ResolveWait(event.task_id, event.node_id, TaskState.COMPLETED, output))
+        await self._advance_from(event.node_id, output)
+
+    async def _on_signal_received(self, event: SignalReceived) -> None:
+        if not event.name or not event.name.strip():
+            raise InvalidRequest("a signal needs a name")
+        if self._run.is_terminal:
+            raise RunFinished(
+                f"run {self._run.run_id} is {self._run.status}; signal {event.name!r} not delivered"
+            )
+        waiter = self._oldest_waiter(event.name)
+        if waiter is None:
+            self._emit(BufferSignal(self._deps.new_id(), event.name, event.payload))
+            return
+        state = self._run.nodes[waiter]
+        output = _signal_output(event.payload)
+        self._emit(ResolveWait(state.task_id, waiter, TaskState.COMPLETED, output))
+        self._transition.signal_delivered = True
+        await self._advance_from(waiter, output)
+
+    async def _on_run_retried(self, event: RunRetried) -> None:
+        active = self._run.active_nodes()
+        if active:
+            raise RunActive(
+                f"run {self._run.run_id} has {len(active)} active task(s) ({', '.join(sorted(active))}); "
+                "cancel it before retrying"
+            )
+        restart = self._dag.node(event.from_node)
+        if restart is None:
+            raise InvalidRequest(
+                f"node {event.from_node!r} is not in workflow {self._dag.workflow_id!r} "
+                f"version {self._dag.version}"
+            )
+        reset = {restart.id, *self._dag.descendants(restart.id)}
+        # Nodes the target version no longer has cannot be routed: forget them too.
+        reset |= {node_id for node_id in self._run.nodes if node_id not in self._dag}
+        reset &= self._run.nodes.keys()
+        self._emit(
+            ReopenRun(
+                version=self._dag.version,
+                input=self._run.input if event.input is None else event.input,
+                config=self._run.config if event.config is None else event.config,
+                reset_nodes=tuple(sorted(reset)),
+            )
+        )
+        self._bound.clear()
+        self._bound_tasks.clear()
+        self._tasks_root = None
+        await self._begin(restart)
+
+    def _on_run_cancelled(self, event: RunCancelled) -> None:
+        if self._run.is_terminal:
+            raise RunFinished(f"run {self._run.run_id} is already {self._run.status}")
+        reason = event.reason.strip() or "cancelled"
+        active = tuple(self._run.nodes[n].task_id for n in self._run.active_nodes())
+        self._emit(CancelTasks(reason, active))
+        self._emit(FinishRun(RunStatus.CANCELLED, error=reason))
+
+    async def _finish_if_done(self) -> None:
+        """Finish the run once nothing is active: FAILED if a node failed, else SUCCEEDED."""
+        if self._run.is_terminal or self._run.active_nodes():
+            return
+        failed = self._run.failed_nodes()
+        if failed:
+            first = self._run.nodes[failed[0]]
+            more = f" (and {len(failed) - 1} more failed node(s))" if len(failed) > 1 else ""
+            self._emit(
+                FinishRun(RunStatus.FAILED, error=f"node {failed[0]} failed: {first.error}{more}")
+            )
+            return
+        template = self._dag.output_template
+        if template is None:
+            self._emit(FinishRun(RunStatus.SUCCEEDED))
+            return
+        try:
+            await self._ensure_outputs(self._dag.output_refs)
+            output = template.evaluate(self._activation())
+        except TemplateError as exc:
+            self._emit(FinishRun(RunStatus.FAILED, error=f"run output: {exc}"))
+            return
+        self._emit(FinishRun(RunStatus.SUCCEEDED, output=output))
+
+    # -- routing -----------------------------------------------------------
+
+    async def _begin(self, node: Node) -> None:
+        """Activate ``node`` unconditionally (the start, or a retry's restart node)."""
+        await self._propagate(await self._activate(node))
+
+    async def _advance_from(self, node_id: str, output: Json) -> None:
+        self._set_output(node_id, output)
+        await self._propagate(self._dag.successors(node_id))
+
+    async def _propagate(self, candidates: Iterable[Node]) -> None:
+        """Walk forward, running or skipping each node whose incoming edges are all resolved.
+
+        Skips cascade down untaken branches; control nodes and satisfied waits
+        resolve inline and keep walking; worker nodes and real waits stop it.
+        """
+        queue = list(candidates)
+        while queue:
+            node = queue.pop(0)
+            if node.id in self._run.nodes:
+                continue
+            readiness = self._readiness(node)
+            if readiness is _Readiness.SKIP:
+                self._emit(CreateTask(self._deps.new_id(), node.id, node.type, TaskState.SKIPPED))
+                queue.extend(self._dag.successors(node.id))
+            elif readiness is _Readiness.RUN:
+                queue.extend(await self._activate(node))
+
+    def _readiness(self, node: Node) -> _Readiness:
+        """The one readiness rule.
+
+        An edge is active when its source completed (and, out of a SWITCH, was
+        selected); inactive when its source was skipped or the SWITCH chose
+        otherwise; unresolved while its source is unreached, active or failed.
+        """
+        any_active = False
+        for edge in self._dag.incoming(node.id):
+            source = self._run.nodes.get(edge.source)
+            if source is None:
+                return _Readiness.WAITING
+            if source.state is TaskState.SKIPPED:
+                continue
+            if source.state is not TaskState.COMPLETED:
+                return _Readiness.WAITING
+            if source.branches is None or edge.target in source.branches:
+                any_active = True
+        return _Readiness.RUN if any_active else _Readiness.SKIP
+
+    async def _activate(self, node: Node) -> list[Node]:
+        """Start a ready node; return the nodes to look at next."""
+        if node.type is NodeType.SWITCH:
+            return await self._activate_switch(node)
+        if node.type.is_control:  # FORK, JOIN
+            self._emit(
+                CreateTask(self._deps.new_id(), node.id, node.type, TaskState.COMPLETED, output={})
+            )
+            self._set_output(node.id, {})
+            return list(self._dag.successors(node.id))
+        if node.type.is_wait:
+            return await self._park(node)
+        await self._schedule(node)
+        return []
+
+    async def _activate_switch(self, node: Node) -> list[Node]:
+        """Complete a SWITCH inline, passing on its predecessor's output and recording
+        which branches its conditions select (a decision later events never re-make)."""
+        try:
+            await self._ensure_outputs(self._dag.task_refs(node.id))
+            branches = self._select_branches(node)
+        except TemplateError as exc:
+            self._fail_node(node, f"SWITCH {node.id}: {exc}")
+            return []
+        output = self._predecessor_output(node)
+        self._emit(
+            CreateTask(
+                self._deps.new_id(),
+                node.id,
+                node.type,
+                TaskState.COMPLETED,
+                output=output,
+                branches=branches,
+            )
+        )
+        self._set_output(node.id, output)
+        return list(self._dag.successors(node.id))
+
+    def _select_branches(self, node: Node) -> tuple[str, ...]:
+        activation: Mapping[str, object] | None = None
+        branches: list[str] = []
+        for edge in self._dag.outgoing(node.id):
+            condition = self._dag.condition(edge)
+            if condition is not None:
+                if activation is None:
+                    activation = self._activation()
+                try:
+                    taken = _truthy(condition.evaluate(activation))
+                except TemplateError as exc:
+                    raise TemplateError(
+                        f"condition of edge {edge.source} → {edge.target}: {exc}"
+                    ) from exc
+                if not taken:
+                    continue
+            branches.append(edge.target)
+        return tuple(branches)
+
+    def _predecessor_output(self, node: Node) -> Json:
+        for edge in self._dag.incoming(node.id):
+            source = self._run.nodes.get(edge.source)
+            if (
+                source is not None
+                and source.state is TaskState.COMPLETED
+                and edge.source in self._run.outputs
+            ) and (source.branches is None or node.id in source.branches):
+                return self._run.outputs[edge.source]
+        return {}
+
+    async def _schedule(self, node: Node) -> None:
+        """Create a worker node's task with its resolved input and dispatch it.
+
+        The input is resolved once, here, and stored on the task: a retry reuses
+        it, and a worker never sees a template.
+        """
+        try:
+            node_input = await self._resolve_input(node)
+        except TemplateError as exc:
+            self._fail_node(node, f"input of {node.id} could not be resolved: {exc}")
+            return
+        task_id = self._deps.new_id()
+        self._emit(CreateTask(task_id, node.id, node.type, TaskState.PENDING, input=node_input))
+        self._emit(self._dispatch(node, task_id, 0, node_input, 0.0))
+
+    def _dispatch(
+        self, node: Node, task_id: str, attempt: int, node_input: Json, delay: float
+    ) -> DispatchTask:
+        queue = self._dag.queue(node.id)
+        if queue is None:  # pragma: no cover - only worker nodes are dispatched
+            raise InvalidRequest(f"node {node.id} ({node.type}) has no queue")
+        return DispatchTask(
+            task_id=task_id,
+            node_id=node.id,
+            node_type=node.type,
+            queue=queue,
+            attempt=attempt,
+            not_before=self._now + dt.timedelta(seconds=delay),
+            input=node_input,
+            timeout_seconds=node.timeout_seconds,
+        )
+
+    async def _park(self, node: Node) -> list[Node]:
+        """Record a wait node as WAITING, or complete it now when it is already satisfied
+        (a time in the past, or a signal that arrived before the run got here)."""
+        try:
+            resolved = await self._resolve_input(node)
+            wait = wait_input(node.type, resolved, self._now)
+        except (TemplateError, ValueError) as exc:
+            self._fail_node(node, f"{node.id}: {exc}")
+            return []
+        task_id = self._deps.new_id()
+        if node.type is NodeType.WAIT:
+            if wait.wake_at is None or wait.wake_at <= self._now:
+                return self._complete_now(node, task_id, resolved, woke_at(self._now))
+            self._emit(
+                CreateTask(
+                    task_id,
+                    node.id,
+                    node.type,
+                    TaskState.WAITING,
+                    input=resolved,
+                    wake_at=wait.wake_at,
+                )
+            )
+            return []
+        assert wait.event is not None
+        try:
+            signal = await self._deps.store.pending_signal(wait.event, frozenset(self._consumed))
+        except Exception as exc:
+            raise StoreError(f"loading buffered signal {wait.event!r}: {exc}") from exc
+        if signal is not None:
+            self._consumed.add(signal.signal_id)
+            self._emit(ConsumeSignal(signal.signal_id, node.id))
+            return self._complete_now(node, task_id, resolved, _signal_output(signal.payload))
+        self._emit(
+            CreateTask(
+                task_id,
+                node.id,
+                node.type,
+                TaskState.WAITING,
+                input=resolved,
+                wake_at=wait.wake_at,
+                awaited_signal=wait.event,
+            )
+        )
+        return []
+
+    def _complete_now(self, node: Node, task_id: str, node_input: Json, output: Json) -> list[Node]:
+        self._emit(
+            CreateTask(
+                task_id, node.id, node.type, TaskState.COMPLETED, input=node_input, output=output
+            )
+        )
+        self._set_output(node.id, output)
+        return list(self._dag.successors(node.id))
+
+    def _fail_node(self, node: Node, error: str) -> None:
+        """A node that cannot even start (bad input, broken condition) is a FAILED task:
+        the run fails once nothing else is active, instead of the event being retried forever."""
+        self._emit(
+            CreateTask(self._deps.new_id(), node.id, node.type, TaskState.FAILED, error=error)
+        )
+
+    def _oldest_waiter(self, name: str) -> str | None:
+        best: tuple[str, str] | None = None
+        for node_id, state in self._run.nodes.items():
+            waiting = state.state is TaskState.WAITING and state.awaited_signal == name
+            if waiting and (best is None or state.task_id < best[0]):
+                best = (state.task_id, node_id)
+        return None if best is None else best[1]
+
+    # -- templates and outputs -----------------------------------------------
+
+    async def _resolve_input(self, node: Node) -> Json:
+        await self._ensure_outputs(self._dag.task_refs(node.id))
+        return self._dag.compiled_spec(node.id).evaluate(self._activation())
+
+    def _set_output(self, node_id: str, output: Json) -> None:
+        self._run.outputs[node_id] = output
+        self._bound_tasks.pop(node_id, None)
+        self._tasks_root = None
+
+    async def _ensure_outputs(self, refs: frozenset[str] | None) -> None:
+        """Load the outputs a template may read, once. ``None`` means any reached node."""
+        wanted = self._run.nodes.keys() if refs is None else refs
+        missing = sorted(
+            node_id
+            for node_id in wanted
+            if node_id not in self._run.outputs
+            and (state := self._run.nodes.get(node_id)) is not None
+            and state.state is TaskState.COMPLETED
+        )
+        if not missing:
+            return
+        try:
+            loaded = await self._deps.store.outputs(missing)
+        except Exception as exc:
+            raise StoreError(f"loading outputs of {', '.join(missing)}: {exc}") from exc
+        for node_id in missing:
+            self._set_output(node_id, loaded.get(node_id))
+
+    def _activation(self) -> Mapping[str, object]:
+        """The values expressions see, converted for the engine once and reused."""
+        engine = self._dag.engine
+        bound = self._bound
+        if not bound:
+            run = self._run
+            bound["input"] = engine.to_native(run.input if run.input is not None else {})
+            bound["config"] = engine.to_native(run.config if run.config is not None else {})
+            bound["run"] = engine.to_native(
+                {"id": run.run_id, "workflow_id": run.workflow_id, "version": run.version}
+            )
+            bound["system"] = engine.to_native({"now": self._now})
+        if self._tasks_root is None:
+            for node_id, output in self._run.outputs.items():
+                if node_id not in self._bound_tasks:
+                    self._bound_tasks[node_id] = engine.to_native({"output": output})
+            self._tasks_root = engine.map_of(self._bound_tasks)
+        bound["tasks"] = self._tasks_root
+        return bound
+
+
+def _truthy(value: Json) -> bool:
+    """Conditions are read the way Python reads them: null, false, 0, "" and empty
+    lists and maps are false, everything else true."""
+    return bool(value)
+
+
+def _signal_output(payload: Json) -> Json:
+    return {} if payload is None else payload

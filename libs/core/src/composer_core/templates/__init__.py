@@ -1,0 +1,24 @@
+"""Templates: ``{{ CEL }}`` inside definition specs, compiled once per version."""
+
+from composer_core.templates._cel import CelEngine, CelExpression
+from composer_core.templates._engine import (
+    ROOTS,
+    Expression,
+    ExpressionEngine,
+    Json,
+    References,
+)
+from composer_core.templates._template import CompiledValue, compile_condition, compile_value
+
+__all__ = [
+    "ROOTS",
+    "CelEngine",
+    "CelExpression",
+    "CompiledValue",
+    "Expression",
+    "ExpressionEngine",
+    "Json",
+    "References",
+    "compile_condition",
+    "compile_value",
+]

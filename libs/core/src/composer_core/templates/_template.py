@@ -1,0 +1,230 @@
+"""``{{ expr }}`` templates inside JSON values (DESIGN.md §3).
+
+A string that is exactly one template keeps the expression's type
+(``"{{input.n}}"`` → 3); a string with text around templates interpolates to
+a string (``"/orders/{{input.id}}"`` → ``"/orders/42"``), where a string
+result is inserted as is and any other value as compact JSON. Values are
+compiled once into a tree, so evaluation never parses.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from composer_core.errors import TemplateError
+from composer_core.templates._engine import Expression, ExpressionEngine, Json, References
+
+_TEMPLATE = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
+
+
+class CompiledValue:
+    """A JSON value whose strings may hold templates, ready to evaluate."""
+
+    __slots__ = ()
+
+    @property
+    def references(self) -> References:
+        raise NotImplementedError
+
+    @property
+    def expressions(self) -> tuple[Expression, ...]:
+        raise NotImplementedError
+
+    def evaluate(self, activation: Mapping[str, object]) -> Json:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class _Literal(CompiledValue):
+    value: Json
+
+    @property
+    def references(self) -> References:
+        return References()
+
+    @property
+    def expressions(self) -> tuple[Expression, ...]:
+        return ()
+
+    def evaluate(self, activation: Mapping[str, object]) -> Json:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class _Single(CompiledValue):
+    expression: Expression
+
+    @property
+    def references(self) -> References:
+        return self.expression.references
+
+    @property
+    def expressions(self) -> tuple[Expression, ...]:
+        return (self.expression,)
+
+    def evaluate(self, activation: Mapping[str, object]) -> Json:
+        return self.expression.evaluate(activation)
+
+
+@dataclass(frozen=True, slots=True)
+class _Interpolated(CompiledValue):
+    parts: tuple[str | Expression, ...]
+
+    @property
+    def references(self) -> References:
+        return _union(p.references for p in self.parts if not isinstance(p, str))
+
+    @property
+    def expressions(self) -> tuple[Expression, ...]:
+        return tuple(p for p in self.parts if not isinstance(p, str))
+
+    def evaluate(self, activation: Mapping[str, object]) -> Json:
+        out: list[str] = []
+        for part in self.parts:
+            if isinstance(part, str):
+                out.append(part)
+                continue
+            value = part.evaluate(activation)
+            out.append(value if isinstance(value, str) else _compact(value))
+        return "".join(out)
+
+
+@dataclass(frozen=True, slots=True)
+class _List(CompiledValue):
+    items: tuple[CompiledValue, ...]
+
+    @property
+    def references(self) -> References:
+        return _union(i.references for i in self.items)
+
+    @property
+    def expressions(self) -> tuple[Expression, ...]:
+        return tuple(e for i in self.items for e in i.expressions)
+
+    def evaluate(self, activation: Mapping[str, object]) -> Json:
+        return [i.evaluate(activation) for i in self.items]
+
+
+@dataclass(frozen=True, slots=True)
+class _Map(CompiledValue):
+    entries: tuple[tuple[str, CompiledValue], ...]
+
+    @property
+    def references(self) -> References:
+        return _union(v.references for _, v in self.entries)
+
+    @property
+    def expressions(self) -> tuple[Expression, ...]:
+        return tuple(e for _, v in self.entries for e in v.expressions)
+
+    def evaluate(self, activation: Mapping[str, object]) -> Json:
+        return {k: v.evaluate(activation) for k, v in self.entries}
+
+
+def compile_value(
+    value: Json,
+    engine: ExpressionEngine,
+    *,
+    path: str = "",
+    on_error: Callable[[str, TemplateError], None] | None = None,
+    verbatim: frozenset[str] = frozenset(),
+) -> CompiledValue:
+    """Compile every template in ``value``.
+
+    With ``on_error`` each bad template is reported with its path and compiling
+    goes on (so validation can list every problem); without it the first one
+    raises. Keys in ``verbatim`` (top level only) are kept as plain text.
+    """
+    compiled = _compile(value, engine, path, on_error)
+    if verbatim and isinstance(value, Mapping) and isinstance(compiled, _Map):
+        entries = tuple(
+            (k, _Literal(value[k]) if k in verbatim else v) for k, v in compiled.entries
+        )
+        compiled = (
+            _Map(entries)
+            if any(not isinstance(v, _Literal) for _, v in entries)
+            else (_Literal(value))
+        )
+    return compiled
+
+
+def compile_condition(source: str, engine: ExpressionEngine) -> Expression:
+    """An edge condition: ``"{{ expr }}"``, or a bare CEL expression."""
+    text = source.strip()
+    match = _TEMPLATE.fullmatch(text)
+    return engine.compile((match.group(1) if match else text).strip())
+
+
+def _compile(
+    value: Json,
+    engine: ExpressionEngine,
+    path: str,
+    on_error: Callable[[str, TemplateError], None] | None,
+) -> CompiledValue:
+    if isinstance(value, str):
+        return _compile_string(value, engine, path, on_error)
+    if isinstance(value, Mapping):
+        entries = tuple(
+            (str(k), _compile(v, engine, _join(path, str(k)), on_error)) for k, v in value.items()
+        )
+        if all(isinstance(v, _Literal) for _, v in entries):
+            return _Literal(value)
+        return _Map(entries)
+    if isinstance(value, list):
+        items = tuple(_compile(v, engine, f"{path}[{i}]", on_error) for i, v in enumerate(value))
+        if all(isinstance(i, _Literal) for i in items):
+            return _Literal(value)
+        return _List(items)
+    return _Literal(value)
+
+
+def _compile_string(
+    text: str,
+    engine: ExpressionEngine,
+    path: str,
+    on_error: Callable[[str, TemplateError], None] | None,
+) -> CompiledValue:
+    if "{{" not in text:
+        return _Literal(text)
+    parts: list[str | Expression] = []
+    cursor = 0
+    try:
+        for match in _TEMPLATE.finditer(text):
+            if match.start() > cursor:
+                parts.append(text[cursor : match.start()])
+            source = match.group(1).strip()
+            if not source:
+                raise TemplateError(f"empty template {{{{}}}} in {text!r}")
+            parts.append(engine.compile(source))
+            cursor = match.end()
+        if cursor < len(text):
+            rest = text[cursor:]
+            if "{{" in rest:
+                raise TemplateError(f"unclosed template in {text!r}: a '{{{{' has no '}}}}'")
+            parts.append(rest)
+    except TemplateError as exc:
+        if on_error is None:
+            raise
+        on_error(path, exc)
+        return _Literal(text)
+    if len(parts) == 1 and not isinstance(parts[0], str):
+        return _Single(parts[0])
+    return _Interpolated(tuple(parts))
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _compact(value: Json) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _union(refs: Iterable[References]) -> References:
+    total = References()
+    for r in refs:
+        total = total | r
+    return total
