@@ -122,9 +122,8 @@ def work(
     return {"ok": True, "received": spec}
 
 
-async def simulate(args: argparse.Namespace) -> int:
-    dag = build_dag(parse_definition(Path(args.definition).read_text()))
-    run_input = json.loads(Path(args.input).read_text()) if args.input else {}
+async def simulate(args: argparse.Namespace, definition: str, run_input: Any) -> int:
+    dag = build_dag(parse_definition(definition))
     clock = Clock()
     mem = MemoryRun.create(dag, input=run_input, now=clock, new_id=sequential_ids())
     print(f"workflow {dag.workflow_id!r}: {len(dag.nodes)} nodes; input {json.dumps(run_input)}\n")
@@ -191,7 +190,9 @@ def main() -> int:
     if args.input is None:
         default = Path(args.definition).with_suffix(".input.json")
         args.input = str(default) if default.exists() else None
-    return asyncio.run(simulate(args))
+    definition = Path(args.definition).read_text()
+    run_input = json.loads(Path(args.input).read_text()) if args.input else {}
+    return asyncio.run(simulate(args, definition, run_input))
 
 
 if __name__ == "__main__":

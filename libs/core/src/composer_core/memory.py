@@ -67,6 +67,8 @@ class MemoryRun:
     error: str | None = None
     #: Node ids of every Store.outputs call, in order: lets tests see lazy loading.
     loads: list[list[str]] = field(default_factory=list)
+    #: When set, every Store call raises it: a database outage in the middle of a decision.
+    fault: Exception | None = None
 
     @classmethod
     def create(
@@ -99,10 +101,14 @@ class MemoryRun:
     # -- Store ---------------------------------------------------------------
 
     async def outputs(self, node_ids: Collection[str]) -> Mapping[str, Json]:
+        if self.fault is not None:
+            raise self.fault
         self.loads.append(sorted(node_ids))
         return {n: self.tasks[n].output for n in node_ids if n in self.tasks}
 
     async def pending_signal(self, name: str, exclude: Collection[str]) -> Signal | None:
+        if self.fault is not None:
+            raise self.fault
         for signal, consumed in self.signals:
             if signal.name == name and not consumed and signal.signal_id not in exclude:
                 return signal
@@ -139,12 +145,23 @@ class MemoryRun:
                     record.attempt = action.attempt + 1
                 case ResolveWait():
                     record = self._task(action.node_id, action.task_id)
-                    record.state, record.output, record.error = action.state, action.output, action.error
+                    record.state, record.output, record.error = (
+                        action.state,
+                        action.output,
+                        action.error,
+                    )
                 case BufferSignal():
-                    self.signals.append((Signal(action.signal_id, action.name, action.payload), False))
+                    self.signals.append(
+                        (Signal(action.signal_id, action.name, action.payload), False)
+                    )
                 case ConsumeSignal():
+                    if not any(s.signal_id == action.signal_id and not c for s, c in self.signals):
+                        raise AssertionError(
+                            f"signal {action.signal_id} is not pending: consumed twice?"
+                        )
                     self.signals = [
-                        (s, consumed or s.signal_id == action.signal_id) for s, consumed in self.signals
+                        (s, consumed or s.signal_id == action.signal_id)
+                        for s, consumed in self.signals
                     ]
                 case ReopenRun():
                     for node_id in action.reset_nodes:
@@ -160,7 +177,9 @@ class MemoryRun:
     def _task(self, node_id: str, task_id: str) -> TaskRecord:
         record = self.tasks[node_id]
         if record.task_id != task_id:
-            raise AssertionError(f"action for task {task_id} but node {node_id} has {record.task_id}")
+            raise AssertionError(
+                f"action for task {task_id} but node {node_id} has {record.task_id}"
+            )
         return record
 
 
