@@ -8,7 +8,7 @@ from composer_core.model._build import (
     validate,
 )
 from composer_core.model._dag import CompiledNode, WorkflowDAG
-from composer_core.model._limits import DEFAULT_LIMITS, Limits
+from composer_core.model._limits import DEFAULT_LIMITS, MAX_SECONDS, Limits
 from composer_core.model._load import parse_definition
 from composer_core.model._spec import DEFAULT_RETRY, Edge, Node, RetryPolicy, WorkflowSpec
 from composer_core.model._states import BUILTIN_QUEUES, NodeType, RunStatus, TaskState
@@ -17,6 +17,7 @@ __all__ = [
     "BUILTIN_QUEUES",
     "DEFAULT_LIMITS",
     "DEFAULT_RETRY",
+    "MAX_SECONDS",
     "CompiledNode",
     "Edge",
     "Limits",

@@ -11,12 +11,12 @@ import contextlib
 import datetime as dt
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from composer_core.errors import DefinitionInvalid, Problem, TemplateError
 from composer_core.model._dag import CompiledNode, WorkflowDAG
-from composer_core.model._limits import DEFAULT_LIMITS, Limits
+from composer_core.model._limits import DEFAULT_LIMITS, MAX_SECONDS, Limits, nesting_depth
 from composer_core.model._spec import Node, WorkflowSpec
 from composer_core.model._states import NodeType
 from composer_core.templates import (
@@ -90,6 +90,7 @@ class _Builder:
         self.problems: list[Problem] = []
         self.index: dict[str, int] = {}  # node id → its first position
         self.ancestors: dict[str, frozenset[str]] = {}
+        self.too_deep: set[int] = set()  # node positions (-1: the output) not to compile
 
     def add(self, path: str, message: str) -> None:
         self.problems.append(Problem(path, message))
@@ -133,6 +134,9 @@ class _Builder:
             ("http://", "https://")
         ):
             self.add("webhook_url", "must be an http:// or https:// URL")
+        if nesting_depth(spec.output) > limits.max_depth:
+            self.add("output", f"nested deeper than {limits.max_depth} levels")
+            self.too_deep.add(-1)
         if not spec.nodes:
             self.add("nodes", "a workflow needs at least one node")
         if len(spec.nodes) > limits.max_nodes:
@@ -172,9 +176,16 @@ class _Builder:
                             f"{path}.{field}",
                             f"applies only to HTTP, PYTHON and TASK nodes, not {node.type}",
                         )
-            size = len(json.dumps(node.spec, default=str).encode())
-            if size > self.limits.max_spec_bytes:
-                self.add(f"{path}.spec", f"{size} bytes; the limit is {self.limits.max_spec_bytes}")
+            if nesting_depth(node.spec) > self.limits.max_depth:
+                # Measuring or compiling it would recurse that deep: leave it alone.
+                self.add(f"{path}.spec", f"nested deeper than {self.limits.max_depth} levels")
+                self.too_deep.add(i)
+            else:
+                size = len(json.dumps(node.spec, default=str).encode())
+                if size > self.limits.max_spec_bytes:
+                    self.add(
+                        f"{path}.spec", f"{size} bytes; the limit is {self.limits.max_spec_bytes}"
+                    )
             retry = node.retry
             if retry is not None and retry.max_seconds < retry.initial_seconds:
                 self.add(f"{path}.retry.max_seconds", "must be at least initial_seconds")
@@ -264,7 +275,9 @@ class _Builder:
             path.append(current)
 
     def check_start(self, order: list[str] | None) -> Node | None:
-        roots = [n for n in self.index if not any(e.target == n for e in self.spec.edges)]
+        # A self-loop is reported on its edge; it does not make its node a non-root.
+        targets = {e.target for e in self.spec.edges if e.source != e.target}
+        roots = [n for n in self.index if n not in targets]
         start_id = self.spec.start
         if start_id is not None:
             if start_id not in self.index:
@@ -392,14 +405,14 @@ class _Builder:
         if isinstance(value, str) and _templated(value):
             return
         if parse_seconds(value) is None:
-            self.add(path, f"must be a non-negative number of seconds, got {value!r}")
+            self.add(path, f"must be a number of seconds from 0 to {MAX_SECONDS}, got {value!r}")
 
     # -- templates ---------------------------------------------------------
 
     def compile_nodes(self) -> dict[str, CompiledNode]:
         compiled: dict[str, CompiledNode] = {}
         for i, node in enumerate(self.spec.nodes):
-            if self.index.get(node.id) != i:
+            if self.index.get(node.id) != i or i in self.too_deep:
                 continue
             path = f"nodes[{i}].spec"
             value = compile_value(
@@ -409,7 +422,7 @@ class _Builder:
                 on_error=self.template_error,
                 verbatim=_VERBATIM.get(node.type, frozenset()),
             )
-            refs = self.check_references(path, value.references, value.expressions, node.id)
+            refs = self.check_references(value.located(path), node.id)
             if node.type is NodeType.SWITCH:
                 # A SWITCH passes on its predecessor's output and reads its conditions' refs.
                 preds = frozenset(e.source for e in self.spec.edges if e.target == node.id)
@@ -439,56 +452,58 @@ class _Builder:
             except TemplateError as exc:
                 self.add(path, str(exc))
                 continue
-            self.check_references(path, expression.references, (expression,), edge.source)
+            self.check_references([(path, expression)], edge.source)
             conditions[(edge.source, edge.target)] = expression
         return conditions
 
     def compile_output(self) -> tuple[CompiledValue | None, frozenset[str] | None]:
-        if self.spec.output is None:
+        if self.spec.output is None or -1 in self.too_deep:
             return None, frozenset()
         value = compile_value(
             self.spec.output, self.engine, path="output", on_error=self.template_error
         )
-        refs = self.check_references("output", value.references, value.expressions, None)
+        refs = self.check_references(value.located("output"), None)
         return value, refs
 
     def template_error(self, path: str, exc: TemplateError) -> None:
         self.add(path, str(exc))
 
     def check_references(
-        self,
-        path: str,
-        refs: References,
-        expressions: tuple[Expression, ...],
-        reader: str | None,
+        self, located: Iterable[tuple[str, Expression]], reader: str | None
     ) -> frozenset[str] | None:
-        """Check the roots and task names an expression reads; return its task refs.
+        """Check the roots and task names each expression reads; return their task refs.
 
-        ``reader`` is the node that evaluates it: it may only read outputs of
+        ``reader`` is the node that evaluates them: it may only read outputs of
         nodes upstream of it (None: the run's output, which may read any node).
         """
-        for expression in expressions:
+        upstream = self.ancestors.get(reader) if reader is not None else None
+        task_ids: set[str] | None = set()
+        for path, expression in located:
             if len(expression.source) > self.limits.max_expression_length:
                 self.add(
                     path,
                     f"expression of {len(expression.source)} characters; the limit is {self.limits.max_expression_length}",
                 )
-        for root in sorted(refs.roots - ROOTS):
-            self.add(
-                path, f"unknown name {root!r}: expressions start from {', '.join(sorted(ROOTS))}"
-            )
-        if refs.task_ids is None:
-            return None
-        upstream = self.ancestors.get(reader) if reader is not None else None
-        for task_id in sorted(refs.task_ids):
-            if task_id not in self.index:
-                self.add(path, f"tasks.{task_id}: no node {task_id!r} in this workflow")
-            elif upstream is not None and task_id not in upstream:
+            refs = expression.references
+            for root in sorted(refs.roots - ROOTS):
                 self.add(
                     path,
-                    f"tasks.{task_id}: {task_id!r} is not upstream of {reader!r}, so its output is not there yet when {reader!r} runs",
+                    f"unknown name {root!r}: expressions start from {', '.join(sorted(ROOTS))}",
                 )
-        return refs.task_ids
+            if refs.task_ids is None:
+                task_ids = None
+                continue
+            for task_id in sorted(refs.task_ids):
+                if task_id not in self.index:
+                    self.add(path, f"tasks.{task_id}: no node {task_id!r} in this workflow")
+                elif upstream is not None and task_id not in upstream:
+                    self.add(
+                        path,
+                        f"tasks.{task_id}: {task_id!r} is not upstream of {reader!r}, so its output is not there yet when {reader!r} runs",
+                    )
+            if task_ids is not None:
+                task_ids |= refs.task_ids
+        return None if task_ids is None else frozenset(task_ids)
 
 
 def _templated(value: Any) -> bool:
@@ -496,7 +511,10 @@ def _templated(value: Any) -> bool:
 
 
 def parse_seconds(value: Any) -> float | None:
-    """A JSON number or numeric string as non-negative seconds; None if it is not one."""
+    """A JSON number or numeric string as seconds in [0, MAX_SECONDS]; None if it is not one.
+
+    The bound keeps ``now + timedelta(seconds=…)`` inside what a datetime can hold.
+    """
     if isinstance(value, bool):
         return None
     if isinstance(value, str):
@@ -504,15 +522,15 @@ def parse_seconds(value: Any) -> float | None:
             value = float(value.strip())
         except ValueError:
             return None
-    if isinstance(value, int | float) and value >= 0 and value == value and value != float("inf"):
+    if isinstance(value, int | float) and 0 <= value <= MAX_SECONDS:  # NaN fails both
         return float(value)
     return None
 
 
 def parse_time(value: str) -> dt.datetime | None:
-    """An RFC 3339 time with a zone; None if it is not one."""
+    """An RFC 3339 time with a zone, in UTC; None if it is not one."""
     try:
         parsed = dt.datetime.fromisoformat(value.strip())
-    except ValueError:
+        return parsed.astimezone(dt.UTC) if parsed.tzinfo is not None else None
+    except (ValueError, OverflowError):  # 9999-12-31T23:00:00-05:00 has no UTC form
         return None
-    return parsed if parsed.tzinfo is not None else None

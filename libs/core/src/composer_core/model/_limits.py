@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+#: The longest wait, timeout or retry delay, in seconds (100 years): ``now`` plus it
+#: stays far inside what a datetime can hold.
+MAX_SECONDS = 100 * 365 * 24 * 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +25,25 @@ class Limits:
     max_spec_bytes: int = 64 * 1024
     max_id_length: int = 64
     max_expression_length: int = 4096
+    #: Lists and maps inside lists and maps: compiling and storing a value recurses this deep.
+    max_depth: int = 64
 
 
 DEFAULT_LIMITS = Limits()
+
+
+def nesting_depth(value: Any) -> int:
+    """How deeply lists and maps nest in ``value`` (a scalar is 0), without recursing."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        current, depth = stack.pop()
+        if isinstance(current, dict):
+            children: Any = current.values()
+        elif isinstance(current, list | tuple):
+            children = current
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest

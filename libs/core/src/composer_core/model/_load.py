@@ -9,8 +9,19 @@ import yaml
 from pydantic import ValidationError
 
 from composer_core.errors import DefinitionInvalid, Problem
-from composer_core.model._limits import DEFAULT_LIMITS, Limits
+from composer_core.model._limits import DEFAULT_LIMITS, Limits, nesting_depth
 from composer_core.model._spec import WorkflowSpec
+
+
+class _Loader(yaml.SafeLoader):
+    """A SafeLoader that leaves timestamps as text: a definition holds JSON values only,
+    and ``until: 2026-01-01T00:00:00Z`` is the RFC 3339 string the user wrote."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 
 
 def parse_definition(
@@ -35,7 +46,11 @@ def parse_definition(
                 ]
             )
         try:
-            data = yaml.safe_load(raw)
+            data = yaml.load(raw, Loader=_Loader)  # a SafeLoader
+        except RecursionError as exc:
+            raise DefinitionInvalid(
+                [Problem("", f"nested deeper than {limits.max_depth} levels")]
+            ) from exc
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
@@ -47,6 +62,8 @@ def parse_definition(
         raise DefinitionInvalid(
             [Problem("", f"a definition is a mapping with id and nodes, not {type(data).__name__}")]
         )
+    if nesting_depth(data) > limits.max_depth + 3:  # + definition, nodes, node
+        raise DefinitionInvalid([Problem("", f"nested deeper than {limits.max_depth} levels")])
     try:
         return WorkflowSpec.model_validate(data)
     except ValidationError as exc:

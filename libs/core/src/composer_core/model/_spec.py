@@ -11,20 +11,24 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from composer_core.model._limits import MAX_SECONDS
 from composer_core.model._states import NodeType
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # No inf or NaN: a delay or timeout of inf cannot become a time.
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False
+    )
 
 
 class RetryPolicy(_Strict):
     """How a failed worker attempt is retried. Defaults are DESIGN.md §6's."""
 
     max_attempts: int = Field(default=3, ge=1, le=1000)
-    initial_seconds: float = Field(default=1.0, ge=0)
+    initial_seconds: float = Field(default=1.0, ge=0, le=MAX_SECONDS)
     multiplier: float = Field(default=2.0, ge=1)
-    max_seconds: float = Field(default=300.0, ge=0)
+    max_seconds: float = Field(default=300.0, ge=0, le=MAX_SECONDS)
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait before ``attempt`` (0-based; attempt 0 runs at once).
@@ -32,7 +36,7 @@ class RetryPolicy(_Strict):
         Exponential with no jitter: the core has no randomness to draw from,
         and dispatches are spread by the outbox and the workers anyway.
         """
-        if attempt <= 0:
+        if attempt <= 0 or self.initial_seconds == 0:
             return 0.0
         try:
             raw = self.initial_seconds * self.multiplier ** (attempt - 1)
@@ -51,7 +55,7 @@ class Node(_Strict):
     description: str | None = None
     spec: dict[str, Any] = Field(default_factory=dict)
     queue: str | None = None
-    timeout_seconds: float | None = Field(default=None, gt=0)
+    timeout_seconds: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
     retry: RetryPolicy | None = None
 
     @property

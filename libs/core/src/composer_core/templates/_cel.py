@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import json
+import math
 import re
 from collections.abc import Mapping
 from functools import cache
@@ -20,14 +22,44 @@ import celpy
 import lark
 from celpy import celtypes
 from celpy.celparser import CELParseError
-from celpy.evaluation import CELEvalError
+from celpy.evaluation import CELEvalError, base_functions
 
 from composer_core.errors import TemplateError
 from composer_core.templates._engine import Json, References
 
-# Macros whose first argument names a variable bound inside the call.
-_BINDING_MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
+#: Macros and how many leading arguments name variables bound inside the call
+#: (``reduce`` and ``min`` are cel-python extensions).
+_BINDING_MACROS = {"all": 1, "exists": 1, "exists_one": 1, "map": 1, "filter": 1, "reduce": 2}
+#: Functions an expression may call: cel-python's standard library and the macros.
+_FUNCTIONS = frozenset(name for name in base_functions if name[:1].isalpha()) | {
+    "has",
+    "dyn",
+    "min",
+    *_BINDING_MACROS,
+}
+#: Names CEL resolves without the activation (``type(x) == int``): not roots.
+_TYPE_NAMES = frozenset(
+    {
+        "bool",
+        "bytes",
+        "double",
+        "duration",
+        "dyn",
+        "int",
+        "list",
+        "map",
+        "null_type",
+        "string",
+        "timestamp",
+        "type",
+        "uint",
+    }
+)
 _OVERLOAD = re.compile(r"found no matching overload for Token\('RULE', '(\w+)'\)")
+_APPLIED_TO = re.compile(r"applied to '\((.*)\)'", re.DOTALL)
+_CLASS = re.compile(r"<class '([\w.]+)'>")
+_CEL_VALUE = re.compile(r"\b[A-Z][a-z]+Type\(([^()]*)\)")
+_UNDECLARED = re.compile(r"undeclared reference to '([^']*)'")
 _OPERATOR_NAMES = {
     "addition_add": "+",
     "addition_sub": "-",
@@ -44,6 +76,9 @@ _OPERATOR_NAMES = {
     "unary_neg": "-",
     "unary_not": "!",
 }
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+#: The longest message taken over from cel-python: some embed whole activations.
+_MAX_MESSAGE = 300
 
 
 @cache
@@ -95,7 +130,12 @@ class CelEngine:
             raise TemplateError(f"{source!r} is not a valid CEL expression{where}") from exc
         except lark.exceptions.LarkError as exc:  # pragma: no cover - celpy wraps most
             raise TemplateError(f"{source!r} is not a valid CEL expression: {exc}") from exc
-        return CelExpression(source, env.program(tree), _references(tree))
+        references, unknown = _analyse(tree)
+        if unknown:
+            raise TemplateError(
+                f"{source!r} calls unknown function(s) {', '.join(sorted(unknown))}"
+            )
+        return CelExpression(source, env.program(tree), references)
 
     def to_native(self, value: Json) -> object:
         return to_cel(value)
@@ -111,7 +151,12 @@ def to_cel(value: Json) -> Any:
     if isinstance(value, bool):
         return celtypes.BoolType(value)
     if isinstance(value, int):
-        return celtypes.IntType(value)
+        if _INT64_MIN <= value <= _INT64_MAX:
+            return celtypes.IntType(value)
+        # JSON allows any integer but CEL's are 64-bit. A double, as most JSON readers
+        # would make of it: refusing it would fail every template of the run, since
+        # the whole input is bound whether an expression reads this value or not.
+        return celtypes.DoubleType(float(value))
     if isinstance(value, float):
         return celtypes.DoubleType(value)
     if isinstance(value, str):
@@ -134,6 +179,8 @@ def to_json(value: Any) -> Json:
     if isinstance(value, int):  # IntType, UintType
         return int(value)
     if isinstance(value, float):
+        if not math.isfinite(value):
+            raise TemplateError(f"expression produced {float(value)}, which JSON cannot hold")
         return float(value)
     if isinstance(value, str):
         return str(value)
@@ -142,75 +189,153 @@ def to_json(value: Any) -> Json:
     if isinstance(value, dt.datetime):
         return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
     if isinstance(value, dt.timedelta):
-        return f"{value.total_seconds():g}s"
+        return _duration(value)
     if isinstance(value, Mapping):
-        return {str(k): to_json(v) for k, v in value.items()}
+        return {_key(k): to_json(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [to_json(v) for v in value]
     raise TemplateError(f"expression produced a {type(value).__name__}, which has no JSON form")
 
 
+def _duration(value: dt.timedelta) -> str:
+    """CEL's JSON form of a duration: seconds with the fraction only when there is one."""
+    micros = value // dt.timedelta(microseconds=1)
+    seconds, fraction = divmod(abs(micros), 1_000_000)
+    text = f"{seconds}.{fraction:06d}".rstrip("0") if fraction else str(seconds)
+    return f"{'-' if micros < 0 else ''}{text}s"
+
+
+def _key(key: Any) -> str:
+    """A map key as a JSON object key: ``true`` rather than Python's ``True``."""
+    if isinstance(key, str):
+        return str(key)
+    converted = to_json(key)
+    return json.dumps(converted) if isinstance(converted, bool) else str(converted)
+
+
+def _kind(class_name: str) -> str:
+    """``celpy.celtypes.IntType`` → ``int``; ``NoneType`` → ``null``."""
+    name = class_name.rsplit(".", 1)[-1]
+    if name == "NoneType":
+        return "null"
+    return name.removesuffix("Type").lower() or name
+
+
+def _a(kind: str) -> str:
+    return f"{'an' if kind[:1] in {'a', 'e', 'i', 'o', 'u'} else 'a'} {kind}"
+
+
+def _kinds(text: str) -> list[str]:
+    applied = _APPLIED_TO.search(text)
+    return [_kind(c) for c in _CLASS.findall(applied.group(1) if applied else text)]
+
+
+def _clip(text: str) -> str:
+    text = _CLASS.sub(lambda m: _kind(m.group(1)), _CEL_VALUE.sub(r"\1", text))
+    return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 1] + "…"
+
+
 def _describe(exc: Exception) -> str:
-    text = str(exc.args[0]) if exc.args else str(exc)
+    """cel-python's error texts, rewritten into messages a user can act on.
+
+    A CELEvalError's args are (message, cause type, cause args); the cause
+    often says more than the message (``return error for overflow`` is also
+    what a failed ``int('abc')`` gives).
+    """
+    args = exc.args
+    text = str(args[0]) if args else str(exc)
+    cause_type = args[1] if len(args) > 1 else None
+    cause_args = args[2] if len(args) > 2 else None
+    detail = str(cause_args[0]) if isinstance(cause_args, tuple) and len(cause_args) == 1 else ""
     if match := _OVERLOAD.search(text):
         op = _OPERATOR_NAMES.get(match.group(1), match.group(1))
-        types = re.findall(r"celtypes\.(\w+)Type", text)
-        kinds = " and ".join(t.lower() for t in types) if types else "these values"
-        return f"operator {op} cannot be applied to {kinds}"
+        kinds = _kinds(text)
+        return f"operator {op} cannot be applied to {' and '.join(kinds) or 'these values'}"
+    if text.startswith("found no matching overload for _[_]"):
+        kinds = _kinds(text)
+        if len(kinds) == 2:
+            return f"cannot index {_a(kinds[0])} with {_a(kinds[1])}"
+    if text.startswith("found no matching overload for _?_:_"):
+        kinds = _kinds(text)
+        if kinds:
+            return f"the condition before ? must be a bool, not {kinds[0]}"
     if text.startswith("no such member in mapping"):
         key = text.split(":", 1)[1].strip() if ":" in text else text
         return f"no such key {key} (use has() to test for an optional key)"
-    return text
+    if text == "no such key" and isinstance(cause_args, tuple) and len(cause_args) == 1:
+        return f"no such key {_clip(repr(cause_args[0]))} (use has() to test for an optional key)"
+    if "does not support field selection" in text:
+        kinds = [_kind(c) for c in _CLASS.findall(text)]
+        return (
+            f"cannot select a field of {_a(kinds[0] if kinds else 'value')}: only maps have fields"
+        )
+    if match := _UNDECLARED.match(text):
+        return f"unknown name or function {match.group(1)!r}"
+    if text == "return error for overflow":
+        if detail == "overflow":
+            return "integer overflow: CEL integers are 64-bit"
+        if detail:
+            return f"conversion failed: {_clip(detail)}"
+    if cause_type is IndexError:
+        return "list index out of range"
+    if detail and text in {"no such overload", "match error", "invalid_argument"}:
+        return f"{text}: {_clip(detail)}"
+    return _clip(text)
 
 
-def _references(tree: lark.Tree[Any]) -> References:
-    """Roots and ``tasks.<id>`` names an expression reads, from its parse tree."""
-    bound: set[str] = set()
-    for node in tree.iter_subtrees():
-        if node.data == "member_dot_arg" and len(node.children) >= 3:
-            name = node.children[1]
-            args = node.children[2]
-            if str(name) in _BINDING_MACROS and isinstance(args, lark.Tree) and args.children:
-                first = args.children[0]
-                ident = _lone_ident(first) if isinstance(first, lark.Tree) else None
-                if ident:
-                    bound.add(ident)
+def _analyse(tree: lark.Tree[Any]) -> tuple[References, set[str]]:
+    """Roots and ``tasks.<id>`` names an expression reads, and unknown functions it calls.
 
+    A macro's variable (``x`` in ``input.l.map(x, x * 2)``) is bound only inside
+    that macro's arguments; a leading dot (``.input``) always names a root.
+    """
     roots: set[str] = set()
     task_ids: set[str] | None = set()
-    for parents in _ident_paths(tree):
-        ident_tree = parents[-1]
-        name = str(ident_tree.children[0])
-        if name in bound:
-            continue
-        roots.add(name)
-        if name != "tasks" or task_ids is None:
-            continue
-        task = _task_selected(parents)
-        if task is None:
-            task_ids = None
-        else:
-            task_ids.add(task)
-    return References(frozenset(roots), None if task_ids is None else frozenset(task_ids))
-
-
-def _ident_paths(tree: lark.Tree[Any]) -> list[list[lark.Tree[Any]]]:
-    """Every ``ident`` subtree with the chain of its ancestors (root first)."""
-    found: list[list[lark.Tree[Any]]] = []
-    stack: list[list[lark.Tree[Any]]] = [[tree]]
+    unknown: set[str] = set()
+    # (node, its nearest ancestors, innermost last, variables bound here)
+    stack: list[tuple[lark.Tree[Any], tuple[lark.Tree[Any], ...], frozenset[str]]] = [
+        (tree, (), frozenset())
+    ]
     while stack:
-        path = stack.pop()
-        node = path[-1]
-        if node.data == "ident":
-            found.append(path)
+        node, parents, bound = stack.pop()
+        if node.data in {"ident", "dot_ident"}:
+            name = str(node.children[0])
+            if node.data == "ident" and (name in bound or name in _TYPE_NAMES):
+                continue
+            roots.add(name)
+            if name == "tasks" and task_ids is not None:
+                task = _task_selected((*parents, node))
+                if task is None:
+                    task_ids = None
+                else:
+                    task_ids.add(task)
             continue
-        for child in node.children:
+        inner = bound
+        if node.data in {"ident_arg", "dot_ident_arg", "member_dot_arg"}:
+            name_token = node.children[1 if node.data == "member_dot_arg" else 0]
+            name = str(name_token)
+            if name not in _FUNCTIONS:
+                unknown.add(name)
+            count = _BINDING_MACROS.get(name, 0) if node.data == "member_dot_arg" else 0
+            args = node.children[2] if len(node.children) > 2 else None
+            if count and isinstance(args, lark.Tree):
+                variables = {
+                    ident
+                    for arg in args.children[:count]
+                    if isinstance(arg, lark.Tree) and (ident := _lone_ident(arg))
+                }
+                inner = bound | variables
+        context = (*parents, node)[-4:]
+        for i, child in enumerate(node.children):
             if isinstance(child, lark.Tree):
-                stack.append([*path, child])
-    return found
+                # The target of ``target.map(x, …)`` is outside the macro's scope.
+                scope = bound if node.data == "member_dot_arg" and i == 0 else inner
+                stack.append((child, context, scope))
+    refs = References(frozenset(roots), None if task_ids is None else frozenset(task_ids))
+    return refs, unknown
 
 
-def _task_selected(path: list[lark.Tree[Any]]) -> str | None:
+def _task_selected(path: tuple[lark.Tree[Any], ...]) -> str | None:
     """For ``tasks.x`` or ``tasks["x"]``, the name x; None if it cannot be known."""
     # path: … member_dot|member_index > member > primary > ident
     if len(path) < 4 or path[-2].data != "primary" or path[-3].data != "member":

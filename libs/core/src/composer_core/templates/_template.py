@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from composer_core.errors import TemplateError
@@ -36,6 +36,10 @@ class CompiledValue:
     def evaluate(self, activation: Mapping[str, object]) -> Json:
         raise NotImplementedError
 
+    def located(self, path: str = "") -> Iterator[tuple[str, Expression]]:
+        """Every expression with the path of the string that holds it (``spec.body.id``)."""
+        raise NotImplementedError
+
 
 @dataclass(frozen=True, slots=True)
 class _Literal(CompiledValue):
@@ -52,6 +56,9 @@ class _Literal(CompiledValue):
     def evaluate(self, activation: Mapping[str, object]) -> Json:
         return self.value
 
+    def located(self, path: str = "") -> Iterator[tuple[str, Expression]]:
+        return iter(())
+
 
 @dataclass(frozen=True, slots=True)
 class _Single(CompiledValue):
@@ -67,6 +74,9 @@ class _Single(CompiledValue):
 
     def evaluate(self, activation: Mapping[str, object]) -> Json:
         return self.expression.evaluate(activation)
+
+    def located(self, path: str = "") -> Iterator[tuple[str, Expression]]:
+        yield path, self.expression
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +101,11 @@ class _Interpolated(CompiledValue):
             out.append(value if isinstance(value, str) else _compact(value))
         return "".join(out)
 
+    def located(self, path: str = "") -> Iterator[tuple[str, Expression]]:
+        for part in self.parts:
+            if not isinstance(part, str):
+                yield path, part
+
 
 @dataclass(frozen=True, slots=True)
 class _List(CompiledValue):
@@ -106,6 +121,10 @@ class _List(CompiledValue):
 
     def evaluate(self, activation: Mapping[str, object]) -> Json:
         return [i.evaluate(activation) for i in self.items]
+
+    def located(self, path: str = "") -> Iterator[tuple[str, Expression]]:
+        for i, item in enumerate(self.items):
+            yield from item.located(f"{path}[{i}]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +142,10 @@ class _Map(CompiledValue):
     def evaluate(self, activation: Mapping[str, object]) -> Json:
         return {k: v.evaluate(activation) for k, v in self.entries}
 
+    def located(self, path: str = "") -> Iterator[tuple[str, Expression]]:
+        for key, value in self.entries:
+            yield from value.located(_join(path, key))
+
 
 def compile_value(
     value: Json,
@@ -138,17 +161,19 @@ def compile_value(
     goes on (so validation can list every problem); without it the first one
     raises. Keys in ``verbatim`` (top level only) are kept as plain text.
     """
-    compiled = _compile(value, engine, path, on_error)
-    if verbatim and isinstance(value, Mapping) and isinstance(compiled, _Map):
-        entries = tuple(
-            (k, _Literal(value[k]) if k in verbatim else v) for k, v in compiled.entries
+    if not verbatim or not isinstance(value, Mapping):
+        return _compile(value, engine, path, on_error)
+    # Verbatim keys are never parsed: Python code is full of ``{{`` that are not templates.
+    entries = tuple(
+        (
+            str(k),
+            _Literal(v) if k in verbatim else _compile(v, engine, _join(path, str(k)), on_error),
         )
-        compiled = (
-            _Map(entries)
-            if any(not isinstance(v, _Literal) for _, v in entries)
-            else (_Literal(value))
-        )
-    return compiled
+        for k, v in value.items()
+    )
+    if all(isinstance(v, _Literal) for _, v in entries):
+        return _Literal(value)
+    return _Map(entries)
 
 
 def compile_condition(source: str, engine: ExpressionEngine) -> Expression:
