@@ -12,6 +12,7 @@ import yaml
 
 from composer_core.errors import DefinitionInvalid, InvalidRequest
 from composer_core.model import (
+    DEFAULT_LIMITS,
     DEFAULT_RETRY,
     MAX_SECONDS,
     Limits,
@@ -41,12 +42,12 @@ def definition(nodes: list[dict[str, Any]], edges: list[Any] = (), **top: Any) -
 
 def problems(doc: dict[str, Any] | str, *, limits: Limits | None = None) -> list[str]:
     """Every problem as ``path: message``; [] when the definition builds."""
-    kwargs = {} if limits is None else {"limits": limits}
+    limits = limits or DEFAULT_LIMITS
     try:
-        spec = parse_definition(doc, **kwargs)
+        spec = parse_definition(doc, limits=limits)
     except DefinitionInvalid as exc:
         return [str(p) for p in exc.problems]
-    return [str(p) for p in validate(spec, **kwargs)]
+    return [str(p) for p in validate(spec, limits=limits)]
 
 
 def dag_of(doc: dict[str, Any] | str) -> WorkflowDAG:
@@ -695,12 +696,12 @@ def test_start_node_and_its_override(example: WorkflowDAG) -> None:
 def test_task_refs_are_exact(example: WorkflowDAG) -> None:
     assert example.task_refs("reserve") == frozenset()
     assert example.task_refs("charge") == frozenset()
-    assert example.task_refs("email") == {"score"}
-    assert example.task_refs("ledger") == {"score"}
+    assert example.task_refs("email") == frozenset({"score"})
+    assert example.task_refs("ledger") == frozenset({"score"})
     assert example.task_refs("notify") == frozenset()
     # A SWITCH passes on its predecessor's output and reads its conditions' refs.
-    assert example.task_refs("route") == {"reserve"}
-    assert example.output_refs == {"reserve", "score"}
+    assert example.task_refs("route") == frozenset({"reserve"})
+    assert example.output_refs == frozenset({"reserve", "score"})
     assert example.task_refs("nope") == frozenset()
 
 
@@ -718,7 +719,7 @@ def test_switch_refs_include_predecessors_and_condition_refs() -> None:
             ],
         )
     )
-    assert dag.task_refs("s") == {"a", "b", "c"}
+    assert dag.task_refs("s") == frozenset({"a", "b", "c"})
     condition = dag.condition(dag.outgoing("s")[0])
     assert condition is not None
     assert condition.source == "tasks.a.output.go"
