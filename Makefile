@@ -10,8 +10,9 @@ export UV_PYTHON := $(PYTHON)
 UV := $(PYTHON) -m uv
 VENV_STAMP := .venv/.synced
 PY_SOURCES := libs tests examples
+COMPOSER_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/composer
 
-.PHONY: help install run test test-unit lint fmt proto bench clean
+.PHONY: help install run test test-unit lint fmt proto bench migrate clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -46,6 +47,9 @@ proto: $(VENV_STAMP)  ## regenerate gRPC code from proto/ into libs/rpc
 		$(UV) run --no-sync python -m grpc_tools.protoc -Iproto --python_out=libs/rpc/src \
 			--grpc_python_out=libs/rpc/src --pyi_out=libs/rpc/src proto/*/*/*.proto; \
 	else echo "no .proto files under proto/ yet: nothing to generate"; fi
+
+migrate: $(VENV_STAMP)  ## create the database if missing and apply migrations/ to COMPOSER_DATABASE_URL
+	$(UV) run --no-sync python -m composer_repo migrate --url "$(COMPOSER_DATABASE_URL)"
 
 bench: $(VENV_STAMP)  ## benchmarks (never part of make test): prints a table
 	$(UV) run --no-sync python -m tests.bench

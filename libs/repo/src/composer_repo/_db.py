@@ -1,0 +1,163 @@
+"""Connections: the JSON codecs, pools, and the translation of driver errors.
+
+Every repository function takes the connection it runs on and never begins or
+commits: the caller owns the transaction. A plain connection and one borrowed
+from a pool both work.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, ParamSpec, TypeAlias, TypeVar
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+from composer_repo._errors import (
+    Conflict,
+    Invalid,
+    NoPartition,
+    NotFound,
+    RepoError,
+    Transient,
+)
+
+#: A connection a repository function runs on: a plain one or one borrowed from a pool.
+Connection: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
+#: A pool whose connections have the codecs registered (see ``create_pool``).
+Pool: TypeAlias = "asyncpg.Pool[asyncpg.Record]"
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+async def init_connection(conn: asyncpg.Connection[Any]) -> None:
+    """Register the JSON codecs: JSON and JSONB columns read and write Python values.
+
+    Run once per connection: pass it as a pool's ``init`` (``create_pool`` does),
+    or call it after ``asyncpg.connect``. SQL NULL is None both ways, so a JSON
+    ``null`` value and a missing one look alike, which is what the engine wants.
+    """
+    for typename in ("jsonb", "json"):
+        await conn.set_type_codec(
+            typename,
+            encoder=_dumps,
+            decoder=json.loads,
+            schema="pg_catalog",
+        )
+
+
+def _dumps(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+async def connect(url: str, **kwargs: Any) -> asyncpg.Connection[asyncpg.Record]:
+    """Open one connection with the codecs registered."""
+    with translate_errors():
+        conn: asyncpg.Connection[asyncpg.Record] = await asyncpg.connect(url, **kwargs)
+    try:
+        await init_connection(conn)
+    except BaseException:
+        await conn.close()
+        raise
+    return conn
+
+
+async def create_pool(url: str, *, min_size: int = 1, max_size: int = 10, **kwargs: Any) -> Pool:
+    """Create a pool whose connections have the codecs registered. Close it when done."""
+    with translate_errors():
+        pool: Pool = await asyncpg.create_pool(
+            url, min_size=min_size, max_size=max_size, init=init_connection, **kwargs
+        )
+    return pool
+
+
+# -- driver errors -------------------------------------------------------------
+
+#: Unique and exclusion constraints whose violation means a concurrent writer won a race.
+_RACES = {
+    "workflow_definitions_pkey": "another version of this workflow was created at the same time; try again",
+    "workflow_definitions_one_deployed": "another version of this workflow was deployed at the same time; try again",
+}
+
+_NO_PARTITION = re.compile(r'no partition of relation "(?P<table>[^"]+)" found for row')
+
+
+@contextmanager
+def translate_errors() -> Iterator[None]:
+    """Map asyncpg and connection errors to RepoError subclasses, most specific first."""
+    try:
+        yield
+    except RepoError:
+        raise
+    except asyncpg.UniqueViolationError as exc:
+        constraint = exc.constraint_name or ""
+        race = _RACES.get(constraint)
+        if race is not None:
+            raise Conflict(race, retryable=True, sqlstate=exc.sqlstate) from exc
+        raise Conflict(_describe(exc), sqlstate=exc.sqlstate) from exc
+    except asyncpg.ExclusionViolationError as exc:
+        race = _RACES.get(exc.constraint_name or "")
+        raise Conflict(
+            race or _describe(exc), retryable=race is not None, sqlstate=exc.sqlstate
+        ) from exc
+    except asyncpg.ForeignKeyViolationError as exc:
+        raise NotFound(_describe(exc), sqlstate=exc.sqlstate) from exc
+    except asyncpg.CheckViolationError as exc:
+        match = _NO_PARTITION.search(str(exc))
+        if match is not None:
+            raise NoPartition(
+                _no_partition_message(match["table"], exc), sqlstate=exc.sqlstate
+            ) from exc
+        raise Invalid(_describe(exc), sqlstate=exc.sqlstate) from exc
+    except (asyncpg.IntegrityConstraintViolationError, asyncpg.DataError) as exc:
+        raise Invalid(_describe(exc), sqlstate=exc.sqlstate) from exc
+    except (
+        asyncpg.TransactionRollbackError,
+        asyncpg.LockNotAvailableError,
+        asyncpg.QueryCanceledError,
+        asyncpg.CannotConnectNowError,
+        asyncpg.AdminShutdownError,
+        asyncpg.TooManyConnectionsError,
+        asyncpg.PostgresConnectionError,
+    ) as exc:
+        raise Transient(f"database: {_describe(exc)}", sqlstate=exc.sqlstate) from exc
+    except asyncpg.PostgresError as exc:
+        raise RepoError(f"database: {_describe(exc)}", sqlstate=exc.sqlstate) from exc
+    except (OSError, TimeoutError) as exc:
+        raise Transient(f"database connection: {exc}") from exc
+    except asyncpg.InterfaceError as exc:
+        # Misuse of the driver (a closed connection, two queries at once on one
+        # connection): a bug in the caller, not something to retry.
+        raise RepoError(f"database driver: {exc}") from exc
+
+
+def translated(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """Decorate a repository function so driver errors leave it as RepoErrors."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        with translate_errors():
+            return await fn(*args, **kwargs)
+
+    return wrapper
+
+
+def _describe(exc: asyncpg.PostgresError) -> str:
+    detail = getattr(exc, "detail", None)
+    return f"{exc} ({detail})" if detail else str(exc)
+
+
+def _no_partition_message(table: str, exc: asyncpg.PostgresError) -> str:
+    detail = getattr(exc, "detail", None) or ""
+    return (
+        f"no partition of {table} holds this run id ({detail.rstrip('.') or 'no detail'}): "
+        "run ids are UUIDv7s and their timestamp picks the monthly partition, so the id "
+        "must be recent and that month's partition must exist; create partitions with "
+        "`make migrate` or SELECT composer_ensure_partitions() (the partition-manager "
+        "keeps them ahead)"
+    )

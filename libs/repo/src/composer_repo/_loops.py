@@ -1,0 +1,91 @@
+"""What the background loops look for: due timers, expired leases, lost dispatches.
+
+Each query reads one small partial index (see V001): rows leave it as soon as
+the loop's work on them is done, so the scans stay short however many tasks
+the tables hold.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from composer_core.model import NodeType, TaskState
+from composer_repo._db import Connection, translated
+from composer_repo._records import DueWait, ExpiredLease, LostDispatch, Redispatch
+from composer_repo._sql import q
+
+
+@translated
+async def due_waits(
+    conn: Connection, *, limit: int = 200, now: dt.datetime | None = None
+) -> list[DueWait]:
+    """WAITING tasks whose timer is due at ``now`` (default: the database's clock), oldest first."""
+    rows = await conn.fetch(q("due_waits"), limit, now)
+    return [DueWait(r["run_id"], r["id"], r["node_id"], r["wake_at"]) for r in rows]
+
+
+@translated
+async def next_wake_at(conn: Connection) -> dt.datetime | None:
+    """The earliest pending timer (None: no timers): how long the timer loop may sleep."""
+    wake: dt.datetime | None = await conn.fetchval(q("next_wake_at"))
+    return wake
+
+
+@translated
+async def expired_leases(
+    conn: Connection, *, limit: int = 200, now: dt.datetime | None = None
+) -> list[ExpiredLease]:
+    """RUNNING attempts whose lease expired before ``now`` (default: the database's clock)."""
+    rows = await conn.fetch(q("expired_leases"), limit, now)
+    return [
+        ExpiredLease(
+            run_id=r["run_id"],
+            task_id=r["id"],
+            node_id=r["node_id"],
+            attempt=r["attempt"],
+            owner=r["lease_owner"],
+            expired_at=r["lease_expires_at"],
+        )
+        for r in rows
+    ]
+
+
+@translated
+async def lost_dispatches(
+    conn: Connection, *, older_than: dt.datetime, limit: int = 200
+) -> list[LostDispatch]:
+    """PENDING or QUEUED attempts due for dispatch before ``older_than`` that have no
+    outbox row left. Whether their stream entry is still alive is for the caller to
+    check in Redis before ``redispatch_task``."""
+    rows = await conn.fetch(q("lost_dispatches"), older_than, limit)
+    return [
+        LostDispatch(
+            run_id=r["run_id"],
+            task_id=r["id"],
+            node_id=r["node_id"],
+            attempt=r["attempt"],
+            state=TaskState(r["state"]),
+            dispatched_at=r["dispatched_at"],
+        )
+        for r in rows
+    ]
+
+
+@translated
+async def redispatch_task(
+    conn: Connection, run_id: str, task_id: str, attempt: int, *, now: dt.datetime
+) -> Redispatch | None:
+    """Make a lost attempt PENDING and due at ``now`` again; returns what its dispatch
+    (``enqueue_dispatch`` in the same transaction) needs, or None if it moved on."""
+    row = await conn.fetchrow(q("redispatch_task"), run_id, task_id, attempt, now)
+    if row is None:
+        return None
+    return Redispatch(
+        run_id=run_id,
+        task_id=task_id,
+        node_id=row["node_id"],
+        node_type=NodeType(row["node_type"]),
+        attempt=attempt,
+        queue=row["queue"],
+        input=row["input"],
+    )

@@ -1,0 +1,109 @@
+"""The transactional outbox: messages written with the state change they announce.
+
+The engine enqueues in the event's transaction; the outbox-enqueuer claims a
+batch, publishes it, and deletes what it published — all in one transaction
+of its own, so a crash before the delete means a duplicate publish (harmless:
+the lease and the attempt fence stop double execution), never a lost one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+from composer_core.templates import Json
+from composer_repo._db import Connection, translated
+from composer_repo._errors import Invalid, NotFound
+from composer_repo._records import OutboxKind, OutboxMessage
+from composer_repo._sql import q
+
+
+@translated
+async def enqueue_dispatch(
+    conn: Connection,
+    *,
+    run_id: str,
+    task_id: str,
+    queue: str,
+    payload: Json,
+    not_before: dt.datetime | None = None,
+) -> int:
+    """Add a task dispatch for ``queue``, not to be published before ``not_before``
+    (a retry's backoff; default: now). Returns the outbox id."""
+    outbox_id: int = await conn.fetchval(
+        q("enqueue"), "dispatch", run_id, task_id, queue, payload, not_before
+    )
+    return outbox_id
+
+
+@translated
+async def enqueue_webhook(
+    conn: Connection, *, run_id: str, url: str, payload: Json, not_before: dt.datetime | None = None
+) -> int:
+    """Add a run-finished webhook POST to ``url``. Returns the outbox id."""
+    outbox_id: int = await conn.fetchval(
+        q("enqueue"), "webhook", run_id, None, url, payload, not_before
+    )
+    return outbox_id
+
+
+@translated
+async def claim_outbox(
+    conn: Connection, kind: OutboxKind, *, limit: int = 100
+) -> list[OutboxMessage]:
+    """Lock up to ``limit`` due messages of ``kind``, oldest first.
+
+    Must run inside a transaction: the row locks are what keep a concurrent
+    claimer (SKIP LOCKED) off these rows, and they last until that transaction
+    ends. Publish, then ``delete_outbox`` (or ``postpone_outbox``), then commit.
+    """
+    if not conn.is_in_transaction():
+        raise Invalid(
+            "claim_outbox must run inside a transaction: outside one its row locks end "
+            "with the statement and two claimers could publish the same message"
+        )
+    rows = await conn.fetch(q("claim_outbox"), kind, limit)
+    return [
+        OutboxMessage(
+            id=r["id"],
+            kind=r["kind"],
+            run_id=r["run_id"],
+            task_id=r["task_id"],
+            destination=r["destination"],
+            payload=r["payload"],
+            attempts=r["attempts"],
+            next_attempt_at=r["next_attempt_at"],
+            created_at=r["created_at"],
+        )
+        for r in rows
+    ]
+
+
+@translated
+async def delete_outbox(conn: Connection, ids: Sequence[int]) -> int:
+    """Delete published messages; returns how many were deleted."""
+    if not ids:
+        return 0
+    status = await conn.execute(q("delete_outbox"), list(ids))
+    return int(status.rsplit(" ", 1)[-1])
+
+
+@translated
+async def postpone_outbox(
+    conn: Connection, outbox_id: int, *, not_before: dt.datetime, error: str
+) -> int:
+    """Publishing failed: keep the message, try again at ``not_before``.
+
+    Returns the number of failed attempts so far, for the caller's give-up rule.
+    """
+    attempts: int | None = await conn.fetchval(q("postpone_outbox"), outbox_id, not_before, error)
+    if attempts is None:
+        raise NotFound(f"outbox message {outbox_id} does not exist")
+    return attempts
+
+
+@translated
+async def next_outbox_due(conn: Connection, kind: OutboxKind) -> dt.datetime | None:
+    """When the earliest message of ``kind`` is due (None: none waiting)."""
+    due: dt.datetime | None = await conn.fetchval(q("next_outbox_due"), kind)
+    return due

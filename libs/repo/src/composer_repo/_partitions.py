@@ -1,0 +1,30 @@
+"""Monthly partitions of the run-scoped tables (the SQL functions in V001)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from composer_repo._db import Connection, translated
+from composer_repo._sql import q
+
+
+@translated
+async def ensure_partitions(conn: Connection, *, months_ahead: int = 3) -> int:
+    """Create the partitions of this UTC month and ``months_ahead`` after it that are
+    missing; returns how many tables it created. Safe to run from several processes."""
+    created: int = await conn.fetchval(q("ensure_partitions"), months_ahead)
+    return created
+
+
+@translated
+async def drop_partitions(conn: Connection, *, older_than: dt.datetime) -> list[str]:
+    """Drop every month that ended at or before ``older_than``, except months that
+    still have a PENDING or RUNNING run. Returns the months dropped (YYYYMM)."""
+    rows = await conn.fetch(q("drop_partitions"), older_than)
+    return [r["suffix"] for r in rows]
+
+
+@translated
+async def list_partitions(conn: Connection) -> list[str]:
+    """The months that have partitions (YYYYMM), oldest first."""
+    return [r["suffix"] for r in await conn.fetch(q("list_partitions"))]

@@ -1,0 +1,273 @@
+"""What repository functions take and return: small frozen dataclasses.
+
+Rows come back as these rather than as driver records, so nothing above
+libs/repo depends on asyncpg's types.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Literal
+
+from composer_core.model import NodeType, RunStatus, TaskState
+from composer_core.templates import Json
+
+OutboxKind = Literal["dispatch", "webhook"]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRef:
+    """One execution attempt of a task: the fencing token of every task write.
+
+    A write applies only when all four match the stored row, which fences off
+    reports and leases of stale attempts.
+    """
+
+    run_id: str
+    task_id: str
+    node_id: str
+    attempt: int
+
+
+# -- definitions ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Definition:
+    """One version of a workflow definition, with its spec (the YAML as JSON)."""
+
+    workflow_id: str
+    version: int
+    name: str
+    spec: Json
+    webhook_url: str | None
+    created_by: str | None
+    deployed: bool
+    deployed_at: dt.datetime | None
+    deleted_at: dt.datetime | None
+    created_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class DefinitionVersion:
+    """A version's metadata without its spec (listings)."""
+
+    workflow_id: str
+    version: int
+    name: str
+    webhook_url: str | None
+    created_by: str | None
+    deployed: bool
+    deployed_at: dt.datetime | None
+    created_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowSummary:
+    """One workflow in a listing: its newest name and versions."""
+
+    workflow_id: str
+    name: str
+    latest_version: int
+    deployed_version: int | None
+    created_at: dt.datetime
+    updated_at: dt.datetime
+
+
+# -- runs ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StartedRun:
+    """The result of inserting a run.
+
+    ``created`` is False when the idempotency key was used before: ``run_id``
+    and ``status`` are then those of the existing run, which is left untouched.
+    """
+
+    run_id: str
+    status: RunStatus
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedRun:
+    """A run this call moved to a terminal status: what metrics and webhooks need."""
+
+    workflow_id: str
+    version: int
+    created_at: dt.datetime
+    completed_at: dt.datetime
+    webhook_url: str | None
+
+    @property
+    def duration(self) -> dt.timedelta:
+        return self.completed_at - self.created_at
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """A run as the API shows it."""
+
+    run_id: str
+    workflow_id: str
+    version: int
+    status: RunStatus
+    input: Json
+    config: Json
+    output: Json
+    error: str | None
+    idempotency_key: str | None
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    completed_at: dt.datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """A run in a listing: no input, config or output."""
+
+    run_id: str
+    workflow_id: str
+    version: int
+    status: RunStatus
+    error: str | None
+    idempotency_key: str | None
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    completed_at: dt.datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class RunPage:
+    """One page of runs, newest first; pass ``next_cursor`` to get the next page."""
+
+    runs: list[RunSummary]
+    next_cursor: str | None
+
+
+# -- tasks ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    """A task row as the API shows it."""
+
+    task_id: str
+    node_id: str
+    node_type: NodeType
+    state: TaskState
+    attempt: int
+    input: Json
+    output: Json
+    error: str | None
+    error_code: str | None
+    branches: tuple[str, ...] | None
+    wake_at: dt.datetime | None
+    awaited_signal: str | None
+    queue: str | None
+    lease_owner: str | None
+    lease_expires_at: dt.datetime | None
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedTask:
+    """A task attempt this call finished: what metrics need."""
+
+    node_type: NodeType
+    started_at: dt.datetime | None
+    finished_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Requeued:
+    """The next attempt of a requeued task: everything its dispatch needs."""
+
+    attempt: int
+    node_type: NodeType
+    queue: str | None
+    input: Json
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A worker's lease on a task attempt, with the input to run it on."""
+
+    run_id: str
+    task_id: str
+    node_id: str
+    node_type: NodeType
+    attempt: int
+    queue: str | None
+    input: Json
+    expires_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Redispatch:
+    """A lost attempt made due again: what its dispatch needs."""
+
+    run_id: str
+    task_id: str
+    node_id: str
+    node_type: NodeType
+    attempt: int
+    queue: str | None
+    input: Json
+
+
+# -- background loops ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DueWait:
+    """A WAITING task whose timer is due: the timer loop applies TimerFired to it."""
+
+    run_id: str
+    task_id: str
+    node_id: str
+    wake_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiredLease:
+    """A RUNNING attempt whose worker stopped renewing its lease."""
+
+    run_id: str
+    task_id: str
+    node_id: str
+    attempt: int
+    owner: str | None
+    expired_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class LostDispatch:
+    """An attempt due for dispatch long ago that no worker took and no outbox row carries."""
+
+    run_id: str
+    task_id: str
+    node_id: str
+    attempt: int
+    state: TaskState
+    dispatched_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxMessage:
+    """A claimed outbox row: publish it, then delete it in the claiming transaction."""
+
+    id: int
+    kind: OutboxKind
+    run_id: str
+    task_id: str | None
+    destination: str
+    payload: Json
+    attempts: int
+    next_attempt_at: dt.datetime
+    created_at: dt.datetime

@@ -1,0 +1,271 @@
+"""Runs: insert, lock and load the snapshot the machine decides on, finish, reopen, list."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection
+from typing import Any
+
+from composer_core.model import NodeType, RunStatus, TaskState
+from composer_core.statemachine import FinishRun, NodeState, ReopenRun, Run
+from composer_core.templates import Json
+from composer_repo._db import Connection, translated
+from composer_repo._errors import Invalid, NotFound, RunAlreadyExists
+from composer_repo._records import (
+    FinishedRun,
+    RunPage,
+    RunRecord,
+    RunSummary,
+    StartedRun,
+    TaskRecord,
+)
+from composer_repo._sql import q
+
+#: Sorts after every UUID text (hex digits and dashes): "no upper bound".
+_ABOVE_ALL_IDS = "~"
+
+
+@translated
+async def insert_run(
+    conn: Connection,
+    run_id: str,
+    *,
+    workflow_id: str,
+    version: int,
+    input: Json = None,
+    config: Json = None,
+    idempotency_key: str | None = None,
+    status: RunStatus = RunStatus.RUNNING,
+) -> StartedRun:
+    """Create a run of a definition version that exists and is not deleted.
+
+    With an ``idempotency_key`` already used for this workflow, nothing is
+    written and the existing run comes back (``created=False``); a concurrent
+    start with the same key waits for this transaction, then gets this run.
+    Raises NotFound (no such version), Invalid (deleted version),
+    RunAlreadyExists (run id taken) and NoPartition (run id in a month with no
+    partition: not a recent UUIDv7, or partitions not created ahead).
+    """
+    definition = await conn.fetchrow(q("definition_deleted_at"), workflow_id, version)
+    if definition is None:
+        raise NotFound(f"workflow {workflow_id!r} has no version {version}")
+    if definition["deleted_at"] is not None:
+        raise Invalid(f"workflow {workflow_id!r} is deleted: it starts no new runs")
+    if idempotency_key is not None:
+        claimed = await conn.fetchval(
+            q("claim_idempotency_key"), workflow_id, idempotency_key, run_id
+        )
+        if claimed is None:
+            existing = await conn.fetchrow(q("find_idempotent_run"), workflow_id, idempotency_key)
+            if existing is None:  # pragma: no cover - the key row always names a stored run
+                raise NotFound(
+                    f"idempotency key {idempotency_key!r} of workflow {workflow_id!r} names a run "
+                    "that no longer exists"
+                )
+            return StartedRun(existing["id"], RunStatus(existing["status"]), created=False)
+    stored = await conn.fetchval(
+        q("insert_run"),
+        run_id,
+        workflow_id,
+        version,
+        status.value,
+        input,
+        config,
+        idempotency_key,
+    )
+    if stored is None:
+        raise RunAlreadyExists(run_id)
+    return StartedRun(run_id, RunStatus(stored), created=True)
+
+
+@translated
+async def load_run(conn: Connection, run_id: str) -> Run:
+    """Lock the run for the rest of the transaction and load the machine's snapshot.
+
+    The first call of every event's transaction: the row lock serializes the
+    events of one run, so concurrent completions see each other's writes. The
+    snapshot holds each reached node's state but no inputs or outputs; the
+    machine loads the outputs it needs through ``RunStore``. Raises NotFound.
+    """
+    row = await conn.fetchrow(q("lock_run"), run_id)
+    if row is None:
+        raise NotFound(f"workflow run {run_id} does not exist")
+    nodes: dict[str, NodeState] = {}
+    for t in await conn.fetch(q("load_task_states"), run_id):
+        state = TaskState(t["state"])
+        branches = t["branches"]
+        nodes[t["node_id"]] = NodeState(
+            task_id=t["id"],
+            state=state,
+            attempt=t["attempt"],
+            branches=None if branches is None else tuple(branches),
+            awaited_signal=t["awaited_signal"] if state is TaskState.WAITING else None,
+            error=t["error"],
+        )
+    return Run(
+        run_id=run_id,
+        workflow_id=row["workflow_id"],
+        version=row["version"],
+        status=RunStatus(row["status"]),
+        input=row["input"],
+        config=row["config"],
+        nodes=nodes,
+    )
+
+
+@translated
+async def load_outputs(conn: Connection, run_id: str, node_ids: Collection[str]) -> dict[str, Json]:
+    """The outputs of those of ``node_ids`` that COMPLETED (others are absent)."""
+    rows = await conn.fetch(q("load_outputs"), run_id, list(node_ids))
+    return {r["node_id"]: r["output"] for r in rows}
+
+
+@translated
+async def reopen_run(conn: Connection, run_id: str, action: ReopenRun) -> None:
+    """Persist a retry: the run is RUNNING again on ``action.version`` with its input
+    and config, its outcome cleared, and the tasks of the reset nodes deleted."""
+    if (
+        await conn.fetchval(q("reopen_run"), run_id, action.version, action.input, action.config)
+        is None
+    ):
+        raise NotFound(f"workflow run {run_id} does not exist")
+    if action.reset_nodes:
+        await conn.execute(q("delete_tasks"), run_id, list(action.reset_nodes))
+
+
+@translated
+async def finish_run(conn: Connection, run_id: str, action: FinishRun) -> FinishedRun | None:
+    """Move a PENDING or RUNNING run to the terminal status of ``action``.
+
+    Returns None when the run was already terminal (nothing written): under
+    the run lock that means the snapshot was stale.
+    """
+    if not action.status.is_terminal:
+        raise Invalid(f"FinishRun needs a terminal status, not {action.status}")
+    row = await conn.fetchrow(
+        q("finish_run"), run_id, action.status.value, action.output, action.error
+    )
+    if row is None:
+        return None
+    return FinishedRun(
+        workflow_id=row["workflow_id"],
+        version=row["version"],
+        created_at=row["created_at"],
+        completed_at=row["completed_at"],
+        webhook_url=row["webhook_url"],
+    )
+
+
+@translated
+async def get_run(conn: Connection, run_id: str) -> RunRecord:
+    """One run with its input, config and outcome. Raises NotFound."""
+    r = await conn.fetchrow(q("get_run"), run_id)
+    if r is None:
+        raise NotFound(f"workflow run {run_id} does not exist")
+    return RunRecord(
+        run_id=r["id"],
+        workflow_id=r["workflow_id"],
+        version=r["version"],
+        status=RunStatus(r["status"]),
+        input=r["input"],
+        config=r["config"],
+        output=r["output"],
+        error=r["error"],
+        idempotency_key=r["idempotency_key"],
+        created_at=r["created_at"],
+        updated_at=r["updated_at"],
+        completed_at=r["completed_at"],
+    )
+
+
+@translated
+async def get_run_tasks(conn: Connection, run_id: str) -> list[TaskRecord]:
+    """Every task of a run with inputs and outputs, oldest first (the run page of the API)."""
+    return [_task(r) for r in await conn.fetch(q("get_run_tasks"), run_id)]
+
+
+@translated
+async def list_runs(
+    conn: Connection,
+    *,
+    workflow_id: str | None = None,
+    status: RunStatus | None = None,
+    created_after: dt.datetime | None = None,
+    created_before: dt.datetime | None = None,
+    cursor: str | None = None,
+    limit: int = 50,
+) -> RunPage:
+    """Runs newest first, filtered by workflow, status and creation time.
+
+    ``cursor`` is the ``next_cursor`` of the previous page (the last run id it
+    showed); pages stay stable while new runs arrive, since ids grow with time.
+    """
+    if not 1 <= limit <= 1000:
+        raise Invalid(f"limit must be between 1 and 1000, not {limit}")
+    upper = _ABOVE_ALL_IDS if created_before is None else uuid7_bound(created_before)
+    if cursor is not None:
+        upper = min(upper, cursor)
+    lower = "" if created_after is None else uuid7_bound(created_after)
+    args: list[Any] = [upper, lower, limit + 1]
+    if workflow_id is not None and status is not None:
+        rows = await conn.fetch(q("list_runs_by_workflow_status"), *args, workflow_id, status.value)
+    elif workflow_id is not None:
+        rows = await conn.fetch(q("list_runs_by_workflow"), *args, workflow_id)
+    elif status is not None:
+        rows = await conn.fetch(q("list_runs_by_status"), *args, status.value)
+    else:
+        rows = await conn.fetch(q("list_runs"), *args)
+    runs = [
+        RunSummary(
+            run_id=r["id"],
+            workflow_id=r["workflow_id"],
+            version=r["version"],
+            status=RunStatus(r["status"]),
+            error=r["error"],
+            idempotency_key=r["idempotency_key"],
+            created_at=r["created_at"],
+            updated_at=r["updated_at"],
+            completed_at=r["completed_at"],
+        )
+        for r in rows[:limit]
+    ]
+    next_cursor = runs[-1].run_id if len(rows) > limit else None
+    return RunPage(runs, next_cursor)
+
+
+def uuid7_bound(ts: dt.datetime) -> str:
+    """The smallest UUIDv7 text with a timestamp at or after ``ts``.
+
+    The same bound as the SQL function composer_uuid7_bound, which draws the
+    partition boundaries: a time range of runs is an id range.
+    """
+    if ts.tzinfo is None:
+        raise Invalid(f"uuid7_bound needs an aware datetime, got {ts!r}")
+    millis = int(ts.timestamp() * 1000)
+    h = f"{max(millis, 0):012x}"
+    return f"{h[:8]}-{h[8:12]}-0000-0000-000000000000"
+
+
+def _task(r: Any) -> TaskRecord:
+    branches = r["branches"]
+    return TaskRecord(
+        task_id=r["id"],
+        node_id=r["node_id"],
+        node_type=NodeType(r["node_type"]),
+        state=TaskState(r["state"]),
+        attempt=r["attempt"],
+        input=r["input"],
+        output=r["output"],
+        error=r["error"],
+        error_code=r["error_code"],
+        branches=None if branches is None else tuple(branches),
+        wake_at=r["wake_at"],
+        awaited_signal=r["awaited_signal"],
+        queue=r["queue"],
+        lease_owner=r["lease_owner"],
+        lease_expires_at=r["lease_expires_at"],
+        created_at=r["created_at"],
+        updated_at=r["updated_at"],
+        started_at=r["started_at"],
+        finished_at=r["finished_at"],
+    )

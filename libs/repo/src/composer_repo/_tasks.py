@@ -1,0 +1,218 @@
+"""Task rows: the writes of the machine's task actions, and the worker's lease.
+
+Every update is fenced: it names the task, its node and attempt and the
+states it may be in, and reports "no row matched" as None or False rather
+than raising. Under the run lock such a miss means the snapshot was stale (or
+a worker's report or lease is for an old attempt): the caller decides.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from composer_core.model import NodeType, TaskState
+from composer_core.statemachine import (
+    CancelTasks,
+    CompleteTask,
+    CreateTask,
+    FailTask,
+    ResolveWait,
+    RetryTask,
+)
+from composer_repo._db import Connection, translated
+from composer_repo._errors import Invalid
+from composer_repo._records import FinishedTask, Lease, Requeued, TaskRef
+from composer_repo._sql import q
+
+
+@translated
+async def insert_task(
+    conn: Connection, run_id: str, action: CreateTask, *, queue: str | None = None
+) -> bool:
+    """Insert the task a CreateTask describes; ``queue`` for a task that goes to a worker.
+
+    Returns False, without raising, when the node already has a task in this
+    run (the unique (run_id, node_id) index): two decisions raced, or the
+    snapshot was stale. Raises NotFound when the run does not exist.
+    """
+    inserted = await conn.fetchval(
+        q("insert_task"),
+        action.task_id,
+        run_id,
+        action.node_id,
+        action.node_type.value,
+        action.state.value,
+        action.input,
+        action.output,
+        action.error,
+        None if action.branches is None else list(action.branches),
+        action.wake_at,
+        action.awaited_signal,
+        queue,
+    )
+    return inserted is not None
+
+
+@translated
+async def complete_task(conn: Connection, run_id: str, action: CompleteTask) -> FinishedTask | None:
+    """Mark the attempt COMPLETED with its output and release its lease.
+
+    None when the attempt is stale or the task is no longer with a worker.
+    """
+    row = await conn.fetchrow(
+        q("complete_task"), run_id, action.task_id, action.node_id, action.attempt, action.output
+    )
+    return None if row is None else _finished(row)
+
+
+@translated
+async def fail_task(conn: Connection, run_id: str, action: FailTask) -> FinishedTask | None:
+    """Mark the attempt FAILED for good and release its lease. None when stale."""
+    row = await conn.fetchrow(
+        q("fail_task"),
+        run_id,
+        action.task_id,
+        action.node_id,
+        action.attempt,
+        action.error,
+        action.error_code,
+    )
+    return None if row is None else _finished(row)
+
+
+@translated
+async def requeue_task(
+    conn: Connection, run_id: str, action: RetryTask, *, not_before: dt.datetime | None = None
+) -> Requeued | None:
+    """Put a failed attempt back to PENDING with attempt + 1, due at ``not_before``.
+
+    Returns the next attempt's number, queue and the input stored at creation
+    (the retry's DispatchTask carries none), or None when stale.
+    """
+    row = await conn.fetchrow(
+        q("requeue_task"),
+        run_id,
+        action.task_id,
+        action.node_id,
+        action.attempt,
+        action.error,
+        action.error_code,
+        not_before if not_before is not None else dt.datetime.now(dt.UTC),
+    )
+    if row is None:
+        return None
+    return Requeued(
+        attempt=row["attempt"],
+        node_type=NodeType(row["node_type"]),
+        queue=row["queue"],
+        input=row["input"],
+    )
+
+
+@translated
+async def resolve_wait(conn: Connection, run_id: str, action: ResolveWait) -> bool:
+    """A WAITING task completes (timer fired, signal arrived) or fails (timed out).
+
+    False when the task is no longer waiting.
+    """
+    if action.state not in (TaskState.COMPLETED, TaskState.FAILED):
+        raise Invalid(f"a wait resolves to COMPLETED or FAILED, not {action.state}")
+    done = await conn.fetchval(
+        q("resolve_wait"),
+        run_id,
+        action.task_id,
+        action.node_id,
+        action.state.value,
+        action.output,
+        action.error,
+    )
+    return done is not None
+
+
+@translated
+async def cancel_tasks(conn: Connection, run_id: str, action: CancelTasks) -> list[str]:
+    """Fail the run's active tasks named in the action, with its reason.
+
+    Their unpublished dispatches are deleted with them; a published one meets
+    a FAILED task and is refused a lease. Returns the ids of the tasks failed.
+    """
+    if not action.task_ids:
+        return []
+    rows = await conn.fetch(q("cancel_tasks"), run_id, list(action.task_ids), action.reason)
+    cancelled = [r["id"] for r in rows]
+    if cancelled:
+        await conn.execute(q("delete_task_dispatches"), run_id, cancelled)
+    return cancelled
+
+
+@translated
+async def mark_queued(conn: Connection, refs: Sequence[TaskRef]) -> int:
+    """After publishing: these attempts are QUEUED (those still PENDING). Returns how many."""
+    if not refs:
+        return 0
+    status = await conn.execute(
+        q("mark_queued"),
+        [r.run_id for r in refs],
+        [r.task_id for r in refs],
+        [r.attempt for r in refs],
+    )
+    return _count(status)
+
+
+@translated
+async def acquire_lease(
+    conn: Connection, run_id: str, task_id: str, attempt: int, *, owner: str, ttl: float
+) -> Lease | None:
+    """Grant ``owner`` the attempt for ``ttl`` seconds and return its input.
+
+    Granted when the attempt is PENDING or QUEUED, already leased by ``owner``
+    (a repeated request), or leased by another owner whose lease expired.
+    None when the attempt is stale, finished or held by a live lease.
+    """
+    if ttl <= 0:
+        raise Invalid(f"a lease needs a positive ttl, not {ttl}")
+    row = await conn.fetchrow(q("acquire_lease"), run_id, task_id, attempt, owner, float(ttl))
+    if row is None:
+        return None
+    return Lease(
+        run_id=run_id,
+        task_id=task_id,
+        node_id=row["node_id"],
+        node_type=NodeType(row["node_type"]),
+        attempt=attempt,
+        queue=row["queue"],
+        input=row["input"],
+        expires_at=row["lease_expires_at"],
+    )
+
+
+@translated
+async def renew_lease(
+    conn: Connection, run_id: str, task_id: str, attempt: int, *, owner: str, ttl: float
+) -> dt.datetime | None:
+    """Extend ``owner``'s lease by ``ttl`` seconds from now; returns the new expiry.
+
+    None when the lease is lost (another owner, another attempt, the task
+    finished or was cancelled): the worker must stop the handler.
+    """
+    if ttl <= 0:
+        raise Invalid(f"a lease needs a positive ttl, not {ttl}")
+    expires: dt.datetime | None = await conn.fetchval(
+        q("renew_lease"), run_id, task_id, attempt, owner, float(ttl)
+    )
+    return expires
+
+
+def _finished(row: Any) -> FinishedTask:
+    return FinishedTask(
+        node_type=NodeType(row["node_type"]),
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+    )
+
+
+def _count(status: str) -> int:
+    """Rows affected, from a command status such as ``UPDATE 3``."""
+    return int(status.rsplit(" ", 1)[-1])

@@ -1,0 +1,395 @@
+-- Every SQL statement Composer runs, by name. Loaded once by _sql.py; a test
+-- prepares each one against a migrated database.
+--
+-- Run-scoped tables (workflow_runs, task_instances, workflow_events) are
+-- partitioned by run id: every statement on them filters on the run id, so it
+-- touches one partition. Fenced task updates repeat the state machine's check
+-- (task id, node id, attempt, an active state) so a write the snapshot did not
+-- expect matches no row instead of corrupting one.
+
+-- =============================================================================
+-- Definitions
+-- =============================================================================
+
+-- name: create_definition
+-- The next version of a workflow. Two concurrent creates compute the same
+-- version; the second fails on the primary key and is told to try again.
+INSERT INTO workflow_definitions (id, version, name, spec, webhook_url, created_by)
+SELECT $1, COALESCE(max(version), 0) + 1, $2, $3, $4, $5
+  FROM workflow_definitions
+ WHERE id = $1
+RETURNING id, version, name, spec, webhook_url, created_by, deployed, deployed_at, deleted_at, created_at;
+
+-- name: get_definition
+SELECT id, version, name, spec, webhook_url, created_by, deployed, deployed_at, deleted_at, created_at
+  FROM workflow_definitions
+ WHERE id = $1 AND version = $2;
+
+-- name: get_deployed_definition
+SELECT id, version, name, spec, webhook_url, created_by, deployed, deployed_at, deleted_at, created_at
+  FROM workflow_definitions
+ WHERE id = $1 AND deployed AND deleted_at IS NULL;
+
+-- name: list_definition_versions
+-- A workflow's versions without their specs, newest first.
+SELECT id, version, name, webhook_url, created_by, deployed, deployed_at, deleted_at, created_at
+  FROM workflow_definitions
+ WHERE id = $1 AND deleted_at IS NULL
+ ORDER BY version DESC;
+
+-- name: list_definitions
+-- One row per workflow that has a version not deleted.
+SELECT id,
+       (array_agg(name ORDER BY version DESC))[1] AS name,
+       max(version) AS latest_version,
+       max(version) FILTER (WHERE deployed) AS deployed_version,
+       min(created_at) AS created_at,
+       max(created_at) AS updated_at
+  FROM workflow_definitions
+ WHERE deleted_at IS NULL
+ GROUP BY id
+ ORDER BY id;
+
+-- name: deploy_definition
+-- Marks one version deployed and every other version of the workflow not, in
+-- one statement (the one-deployed constraint is checked at its end).
+UPDATE workflow_definitions
+   SET deployed = (version = $2),
+       deployed_at = CASE WHEN version = $2 THEN now() ELSE deployed_at END
+ WHERE id = $1
+   AND (deployed OR version = $2)
+   AND EXISTS (SELECT 1 FROM workflow_definitions
+                WHERE id = $1 AND version = $2 AND deleted_at IS NULL)
+RETURNING version, deployed;
+
+-- name: delete_definition
+-- Soft delete: no new runs; runs pinned to a version still load it and finish.
+UPDATE workflow_definitions
+   SET deleted_at = now()
+ WHERE id = $1 AND deleted_at IS NULL
+RETURNING version;
+
+-- =============================================================================
+-- Runs
+-- =============================================================================
+
+-- name: definition_deleted_at
+SELECT deleted_at
+  FROM workflow_definitions
+ WHERE id = $1 AND version = $2;
+
+-- name: claim_idempotency_key
+-- Waits for a concurrent start with the same key to commit or roll back.
+INSERT INTO run_idempotency_keys (workflow_id, idempotency_key, run_id)
+VALUES ($1, $2, $3)
+ON CONFLICT DO NOTHING
+RETURNING run_id;
+
+-- name: find_idempotent_run
+SELECT r.id, r.status
+  FROM run_idempotency_keys k
+  JOIN workflow_runs r ON r.id = k.run_id
+ WHERE k.workflow_id = $1 AND k.idempotency_key = $2;
+
+-- name: insert_run
+INSERT INTO workflow_runs (id, workflow_id, version, status, input, config, idempotency_key)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (id) DO NOTHING
+RETURNING status;
+
+-- name: lock_run
+-- The first statement of every event's transaction: the run's row lock,
+-- held until commit, serializes all events of one run.
+SELECT workflow_id, version, status, input, config
+  FROM workflow_runs
+ WHERE id = $1
+   FOR UPDATE;
+
+-- name: load_task_states
+-- What routing needs from each reached node: no inputs, no outputs.
+SELECT node_id, id, state, attempt, branches, awaited_signal, error
+  FROM task_instances
+ WHERE run_id = $1;
+
+-- name: load_outputs
+SELECT node_id, output
+  FROM task_instances
+ WHERE run_id = $1 AND node_id = ANY($2::text[]) AND state = 'COMPLETED';
+
+-- name: reopen_run
+-- A retry: the run is RUNNING again, possibly on another version and with
+-- new input or config; its previous outcome is cleared.
+UPDATE workflow_runs
+   SET status = 'RUNNING', version = $2, input = $3, config = $4,
+       output = NULL, error = NULL, completed_at = NULL, updated_at = now()
+ WHERE id = $1
+RETURNING 1;
+
+-- name: delete_tasks
+DELETE FROM task_instances
+ WHERE run_id = $1 AND node_id = ANY($2::text[]);
+
+-- name: finish_run
+UPDATE workflow_runs r
+   SET status = $2, output = $3, error = $4, completed_at = now(), updated_at = now()
+ WHERE id = $1 AND status IN ('PENDING', 'RUNNING')
+RETURNING workflow_id, version, created_at, completed_at,
+          (SELECT d.webhook_url FROM workflow_definitions d
+            WHERE d.id = r.workflow_id AND d.version = r.version) AS webhook_url;
+
+-- name: get_run
+SELECT id, workflow_id, version, status, input, config, output, error, idempotency_key,
+       created_at, updated_at, completed_at
+  FROM workflow_runs
+ WHERE id = $1;
+
+-- name: get_run_tasks
+SELECT id, node_id, node_type, state, attempt, input, output, error, error_code, branches,
+       wake_at, awaited_signal, queue, lease_owner, lease_expires_at,
+       created_at, updated_at, started_at, finished_at
+  FROM task_instances
+ WHERE run_id = $1
+ ORDER BY id;
+
+-- Listing runs, newest first. $1 is the exclusive upper id bound (the cursor,
+-- or the bound of created_before), $2 the inclusive lower one (created_after):
+-- both prune partitions. One statement per filter combination, so each keeps
+-- a plan that uses its index.
+
+-- name: list_runs
+SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at
+  FROM workflow_runs
+ WHERE id < $1 AND id >= $2
+ ORDER BY id DESC
+ LIMIT $3;
+
+-- name: list_runs_by_workflow
+SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at
+  FROM workflow_runs
+ WHERE id < $1 AND id >= $2 AND workflow_id = $4
+ ORDER BY id DESC
+ LIMIT $3;
+
+-- name: list_runs_by_status
+SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at
+  FROM workflow_runs
+ WHERE id < $1 AND id >= $2 AND status = $4
+ ORDER BY id DESC
+ LIMIT $3;
+
+-- name: list_runs_by_workflow_status
+SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at
+  FROM workflow_runs
+ WHERE id < $1 AND id >= $2 AND workflow_id = $4 AND status = $5
+ ORDER BY id DESC
+ LIMIT $3;
+
+-- =============================================================================
+-- Tasks
+-- =============================================================================
+
+-- name: insert_task
+-- The task a CreateTask describes; nothing when the node already has one.
+-- A PENDING task is with a worker from now on (dispatched_at); one created
+-- final (control nodes, satisfied waits, skips, failures) is finished now.
+INSERT INTO task_instances
+       (id, run_id, node_id, node_type, state, input, output, error, branches, wake_at,
+        awaited_signal, queue, dispatched_at, started_at, finished_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
+        CASE WHEN $5 = 'PENDING' THEN now() END,
+        CASE WHEN $5 IN ('WAITING', 'COMPLETED', 'FAILED') THEN now() END,
+        CASE WHEN $5 IN ('COMPLETED', 'FAILED', 'SKIPPED') THEN now() END)
+ON CONFLICT (run_id, node_id) DO NOTHING
+RETURNING 1;
+
+-- name: complete_task
+UPDATE task_instances
+   SET state = 'COMPLETED', output = $5, finished_at = now(), updated_at = now(),
+       dispatched_at = NULL, lease_owner = NULL, lease_expires_at = NULL
+ WHERE run_id = $1 AND id = $2 AND node_id = $3 AND attempt = $4
+   AND state IN ('PENDING', 'QUEUED', 'RUNNING')
+RETURNING node_type, started_at, finished_at;
+
+-- name: fail_task
+UPDATE task_instances
+   SET state = 'FAILED', error = $5, error_code = $6, finished_at = now(), updated_at = now(),
+       dispatched_at = NULL, lease_owner = NULL, lease_expires_at = NULL
+ WHERE run_id = $1 AND id = $2 AND node_id = $3 AND attempt = $4
+   AND state IN ('PENDING', 'QUEUED', 'RUNNING')
+RETURNING node_type, started_at, finished_at;
+
+-- name: requeue_task
+-- The next attempt of a failed execution: back to PENDING with attempt + 1,
+-- due for dispatch at $7. Returns what the next dispatch needs, including the
+-- input stored when the task was created.
+UPDATE task_instances
+   SET state = 'PENDING', attempt = attempt + 1, error = $5, error_code = $6,
+       dispatched_at = $7, started_at = NULL, updated_at = now(),
+       lease_owner = NULL, lease_expires_at = NULL
+ WHERE run_id = $1 AND id = $2 AND node_id = $3 AND attempt = $4
+   AND state IN ('PENDING', 'QUEUED', 'RUNNING')
+RETURNING attempt, node_type, queue, input;
+
+-- name: resolve_wait
+UPDATE task_instances
+   SET state = $4, output = $5, error = $6, wake_at = NULL, finished_at = now(), updated_at = now()
+ WHERE run_id = $1 AND id = $2 AND node_id = $3 AND state = 'WAITING'
+RETURNING 1;
+
+-- name: cancel_tasks
+-- Fails the run's still-active tasks among $2, and takes them off every loop.
+UPDATE task_instances
+   SET state = 'FAILED', error = $3, finished_at = now(), updated_at = now(),
+       wake_at = NULL, dispatched_at = NULL, lease_owner = NULL, lease_expires_at = NULL
+ WHERE run_id = $1 AND id = ANY($2::text[])
+   AND state IN ('PENDING', 'QUEUED', 'RUNNING', 'WAITING')
+RETURNING id;
+
+-- name: delete_task_dispatches
+-- Unpublished dispatches of tasks that will never run (cancelled).
+DELETE FROM outbox
+ WHERE kind = 'dispatch' AND run_id = $1 AND task_id = ANY($2::text[]);
+
+-- name: mark_queued
+-- The outbox-enqueuer published these attempts: PENDING becomes QUEUED. A
+-- task a worker already leased (RUNNING) or that moved on is left alone.
+UPDATE task_instances t
+   SET state = 'QUEUED', updated_at = now()
+  FROM unnest($1::text[], $2::text[], $3::int[]) AS u(run_id, id, attempt)
+ WHERE t.run_id = u.run_id AND t.id = u.id AND t.attempt = u.attempt AND t.state = 'PENDING';
+
+-- name: acquire_lease
+-- A worker takes the attempt: granted when the task is waiting for a worker,
+-- already leased by the same owner, or leased by someone whose lease expired.
+UPDATE task_instances
+   SET state = 'RUNNING', lease_owner = $4,
+       lease_expires_at = statement_timestamp() + make_interval(secs => $5),
+       started_at = CASE WHEN state = 'RUNNING' AND lease_owner = $4 THEN started_at
+                         ELSE now() END,
+       updated_at = now()
+ WHERE run_id = $1 AND id = $2 AND attempt = $3
+   AND (state IN ('PENDING', 'QUEUED')
+        OR (state = 'RUNNING'
+            AND (lease_owner = $4 OR lease_expires_at < statement_timestamp())))
+RETURNING node_id, node_type, queue, input, lease_expires_at;
+
+-- name: renew_lease
+UPDATE task_instances
+   SET lease_expires_at = statement_timestamp() + make_interval(secs => $5), updated_at = now()
+ WHERE run_id = $1 AND id = $2 AND attempt = $3 AND state = 'RUNNING' AND lease_owner = $4
+RETURNING lease_expires_at;
+
+-- =============================================================================
+-- Signals
+-- =============================================================================
+
+-- name: buffer_signal
+INSERT INTO workflow_events (id, run_id, name, payload)
+VALUES ($1, $2, $3, $4);
+
+-- name: pending_signal
+-- The oldest unconsumed signal of that name not already taken in this event.
+SELECT id, name, payload
+  FROM workflow_events
+ WHERE run_id = $1 AND name = $2 AND consumed_at IS NULL AND id <> ALL($3::text[])
+ ORDER BY created_at, id
+ LIMIT 1;
+
+-- name: consume_signal
+UPDATE workflow_events
+   SET consumed_at = now(), consumed_by = $3
+ WHERE run_id = $1 AND id = $2 AND consumed_at IS NULL
+RETURNING 1;
+
+-- =============================================================================
+-- Outbox
+-- =============================================================================
+
+-- name: enqueue
+INSERT INTO outbox (kind, run_id, task_id, destination, payload, next_attempt_at)
+VALUES ($1, $2, $3, $4, $5, COALESCE($6::timestamptz, now()))
+RETURNING id;
+
+-- name: claim_outbox
+-- Due messages of one kind, oldest first. The row locks are held until the
+-- claiming transaction ends, and SKIP LOCKED lets concurrent claimers pass
+-- each other's rows instead of waiting or double-publishing.
+SELECT id, kind, run_id, task_id, destination, payload, attempts, next_attempt_at, created_at
+  FROM outbox
+ WHERE kind = $1 AND next_attempt_at <= statement_timestamp()
+ ORDER BY next_attempt_at, id
+ LIMIT $2
+   FOR UPDATE SKIP LOCKED;
+
+-- name: delete_outbox
+DELETE FROM outbox WHERE id = ANY($1::bigint[]);
+
+-- name: postpone_outbox
+-- Publishing failed: try again no earlier than $2.
+UPDATE outbox
+   SET attempts = attempts + 1, next_attempt_at = $2, last_error = $3
+ WHERE id = $1
+RETURNING attempts;
+
+-- name: next_outbox_due
+-- When the earliest message of a kind becomes due: how long a loop may sleep.
+SELECT min(next_attempt_at) FROM outbox WHERE kind = $1;
+
+-- =============================================================================
+-- Background loops
+-- =============================================================================
+
+-- name: due_waits
+SELECT run_id, id, node_id, wake_at
+  FROM task_instances
+ WHERE wake_at <= COALESCE($2::timestamptz, statement_timestamp()) AND state = 'WAITING'
+ ORDER BY wake_at
+ LIMIT $1;
+
+-- name: next_wake_at
+-- The earliest pending timer: how long the timer loop may sleep.
+SELECT min(wake_at) FROM task_instances WHERE wake_at IS NOT NULL;
+
+-- name: expired_leases
+SELECT run_id, id, node_id, attempt, lease_owner, lease_expires_at
+  FROM task_instances
+ WHERE dispatched_at IS NOT NULL AND state = 'RUNNING'
+   AND lease_expires_at < COALESCE($2::timestamptz, statement_timestamp())
+ ORDER BY dispatched_at
+ LIMIT $1;
+
+-- name: lost_dispatches
+-- Attempts due for dispatch before $1 that no worker leased and that have no
+-- outbox row left: the publish was lost (or its stream entry was).
+SELECT t.run_id, t.id, t.node_id, t.attempt, t.state, t.dispatched_at
+  FROM task_instances t
+ WHERE t.dispatched_at < $1 AND t.state IN ('PENDING', 'QUEUED')
+   AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.task_id = t.id AND o.kind = 'dispatch')
+ ORDER BY t.dispatched_at
+ LIMIT $2;
+
+-- name: redispatch_task
+-- The sweeper sends a lost attempt again: it is PENDING and due from $4 on.
+-- Returns what the dispatch needs.
+UPDATE task_instances
+   SET state = 'PENDING', dispatched_at = $4, updated_at = now()
+ WHERE run_id = $1 AND id = $2 AND attempt = $3 AND state IN ('PENDING', 'QUEUED')
+RETURNING node_id, node_type, queue, input;
+
+-- =============================================================================
+-- Partitions
+-- =============================================================================
+
+-- name: ensure_partitions
+SELECT composer_ensure_partitions($1);
+
+-- name: drop_partitions
+SELECT composer_drop_partitions($1) AS suffix;
+
+-- name: list_partitions
+-- The months that have a workflow_runs partition, as YYYYMM, oldest first.
+SELECT substring(c.relname FROM '_p(\d{6})$') AS suffix
+  FROM pg_inherits i
+  JOIN pg_class c ON c.oid = i.inhrelid
+ WHERE i.inhparent = 'workflow_runs'::regclass
+ ORDER BY 1;

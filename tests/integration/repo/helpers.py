@@ -1,0 +1,72 @@
+"""Small builders shared by the repository tests."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+
+import composer_repo as repo
+from composer_core.model import NodeType, TaskState
+from composer_core.statemachine import CreateTask
+
+_last_ms = 0
+_seq = 0
+
+
+def uuid7(at: dt.datetime | None = None) -> str:
+    """A UUIDv7 text for ``at`` (default now), increasing within a process like real ones."""
+    global _last_ms, _seq
+    moment = at or dt.datetime.now(dt.UTC)
+    ms = int(moment.timestamp() * 1000)
+    if at is None:
+        if ms <= _last_ms:
+            ms, _seq = _last_ms, _seq + 1
+        else:
+            _seq = 0
+        _last_ms = ms
+    rand = int.from_bytes(os.urandom(8), "big")
+    value = (ms << 80) | (0x7 << 76) | ((_seq & 0xFFF) << 64) | (0b10 << 62) | (rand >> 2)
+    h = f"{value:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+SPEC = {"id": "wf", "nodes": [{"id": "a", "type": "HTTP", "spec": {"url": "https://x"}}]}
+
+
+async def ensure_definition(conn: repo.Connection, workflow_id: str = "wf") -> int:
+    """A deployed version of ``workflow_id`` (created on first use); returns its version."""
+    try:
+        return (await repo.get_definition(conn, workflow_id)).version
+    except repo.NotFound:
+        created = await repo.create_definition(
+            conn, workflow_id, name=workflow_id, spec=SPEC, deploy=True
+        )
+        return created.version
+
+
+async def new_run(
+    conn: repo.Connection,
+    workflow_id: str = "wf",
+    *,
+    run_id: str | None = None,
+    input: object = None,
+) -> str:
+    version = await ensure_definition(conn, workflow_id)
+    run_id = run_id or uuid7()
+    await repo.insert_run(conn, run_id, workflow_id=workflow_id, version=version, input=input)
+    return run_id
+
+
+async def new_worker_task(
+    conn: repo.Connection,
+    run_id: str,
+    node_id: str = "a",
+    *,
+    input: object = None,
+    queue: str = "http",
+) -> repo.TaskRef:
+    """A PENDING HTTP task on ``node_id``; returns the ref of its attempt 0."""
+    task_id = uuid7()
+    action = CreateTask(task_id, node_id, NodeType.HTTP, TaskState.PENDING, input=input)
+    assert await repo.insert_task(conn, run_id, action, queue=queue)
+    return repo.TaskRef(run_id, task_id, node_id, 0)

@@ -1,0 +1,378 @@
+"""Task writes: one task per node, fenced updates, waits, cancel, leases, the loops' queries."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+import pytest
+
+import composer_repo as repo
+from composer_core.model import NodeType, TaskState
+from composer_core.statemachine import (
+    CancelTasks,
+    CompleteTask,
+    CreateTask,
+    FailTask,
+    ResolveWait,
+    RetryTask,
+)
+
+from .helpers import new_run, new_worker_task, uuid7
+
+UTC = dt.UTC
+
+
+def complete(ref: repo.TaskRef, output: object = None) -> CompleteTask:
+    return CompleteTask(ref.task_id, ref.node_id, ref.attempt, output)
+
+
+def fail(ref: repo.TaskRef, error: str = "boom", code: str | None = None) -> FailTask:
+    return FailTask(ref.task_id, ref.node_id, ref.attempt, error, code)
+
+
+def retry(ref: repo.TaskRef, error: str = "flaky") -> RetryTask:
+    return RetryTask(ref.task_id, ref.node_id, ref.attempt, error)
+
+
+async def task_row(conn: repo.Connection, ref: repo.TaskRef) -> repo.TaskRecord:
+    (task,) = [t for t in await repo.get_run_tasks(conn, ref.run_id) if t.task_id == ref.task_id]
+    return task
+
+
+async def test_a_second_task_for_a_node_is_reported_not_raised(conn: repo.Connection) -> None:
+    run_id = await new_run(conn)
+    first = await new_worker_task(conn, run_id, "a", input={"n": 1})
+    second = CreateTask(uuid7(), "a", NodeType.HTTP, TaskState.PENDING, input={"n": 2})
+
+    assert await repo.insert_task(conn, run_id, second, queue="http") is False
+
+    (task,) = await repo.get_run_tasks(conn, run_id)
+    assert (task.task_id, task.input) == (first.task_id, {"n": 1})
+
+
+async def test_insert_task_stores_every_field_of_create_task(conn: repo.Connection) -> None:
+    run_id = await new_run(conn)
+    wake = dt.datetime(2030, 1, 1, tzinfo=UTC)
+    switch = CreateTask(
+        uuid7(),
+        "route",
+        NodeType.SWITCH,
+        TaskState.COMPLETED,
+        output={"x": [1]},
+        branches=("b", "c"),
+    )
+    wait = CreateTask(
+        uuid7(),
+        "pay",
+        NodeType.WAIT_FOR_EVENT,
+        TaskState.WAITING,
+        input={"event": "paid"},
+        wake_at=wake,
+        awaited_signal="paid",
+    )
+    broken = CreateTask(uuid7(), "bad", NodeType.PYTHON, TaskState.FAILED, error="no input")
+    for action in (switch, wait, broken):
+        assert await repo.insert_task(conn, run_id, action)
+
+    tasks = {t.node_id: t for t in await repo.get_run_tasks(conn, run_id)}
+    assert tasks["route"].branches == ("b", "c")
+    assert tasks["route"].output == {"x": [1]}
+    assert tasks["route"].finished_at is not None
+    assert (tasks["pay"].state, tasks["pay"].wake_at, tasks["pay"].awaited_signal) == (
+        TaskState.WAITING,
+        wake,
+        "paid",
+    )
+    assert tasks["pay"].finished_at is None
+    assert (tasks["bad"].state, tasks["bad"].error) == (TaskState.FAILED, "no input")
+
+
+async def test_insert_task_for_a_missing_run_is_not_found(conn: repo.Connection) -> None:
+    action = CreateTask(uuid7(), "a", NodeType.HTTP, TaskState.PENDING)
+    with pytest.raises(repo.NotFound):
+        await repo.insert_task(conn, uuid7(), action)
+
+
+@pytest.mark.parametrize("write", ["complete", "fail", "requeue"])
+async def test_fenced_updates_refuse_a_stale_attempt(conn: repo.Connection, write: str) -> None:
+    run_id = await new_run(conn)
+    ref = await new_worker_task(conn, run_id, input={"n": 1})
+    assert await repo.requeue_task(conn, run_id, retry(ref)) is not None  # now attempt 1
+    stale = ref  # attempt 0
+
+    if write == "complete":
+        assert await repo.complete_task(conn, run_id, complete(stale, {"late": True})) is None
+    elif write == "fail":
+        assert await repo.fail_task(conn, run_id, fail(stale)) is None
+    else:
+        assert await repo.requeue_task(conn, run_id, retry(stale)) is None
+
+    task = await task_row(conn, ref)
+    assert (task.state, task.attempt, task.output) == (TaskState.PENDING, 1, None)
+
+
+@pytest.mark.parametrize("write", ["complete", "fail", "requeue"])
+async def test_fenced_updates_refuse_a_finished_task(conn: repo.Connection, write: str) -> None:
+    run_id = await new_run(conn)
+    ref = await new_worker_task(conn, run_id)
+    assert await repo.complete_task(conn, run_id, complete(ref, {"ok": 1})) is not None
+
+    if write == "complete":
+        assert await repo.complete_task(conn, run_id, complete(ref, {"again": 1})) is None
+    elif write == "fail":
+        assert await repo.fail_task(conn, run_id, fail(ref)) is None
+    else:
+        assert await repo.requeue_task(conn, run_id, retry(ref)) is None
+
+    task = await task_row(conn, ref)
+    assert (task.state, task.attempt, task.output, task.error) == (
+        TaskState.COMPLETED,
+        0,
+        {"ok": 1},
+        None,
+    )
+
+
+async def test_fenced_updates_refuse_the_wrong_node(conn: repo.Connection) -> None:
+    run_id = await new_run(conn)
+    ref = await new_worker_task(conn, run_id, "a")
+    wrong = dataclasses.replace(ref, node_id="b")
+    assert await repo.complete_task(conn, run_id, complete(wrong)) is None
+    assert (await task_row(conn, ref)).state is TaskState.PENDING
+
+
+async def test_complete_and_fail_record_the_outcome(conn: repo.Connection) -> None:
+    run_id = await new_run(conn)
+    ok = await new_worker_task(conn, run_id, "a")
+    bad = await new_worker_task(conn, run_id, "b")
+
+    done = await repo.complete_task(conn, run_id, complete(ok, {"status": 200}))
+    failed = await repo.fail_task(conn, run_id, fail(bad, "HTTP 500", "upstream"))
+
+    assert done is not None and done.node_type is NodeType.HTTP
+    assert failed is not None
+    tasks = {t.node_id: t for t in await repo.get_run_tasks(conn, run_id)}
+    assert (tasks["a"].state, tasks["a"].output) == (TaskState.COMPLETED, {"status": 200})
+    assert (tasks["b"].state, tasks["b"].error, tasks["b"].error_code) == (
+        TaskState.FAILED,
+        "HTTP 500",
+        "upstream",
+    )
+    assert tasks["a"].finished_at is not None and tasks["b"].finished_at is not None
+
+
+async def test_requeue_bumps_the_attempt_and_returns_the_stored_input(
+    conn: repo.Connection,
+) -> None:
+    run_id = await new_run(conn)
+    ref = await new_worker_task(conn, run_id, input={"url": "https://example.com"}, queue="http")
+    lease = await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=30)
+    assert lease is not None
+    due = dt.datetime.now(UTC) + dt.timedelta(seconds=5)
+
+    requeued = await repo.requeue_task(conn, run_id, retry(ref, "timeout"), not_before=due)
+
+    assert requeued == repo.Requeued(1, NodeType.HTTP, "http", {"url": "https://example.com"})
+    task = await task_row(conn, ref)
+    assert (task.state, task.attempt, task.error) == (TaskState.PENDING, 1, "timeout")
+    assert task.lease_owner is None and task.started_at is None
+    # The old worker's lease is gone with its attempt.
+    assert await repo.renew_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=30) is None
+
+
+async def test_resolve_wait_only_resolves_a_waiting_task(conn: repo.Connection) -> None:
+    run_id = await new_run(conn)
+    task_id = uuid7()
+    wake = dt.datetime.now(UTC) - dt.timedelta(seconds=1)
+    await repo.insert_task(
+        conn, run_id, CreateTask(task_id, "pause", NodeType.WAIT, TaskState.WAITING, wake_at=wake)
+    )
+    resolved = ResolveWait(task_id, "pause", TaskState.COMPLETED, {"woke_at": "now"})
+
+    assert await repo.resolve_wait(conn, run_id, resolved) is True
+    assert await repo.resolve_wait(conn, run_id, resolved) is False
+
+    (task,) = await repo.get_run_tasks(conn, run_id)
+    assert (task.state, task.output, task.wake_at) == (
+        TaskState.COMPLETED,
+        {"woke_at": "now"},
+        None,
+    )
+    assert all(w.task_id != task_id for w in await repo.due_waits(conn, limit=1000))
+
+
+async def test_cancel_fails_only_active_tasks_and_drops_their_dispatches(
+    conn: repo.Connection,
+) -> None:
+    run_id = await new_run(conn)
+    pending = await new_worker_task(conn, run_id, "a")
+    await repo.enqueue_dispatch(
+        conn,
+        run_id=run_id,
+        task_id=pending.task_id,
+        queue="http",
+        payload={"task_id": pending.task_id},
+    )
+    done = await new_worker_task(conn, run_id, "b")
+    await repo.complete_task(conn, run_id, complete(done))
+    waiting_id = uuid7()
+    await repo.insert_task(
+        conn,
+        run_id,
+        CreateTask(
+            waiting_id,
+            "w",
+            NodeType.WAIT,
+            TaskState.WAITING,
+            wake_at=dt.datetime.now(UTC) + dt.timedelta(days=1),
+        ),
+    )
+
+    cancelled = await repo.cancel_tasks(
+        conn, run_id, CancelTasks("stopped by user", (pending.task_id, done.task_id, waiting_id))
+    )
+
+    assert sorted(cancelled) == sorted([pending.task_id, waiting_id])
+    tasks = {t.node_id: t for t in await repo.get_run_tasks(conn, run_id)}
+    assert (tasks["a"].state, tasks["a"].error) == (TaskState.FAILED, "stopped by user")
+    assert (tasks["w"].state, tasks["w"].wake_at) == (TaskState.FAILED, None)
+    assert tasks["b"].state is TaskState.COMPLETED
+    async with conn.transaction():
+        claimed = await repo.claim_outbox(conn, "dispatch", limit=1000)
+    assert all(m.task_id != pending.task_id for m in claimed)
+    # A dispatch already published meets a failed task: no lease.
+    assert await repo.acquire_lease(conn, run_id, pending.task_id, 0, owner="w", ttl=30) is None
+
+
+async def test_mark_queued_moves_only_pending_attempts(conn: repo.Connection) -> None:
+    run_id = await new_run(conn)
+    a = await new_worker_task(conn, run_id, "a")
+    b = await new_worker_task(conn, run_id, "b")
+    await repo.acquire_lease(conn, run_id, b.task_id, 0, owner="fast-worker", ttl=30)
+    stale = dataclasses.replace(await new_worker_task(conn, run_id, "c"), attempt=5)
+
+    assert await repo.mark_queued(conn, [a, b, stale]) == 1
+
+    states = {t.node_id: t.state for t in await repo.get_run_tasks(conn, run_id)}
+    assert states == {"a": TaskState.QUEUED, "b": TaskState.RUNNING, "c": TaskState.PENDING}
+
+
+# -- leases --------------------------------------------------------------------
+
+
+async def test_lease_is_granted_once_and_returns_the_input(conn: repo.Connection) -> None:
+    run_id = await new_run(conn)
+    ref = await new_worker_task(conn, run_id, input={"n": 7})
+    await repo.mark_queued(conn, [ref])
+
+    lease = await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=30)
+    other = await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w2", ttl=30)
+    again = await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=30)
+
+    assert lease is not None and lease.input == {"n": 7} and lease.node_id == "a"
+    assert lease.expires_at > dt.datetime.now(UTC)
+    assert other is None
+    assert again is not None  # a repeated request by the holder
+    task = await task_row(conn, ref)
+    assert (task.state, task.lease_owner) == (TaskState.RUNNING, "w1")
+
+
+async def test_lease_is_fenced_by_attempt(conn: repo.Connection) -> None:
+    run_id = await new_run(conn)
+    ref = await new_worker_task(conn, run_id)
+    await repo.requeue_task(conn, run_id, retry(ref))
+
+    assert await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w", ttl=30) is None
+    assert await repo.acquire_lease(conn, run_id, ref.task_id, 1, owner="w", ttl=30) is not None
+
+
+async def test_renew_is_fenced_by_owner_and_attempt(conn: repo.Connection) -> None:
+    run_id = await new_run(conn)
+    ref = await new_worker_task(conn, run_id)
+    lease = await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=1)
+    assert lease is not None
+
+    renewed = await repo.renew_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=60)
+    assert renewed is not None and renewed > lease.expires_at
+    assert await repo.renew_lease(conn, run_id, ref.task_id, 0, owner="w2", ttl=60) is None
+    assert await repo.renew_lease(conn, run_id, ref.task_id, 1, owner="w1", ttl=60) is None
+    await repo.complete_task(conn, run_id, complete(ref))
+    assert await repo.renew_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=60) is None
+
+
+async def test_an_expired_lease_is_reported_and_can_be_taken_over(conn: repo.Connection) -> None:
+    run_id = await new_run(conn)
+    ref = await new_worker_task(conn, run_id)
+    lease = await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="dead", ttl=5)
+    assert lease is not None
+    later = lease.expires_at + dt.timedelta(seconds=1)
+
+    expired = await repo.expired_leases(conn, now=later)
+    live = await repo.expired_leases(conn, now=lease.expires_at - dt.timedelta(seconds=1))
+
+    assert [(e.task_id, e.attempt, e.owner) for e in expired if e.run_id == run_id] == [
+        (ref.task_id, 0, "dead")
+    ]
+    assert all(e.task_id != ref.task_id for e in live)
+    # Takeover is judged by the database clock: expire the lease there.
+    await conn.execute(
+        "UPDATE task_instances SET lease_expires_at = now() - interval '1 second' "
+        "WHERE run_id = $1 AND id = $2",
+        run_id,
+        ref.task_id,
+    )
+    taken = await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="alive", ttl=30)
+    assert taken is not None
+    assert (await task_row(conn, ref)).lease_owner == "alive"
+
+
+# -- the loops' queries ----------------------------------------------------------
+
+
+async def test_due_waits_returns_due_timers_oldest_first(conn: repo.Connection) -> None:
+    run_id = await new_run(conn)
+    base = dt.datetime(2031, 5, 1, tzinfo=UTC)
+    ids = {}
+    for node, offset in (("late", 30), ("early", 10), ("future", 3600)):
+        ids[node] = uuid7()
+        await repo.insert_task(
+            conn,
+            run_id,
+            CreateTask(
+                ids[node],
+                node,
+                NodeType.WAIT,
+                TaskState.WAITING,
+                wake_at=base + dt.timedelta(seconds=offset),
+            ),
+        )
+
+    due = [
+        w
+        for w in await repo.due_waits(conn, now=base + dt.timedelta(minutes=1))
+        if w.run_id == run_id
+    ]
+
+    assert [w.node_id for w in due] == ["early", "late"]
+    assert due[0].task_id == ids["early"]
+    assert await repo.next_wake_at(conn) is not None
+
+
+async def test_lost_dispatches_skips_tasks_that_still_have_an_outbox_row(
+    conn: repo.Connection,
+) -> None:
+    run_id = await new_run(conn)
+    lost = await new_worker_task(conn, run_id, "lost", input={"n": 1})
+    kept = await new_worker_task(conn, run_id, "kept")
+    await repo.enqueue_dispatch(conn, run_id=run_id, task_id=kept.task_id, queue="http", payload={})
+    leased = await new_worker_task(conn, run_id, "leased")
+    await repo.acquire_lease(conn, run_id, leased.task_id, 0, owner="w", ttl=30)
+    future = dt.datetime.now(UTC) + dt.timedelta(hours=1)
+
+    found = [d for d in await repo.lost_dispatches(conn, older_than=future) if d.run_id == run_id]
+
+    assert [(d.task_id, d.state) for d in found] == [(lost.task_id, TaskState.PENDING)]
+    again = await repo.redispatch_task(conn, run_id, lost.task_id, 0, now=future)
+    assert again is not None and again.input == {"n": 1} and again.queue == "http"
+    assert await repo.redispatch_task(conn, run_id, lost.task_id, 3, now=future) is None
