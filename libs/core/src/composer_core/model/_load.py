@@ -12,7 +12,6 @@ from composer_core.errors import DefinitionInvalid, Problem
 from composer_core.model._limits import DEFAULT_LIMITS, Limits, nesting_depth
 from composer_core.model._spec import WorkflowSpec
 
-
 # libyaml's parser when PyYAML was built with it: several times faster on large definitions.
 _SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
