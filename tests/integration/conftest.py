@@ -12,21 +12,20 @@ fail: a misconfigured CI must not pass by skipping.
 
 Other integration suites reuse these: ``database_url`` for a migrated scratch
 database, ``conn``/``pool`` for connections to it, ``scratch_database`` for a
-database of their own (empty or from the template).
+database of their own (empty or from the template, in tests/integration/databases.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 import composer_repo as repo
+from tests.integration.databases import new_database_name, scratch_database
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -58,25 +57,6 @@ def pg_admin_url() -> str:
     except repo.RepoError as exc:
         _unavailable(f"PostgreSQL at {url} is not reachable: {exc}")
     return url
-
-
-def new_database_name(prefix: str = "composer_t") -> str:
-    return f"{prefix}_{uuid.uuid4().hex[:12]}"
-
-
-@contextmanager
-def scratch_database(admin_url: str, *, template: str | None = None) -> Iterator[str]:
-    """A new database (a copy of ``template``, or empty) for the block; yields its URL.
-
-    Synchronous so it works in fixtures of any scope without sharing an event
-    loop with the tests; the database is dropped (connections and all) after.
-    """
-    name = new_database_name()
-    asyncio.run(repo.create_database(admin_url, name, template=template))
-    try:
-        yield repo.database_url(admin_url, name)
-    finally:
-        asyncio.run(repo.drop_database(admin_url, name))
 
 
 @pytest.fixture(scope="session")

@@ -111,6 +111,7 @@ from composer_repo._tasks import (
     requeue_task,
     resolve_wait,
 )
+from composer_repo._tx import transaction
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -200,5 +201,6 @@ __all__ = [
     "require_schema",
     "resolve_wait",
     "schema_version",
+    "transaction",
     "uuid7_bound",
 ]

@@ -1,0 +1,22 @@
+"""A pooled connection inside one transaction, with driver errors translated.
+
+The engine and the background loops own their transactions (the caller owns
+the transaction); this is how they open one without touching asyncpg.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from composer_repo._db import Connection, Pool, translate_errors
+
+
+@asynccontextmanager
+async def transaction(pool: Pool) -> AsyncIterator[Connection]:
+    """Borrow a connection and run the block in a transaction: commit on success,
+    roll back on any exception. Acquire, begin and commit failures raise RepoErrors
+    (a lost connection or an unreachable server is Transient)."""
+    with translate_errors():
+        async with pool.acquire() as conn, conn.transaction():
+            yield conn

@@ -1,0 +1,119 @@
+"""The outbox: due messages only, claimed by one claimer at a time, deleted once published."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+
+import pytest
+
+import composer_repo as repo
+
+from .helpers import new_run, new_worker_task
+
+UTC = dt.UTC
+
+
+async def drain(conn: repo.Connection) -> None:
+    """Empty the outbox so a test sees only its own messages."""
+    async with conn.transaction():
+        for kind in ("dispatch", "webhook"):
+            while batch := await repo.claim_outbox(conn, kind, limit=1000):
+                await repo.delete_outbox(conn, [m.id for m in batch])
+
+
+async def test_claim_returns_due_messages_oldest_first(conn: repo.Connection) -> None:
+    await drain(conn)
+    run_id = await new_run(conn)
+    a = await new_worker_task(conn, run_id, "a")
+    b = await new_worker_task(conn, run_id, "b")
+    later = dt.datetime.now(UTC) + dt.timedelta(hours=1)
+    first = await repo.enqueue_dispatch(
+        conn,
+        run_id=run_id,
+        task_id=a.task_id,
+        queue="http",
+        payload={"task_id": a.task_id, "attempt": 0},
+    )
+    await repo.enqueue_dispatch(
+        conn,
+        run_id=run_id,
+        task_id=b.task_id,
+        queue="http",
+        payload={"task_id": b.task_id},
+        not_before=later,
+    )
+    hook = await repo.enqueue_webhook(
+        conn, run_id=run_id, url="https://example.com/h", payload={"status": "SUCCEEDED"}
+    )
+
+    async with conn.transaction():
+        dispatches = await repo.claim_outbox(conn, "dispatch")
+        webhooks = await repo.claim_outbox(conn, "webhook")
+        assert await repo.delete_outbox(conn, [m.id for m in dispatches + webhooks]) == 2
+
+    assert [(m.id, m.destination, m.payload) for m in dispatches] == [
+        (first, "http", {"task_id": a.task_id, "attempt": 0})
+    ]
+    assert [(m.id, m.destination, m.task_id) for m in webhooks] == [
+        (hook, "https://example.com/h", None)
+    ]
+    assert await repo.next_outbox_due(conn, "dispatch") == later  # the backoff row waits
+    async with conn.transaction():
+        assert await repo.claim_outbox(conn, "dispatch") == []
+
+
+async def test_two_concurrent_claimers_never_get_the_same_row(pool: repo.Pool) -> None:
+    async with pool.acquire() as conn:
+        await drain(conn)
+        run_id = await new_run(conn)
+        for i in range(60):
+            ref = await new_worker_task(conn, run_id, f"n{i}")
+            await repo.enqueue_dispatch(
+                conn, run_id=run_id, task_id=ref.task_id, queue="http", payload={"i": i}
+            )
+    both_hold_a_batch = asyncio.Barrier(2)
+
+    async def claimer() -> list[int]:
+        got: list[int] = []
+        async with pool.acquire() as conn:
+            while True:
+                async with conn.transaction():
+                    batch = await repo.claim_outbox(conn, "dispatch", limit=7)
+                    if not got:
+                        # Hold the first batch's locks until the other claimer has one too,
+                        # so the claims really overlap.
+                        await both_hold_a_batch.wait()
+                    if not batch:
+                        return got
+                    await repo.delete_outbox(conn, [m.id for m in batch])
+                got.extend(m.id for m in batch)
+
+    first, second = await asyncio.gather(claimer(), claimer())
+
+    assert first and second
+    assert not set(first) & set(second)
+    assert len(first) + len(second) == 60
+
+
+async def test_claim_outside_a_transaction_is_refused(conn: repo.Connection) -> None:
+    with pytest.raises(repo.Invalid, match="inside a transaction"):
+        await repo.claim_outbox(conn, "dispatch")
+
+
+async def test_postpone_keeps_the_message_for_later(conn: repo.Connection) -> None:
+    await drain(conn)
+    run_id = await new_run(conn)
+    hook = await repo.enqueue_webhook(conn, run_id=run_id, url="https://h", payload={})
+    later = dt.datetime.now(UTC) + dt.timedelta(minutes=5)
+
+    async with conn.transaction():
+        (message,) = await repo.claim_outbox(conn, "webhook")
+        attempts = await repo.postpone_outbox(conn, message.id, not_before=later, error="HTTP 503")
+
+    assert attempts == 1
+    async with conn.transaction():
+        assert await repo.claim_outbox(conn, "webhook") == []
+    assert await repo.next_outbox_due(conn, "webhook") == later
+    with pytest.raises(repo.NotFound):
+        await repo.postpone_outbox(conn, hook + 1000, not_before=later, error="x")

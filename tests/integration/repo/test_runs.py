@@ -1,0 +1,255 @@
+"""Runs: insert (definition checks, id conflict, idempotency), snapshot, finish, reopen, list."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+
+import pytest
+
+import composer_repo as repo
+from composer_core.model import NodeType, RunStatus, TaskState
+from composer_core.statemachine import (
+    CompleteTask,
+    CreateTask,
+    FinishRun,
+    ReopenRun,
+    ResolveWait,
+)
+
+from .helpers import ensure_definition, new_run, new_worker_task, uuid7
+
+UTC = dt.UTC
+
+
+async def test_insert_run_stores_input_and_config(conn: repo.Connection) -> None:
+    version = await ensure_definition(conn)
+    run_id = uuid7()
+
+    started = await repo.insert_run(
+        conn,
+        run_id,
+        workflow_id="wf",
+        version=version,
+        input={"order": 1, "items": ["a", "b"]},
+        config={"debug": True},
+    )
+
+    assert started == repo.StartedRun(run_id, RunStatus.RUNNING, created=True)
+    run = await repo.get_run(conn, run_id)
+    assert (run.input, run.config, run.status) == (
+        {"order": 1, "items": ["a", "b"]},
+        {"debug": True},
+        RunStatus.RUNNING,
+    )
+
+
+async def test_insert_run_needs_an_existing_definition_not_deleted(conn: repo.Connection) -> None:
+    await ensure_definition(conn, "gone")
+    await repo.delete_definition(conn, "gone")
+
+    with pytest.raises(repo.NotFound, match="has no version 9"):
+        await repo.insert_run(conn, uuid7(), workflow_id="wf", version=9)
+    with pytest.raises(repo.Invalid, match="deleted"):
+        await repo.insert_run(conn, uuid7(), workflow_id="gone", version=1)
+
+
+async def test_a_taken_run_id_is_a_conflict(conn: repo.Connection) -> None:
+    run_id = await new_run(conn, input={"first": True})
+    version = await ensure_definition(conn)
+
+    with pytest.raises(repo.RunAlreadyExists, match=run_id):
+        await repo.insert_run(conn, run_id, workflow_id="wf", version=version, input={"x": 2})
+    assert (await repo.get_run(conn, run_id)).input == {"first": True}
+
+
+async def test_a_repeated_idempotency_key_returns_the_existing_run(conn: repo.Connection) -> None:
+    version = await ensure_definition(conn)
+    first = await repo.insert_run(
+        conn, uuid7(), workflow_id="wf", version=version, input={"n": 1}, idempotency_key="order-7"
+    )
+    await repo.finish_run(conn, first.run_id, FinishRun(RunStatus.SUCCEEDED))
+
+    second = await repo.insert_run(
+        conn, uuid7(), workflow_id="wf", version=version, input={"n": 2}, idempotency_key="order-7"
+    )
+
+    assert second == repo.StartedRun(first.run_id, RunStatus.SUCCEEDED, created=False)
+    assert (await repo.get_run(conn, first.run_id)).input == {"n": 1}
+    other = await ensure_definition(conn, "other-wf")
+    elsewhere = await repo.insert_run(
+        conn, uuid7(), workflow_id="other-wf", version=other, idempotency_key="order-7"
+    )
+    assert elsewhere.created  # keys are per workflow
+
+
+async def test_concurrent_starts_with_one_key_create_one_run(pool: repo.Pool) -> None:
+    async with pool.acquire() as conn:
+        version = await ensure_definition(conn)
+
+    async def start(run_id: str) -> repo.StartedRun:
+        async with pool.acquire() as conn, conn.transaction():
+            return await repo.insert_run(
+                conn, run_id, workflow_id="wf", version=version, idempotency_key="same-key"
+            )
+
+    results = await asyncio.gather(*(start(uuid7()) for _ in range(4)))
+
+    assert sum(r.created for r in results) == 1
+    assert len({r.run_id for r in results}) == 1
+
+
+async def test_load_run_locks_and_returns_the_routing_snapshot(conn: repo.Connection) -> None:
+    run_id = await new_run(conn, input={"big": "x" * 100})
+    done = await new_worker_task(conn, run_id, "a", input={"in": 1})
+    await repo.complete_task(conn, run_id, CompleteTask(done.task_id, "a", 0, {"out": 1}))
+    wait_id, resolved_id = uuid7(), uuid7()
+    await repo.insert_task(
+        conn,
+        run_id,
+        CreateTask(wait_id, "w", NodeType.WAIT_FOR_EVENT, TaskState.WAITING, awaited_signal="paid"),
+    )
+    await repo.insert_task(
+        conn,
+        run_id,
+        CreateTask(
+            resolved_id, "w2", NodeType.WAIT_FOR_EVENT, TaskState.WAITING, awaited_signal="x"
+        ),
+    )
+    await repo.resolve_wait(conn, run_id, ResolveWait(resolved_id, "w2", TaskState.COMPLETED, {}))
+    await repo.insert_task(
+        conn,
+        run_id,
+        CreateTask(uuid7(), "s", NodeType.SWITCH, TaskState.COMPLETED, branches=("a",)),
+    )
+
+    async with conn.transaction():
+        run = await repo.load_run(conn, run_id)
+
+    assert (run.run_id, run.workflow_id, run.status, run.input) == (
+        run_id,
+        "wf",
+        RunStatus.RUNNING,
+        {"big": "x" * 100},
+    )
+    assert run.outputs == {}
+    assert run.nodes["a"].state is TaskState.COMPLETED and run.nodes["a"].task_id == done.task_id
+    assert run.nodes["w"].awaited_signal == "paid"
+    assert run.nodes["w2"].awaited_signal is None  # only a waiting node awaits
+    assert run.nodes["s"].branches == ("a",)
+    outputs = await repo.load_outputs(conn, run_id, ["a", "w", "missing"])
+    assert outputs == {"a": {"out": 1}}
+
+
+async def test_load_run_holds_the_row_lock_until_commit(pool: repo.Pool) -> None:
+    async with pool.acquire() as conn:
+        run_id = await new_run(conn)
+    async with pool.acquire() as first, pool.acquire() as second:
+        tx = first.transaction()
+        await tx.start()
+        await repo.load_run(first, run_id)
+        await second.execute("SET lock_timeout = '100ms'")
+        with pytest.raises(repo.Transient):
+            async with second.transaction():
+                await repo.load_run(second, run_id)
+        await tx.commit()
+        async with second.transaction():
+            assert (await repo.load_run(second, run_id)).run_id == run_id
+        await second.execute("RESET lock_timeout")
+
+
+async def test_load_run_of_a_missing_run_is_not_found(conn: repo.Connection) -> None:
+    with pytest.raises(repo.NotFound, match="does not exist"):
+        await repo.load_run(conn, uuid7())
+
+
+async def test_finish_run_happens_once(conn: repo.Connection) -> None:
+    version = await ensure_definition(conn, "hooked")
+    run_id = uuid7()
+    await repo.insert_run(conn, run_id, workflow_id="hooked", version=version)
+
+    finished = await repo.finish_run(
+        conn, run_id, FinishRun(RunStatus.SUCCEEDED, output={"total": 3})
+    )
+    again = await repo.finish_run(conn, run_id, FinishRun(RunStatus.FAILED, error="late"))
+
+    assert finished is not None and finished.workflow_id == "hooked"
+    assert finished.duration >= dt.timedelta(0)
+    assert again is None
+    run = await repo.get_run(conn, run_id)
+    assert (run.status, run.output, run.error) == (RunStatus.SUCCEEDED, {"total": 3}, None)
+    assert run.completed_at is not None
+
+
+async def test_reopen_run_resets_the_outcome_and_the_reset_tasks(conn: repo.Connection) -> None:
+    run_id = await new_run(conn, input={"v": 1})
+    keep = await new_worker_task(conn, run_id, "a")
+    await repo.complete_task(conn, run_id, CompleteTask(keep.task_id, "a", 0, {"ok": 1}))
+    redo = await new_worker_task(conn, run_id, "b")
+    await repo.complete_task(conn, run_id, CompleteTask(redo.task_id, "b", 0, {"ok": 2}))
+    await repo.finish_run(conn, run_id, FinishRun(RunStatus.FAILED, error="b was wrong"))
+    v2 = (await repo.create_definition(conn, "wf", name="wf", spec={"v": 2})).version
+
+    await repo.reopen_run(conn, run_id, ReopenRun(v2, {"v": 2}, {"c": 1}, ("b",)))
+
+    run = await repo.get_run(conn, run_id)
+    assert (run.status, run.version, run.input, run.config, run.error, run.completed_at) == (
+        RunStatus.RUNNING,
+        v2,
+        {"v": 2},
+        {"c": 1},
+        None,
+        None,
+    )
+    assert [t.node_id for t in await repo.get_run_tasks(conn, run_id)] == ["a"]
+    # The retried node can get its new task.
+    assert await repo.insert_task(
+        conn, run_id, CreateTask(uuid7(), "b", NodeType.HTTP, TaskState.PENDING)
+    )
+
+
+async def test_list_runs_filters_and_pages_newest_first(conn: repo.Connection) -> None:
+    v1 = await ensure_definition(conn, "listed")
+    v2 = await ensure_definition(conn, "listed-other")
+    ids = []
+    for i in range(5):
+        run_id = uuid7()
+        await repo.insert_run(conn, run_id, workflow_id="listed", version=v1)
+        if i % 2:
+            await repo.finish_run(conn, run_id, FinishRun(RunStatus.FAILED, error="x"))
+        ids.append(run_id)
+    await repo.insert_run(conn, uuid7(), workflow_id="listed-other", version=v2)
+
+    page1 = await repo.list_runs(conn, workflow_id="listed", limit=2)
+    page2 = await repo.list_runs(conn, workflow_id="listed", limit=2, cursor=page1.next_cursor)
+    page3 = await repo.list_runs(conn, workflow_id="listed", limit=2, cursor=page2.next_cursor)
+    failed = await repo.list_runs(conn, workflow_id="listed", status=RunStatus.FAILED)
+    any_failed = await repo.list_runs(conn, status=RunStatus.FAILED)
+
+    newest_first = list(reversed(ids))
+    assert [r.run_id for r in page1.runs + page2.runs + page3.runs] == newest_first
+    assert page3.next_cursor is None
+    assert [r.run_id for r in failed.runs] == [ids[3], ids[1]]
+    assert {ids[3], ids[1]} <= {r.run_id for r in any_failed.runs}
+    assert all(r.status is RunStatus.FAILED for r in any_failed.runs)
+
+
+async def test_list_runs_by_creation_time(conn: repo.Connection) -> None:
+    version = await ensure_definition(conn, "timed")
+    now = dt.datetime.now(UTC)
+    old = uuid7(now - dt.timedelta(hours=2))
+    new = uuid7(now - dt.timedelta(minutes=1))
+    for run_id in (old, new):
+        await repo.insert_run(conn, run_id, workflow_id="timed", version=version)
+
+    recent = await repo.list_runs(
+        conn, workflow_id="timed", created_after=now - dt.timedelta(hours=1)
+    )
+    earlier = await repo.list_runs(
+        conn, workflow_id="timed", created_before=now - dt.timedelta(hours=1)
+    )
+
+    assert [r.run_id for r in recent.runs] == [new]
+    assert [r.run_id for r in earlier.runs] == [old]
+    with pytest.raises(repo.Invalid):
+        await repo.list_runs(conn, limit=0)
