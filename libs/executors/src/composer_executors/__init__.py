@@ -1,0 +1,36 @@
+"""Composer's built-in executors: the HTTP and PYTHON nodes, as plain async functions.
+
+The workers service wraps them into handlers for the ``http`` and ``python``
+queues; they know nothing of the SDK, leases or streams. Each takes the
+node's resolved spec and its timeout, returns the node's output (DESIGN.md
+§6) and raises :class:`ExecutionError` (with ``code`` and ``permanent``)
+when the attempt fails. Settings (COMPOSER_HTTP_ALLOW_PRIVATE, limits) are
+read by the service and passed in: nothing here reads the environment.
+"""
+
+from composer_executors._errors import (
+    ErrorCode,
+    ExecutionError,
+    ExecutionTimeout,
+    HttpStatusError,
+    InvalidSpec,
+    PythonError,
+    TargetRefused,
+)
+from composer_executors._guard import HttpPolicy, create_http_session
+from composer_executors._http import run_http
+from composer_executors._python import run_python
+
+__all__ = [
+    "ErrorCode",
+    "ExecutionError",
+    "ExecutionTimeout",
+    "HttpPolicy",
+    "HttpStatusError",
+    "InvalidSpec",
+    "PythonError",
+    "TargetRefused",
+    "create_http_session",
+    "run_http",
+    "run_python",
+]

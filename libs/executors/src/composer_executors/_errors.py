@@ -1,0 +1,116 @@
+"""Errors raised by the executors.
+
+Every failure of an attempt is an :class:`ExecutionError`; what the worker
+needs to report it is on the error itself (``message``, ``code``,
+``permanent``). The hierarchy, so callers can catch at the depth they need::
+
+    ExecutionError                a node attempt failed          (code, permanent)
+    ├── InvalidSpec               the resolved spec is unusable  invalid_spec, permanent
+    ├── ExecutionTimeout          the attempt ran past its timeout        timeout
+    ├── TargetRefused             the SSRF guard refused the address      target_refused, permanent
+    ├── HttpStatusError           the server answered non-2xx             http_<status>
+    └── PythonError               the snippet failed (``exc_type`` names the exception)
+                                  exception, memory_limit, crashed: retryable;
+                                  syntax_error, no_main, not_json, result_too_large: permanent
+
+Other codes on a plain ExecutionError: connection_error, tls_error (retryable),
+too_many_redirects, response_too_large (permanent).
+
+``permanent`` means retrying the same attempt cannot help: the spec or the
+code is wrong, or the target said so (a 4xx other than 408, 425 and 429).
+Runtime outcomes (timeouts, exceptions raised by user code, 5xx, dropped
+connections) stay retryable and the node's retry policy decides.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ErrorCode(StrEnum):
+    """The fixed error codes; an HTTP status failure uses ``http_<status>`` instead."""
+
+    INVALID_SPEC = "invalid_spec"
+    TIMEOUT = "timeout"
+    TARGET_REFUSED = "target_refused"
+    CONNECTION_ERROR = "connection_error"
+    TLS_ERROR = "tls_error"
+    TOO_MANY_REDIRECTS = "too_many_redirects"
+    RESPONSE_TOO_LARGE = "response_too_large"
+    EXCEPTION = "exception"
+    SYNTAX_ERROR = "syntax_error"
+    NO_MAIN = "no_main"
+    NOT_JSON = "not_json"
+    MEMORY_LIMIT = "memory_limit"
+    RESULT_TOO_LARGE = "result_too_large"
+    CRASHED = "crashed"
+
+
+class ExecutionError(Exception):
+    """A node attempt failed; report ``message``, ``code`` and ``permanent`` as they are."""
+
+    def __init__(self, message: str, *, code: str | None = None, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.permanent = permanent
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self.message!r}, code={self.code!r}, "
+            f"permanent={self.permanent})"
+        )
+
+
+class InvalidSpec(ExecutionError):
+    """The node's resolved spec cannot run (no url, a method that is not a string, …)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code=ErrorCode.INVALID_SPEC, permanent=True)
+
+
+class ExecutionTimeout(ExecutionError):
+    """The attempt did not finish within its timeout; whatever it started was stopped."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code=ErrorCode.TIMEOUT, permanent=False)
+
+
+class TargetRefused(ExecutionError):
+    """The SSRF guard refused to connect: the address is loopback, private, link-local, …"""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, code=ErrorCode.TARGET_REFUSED, permanent=True)
+
+
+class HttpStatusError(ExecutionError):
+    """The server answered with a status outside 2xx; ``excerpt`` is the start of its body."""
+
+    def __init__(self, message: str, *, status: int, excerpt: str) -> None:
+        super().__init__(message, code=f"http_{status}", permanent=http_status_is_permanent(status))
+        self.status = status
+        self.excerpt = excerpt
+
+
+class PythonError(ExecutionError):
+    """A PYTHON node's code failed; ``exc_type`` names the exception when there was one."""
+
+    def __init__(
+        self, message: str, *, code: ErrorCode, permanent: bool, exc_type: str | None = None
+    ) -> None:
+        super().__init__(message, code=code, permanent=permanent)
+        self.exc_type = exc_type
+
+
+_RETRYABLE_4XX = frozenset({408, 425, 429})  # request timeout, too early, too many requests
+
+
+def http_status_is_permanent(status: int) -> bool:
+    """Whether a failed status is worth no retry: a 4xx says the request itself is wrong.
+
+    408, 425 and 429 are the 4xx a server uses to say "not now", so they retry;
+    an unfollowed 3xx would answer the same again.
+    """
+    if 400 <= status < 500:
+        return status not in _RETRYABLE_4XX
+    return status < 400

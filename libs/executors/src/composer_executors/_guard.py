@@ -1,0 +1,191 @@
+"""The SSRF guard: which addresses an HTTP node may reach, enforced where it connects.
+
+A workflow author controls the URL, so without a guard an HTTP node could
+read the cloud metadata service (169.254.169.254), the database on
+loopback, or anything else on the workers' private network. Checking the
+URL's host name is not enough: ``internal.example.com`` (or a DNS name that
+flips between a public and a private answer) can resolve to such an
+address. So the check runs on the *resolved* addresses, inside the aiohttp
+connector, and the connector connects only to the addresses that passed:
+the address checked is the address connected to, while the Host header and
+TLS SNI still carry the name from the URL.
+
+aiohttp never sends an IP literal through the resolver, so
+:meth:`AddressGuard.check_host`
+checks literals before each request (the first and every redirect hop).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+
+from composer_executors._errors import TargetRefused
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_ALLOW_HINT = (
+    "HTTP nodes may only call public addresses; set COMPOSER_HTTP_ALLOW_PRIVATE=true "
+    "on the workers to allow loopback, private and link-local targets (development only)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class HttpPolicy:
+    """What an HTTP node may do; built once from the workers' settings.
+
+    ``allow_private`` is COMPOSER_HTTP_ALLOW_PRIVATE: it turns the SSRF guard
+    off. ``allow_networks`` opens only some networks (an internal API's
+    subnet) while the guard keeps refusing the rest, the metadata service
+    included.
+    """
+
+    allow_private: bool = False
+    allow_networks: tuple[IPNetwork, ...] = ()
+    max_response_bytes: int = 1024 * 1024
+    max_redirects: int = 5
+    allowed_schemes: frozenset[str] = field(default_factory=lambda: frozenset({"http", "https"}))
+
+    def __post_init__(self) -> None:
+        if self.max_response_bytes <= 0:
+            raise ValueError(f"max_response_bytes must be positive, got {self.max_response_bytes}")
+        if self.max_redirects < 0:
+            raise ValueError(f"max_redirects must be 0 or more, got {self.max_redirects}")
+
+
+def refusal_reason(ip: IPAddress) -> str | None:
+    """Why the guard refuses ``ip`` ("loopback", "private", …), or None for a public address.
+
+    IPv6 forms that carry an IPv4 address (mapped, 6to4, NAT64) are judged by
+    that IPv4 address, so ``::ffff:127.0.0.1`` is loopback.
+    """
+    if isinstance(ip, ipaddress.IPv6Address):
+        embedded = ip.ipv4_mapped or ip.sixtofour
+        if embedded is None and ip in _NAT64:
+            embedded = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+        if embedded is None and ip.teredo is not None:
+            embedded = ip.teredo[1]
+        if embedded is not None:
+            return refusal_reason(embedded)
+    if ip.is_loopback:
+        return "loopback"
+    if ip.is_link_local:
+        return "link-local"
+    if ip.is_multicast:
+        return "multicast"
+    if ip.is_unspecified:
+        return "unspecified"
+    if ip.is_private:
+        return "private"
+    if ip.is_reserved:
+        return "reserved"
+    if not ip.is_global:
+        return "not public"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class AddressGuard:
+    """The guard's decision for one address, from the policy's two settings."""
+
+    allow_private: bool
+    allow_networks: tuple[IPNetwork, ...]
+
+    @classmethod
+    def of(cls, policy: HttpPolicy) -> AddressGuard:
+        return cls(policy.allow_private, policy.allow_networks)
+
+    def reason(self, ip: IPAddress) -> str | None:
+        """Why ``ip`` is refused, or None when the guard lets it through."""
+        if self.allow_private:
+            return None
+        if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id:
+            ip = ipaddress.IPv6Address(int(ip))  # the zone (%eth0) changes no network membership
+        if any(ip in network for network in self.allow_networks):
+            return None
+        return refusal_reason(ip)
+
+    def check_host(self, host: str) -> None:
+        """Refuse an IP-literal host; a name is checked by the resolver when it resolves."""
+        try:
+            ip = ipaddress.ip_address(host.strip("[]"))
+        except ValueError:
+            return
+        reason = self.reason(ip)
+        if reason is not None:
+            raise TargetRefused(f"refused to call {host}: it is a {reason} address. {_ALLOW_HINT}")
+
+
+class GuardedResolver(AbstractResolver):
+    """Resolves with getaddrinfo and drops every address the guard refuses.
+
+    The connector connects only to what this returns, so a DNS answer cannot
+    smuggle in a private address. When nothing is left, it raises
+    :class:`TargetRefused` (not an OSError, so aiohttp lets it through as is).
+    """
+
+    def __init__(self, guard: AddressGuard) -> None:
+        self.guard = guard
+        self._inner = aiohttp.ThreadedResolver()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        results = await self._inner.resolve(host, port, family)
+        allowed: list[ResolveResult] = []
+        refused: list[str] = []
+        for result in results:
+            reason = self.guard.reason(ipaddress.ip_address(result["host"]))
+            if reason is None:
+                allowed.append(result)
+            else:
+                refused.append(f"{result['host']} ({reason})")
+        if not allowed:
+            listed = ", ".join(dict.fromkeys(refused)) or "no address"
+            raise TargetRefused(f"refused to call {host}: it resolves to {listed}. {_ALLOW_HINT}")
+        return allowed
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+class GuardedConnector(aiohttp.TCPConnector):
+    """A TCPConnector whose every DNS answer goes through :class:`GuardedResolver`."""
+
+    def __init__(self, guard: AddressGuard, **kwargs: Any) -> None:
+        self.guard = guard
+        self.resolver = GuardedResolver(guard)
+        super().__init__(resolver=self.resolver, **kwargs)
+
+    async def close(self, *, abort_ssl: bool = False) -> None:
+        # The connector closes only a resolver it created itself.
+        try:
+            await super().close(abort_ssl=abort_ssl)
+        finally:
+            await self.resolver.close()
+
+
+def create_http_session(policy: HttpPolicy, *, limit: int = 100) -> aiohttp.ClientSession:
+    """The ClientSession :func:`run_http` needs: guarded, shared by many tasks, safe to share.
+
+    No cookie jar (one workflow's cookies must never reach another's
+    requests), no proxies from the environment (a proxy would be the address
+    connected to, defeating the guard), and no session-wide timeout (each
+    call brings its node's). Call it inside the running loop and close it
+    (``async with``) when the worker stops.
+    """
+    connector = GuardedConnector(AddressGuard.of(policy), limit=limit)
+    return aiohttp.ClientSession(
+        connector=connector,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        trust_env=False,
+        timeout=aiohttp.ClientTimeout(total=None),
+        headers={"User-Agent": "composer-http-node"},
+    )

@@ -1,0 +1,303 @@
+"""The HTTP node: one request (and its redirects) under the node's timeout.
+
+Redirects are followed here rather than by aiohttp so that every hop is
+checked by the same guard as the first request (scheme, IP literal; names
+are checked by the session's resolver) and credentials never follow a
+redirect to another origin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+from multidict import CIMultiDict
+from yarl import URL
+
+from composer_executors._errors import (
+    ErrorCode,
+    ExecutionError,
+    ExecutionTimeout,
+    HttpStatusError,
+    InvalidSpec,
+)
+from composer_executors._guard import AddressGuard, GuardedConnector, HttpPolicy
+
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_CREDENTIAL_HEADERS = ("Authorization", "Proxy-Authorization", "Cookie")
+_EXCERPT_CHARS = 500
+_CHUNK = 64 * 1024
+
+
+async def run_http(
+    spec: Mapping[str, Any],
+    *,
+    timeout: float,
+    session: aiohttp.ClientSession,
+    policy: HttpPolicy,
+) -> dict[str, Any]:
+    """Send the request ``spec`` describes and return ``{status, headers, body}``.
+
+    ``spec`` is the node's resolved input: ``method`` (default GET), ``url``,
+    ``headers``, ``query`` and ``body`` (a dict or list is sent as JSON, a
+    string as text). The body of the answer is decoded JSON when the response
+    says it is JSON, else text; header names are lower-cased and repeated
+    headers joined with ", ". ``session`` must come from
+    :func:`create_http_session` with the same policy: its connector is the
+    SSRF guard. Raises :class:`ExecutionError` for every failure.
+    """
+    connector = session.connector
+    if not isinstance(connector, GuardedConnector):
+        raise TypeError(
+            "run_http needs a session from composer_executors.create_http_session(policy): "
+            "a plain aiohttp.ClientSession has no SSRF guard"
+        )
+    if connector.guard != AddressGuard.of(policy):
+        raise ValueError(
+            f"the session's SSRF guard ({connector.guard}) differs from the policy's "
+            f"({AddressGuard.of(policy)}): create the session from the same policy"
+        )
+    if timeout <= 0:
+        raise ValueError(f"timeout must be positive, got {timeout}")
+
+    request = _Request.from_spec(spec)
+    try:
+        async with asyncio.timeout(timeout):
+            return await _send(request, session, policy)
+    except TimeoutError:
+        raise ExecutionTimeout(
+            f"{request.method} {_show(request.url)} did not answer within {timeout:g} s; "
+            "raise the node's timeout_seconds if the service is slow"
+        ) from None
+    except aiohttp.ClientConnectorCertificateError as exc:
+        raise ExecutionError(
+            f"{request.method} {_show(request.url)}: TLS certificate rejected: {exc.certificate_error}",
+            code=ErrorCode.TLS_ERROR,
+        ) from exc
+    except aiohttp.ClientSSLError as exc:
+        raise ExecutionError(
+            f"{request.method} {_show(request.url)}: TLS failed: {exc}", code=ErrorCode.TLS_ERROR
+        ) from exc
+    except aiohttp.InvalidURL as exc:
+        raise InvalidSpec(f"url {_show(request.url)} is not a valid URL: {exc}") from exc
+    except aiohttp.ClientError as exc:
+        raise ExecutionError(
+            f"{request.method} {_show(request.url)} failed: {type(exc).__name__}: {exc}",
+            code=ErrorCode.CONNECTION_ERROR,
+        ) from exc
+
+
+class _Request:
+    """The validated request; mutated hop by hop as redirects are followed."""
+
+    def __init__(self, method: str, url: URL, headers: CIMultiDict[str], body: bytes | None):
+        self.method = method
+        self.url = url
+        self.headers = headers
+        self.body = body
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any]) -> _Request:
+        if not isinstance(spec, Mapping):
+            raise InvalidSpec(f"an HTTP spec must be an object, got {type(spec).__name__}")
+        method = spec.get("method") or "GET"
+        if not isinstance(method, str) or method.upper() not in _METHODS:
+            raise InvalidSpec(f"method {method!r} is not one of {', '.join(sorted(_METHODS))}")
+        raw_url = spec.get("url")
+        if not isinstance(raw_url, str) or not raw_url:
+            raise InvalidSpec(f"url must be a non-empty string, got {raw_url!r}")
+        try:
+            url = URL(raw_url)
+        except (ValueError, TypeError) as exc:
+            raise InvalidSpec(f"url {raw_url!r} is not a valid URL: {exc}") from exc
+        url = url.extend_query(_query(spec.get("query")))
+        headers = _headers(spec.get("headers"))
+        body = _body(spec.get("body"), headers)
+        return cls(method.upper(), url, headers, body)
+
+
+def _headers(raw: Any) -> CIMultiDict[str]:
+    if raw is None:
+        return CIMultiDict()
+    if not isinstance(raw, Mapping):
+        raise InvalidSpec(f"headers must be an object of name to value, got {type(raw).__name__}")
+    headers: CIMultiDict[str] = CIMultiDict()
+    for name, value in raw.items():
+        if not isinstance(name, str) or not name:
+            raise InvalidSpec(f"header name {name!r} must be a non-empty string")
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        if not isinstance(value, str | int | float):
+            raise InvalidSpec(f"header {name!r} must be a string or a number, got {value!r}")
+        text = str(value)
+        if "\r" in text or "\n" in text:
+            raise InvalidSpec(f"header {name!r} contains a line break")
+        headers.add(name, text)
+    return headers
+
+
+def _query(raw: Any) -> list[tuple[str, str]]:
+    if raw is None:
+        return []
+    if not isinstance(raw, Mapping):
+        raise InvalidSpec(f"query must be an object of name to value, got {type(raw).__name__}")
+    pairs: list[tuple[str, str]] = []
+    for name, value in raw.items():
+        values = value if isinstance(value, list) else [value]
+        for item in values:
+            if item is None:
+                continue
+            if isinstance(item, bool):
+                item = "true" if item else "false"
+            if not isinstance(item, str | int | float):
+                raise InvalidSpec(
+                    f"query parameter {name!r} must be a string, number or list of them, got {item!r}"
+                )
+            pairs.append((str(name), str(item)))
+    return pairs
+
+
+def _body(raw: Any, headers: CIMultiDict[str]) -> bytes | None:
+    if raw is None:
+        return None
+    if isinstance(raw, str):
+        headers.setdefault("Content-Type", "text/plain; charset=utf-8")
+        return raw.encode()
+    try:
+        data = json.dumps(raw, ensure_ascii=False, allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise InvalidSpec(f"body cannot be sent as JSON: {exc}") from exc
+    headers.setdefault("Content-Type", "application/json")
+    return data
+
+
+async def _send(
+    request: _Request, session: aiohttp.ClientSession, policy: HttpPolicy
+) -> dict[str, Any]:
+    for _hop in range(policy.max_redirects + 1):
+        _check_url(request.url, policy)
+        async with session.request(
+            request.method,
+            request.url,
+            headers=request.headers,
+            data=request.body,
+            allow_redirects=False,
+        ) as response:
+            location = response.headers.get("Location")
+            if response.status in _REDIRECTS and location:
+                _follow(request, response.status, location)
+                continue
+            raw = await _read_capped(response, request, policy.max_response_bytes)
+            body = _decode(response, raw)
+            if not 200 <= response.status < 300:
+                excerpt = _excerpt(body)
+                raise HttpStatusError(
+                    f"{request.method} {_show(request.url)} answered {response.status} "
+                    f"{response.reason or ''}".rstrip()
+                    + (f": {excerpt}" if excerpt else ""),
+                    status=response.status,
+                    excerpt=excerpt,
+                )
+            return {"status": response.status, "headers": _header_dict(response), "body": body}
+    raise ExecutionError(
+        f"{_show(request.url)}: more than {policy.max_redirects} redirects; "
+        "call the final URL directly",
+        code=ErrorCode.TOO_MANY_REDIRECTS,
+        permanent=True,
+    )
+
+
+def _check_url(url: URL, policy: HttpPolicy) -> None:
+    if url.scheme not in policy.allowed_schemes:
+        raise InvalidSpec(
+            f"url {_show(url)}: scheme {url.scheme!r} is not allowed "
+            f"(use {' or '.join(sorted(policy.allowed_schemes))})"
+        )
+    if not url.host:
+        raise InvalidSpec(f"url {_show(url)} has no host")
+    AddressGuard.of(policy).check_host(url.host)
+
+
+def _follow(request: _Request, status: int, location: str) -> None:
+    """Point ``request`` at the redirect target, as browsers and curl do."""
+    try:
+        target = request.url.join(URL(location))
+    except (ValueError, TypeError) as exc:
+        raise ExecutionError(
+            f"{_show(request.url)} redirected to an invalid Location {location!r}: {exc}",
+            code=ErrorCode.CONNECTION_ERROR,
+        ) from exc
+    if status == 303 or (status in (301, 302) and request.method == "POST"):
+        if request.method != "HEAD":
+            request.method = "GET"
+        request.body = None
+        request.headers.popall("Content-Type", None)
+    if target.origin() != request.url.origin():
+        for name in _CREDENTIAL_HEADERS:
+            request.headers.popall(name, None)
+    request.url = target
+
+
+async def _read_capped(response: aiohttp.ClientResponse, request: _Request, cap: int) -> bytes:
+    declared = response.content_length
+    if declared is not None and declared > cap:
+        raise _too_large(request, f"its Content-Length is {declared} bytes", cap)
+    data = bytearray()
+    async for chunk in response.content.iter_chunked(_CHUNK):
+        data += chunk
+        if len(data) > cap:
+            raise _too_large(request, "it is larger", cap)
+    return bytes(data)
+
+
+def _too_large(request: _Request, detail: str, cap: int) -> ExecutionError:
+    return ExecutionError(
+        f"{request.method} {_show(request.url)}: the response exceeds the {cap}-byte limit ({detail})",
+        code=ErrorCode.RESPONSE_TOO_LARGE,
+        permanent=True,
+    )
+
+
+def _decode(response: aiohttp.ClientResponse, raw: bytes) -> Any:
+    charset = response.charset or "utf-8"
+    try:
+        text = raw.decode(charset, errors="replace")
+    except LookupError:
+        text = raw.decode("utf-8", errors="replace")
+    mimetype = response.content_type
+    if mimetype == "application/json" or mimetype.endswith("+json"):
+        if not text.strip():
+            return None
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text  # says JSON but is not: the text is still worth having
+    return text
+
+
+def _header_dict(response: aiohttp.ClientResponse) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for name, value in response.headers.items():
+        key = name.lower()
+        headers[key] = f"{headers[key]}, {value}" if key in headers else value
+    return headers
+
+
+def _excerpt(body: Any) -> str:
+    text = body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
+    text = " ".join(text.split())
+    return text if len(text) <= _EXCERPT_CHARS else text[:_EXCERPT_CHARS] + "…"
+
+
+def _show(url: URL) -> str:
+    """The URL for messages: without credentials or query, which may hold secrets."""
+    if not url.is_absolute():
+        return str(url)
+    shown = url.with_user(None).with_query(None).with_fragment(None)
+    return str(shown) + ("?…" if url.query_string else "")

@@ -1,0 +1,58 @@
+"""Which addresses the SSRF guard refuses, judged address by address."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from composer_executors._guard import AddressGuard, refusal_reason
+
+
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [
+        ("127.0.0.1", "loopback"),
+        ("127.255.0.9", "loopback"),
+        ("::1", "loopback"),
+        ("10.0.0.1", "private"),
+        ("172.16.5.4", "private"),
+        ("192.168.1.1", "private"),
+        ("fc00::1", "private"),
+        ("fd12:3456::1", "private"),
+        ("169.254.169.254", "link-local"),
+        ("fe80::1", "link-local"),
+        ("0.0.0.0", "unspecified"),
+        ("::", "unspecified"),
+        ("224.0.0.1", "multicast"),
+        ("ff02::1", "multicast"),
+        ("240.0.0.1", "private"),  # reserved; Python files 240/4 under is_private
+        ("100.64.0.1", "not public"),  # carrier-grade NAT
+        ("::ffff:127.0.0.1", "loopback"),  # IPv4-mapped
+        ("::ffff:169.254.169.254", "link-local"),
+        ("64:ff9b::a00:1", "private"),  # NAT64 of 10.0.0.1
+        ("2002:7f00:1::", "loopback"),  # 6to4 of 127.0.0.1
+    ],
+)
+def test_non_public_addresses_are_refused(address: str, reason: str) -> None:
+    assert refusal_reason(ipaddress.ip_address(address)) == reason
+
+
+@pytest.mark.parametrize(
+    "address", ["93.184.215.14", "8.8.8.8", "2606:4700:4700::1111", "::ffff:8.8.8.8"]
+)
+def test_public_addresses_pass(address: str) -> None:
+    assert refusal_reason(ipaddress.ip_address(address)) is None
+
+
+def test_allow_networks_opens_only_those_networks() -> None:
+    guard = AddressGuard(False, (ipaddress.ip_network("10.1.0.0/16"),))
+    assert guard.reason(ipaddress.ip_address("10.1.2.3")) is None
+    assert guard.reason(ipaddress.ip_address("10.2.0.1")) == "private"
+    assert guard.reason(ipaddress.ip_address("169.254.169.254")) == "link-local"
+
+
+def test_allow_private_opens_everything() -> None:
+    guard = AddressGuard(True, ())
+    assert guard.reason(ipaddress.ip_address("169.254.169.254")) is None
+    assert guard.reason(ipaddress.ip_address("fe80::1%2")) is None
