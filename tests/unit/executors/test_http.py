@@ -263,6 +263,15 @@ async def test_a_response_over_the_cap_fails(server: TestServer, chunked: bool) 
     assert "1000-byte limit" in caught.value.message
 
 
+async def test_head_is_not_held_to_the_declared_size(server: TestServer) -> None:
+    policy = HttpPolicy(allow_private=True, max_response_bytes=1000)
+    async with create_http_session(policy) as session:
+        out = await call({"method": "HEAD", "url": url(server, "/big?n=5000")}, session, policy)
+    assert out["status"] == 200
+    assert out["headers"]["content-length"] == "5000"
+    assert out["body"] == ""
+
+
 @pytest.mark.parametrize(
     ("spec", "fragment"),
     [

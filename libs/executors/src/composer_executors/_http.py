@@ -193,7 +193,12 @@ async def _send(
             if response.status in _REDIRECTS and location:
                 _follow(request, response.status, location)
                 continue
-            raw = await _read_capped(response, request, policy.max_response_bytes)
+            # A HEAD answer declares the size of a body it does not send.
+            raw = (
+                b""
+                if request.method == "HEAD"
+                else await _read_capped(response, request, policy.max_response_bytes)
+            )
             body = _decode(response, raw)
             if not 200 <= response.status < 300:
                 excerpt = _excerpt(body)
