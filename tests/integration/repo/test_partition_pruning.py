@@ -1,0 +1,84 @@
+"""Run-scoped statements touch one monthly partition (the plan names only one).
+
+Every statement on a partitioned table is classified here: pruned to the run's
+partition (checked on its plan), or deliberately wider (the background
+loops' scans of small partial indexes, inserts routed by their row, …). A new
+statement must be added to one list or the other.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Any
+
+import pytest
+
+import composer_repo as repo
+from composer_repo._sql import QUERIES
+
+from .helpers import new_run, uuid7
+
+NOW = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+T = "01900000-0000-7000-8000-000000000000"  # any task id
+
+#: Statements that filter on one run id, with sample arguments after the run id.
+PRUNED: dict[str, tuple[Any, ...]] = {
+    "lock_run": (),
+    "load_task_states": (),
+    "load_outputs": (["a"],),
+    "reopen_run": (1, None, None),
+    "delete_tasks": (["a"],),
+    "finish_run": ("SUCCEEDED", None, None),
+    "get_run": (),
+    "get_run_tasks": (),
+    "complete_task": (T, "a", 0, None),
+    "fail_task": (T, "a", 0, "e", None),
+    "requeue_task": (T, "a", 0, "e", None, NOW),
+    "resolve_wait": (T, "a", "COMPLETED", None, None),
+    "cancel_tasks": ([T], "r"),
+    "acquire_lease": (T, 0, "w", 30.0),
+    "renew_lease": (T, 0, "w", 30.0),
+    "lease_owner": (T, 0),
+    "pending_signal": ("paid", []),
+    "consume_signal": (T, "node"),
+    "redispatch_task": (T, 0, NOW),
+}
+
+#: Statements on partitioned tables that do not (and need not) name one run.
+WIDER = {
+    "insert_run": "INSERT: the row is routed to its partition",
+    "insert_task": "INSERT: the row is routed to its partition",
+    "buffer_signal": "INSERT: the row is routed to its partition",
+    "find_idempotent_run": "joins from the key row: pruned at run time",
+    "mark_queued": "a batch of (run id, task id) pairs",
+    "list_runs": "an id range (cursor, created range), which prunes when bounded",
+    "list_runs_by_workflow": "an id range",
+    "list_runs_by_status": "an id range",
+    "list_runs_by_workflow_status": "an id range",
+    "due_waits": "the timer scans the small wake_at partial index of every month",
+    "next_wake_at": "the timer scans the small wake_at partial index of every month",
+    "expired_leases": "the sweeper scans the small in-flight partial index of every month",
+    "lost_dispatches": "the sweeper scans the small in-flight partial index of every month",
+}
+
+PARTITIONED = re.compile(r"\b(workflow_runs|task_instances|workflow_events)\b")
+PARTITION = re.compile(r"\b(?:workflow_runs|task_instances|workflow_events)_p\d{6}\b")
+
+
+def test_every_statement_on_a_partitioned_table_is_classified() -> None:
+    touching = {name for name, sql in QUERIES.items() if PARTITIONED.search(sql)}
+    touching -= {"ensure_partitions", "drop_partitions", "list_partitions"}
+    unclassified = sorted(touching - PRUNED.keys() - WIDER.keys())
+    assert unclassified == [], "add these to PRUNED or WIDER in test_partition_pruning.py"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in PRUNED if n in QUERIES))
+async def test_statement_touches_one_partition(conn: repo.Connection, name: str) -> None:
+    run_id = await new_run(conn) if name != "pending_signal" else uuid7()
+    plan = await conn.fetch("EXPLAIN " + QUERIES[name], run_id, *PRUNED[name])
+    text = "\n".join(r[0] for r in plan)
+
+    partitions = set(PARTITION.findall(text))
+
+    assert len({p.rsplit("_p", 1)[1] for p in partitions}) == 1, text
