@@ -9,7 +9,7 @@ export UV_PYTHON_DOWNLOADS := never
 export UV_PYTHON := $(PYTHON)
 UV := $(PYTHON) -m uv
 VENV_STAMP := .venv/.synced
-PY_SOURCES := libs tests examples
+PY_SOURCES := libs services tests examples
 COMPOSER_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/composer
 
 .PHONY: help install run test test-unit lint fmt proto bench migrate clean
@@ -42,11 +42,8 @@ fmt: $(VENV_STAMP)  ## format and auto-fix
 	$(UV) run --no-sync ruff format $(PY_SOURCES)
 	$(UV) run --no-sync ruff check --fix $(PY_SOURCES)
 
-proto: $(VENV_STAMP)  ## regenerate gRPC code from proto/ into libs/rpc
-	@if ls proto/*/*/*.proto >/dev/null 2>&1; then \
-		$(UV) run --no-sync python -m grpc_tools.protoc -Iproto --python_out=libs/rpc/src \
-			--grpc_python_out=libs/rpc/src --pyi_out=libs/rpc/src proto/*/*/*.proto; \
-	else echo "no .proto files under proto/ yet: nothing to generate"; fi
+proto: $(VENV_STAMP)  ## regenerate the gRPC code in libs/rpc from proto/
+	$(UV) run --no-sync python libs/rpc/generate.py
 
 migrate: $(VENV_STAMP)  ## create the database if missing and apply migrations/ to COMPOSER_DATABASE_URL
 	$(UV) run --no-sync python -m composer_repo migrate --url "$(COMPOSER_DATABASE_URL)"

@@ -99,7 +99,9 @@ def test_yaml_timestamps_stay_strings() -> None:
 def test_malformed_yaml_names_line_and_column() -> None:
     (problem,) = problems("id: wf\nname: a: b\nnodes: []\n")
     # libyaml and the pure-Python parser word the reason differently
-    assert problem.startswith("not valid YAML or JSON (line 2, column 8): mapping values are not allowed")
+    assert problem.startswith(
+        "not valid YAML or JSON (line 2, column 8): mapping values are not allowed"
+    )
 
 
 def test_malformed_json_names_line_and_column() -> None:

@@ -86,7 +86,7 @@ async def fail_task(conn: Connection, run_id: str, action: FailTask) -> Finished
 async def requeue_task(
     conn: Connection, run_id: str, action: RetryTask, *, not_before: dt.datetime | None = None
 ) -> Requeued | None:
-    """Put a failed attempt back to PENDING with attempt + 1, due at ``not_before``.
+    """Put a failed attempt back to PENDING with attempt + 1, due at ``not_before`` (default now).
 
     Returns the next attempt's number, queue and the input stored at creation
     (the retry's DispatchTask carries none), or None when stale.
@@ -99,7 +99,7 @@ async def requeue_task(
         action.attempt,
         action.error,
         action.error_code,
-        not_before if not_before is not None else dt.datetime.now(dt.UTC),
+        not_before,
     )
     if row is None:
         return None
@@ -203,6 +203,17 @@ async def renew_lease(
         q("renew_lease"), run_id, task_id, attempt, owner, float(ttl)
     )
     return expires
+
+
+@translated
+async def lease_owner(conn: Connection, run_id: str, task_id: str, attempt: int) -> str | None:
+    """The owner of the lease on a RUNNING attempt (expired or not); None when not RUNNING.
+
+    The engine checks it before applying a worker's report: a worker whose
+    lease expired and was taken by another must not finish the attempt.
+    """
+    owner: str | None = await conn.fetchval(q("lease_owner"), run_id, task_id, attempt)
+    return owner
 
 
 def _finished(row: Any) -> FinishedTask:

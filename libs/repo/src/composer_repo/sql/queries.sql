@@ -220,11 +220,11 @@ RETURNING node_type, started_at, finished_at;
 
 -- name: requeue_task
 -- The next attempt of a failed execution: back to PENDING with attempt + 1,
--- due for dispatch at $7. Returns what the next dispatch needs, including the
+-- due for dispatch at $7 (NULL: now). Returns what the next dispatch needs, including the
 -- input stored when the task was created.
 UPDATE task_instances
    SET state = 'PENDING', attempt = attempt + 1, error = $5, error_code = $6,
-       dispatched_at = $7, started_at = NULL, updated_at = now(),
+       dispatched_at = COALESCE($7::timestamptz, now()), started_at = NULL, updated_at = now(),
        lease_owner = NULL, lease_expires_at = NULL
  WHERE run_id = $1 AND id = $2 AND node_id = $3 AND attempt = $4
    AND state IN ('PENDING', 'QUEUED', 'RUNNING')
@@ -272,6 +272,12 @@ UPDATE task_instances
         OR (state = 'RUNNING'
             AND (lease_owner = $4 OR lease_expires_at < statement_timestamp())))
 RETURNING node_id, node_type, queue, input, lease_expires_at;
+
+-- name: lease_owner
+-- Who holds the lease on a RUNNING attempt (expired or not); no row when the
+-- attempt is not RUNNING. A report counts only from the lease's holder.
+SELECT lease_owner FROM task_instances
+ WHERE run_id = $1 AND id = $2 AND attempt = $3 AND state = 'RUNNING';
 
 -- name: renew_lease
 UPDATE task_instances

@@ -1,0 +1,18 @@
+"""Settings every service reads from ``COMPOSER_*`` environment variables (DESIGN.md §7).
+
+Read once, at a service's entry point, and passed down as plain values:
+libraries never read the environment themselves.
+"""
+
+from __future__ import annotations
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class CommonSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="COMPOSER_", extra="ignore")
+
+    database_url: str = "postgresql://postgres@127.0.0.1:5432/composer"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_prefix: str = "composer"
+    log_level: str = "INFO"

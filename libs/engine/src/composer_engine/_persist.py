@@ -1,0 +1,171 @@
+"""Actions to SQL: one repository call per action, in the order the machine emitted them.
+
+Any write that matches no row raises StaleSnapshot, which rolls the whole
+transaction back (seed 000's errStaleSnapshot). Side effects that must wait
+for the commit — hints and logs — are registered on the Tx.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import composer_repo as repo
+from composer_common import hints, streams
+from composer_core.model import WorkflowDAG
+from composer_core.statemachine import (
+    Action,
+    BufferSignal,
+    CancelTasks,
+    CompleteTask,
+    ConsumeSignal,
+    CreateTask,
+    DispatchTask,
+    FailTask,
+    FinishRun,
+    ReopenRun,
+    ResolveWait,
+    RetryTask,
+    Run,
+)
+from composer_core.templates import Json
+from composer_engine._tx import Tx
+from composer_engine.errors import StaleSnapshot
+
+log = logging.getLogger("composer.engine")
+
+
+@dataclass(slots=True)
+class Effects:
+    """What a committed transition should announce (collected while persisting)."""
+
+    wake_enqueuer: bool = False
+    wake_timer: bool = False
+    finished: FinishRun | None = None
+    #: RetryTask actions waiting for the DispatchTask that follows each (by task id).
+    retries: dict[str, RetryTask] = field(default_factory=dict)
+
+
+async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: list[Action]) -> Effects:
+    effects = Effects()
+    conn, run_id = tx.conn, run.run_id
+    for action in actions:
+        match action:
+            case CreateTask():
+                if not await repo.insert_task(
+                    conn,
+                    run_id,
+                    action,
+                    queue=dag.queue(action.node_id) if action.node_type.is_worker else None,
+                ):
+                    raise StaleSnapshot(f"node {action.node_id} of run {run_id} already has a task")
+                if action.wake_at is not None:
+                    effects.wake_timer = True
+            case DispatchTask():
+                await _dispatch(tx, dag, run, action, effects)
+            case CompleteTask():
+                if await repo.complete_task(conn, run_id, action) is None:
+                    raise StaleSnapshot(
+                        f"task {action.task_id} attempt {action.attempt} is not active"
+                    )
+            case FailTask():
+                if await repo.fail_task(conn, run_id, action) is None:
+                    raise StaleSnapshot(
+                        f"task {action.task_id} attempt {action.attempt} is not active"
+                    )
+            case RetryTask():
+                effects.retries[action.task_id] = (
+                    action  # written with its DispatchTask, which knows when
+                )
+            case ResolveWait():
+                if not await repo.resolve_wait(conn, run_id, action):
+                    raise StaleSnapshot(f"task {action.task_id} is not waiting")
+            case BufferSignal():
+                await repo.buffer_signal(conn, run_id, action)
+            case ConsumeSignal():
+                if not await repo.consume_signal(conn, run_id, action):
+                    raise StaleSnapshot(f"signal {action.signal_id} is not pending")
+            case ReopenRun():
+                await repo.reopen_run(conn, run_id, action)
+            case CancelTasks():
+                await repo.cancel_tasks(conn, run_id, action)
+            case FinishRun():
+                finished = await repo.finish_run(conn, run_id, action)
+                if finished is None:
+                    raise StaleSnapshot(f"run {run_id} is already finished")
+                effects.finished = action
+                if finished.webhook_url:
+                    await repo.enqueue_webhook(
+                        conn,
+                        run_id=run_id,
+                        url=finished.webhook_url,
+                        payload={
+                            "run_id": run_id,
+                            "workflow_id": finished.workflow_id,
+                            "version": finished.version,
+                            "status": action.status.value,
+                            "error": action.error,
+                            "output": action.output,
+                        },
+                    )
+                    effects.wake_enqueuer = True
+    return effects
+
+
+async def _dispatch(
+    tx: Tx, dag: WorkflowDAG, run: Run, action: DispatchTask, effects: Effects
+) -> None:
+    node_input: Json = action.input
+    attempt = action.attempt
+    if action.input is None:  # the retry of a failed attempt: its stored input goes again
+        retry = effects.retries.pop(action.task_id)
+        requeued = await repo.requeue_task(tx.conn, run.run_id, retry, not_before=action.not_before)
+        if requeued is None:
+            raise StaleSnapshot(f"task {action.task_id} attempt {retry.attempt} cannot be retried")
+        node_input, attempt = requeued.input, requeued.attempt
+    node = dag.node(action.node_id)
+    message = streams.TaskMessage(
+        task_id=action.task_id,
+        run_id=run.run_id,
+        node_id=action.node_id,
+        node_type=action.node_type.value,
+        attempt=attempt,
+        workflow_id=run.workflow_id,
+        workflow_version=run.version,
+        input_json=streams.TaskMessage.encode_input(node_input),
+        timeout_seconds=action.timeout_seconds,
+        max_attempts=node.retry_policy.max_attempts if node is not None else 1,
+    )
+    await repo.enqueue_dispatch(
+        tx.conn,
+        run_id=run.run_id,
+        task_id=action.task_id,
+        queue=action.queue,
+        payload=message.fields(),
+        not_before=action.not_before,
+    )
+    effects.wake_enqueuer = True
+
+
+def announce(tx: Tx, effects: Effects, *, redis: object | None, prefix: str, run: Run) -> None:
+    """After commit: wake the loops that have new work, and log a finished run."""
+    if redis is not None:
+        if effects.wake_enqueuer:
+            tx.after_commit(lambda: hints.send(redis, prefix, hints.ENQUEUER))  # type: ignore[arg-type]
+        if effects.wake_timer:
+            tx.after_commit(lambda: hints.send(redis, prefix, hints.TIMER))  # type: ignore[arg-type]
+        if effects.finished is not None:
+            tx.after_commit(lambda: hints.send(redis, prefix, hints.RUN_FINISHED, run.run_id))  # type: ignore[arg-type]
+    finished = effects.finished
+    if finished is not None:
+        detail = f": {finished.error}" if finished.error else ""
+        tx.after_commit(
+            lambda: log.info(
+                "run %s of %s v%d %s%s",
+                run.run_id,
+                run.workflow_id,
+                run.version,
+                finished.status,
+                detail,
+            )
+        )

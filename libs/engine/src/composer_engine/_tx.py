@@ -1,0 +1,39 @@
+"""One transaction per event, with side effects that wait for the commit.
+
+Hints, metrics and "run finished" logs must only happen if the transaction
+commits: a rolled-back decision must not wake a worker or tell a dashboard
+something that did not happen.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from composer_repo import Connection
+
+log = logging.getLogger("composer.engine")
+
+AfterCommit = Callable[[], Awaitable[None] | None]
+
+
+class Tx:
+    """The event's connection (inside its transaction) and what to do after commit."""
+
+    __slots__ = ("_after", "conn")
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self._after: list[AfterCommit] = []
+
+    def after_commit(self, fn: AfterCommit) -> None:
+        self._after.append(fn)
+
+    async def run_after_commit(self) -> None:
+        for fn in self._after:
+            try:
+                result = fn()
+                if result is not None:
+                    await result
+            except Exception:  # a hint or a metric must never undo a committed event
+                log.exception("after-commit hook failed")

@@ -1,0 +1,44 @@
+"""Errors the engine raises; each says what the API answers.
+
+    EngineError                 base; ``status`` is the HTTP status the API maps it to
+    ├── BadRequest        400   the request cannot apply (unknown node, bad run id, empty signal name)
+    ├── NotFound          404   no such run, workflow or version
+    ├── Conflict          409   the run is finished (signal, cancel) or still active (retry);
+    │                           a run id or idempotency key collision
+    └── Unavailable       503   the database kept failing after retries: try again later
+
+Workflow-level failures (a task failed, a condition broke) are not errors:
+the run records them. A stale worker report is not an error either: it is
+acknowledged and changes nothing.
+"""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    status = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class BadRequest(EngineError):
+    status = 400
+
+
+class NotFound(EngineError):
+    status = 404
+
+
+class Conflict(EngineError):
+    status = 409
+
+
+class Unavailable(EngineError):
+    status = 503
+
+
+class StaleSnapshot(Exception):
+    """A write matched no row although the run was locked: something changed the run
+    outside the engine. The transaction is rolled back and the event applied again."""

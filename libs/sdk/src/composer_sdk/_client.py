@@ -1,0 +1,162 @@
+"""The worker's side of the coordinator protocol, with retries on transient failures."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import grpc
+import grpc.aio
+
+from composer_rpc.v1 import worker_pb2 as pb
+from composer_rpc.v1.worker_pb2_grpc import WorkerServiceStub
+from composer_sdk._handler import Outcome
+from composer_sdk.errors import SdkError
+
+log = logging.getLogger("composer.sdk")
+T = TypeVar("T")
+_TRANSIENT = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    granted: bool
+    reason: str = ""
+    input_json: str = ""
+    expires_at: float = 0.0
+    max_attempts: int = 1
+
+
+class CoordinatorClient:
+    def __init__(self, target: str, token: str, *, call_timeout: float = 10.0) -> None:
+        self._channel = grpc.aio.insecure_channel(target)
+        self._stub = WorkerServiceStub(self._channel)
+        self._metadata = (("authorization", f"Bearer {token}"),)
+        self._timeout = call_timeout
+        self.target = target
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def acquire(
+        self,
+        task_id: str,
+        run_id: str,
+        attempt: int,
+        owner: str,
+        ttl: float,
+        *,
+        until: Callable[[], bool],
+    ) -> Lease | None:
+        """Take the lease; None if ``until()`` turned true while the coordinator was unreachable."""
+        request = pb.AcquireTaskLeaseRequest(
+            task_id=task_id, run_id=run_id, attempt=attempt, owner=owner, ttl_seconds=ttl
+        )
+        reply = await self._retry(
+            "AcquireTaskLease",
+            lambda: self._stub.AcquireTaskLease(
+                request, metadata=self._metadata, timeout=self._timeout
+            ),
+            until,
+        )
+        if reply is None:
+            return None
+        return Lease(
+            reply.granted,
+            reply.reason,
+            reply.input_json,
+            reply.lease_expires_at,
+            reply.max_attempts,
+        )
+
+    async def renew(
+        self, task_id: str, run_id: str, attempt: int, owner: str, ttl: float
+    ) -> bool | None:
+        """True: renewed; False: the lease is lost; None: the coordinator did not answer this time."""
+        request = pb.RenewTaskLeaseRequest(
+            task_id=task_id, run_id=run_id, attempt=attempt, owner=owner, ttl_seconds=ttl
+        )
+        try:
+            reply = await self._stub.RenewTaskLease(
+                request, metadata=self._metadata, timeout=self._timeout
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() in _TRANSIENT:
+                log.warning("renewing the lease of task %s failed: %s", task_id, exc.details())
+                return None
+            raise _fatal(exc) from exc
+        return bool(reply.ok)
+
+    async def report(
+        self,
+        task_id: str,
+        run_id: str,
+        node_id: str,
+        attempt: int,
+        owner: str,
+        outcome: Outcome,
+        *,
+        until: Callable[[], bool],
+    ) -> bool | None:
+        """Report an outcome, retrying until it is recorded; True accepted, False stale, None gave up."""
+        request = pb.ReportTaskResultRequest(
+            task_id=task_id,
+            run_id=run_id,
+            node_id=node_id,
+            attempt=attempt,
+            owner=owner,
+            status=pb.TASK_STATUS_COMPLETED
+            if outcome.status == "COMPLETED"
+            else pb.TASK_STATUS_FAILED,
+            output_json=outcome.output_json if outcome.status == "COMPLETED" else "",
+            error=outcome.error,
+            error_code=outcome.code or "",
+            permanent=outcome.permanent,
+        )
+        reply = await self._retry(
+            "ReportTaskResult",
+            lambda: self._stub.ReportTaskResult(
+                request, metadata=self._metadata, timeout=self._timeout
+            ),
+            until,
+        )
+        return None if reply is None else bool(reply.accepted)
+
+    async def _retry(
+        self, name: str, call: Callable[[], Awaitable[T]], until: Callable[[], bool]
+    ) -> T | None:
+        delay = 0.05
+        while True:
+            try:
+                return await call()
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() not in _TRANSIENT:
+                    raise _fatal(exc) from exc
+                if until():
+                    return None
+                log.warning(
+                    "%s to %s failed (%s): retrying in %.2fs",
+                    name,
+                    self.target,
+                    exc.details(),
+                    delay,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+
+def _fatal(exc: grpc.aio.AioRpcError) -> SdkError:
+    if exc.code() is grpc.StatusCode.UNAUTHENTICATED:
+        return SdkError(
+            f"the coordinator refused the worker token: {exc.details()} (check COMPOSER_WORKER_TOKEN)"
+        )
+    return SdkError(f"coordinator call failed with {exc.code().name}: {exc.details()}")

@@ -1,0 +1,118 @@
+"""Handlers: how an input becomes a call and a result becomes an outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_type_hints
+
+from pydantic import BaseModel, ValidationError
+
+from composer_sdk.errors import TaskFailed
+
+HandlerFn = Callable[..., Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskContext:
+    """What a handler knows about the attempt it runs."""
+
+    task_id: str
+    run_id: str
+    node_id: str
+    attempt: int
+    max_attempts: int
+    workflow_id: str
+    workflow_version: int
+    #: Seconds this attempt may run (the node's timeout_seconds, or the worker's default).
+    timeout: float | None = None
+    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("composer.task"))
+
+    @property
+    def idempotency_key(self) -> str:
+        """The same for every attempt of this node in this run: pass it to the systems you call."""
+        return f"{self.run_id}:{self.node_id}"
+
+    @property
+    def is_last_attempt(self) -> bool:
+        """True when a failure now fails the node for good (time for give-up side effects)."""
+        return self.attempt + 1 >= self.max_attempts
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    status: Literal["COMPLETED", "FAILED"]
+    output: Any = None
+    error: str = ""
+    code: str | None = None
+    permanent: bool = False
+
+    @property
+    def output_json(self) -> str:
+        return json.dumps(self.output, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Handler:
+    """A registered handler: ``async def fn(ctx, input)``; input typed as a pydantic model or a dict."""
+
+    queue: str
+    fn: HandlerFn
+    input_model: type[BaseModel] | None
+
+    @classmethod
+    def of(cls, queue: str, fn: HandlerFn) -> Handler:
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"handler {fn.__qualname__} for queue {queue!r} must be an async def")
+        params = list(inspect.signature(fn).parameters.values())
+        if len(params) != 2:
+            raise TypeError(
+                f"handler {fn.__qualname__} must take (ctx, input), not {len(params)} parameter(s)"
+            )
+        hint = get_type_hints(fn).get(params[1].name)
+        model = hint if isinstance(hint, type) and issubclass(hint, BaseModel) else None
+        return cls(queue, fn, model)
+
+    async def invoke(self, ctx: TaskContext, raw_input: Any, timeout: float | None) -> Outcome:
+        """Run the handler once and turn whatever happens into an Outcome.
+
+        Cancellation propagates: a lost lease or a shutdown reports nothing.
+        """
+        value: Any = raw_input
+        if self.input_model is not None:
+            try:
+                value = self.input_model.model_validate(raw_input)
+            except ValidationError as exc:
+                return Outcome(
+                    "FAILED",
+                    error=f"input does not match {self.input_model.__name__}: {exc}",
+                    code="bad_input",
+                    permanent=True,
+                )
+        try:
+            async with asyncio.timeout(timeout):
+                result = await self.fn(ctx, value)
+        except TaskFailed as exc:
+            return Outcome("FAILED", error=exc.message, code=exc.code, permanent=exc.permanent)
+        except TimeoutError:
+            return Outcome(
+                "FAILED", error=f"handler ran past its timeout of {timeout:g}s", code="timeout"
+            )
+        except Exception as exc:
+            return Outcome("FAILED", error=f"{type(exc).__name__}: {exc}", code="exception")
+        if isinstance(result, BaseModel):
+            result = result.model_dump(mode="json")
+        try:
+            json.dumps(result)
+        except (TypeError, ValueError) as exc:
+            return Outcome(
+                "FAILED",
+                error=f"handler returned a value that is not JSON: {exc}",
+                code="bad_output",
+                permanent=True,
+            )
+        return Outcome("COMPLETED", output=result)

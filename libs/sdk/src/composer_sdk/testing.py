@@ -1,0 +1,32 @@
+"""Run a handler with no engine, no Redis and no coordinator (seed 003's NewTaskRun).
+
+outcome = await run_handler(charge, {"amount": 5}, attempt=2, max_attempts=3)
+assert outcome.status == "FAILED" and outcome.permanent
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from composer_sdk._handler import Handler, HandlerFn, Outcome, TaskContext
+
+
+async def run_handler(
+    fn: HandlerFn,
+    input: Any,
+    *,
+    run_id: str = "run-test",
+    node_id: str = "node",
+    task_id: str = "task-test",
+    attempt: int = 0,
+    max_attempts: int = 3,
+    workflow_id: str = "test-workflow",
+    workflow_version: int = 1,
+    timeout: float | None = None,
+) -> Outcome:
+    """Invoke ``fn`` exactly as a worker would and return the Outcome it would report."""
+    handler = Handler.of("test", fn)
+    ctx = TaskContext(
+        task_id, run_id, node_id, attempt, max_attempts, workflow_id, workflow_version
+    )
+    return await handler.invoke(ctx, input, timeout)

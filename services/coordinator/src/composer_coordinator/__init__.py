@@ -1,0 +1,1 @@
+"""Composer coordinator: the gRPC service workers lease tasks from and report to."""

@@ -1,0 +1,1 @@
+"""Composer outbox-enqueuer: committed dispatches to Redis Streams, and run webhooks."""

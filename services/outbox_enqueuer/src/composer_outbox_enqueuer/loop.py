@@ -1,0 +1,175 @@
+"""Publishing committed outbox rows.
+
+Dispatch rows: claim a batch (FOR UPDATE SKIP LOCKED, only rows whose
+next_attempt_at has come, so retry backoff holds), XADD each to its sharded
+stream in one pipeline, then in the same transaction delete the rows and mark
+the tasks QUEUED, and commit. A crash after XADD and before commit publishes
+again later: a duplicate message, which the lease makes harmless. A Redis
+failure rolls back (nothing lost) and backs off. Several replicas never
+publish the same row at once (SKIP LOCKED).
+
+Webhook rows: POST ``{run_id, workflow_id, version, status, error, output}``
+to the definition's webhook_url through the HTTP executor (its SSRF guard
+applies); a failure is retried with exponential backoff until a bounded
+time has passed, then dropped with an error log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from redis.exceptions import RedisError
+
+import composer_repo as repo
+from composer_common import hints, streams
+from composer_executors import ExecutionError, HttpPolicy, create_http_session, run_http
+
+log = logging.getLogger("composer.outbox")
+
+
+@dataclass
+class Enqueuer:
+    pool: repo.Pool
+    redis: Any
+    prefix: str = "composer"
+    shards: int = streams.DEFAULT_SHARDS
+    batch_size: int = 200
+    poll_seconds: float = 1.0
+    webhook_batch_size: int = 20
+    webhook_timeout: float = 10.0
+    webhook_give_up: float = 3600.0
+    #: First retry delay of a failed webhook; doubles per attempt (capped at 5 minutes).
+    webhook_backoff: float = 1.0
+    http_policy: HttpPolicy = field(default_factory=HttpPolicy)
+    published: int = 0
+    webhooks_delivered: int = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Publish until ``stop`` is set; woken by hints, polling as a fallback."""
+        backoff = 0.1
+        async with (
+            hints.Waker(self.redis, self.prefix, hints.ENQUEUER) as waker,
+            create_http_session(self.http_policy) as session,
+        ):
+            while not stop.is_set():
+                try:
+                    published = await self.publish_dispatches()
+                    delivered = await self.deliver_webhooks(session)
+                    backoff = 0.1
+                except (RedisError, OSError, repo.Transient) as exc:
+                    log.warning("publishing paused: %s; retrying in %.1fs", exc, backoff)
+                    await _sleep_or_stop(stop, backoff)
+                    backoff = min(backoff * 2, 5.0)
+                    continue
+                if published >= self.batch_size or delivered >= self.webhook_batch_size:
+                    continue  # more is waiting
+                await self._wait(waker, stop)
+
+    async def _wait(self, waker: hints.Waker, stop: asyncio.Event) -> None:
+        async with repo.transaction(self.pool) as conn:
+            due = [
+                await repo.next_outbox_due(conn, "dispatch"),
+                await repo.next_outbox_due(conn, "webhook"),
+            ]
+        now = dt.datetime.now(dt.UTC)
+        wait = self.poll_seconds
+        for when in due:
+            if when is not None:
+                wait = min(wait, max(0.0, (when - now).total_seconds()))
+        if wait > 0 and not stop.is_set():
+            stopper = asyncio.create_task(stop.wait())
+            try:
+                await asyncio.wait(
+                    [asyncio.create_task(waker.wait(wait)), stopper],
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            finally:
+                stopper.cancel()
+
+    async def publish_dispatches(self) -> int:
+        """Publish one batch of due dispatches; returns how many."""
+        async with repo.transaction(self.pool) as conn:
+            messages = await repo.claim_outbox(conn, "dispatch", limit=self.batch_size)
+            if not messages:
+                return 0
+            refs: list[repo.TaskRef] = []
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for m in messages:
+                    fields = {str(k): str(v) for k, v in m.payload.items()}
+                    stream = streams.stream_name(
+                        self.prefix, m.destination, streams.shard_of(fields["task_id"], self.shards)
+                    )
+                    pipe.xadd(stream, fields)
+                    refs.append(
+                        repo.TaskRef(
+                            m.run_id, fields["task_id"], fields["node_id"], int(fields["attempt"])
+                        )
+                    )
+                await pipe.execute()  # raises on a Redis failure: the transaction rolls back
+            await repo.delete_outbox(conn, [m.id for m in messages])
+            await repo.mark_queued(conn, refs)
+        self.published += len(messages)
+        log.debug("published %d dispatch(es)", len(messages))
+        return len(messages)
+
+    async def deliver_webhooks(self, session: aiohttp.ClientSession) -> int:
+        """Deliver one batch of due webhooks; returns how many were attempted."""
+        async with repo.transaction(self.pool) as conn:
+            messages = await repo.claim_outbox(conn, "webhook", limit=self.webhook_batch_size)
+            if not messages:
+                return 0
+            results = await asyncio.gather(*(self._post(session, m) for m in messages))
+            done = [m.id for m, error in zip(messages, results, strict=True) if error is None]
+            await repo.delete_outbox(conn, done)
+            now = dt.datetime.now(dt.UTC)
+            for m, error in zip(messages, results, strict=True):
+                if error is None:
+                    continue
+                age = (now - m.created_at).total_seconds()
+                if age >= self.webhook_give_up:
+                    log.error(
+                        "giving up on the webhook of run %s to %s after %d attempts over %.0fs: %s",
+                        m.run_id,
+                        m.destination,
+                        m.attempts + 1,
+                        age,
+                        error,
+                    )
+                    await repo.delete_outbox(conn, [m.id])
+                    continue
+                delay = min(self.webhook_backoff * 2.0**m.attempts, 300.0)
+                log.warning(
+                    "webhook of run %s to %s failed (%s); retrying in %.0fs",
+                    m.run_id,
+                    m.destination,
+                    error,
+                    delay,
+                )
+                await repo.postpone_outbox(
+                    conn, m.id, not_before=now + dt.timedelta(seconds=delay), error=error
+                )
+        self.webhooks_delivered += len(done)
+        return len(messages)
+
+    async def _post(
+        self, session: aiohttp.ClientSession, message: repo.OutboxMessage
+    ) -> str | None:
+        spec = {"method": "POST", "url": message.destination, "body": message.payload}
+        try:
+            await run_http(
+                spec, timeout=self.webhook_timeout, session=session, policy=self.http_policy
+            )
+        except ExecutionError as exc:
+            return str(exc)
+        return None
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)

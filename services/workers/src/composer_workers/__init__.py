@@ -1,0 +1,1 @@
+"""Composer built-in workers: HTTP and PYTHON nodes, run on the worker SDK."""

@@ -1,0 +1,188 @@
+"""An in-process Composer stack for end-to-end tests: real PostgreSQL, real Redis.
+
+``stack`` runs the engine, the coordinator's gRPC server (on a free port),
+the outbox-enqueuer loop and SDK workers in the test's event loop, on the
+module's scratch database and a Redis key prefix of its own, and tears it
+all down after the test (keys under the prefix deleted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from redis.exceptions import RedisError
+
+import composer_repo as repo
+from composer_common import streams
+from composer_coordinator.server import start_server
+from composer_core.model import build_dag, parse_definition
+from composer_engine import Engine
+from composer_executors import HttpPolicy, create_http_session
+from composer_outbox_enqueuer.loop import Enqueuer
+from composer_sdk import Worker, WorkerConfig
+from composer_workers.handlers import http_handler, python_handler
+
+TOKEN = "e2e-token"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    url = os.environ.get("COMPOSER_TEST_REDIS_URL", DEFAULT_REDIS_URL)
+
+    async def ping() -> None:
+        client = streams.connect(url)
+        try:
+            await client.ping()
+        finally:
+            await client.aclose()
+
+    try:
+        asyncio.run(ping())
+    except (RedisError, OSError) as exc:
+        message = f"Redis at {url} is not reachable: {exc}"
+        if os.environ.get("CI"):
+            pytest.fail(f"{message} (CI is set, so this fails instead of skipping)", pytrace=False)
+        pytest.skip(message)
+    return url
+
+
+@dataclass
+class Stack:
+    engine: Engine
+    pool: repo.Pool
+    redis: Any
+    redis_url: str
+    prefix: str
+    grpc_target: str
+    enqueuer: Enqueuer
+    workers: list[Worker] = field(default_factory=list)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def deploy(self, definition: dict[str, Any]) -> int:
+        """Validate and store a definition, deployed; returns its version."""
+        spec = parse_definition(definition)
+        build_dag(spec)
+        async with repo.transaction(self.pool) as conn:
+            stored = await repo.create_definition(
+                conn,
+                spec.id,
+                name=spec.name or spec.id,
+                spec=definition,
+                webhook_url=spec.webhook_url,
+                deploy=True,
+            )
+        return stored.version
+
+    def worker(self, handlers: dict[str, Callable[..., Awaitable[Any]]], **config: Any) -> Worker:
+        """Start an SDK worker serving ``handlers`` (queue → handler) for the rest of the test."""
+        options: dict[str, Any] = {
+            "lease_ttl": 5.0,
+            "read_block_ms": 200,
+            "drain_seconds": 2.0,
+        } | config
+        worker = Worker(
+            WorkerConfig(
+                redis_url=self.redis_url,
+                coordinator=self.grpc_target,
+                token=TOKEN,
+                redis_prefix=self.prefix,
+                **options,
+            )
+        )
+        for queue, fn in handlers.items():
+            worker.add_handler(queue, fn)
+        self.workers.append(worker)
+        self.tasks.append(asyncio.create_task(worker.run(), name=f"worker-{len(self.workers)}"))
+        return worker
+
+    async def builtin_workers(self) -> Worker:
+        """The http and python queues, as services/workers serves them (private targets allowed)."""
+        policy = HttpPolicy(allow_private=True)
+        session = create_http_session(policy)
+        self._closers.append(session.close)
+        return self.worker(
+            {"http": http_handler(session, policy), "python": python_handler(256 * 1024 * 1024)}
+        )
+
+    async def wait_run(self, run_id: str, timeout: float = 20.0) -> repo.RunRecord:
+        """Poll until the run is terminal; fail the test with its state if it is not in time."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            async with repo.transaction(self.pool) as conn:
+                run = await repo.get_run(conn, run_id)
+            if run.status.is_terminal:
+                return run
+            if asyncio.get_running_loop().time() > deadline:
+                tasks = await self.tasks_of(run_id)
+                states = [(t.node_id, t.state.value, t.attempt) for t in tasks.values()]
+                raise AssertionError(f"run {run_id} still {run.status} after {timeout}s: {states}")
+            for task in self.tasks:
+                if task.done() and not task.cancelled() and task.exception():
+                    raise AssertionError(f"{task.get_name()} crashed") from task.exception()
+            await asyncio.sleep(0.05)
+
+    async def tasks_of(self, run_id: str) -> dict[str, repo.TaskRecord]:
+        async with repo.transaction(self.pool) as conn:
+            return {t.node_id: t for t in await repo.get_run_tasks(conn, run_id)}
+
+    _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+
+@pytest.fixture
+async def stack(database_url: str, redis_url: str) -> AsyncIterator[Stack]:
+    prefix = f"test-{uuid.uuid4().hex[:10]}"
+    pool = await repo.create_pool(database_url, min_size=2, max_size=10)
+    redis = streams.connect(redis_url)
+    engine = Engine(pool, redis=redis, redis_prefix=prefix)
+    server, port = await start_server(engine, address="127.0.0.1:0", token=TOKEN)
+    enqueuer = Enqueuer(
+        pool,
+        redis,
+        prefix=prefix,
+        poll_seconds=0.2,
+        webhook_backoff=0.2,
+        http_policy=HttpPolicy(allow_private=True),
+    )
+    s = Stack(engine, pool, redis, redis_url, prefix, f"127.0.0.1:{port}", enqueuer)
+    s.tasks.append(asyncio.create_task(enqueuer.run(s.stop), name="enqueuer"))
+    try:
+        yield s
+    finally:
+        s.stop.set()
+        for worker in s.workers:
+            worker.stop()
+        _, pending = await asyncio.wait(s.tasks, timeout=10)
+        for task in pending:
+            task.cancel()
+        for task in s.tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for close in s._closers:
+            await close()
+        await server.stop(0)
+        keys = [k async for k in redis.scan_iter(match=f"{prefix}:*")]
+        if keys:
+            await redis.delete(*keys)
+        await redis.aclose()
+        await pool.close()
+
+
+async def eventually(
+    condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition"
+) -> None:
+    """Wait until ``condition()`` holds, failing the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not hold within {timeout}s")
+        await asyncio.sleep(0.02)
