@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from pathlib import Path
 from typing import Any
 
 import grpc.aio
 import pytest
+import yaml
 from aiohttp import web
 
 import composer_repo as repo
@@ -19,6 +21,8 @@ from composer_rpc.v1 import worker_pb2 as pb
 from composer_rpc.v1.worker_pb2_grpc import WorkerServiceStub
 from composer_sdk import PermanentError, TaskContext, TaskFailed
 from tests.integration.e2e.conftest import TOKEN, Stack, eventually
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def chain(*ids: str, queue: str = "work", **extra: Any) -> dict[str, Any]:
@@ -504,5 +508,32 @@ async def test_webhook_is_retried_while_the_server_answers_503(
         assert answers == []  # it took three tries
         await asyncio.sleep(0.5)
         assert len(received) == 1
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize(("price", "total"), [(120, 108.0), (5, 5)])
+async def test_example_price_check_runs_to_success(
+    stack: Stack, unused_tcp_port: int, price: int, total: float
+) -> None:
+    async def item(request: web.Request) -> web.Response:
+        return web.json_response({"name": "lamp", "price": price})
+
+    app = web.Application()
+    app.router.add_get("/items/7", item)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", unused_tcp_port).start()
+    try:
+        example = yaml.safe_load(EXAMPLES.joinpath("price-check.yaml").read_text())
+        await stack.deploy(example)
+        await stack.builtin_workers()
+        started = await stack.engine.start(
+            "price-check", input={"url": f"http://127.0.0.1:{unused_tcp_port}/items/7"}
+        )
+        run = await stack.wait_run(started.run_id)
+        assert run.status is RunStatus.SUCCEEDED, run.error
+        assert run.output["item"] == "lamp"
+        assert run.output["quote"]["total"] == total
     finally:
         await runner.cleanup()

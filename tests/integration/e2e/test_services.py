@@ -1,0 +1,135 @@
+"""The services as processes: they refuse an outdated database, serve, and stop cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+from collections.abc import Iterator
+
+import grpc.aio
+import pytest
+
+from composer_rpc.v1 import worker_pb2 as pb
+from composer_rpc.v1.worker_pb2_grpc import WorkerServiceStub
+from tests.integration.databases import scratch_database
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def service_env(database_url: str, redis_url: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COMPOSER_")}
+    return (
+        env
+        | {
+            "COMPOSER_DATABASE_URL": database_url,
+            "COMPOSER_REDIS_URL": redis_url,
+            "COMPOSER_REDIS_PREFIX": "svc-test",
+        }
+        | extra
+    )
+
+
+@pytest.fixture
+def empty_database(pg_admin_url: str) -> Iterator[str]:
+    with scratch_database(pg_admin_url) as url:
+        yield url
+
+
+@pytest.mark.parametrize("module", ["composer_coordinator", "composer_outbox_enqueuer"])
+async def test_service_refuses_a_database_that_is_not_migrated(
+    module: str, empty_database: str, redis_url: str
+) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        module,
+        env=service_env(empty_database, redis_url, COMPOSER_WORKER_TOKEN="t"),
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, stderr = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 2
+    assert "make migrate" in stderr.decode()
+
+
+async def test_coordinator_serves_and_drains_on_sigterm(database_url: str, redis_url: str) -> None:
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "composer_coordinator",
+        env=service_env(
+            database_url,
+            redis_url,
+            COMPOSER_WORKER_TOKEN="secret",
+            COMPOSER_GRPC_ADDR=f"127.0.0.1:{port}",
+        ),
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            await asyncio.wait_for(channel.channel_ready(), 20)
+            reply = await WorkerServiceStub(channel).ReportTaskResult(
+                pb.ReportTaskResultRequest(
+                    task_id="t",
+                    run_id="0190b2a0-0000-7000-8000-000000000000",
+                    node_id="n",
+                    attempt=0,
+                    owner="o",
+                    status=pb.TASK_STATUS_COMPLETED,
+                    output_json="{}",
+                ),
+                metadata=(("authorization", "Bearer secret"),),
+            )
+            assert not reply.accepted  # no such run: acknowledged, nothing changed
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, stderr.decode()
+    assert "draining" in stderr.decode()
+
+
+async def wait_for_line(proc: asyncio.subprocess.Process, marker: str, timeout: float = 20) -> str:
+    """Read the process's stderr until a line contains ``marker``; returns what was read."""
+    assert proc.stderr is not None
+    seen = ""
+    async with asyncio.timeout(timeout):
+        while marker not in seen:
+            line = await proc.stderr.readline()
+            if not line:
+                raise AssertionError(f"process ended before logging {marker!r}: {seen}")
+            seen += line.decode()
+    return seen
+
+
+async def test_workers_and_enqueuer_stop_cleanly_on_sigterm(
+    database_url: str, redis_url: str
+) -> None:
+    env = service_env(
+        database_url,
+        redis_url,
+        COMPOSER_WORKER_TOKEN="t",
+        COMPOSER_GRPC_ADDR=f"127.0.0.1:{free_port()}",
+    )
+    started = {
+        "composer_workers": "serving http, python",
+        "composer_outbox_enqueuer": "publishing the outbox",
+    }
+    procs = {
+        module: await asyncio.create_subprocess_exec(
+            sys.executable, "-m", module, env=env, stderr=asyncio.subprocess.PIPE
+        )
+        for module in started
+    }
+    for module, proc in procs.items():
+        await wait_for_line(proc, started[module])
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs.values():
+        _, stderr = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 0, stderr.decode()
