@@ -14,6 +14,7 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,10 +137,14 @@ class Stack:
             return {t.node_id: t for t in await repo.get_run_tasks(conn, run_id)}
 
     _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    server: Any = None
 
 
-@pytest.fixture
-async def stack(database_url: str, redis_url: str) -> AsyncIterator[Stack]:
+@asynccontextmanager
+async def open_stack(
+    database_url: str, redis_url: str, *, poll_seconds: float = 0.2
+) -> AsyncIterator[Stack]:
+    """Run the stack in this event loop until the block ends (also used by the benchmarks)."""
     prefix = f"test-{uuid.uuid4().hex[:10]}"
     pool = await repo.create_pool(database_url, min_size=2, max_size=10)
     redis = streams.connect(redis_url)
@@ -149,11 +154,12 @@ async def stack(database_url: str, redis_url: str) -> AsyncIterator[Stack]:
         pool,
         redis,
         prefix=prefix,
-        poll_seconds=0.2,
+        poll_seconds=poll_seconds,
         webhook_backoff=0.2,
         http_policy=HttpPolicy(allow_private=True),
     )
     s = Stack(engine, pool, redis, redis_url, prefix, f"127.0.0.1:{port}", enqueuer)
+    s.server = server
     s.tasks.append(asyncio.create_task(enqueuer.run(s.stop), name="enqueuer"))
     try:
         yield s
@@ -175,6 +181,12 @@ async def stack(database_url: str, redis_url: str) -> AsyncIterator[Stack]:
             await redis.delete(*keys)
         await redis.aclose()
         await pool.close()
+
+
+@pytest.fixture
+async def stack(database_url: str, redis_url: str) -> AsyncIterator[Stack]:
+    async with open_stack(database_url, redis_url) as s:
+        yield s
 
 
 async def eventually(

@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 ENQUEUER = "enqueuer"
 TIMER = "timer"
 RUN_FINISHED = "run-finished"
+#: The message of an ENQUEUER hint whose transaction wrote a webhook (dispatches send "").
+WEBHOOK = "webhook"
 
 
 def channel(prefix: str, loop: str) -> str:
@@ -50,7 +52,7 @@ class Waker:
         self._channel = channel(prefix, loop)
         self._event = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self.last_message: str | None = None
+        self._messages: set[str] = set()
 
     async def __aenter__(self) -> Waker:
         self._task = asyncio.create_task(self._listen(), name=f"hints:{self._channel}")
@@ -61,6 +63,11 @@ class Waker:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+
+    def take_messages(self) -> set[str]:
+        """The distinct hint messages received since the last call."""
+        messages, self._messages = self._messages, set()
+        return messages
 
     def poke(self) -> None:
         """Wake the waiter now (for in-process callers)."""
@@ -84,7 +91,7 @@ class Waker:
                     await pubsub.subscribe(self._channel)
                     delay = 0.1
                     async for message in _messages(pubsub):
-                        self.last_message = message
+                        self._messages.add(message)
                         self._event.set()
             except (RedisError, OSError) as exc:
                 log.warning(

@@ -40,6 +40,7 @@ class Effects:
     """What a committed transition should announce (collected while persisting)."""
 
     wake_enqueuer: bool = False
+    wrote_webhook: bool = False
     wake_timer: bool = False
     finished: FinishRun | None = None
     #: RetryTask actions waiting for the DispatchTask that follows each (by task id).
@@ -108,7 +109,7 @@ async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: list[Action]) -> 
                             "output": action.output,
                         },
                     )
-                    effects.wake_enqueuer = True
+                    effects.wrote_webhook = True
     return effects
 
 
@@ -150,7 +151,9 @@ async def _dispatch(
 def announce(tx: Tx, effects: Effects, *, redis: object | None, prefix: str, run: Run) -> None:
     """After commit: wake the loops that have new work, and log a finished run."""
     if redis is not None:
-        if effects.wake_enqueuer:
+        if effects.wrote_webhook:
+            tx.after_commit(lambda: hints.send(redis, prefix, hints.ENQUEUER, hints.WEBHOOK))  # type: ignore[arg-type]
+        elif effects.wake_enqueuer:
             tx.after_commit(lambda: hints.send(redis, prefix, hints.ENQUEUER))  # type: ignore[arg-type]
         if effects.wake_timer:
             tx.after_commit(lambda: hints.send(redis, prefix, hints.TIMER))  # type: ignore[arg-type]

@@ -330,7 +330,7 @@ class Worker:
             try:
                 # Acknowledge, then delete: a handled entry is never read again,
                 # and deleting keeps the stream from growing without bound.
-                async with self._redis.pipeline(transaction=True) as pipe:
+                async with self._redis.pipeline(transaction=False) as pipe:
                     pipe.xack(stream, streams.GROUP, entry_id)
                     pipe.xdel(stream, entry_id)
                     await pipe.execute()

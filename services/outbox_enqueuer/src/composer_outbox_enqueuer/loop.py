@@ -51,16 +51,26 @@ class Enqueuer:
     webhooks_delivered: int = 0
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Publish until ``stop`` is set; woken by hints, polling as a fallback."""
+        """Publish until ``stop`` is set; woken by hints, polling as a fallback.
+
+        One transaction per wake-up in the steady state: the dispatch claim also
+        asks when the next dispatch is due. Webhooks are looked at when a hint
+        says one was written, when one is due, or once per poll interval.
+        """
         backoff = 0.1
+        loop = asyncio.get_running_loop()
+        webhooks_at = 0.0  # loop time when webhooks are next looked at
         async with (
             hints.Waker(self.redis, self.prefix, hints.ENQUEUER) as waker,
             create_http_session(self.http_policy) as session,
         ):
             while not stop.is_set():
                 try:
-                    published = await self.publish_dispatches()
-                    delivered = await self.deliver_webhooks(session)
+                    published, next_due = await self.publish_dispatches()
+                    delivered = 0
+                    if hints.WEBHOOK in waker.take_messages() or loop.time() >= webhooks_at:
+                        delivered, webhook_due = await self.deliver_webhooks(session)
+                        webhooks_at = loop.time() + _until(webhook_due, self.poll_seconds)
                     backoff = 0.1
                 except (RedisError, OSError, repo.Transient) as exc:
                     log.warning("publishing paused: %s; retrying in %.1fs", exc, backoff)
@@ -69,43 +79,22 @@ class Enqueuer:
                     continue
                 if published >= self.batch_size or delivered >= self.webhook_batch_size:
                     continue  # more is waiting
-                await self._wait(waker, stop)
+                wait = min(_until(next_due, self.poll_seconds), max(0.0, webhooks_at - loop.time()))
+                if wait > 0:
+                    await _wait(waker, stop, wait)
 
-    async def _wait(self, waker: hints.Waker, stop: asyncio.Event) -> None:
-        async with repo.transaction(self.pool) as conn:
-            due = [
-                await repo.next_outbox_due(conn, "dispatch"),
-                await repo.next_outbox_due(conn, "webhook"),
-            ]
-        now = dt.datetime.now(dt.UTC)
-        wait = self.poll_seconds
-        for when in due:
-            if when is not None:
-                wait = min(wait, max(0.0, (when - now).total_seconds()))
-        if wait > 0 and not stop.is_set():
-            stopper = asyncio.create_task(stop.wait())
-            try:
-                await asyncio.wait(
-                    [asyncio.create_task(waker.wait(wait)), stopper],
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-            finally:
-                stopper.cancel()
-
-    async def publish_dispatches(self) -> int:
-        """Publish one batch of due dispatches; returns how many."""
+    async def publish_dispatches(self) -> tuple[int, dt.datetime | None]:
+        """Publish one batch of due dispatches; returns how many, and when the next is due."""
         async with repo.transaction(self.pool) as conn:
             messages = await repo.claim_outbox(conn, "dispatch", limit=self.batch_size)
             if not messages:
-                return 0
+                return 0, await repo.next_outbox_due(conn, "dispatch")
             refs: list[repo.TaskRef] = []
             async with self.redis.pipeline(transaction=False) as pipe:
                 for m in messages:
                     fields = {str(k): str(v) for k, v in m.payload.items()}
-                    stream = streams.stream_name(
-                        self.prefix, m.destination, streams.shard_of(fields["task_id"], self.shards)
-                    )
-                    pipe.xadd(stream, fields)
+                    shard = streams.shard_of(fields["task_id"], self.shards)
+                    pipe.xadd(streams.stream_name(self.prefix, m.destination, shard), fields)
                     refs.append(
                         repo.TaskRef(
                             m.run_id, fields["task_id"], fields["node_id"], int(fields["attempt"])
@@ -114,16 +103,23 @@ class Enqueuer:
                 await pipe.execute()  # raises on a Redis failure: the transaction rolls back
             await repo.delete_outbox(conn, [m.id for m in messages])
             await repo.mark_queued(conn, refs)
+            next_due = (
+                None
+                if len(messages) >= self.batch_size
+                else await repo.next_outbox_due(conn, "dispatch")
+            )
         self.published += len(messages)
         log.debug("published %d dispatch(es)", len(messages))
-        return len(messages)
+        return len(messages), next_due
 
-    async def deliver_webhooks(self, session: aiohttp.ClientSession) -> int:
-        """Deliver one batch of due webhooks; returns how many were attempted."""
+    async def deliver_webhooks(
+        self, session: aiohttp.ClientSession
+    ) -> tuple[int, dt.datetime | None]:
+        """Deliver one batch of due webhooks; returns how many were tried, and when the next is due."""
         async with repo.transaction(self.pool) as conn:
             messages = await repo.claim_outbox(conn, "webhook", limit=self.webhook_batch_size)
             if not messages:
-                return 0
+                return 0, await repo.next_outbox_due(conn, "webhook")
             results = await asyncio.gather(*(self._post(session, m) for m in messages))
             done = [m.id for m, error in zip(messages, results, strict=True) if error is None]
             await repo.delete_outbox(conn, done)
@@ -154,8 +150,9 @@ class Enqueuer:
                 await repo.postpone_outbox(
                     conn, m.id, not_before=now + dt.timedelta(seconds=delay), error=error
                 )
+            next_due = await repo.next_outbox_due(conn, "webhook")
         self.webhooks_delivered += len(done)
-        return len(messages)
+        return len(messages), next_due
 
     async def _post(
         self, session: aiohttp.ClientSession, message: repo.OutboxMessage
@@ -168,6 +165,24 @@ class Enqueuer:
         except ExecutionError as exc:
             return str(exc)
         return None
+
+
+def _until(when: dt.datetime | None, cap: float) -> float:
+    """Seconds until ``when`` (at most ``cap``; ``cap`` when there is nothing due)."""
+    if when is None:
+        return cap
+    return min(cap, max(0.0, (when - dt.datetime.now(dt.UTC)).total_seconds()))
+
+
+async def _wait(waker: hints.Waker, stop: asyncio.Event, seconds: float) -> None:
+    """Until a hint, ``stop``, or ``seconds``, whichever comes first."""
+    stopper = asyncio.create_task(stop.wait())
+    hinted = asyncio.create_task(waker.wait(seconds))
+    try:
+        await asyncio.wait([hinted, stopper], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+        hinted.cancel()
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
