@@ -27,7 +27,9 @@ from composer_sdk import TaskContext
 from tests.integration.databases import new_database_name
 from tests.integration.e2e.conftest import open_stack
 
-ADMIN_URL = os.environ.get("COMPOSER_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+ADMIN_URL = os.environ.get(
+    "COMPOSER_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
 REDIS_URL = os.environ.get("COMPOSER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 RUNS, STEPS = 100, 10
 
@@ -88,7 +90,11 @@ async def main() -> dict[str, float]:
         async with open_stack(url, REDIS_URL, poll_seconds=1.0) as stack:
             calls = {"lease": 0, "renew": 0, "report": 0}
             engine = stack.engine
-            for attr, key in (("acquire_lease", "lease"), ("renew_lease", "renew"), ("handle", "report")):
+            for attr, key in (
+                ("acquire_lease", "lease"),
+                ("renew_lease", "renew"),
+                ("handle", "report"),
+            ):
                 original = getattr(engine, attr)
 
                 def counted(*a: Any, _o: Any = original, _k: str = key, **kw: Any) -> Any:
