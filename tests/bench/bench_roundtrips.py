@@ -59,11 +59,11 @@ class CountingTransactions:
             self.count += 1
             return self._original(pool)
 
-        repo.transaction = counted  # type: ignore[assignment]
+        repo.transaction = counted
         return self
 
     def __exit__(self, *exc: object) -> None:
-        repo.transaction = self._original  # type: ignore[assignment]
+        repo.transaction = self._original
 
 
 async def _finished(conn: repo.Connection, run_id: str) -> None:
