@@ -9,8 +9,9 @@ How the child is set up, and why:
   directory): nothing of the worker's, so no COMPOSER_* settings, tokens
   or database URLs reach the snippet.
 - A fresh temporary working directory, removed afterwards.
-- Its own session and process group, so a timeout (or a cancelled attempt)
-  kills the snippet and every process it started.
+- Its own session and process group, killed when main returns, on a
+  timeout and on a cancelled attempt, so nothing the snippet started
+  outlives it (unless it started a session of its own: see below).
 - RLIMIT_AS set in the child before the snippet is compiled: allocating
   past it raises MemoryError, reported as ``memory_limit``.
 - Input and result travel as JSON over stdin and a private copy of the
@@ -19,9 +20,11 @@ How the child is set up, and why:
 
 This is isolation of the *worker* from a snippet's mistakes (a crash, a
 leak, an endless loop, a stray print), not a security sandbox: the snippet
-runs as the worker's user, can read every file that user can, open network
-connections (the HTTP node's SSRF guard does not apply), and import
-whatever is installed next to the worker. Run untrusted code only on
+runs as the worker's user, can read every file that user can (the
+worker's /proc/<pid>/environ included), leave a process behind with
+setsid(), open network connections (the HTTP node's SSRF guard does not
+apply), and import whatever is installed next to the worker. Run untrusted
+code only on
 workers that are themselves confined (a container with no secrets mounted,
 a read-only filesystem, network policy, a seccomp profile).
 """
@@ -52,7 +55,7 @@ _CHILD_SOURCE = (Path(__file__).parent / "_child.py").read_text(encoding="utf-8"
 _STDERR_KEEP_BYTES = 64 * 1024
 _STDERR_QUOTE_LINES = 20
 _STDERR_QUOTE_CHARS = 2000
-_DRAIN_AFTER_EXIT = 2.0  # seconds to collect the pipes once the process group is dead
+_DRAIN_AFTER_EXIT = 1.0  # seconds to collect the pipes once the process group is dead
 _PERMANENT = frozenset(
     {ErrorCode.SYNTAX_ERROR, ErrorCode.NO_MAIN, ErrorCode.NOT_JSON, ErrorCode.RESULT_TOO_LARGE}
 )
@@ -106,26 +109,26 @@ async def run_python(
         reading = asyncio.create_task(result.read(proc.stdout), name="python-node-result")
         tailing = asyncio.create_task(stderr.read(proc.stderr), name="python-node-stderr")
         pipes = (feeding, reading, tailing)
+        timed_out = False
         try:
             async with asyncio.timeout(timeout):
-                await proc.wait()
-                # Anything the snippet left running would hold the pipes open.
-                _kill_group(proc.pid)
-                await asyncio.gather(*pipes)
+                # The result channel closes when the child exits (the processes it starts
+                # do not inherit it). proc.wait() would also wait for every process that
+                # still holds stderr open.
+                await asyncio.shield(reading)
         except TimeoutError:
+            timed_out = True
+        finally:
+            # Also after a normal exit: whatever the snippet left running would hold the pipes.
             _kill_group(proc.pid)
+            if not await _drain(pipes):
+                await _close_transport(proc)
             await proc.wait()
-            await _drain(pipes)
+        if timed_out:
             raise ExecutionTimeout(
                 f"the python code did not finish within {timeout:g} s and was stopped; "
                 "make main faster or raise the node's timeout_seconds" + _quote(stderr.text())
-            ) from None
-        finally:
-            _kill_group(proc.pid)
-            if proc.returncode is None:
-                await proc.wait()
-            await _drain(pipes)
-            _close_transport(proc)
+            )
     finally:
         # The snippet may have left many files: remove them off the event loop.
         await asyncio.to_thread(shutil.rmtree, work, ignore_errors=True)
@@ -208,17 +211,27 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-async def _drain(pipes: tuple[asyncio.Task[None], ...]) -> None:
-    """Let the pipe tasks reach EOF; give up on those a process outside the group holds open."""
+async def _drain(pipes: tuple[asyncio.Task[None], ...]) -> bool:
+    """Let the pipe tasks reach EOF; False when a process outside the group holds one open."""
     _, pending = await asyncio.wait(pipes, timeout=_DRAIN_AFTER_EXIT)
     for task in pending:
         task.cancel()
     await asyncio.gather(*pipes, return_exceptions=True)
+    return not pending
 
 
-def _close_transport(proc: asyncio.subprocess.Process) -> None:
-    # Process has no public close(); without it a pipe still held open by an
-    # escaped grandchild leaks its transport (and a ResourceWarning).
+async def _close_transport(proc: asyncio.subprocess.Process) -> None:
+    """Close the pipes a process that escaped the group still holds, so proc.wait() returns.
+
+    Before Python 3.12, wait() also waits for every pipe to close. Process has
+    no public close(), hence the private transport. Closing before the child
+    watcher has the exit status would make the transport reap the child itself
+    (and the watcher report 255), so wait for the status first.
+    """
+    deadline = asyncio.get_running_loop().time() + _DRAIN_AFTER_EXIT
+    # No event announces the exit status before the pipes close: poll, on this rare path only.
+    while proc.returncode is None and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
     transport = getattr(proc, "_transport", None)
     if transport is not None:
         transport.close()
