@@ -4,7 +4,8 @@
    current month's partition. One pair is what the engine does for a worker
    task: a transaction that locks the run, inserts the task and its outbox
    row, then one that locks the run and completes the task (fenced). Four
-   concurrent connections, each on its own runs. The existing rows are
+   concurrent connections, each on its own runs; the best of three rounds
+   counts (the worst is reported too: the machine is shared). The existing rows are
    generated in SQL (INSERT … SELECT generate_series), not through Python.
 2. The share of HOT updates on task_instances (pg_stat_user_tables) over a
    worker task's whole life: insert, QUEUED, lease, two renewals, COMPLETED —
@@ -34,7 +35,8 @@ ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 SIZES = (0, 1_000_000, 5_000_000)
 TASKS_PER_RUN = 10  # in the generated rows
 CONCURRENCY = 4
-PAIRS = 2_000  # timed create+complete pairs per size
+PAIRS = 800  # timed create+complete pairs per round
+ROUNDS = 3  # per size; the best round counts (the machine is shared and noisy)
 WARMUP = 200
 HOT_TASKS = 2_000
 
@@ -131,6 +133,8 @@ async def _grow(conn: repo.Connection, current_rows: int, target_rows: int) -> f
         await conn.execute(_GENERATE_TASKS, lower, TASKS_PER_RUN)
     await conn.execute("VACUUM ANALYZE workflow_runs")
     await conn.execute("VACUUM ANALYZE task_instances")
+    # Write the load out now, so its checkpoint does not land in the measurement.
+    await conn.execute("CHECKPOINT")
     return runs * TASKS_PER_RUN / (time.perf_counter() - started)
 
 
@@ -241,8 +245,9 @@ async def main() -> dict[str, float]:
                 if load_rate:
                     figures[f"generated_rows_per_s_{_label(size)}"] = load_rate
                 await _pairs_per_second(pool, version, WARMUP)
-                rate = await _pairs_per_second(pool, version, PAIRS)
-                figures[f"create_complete_per_s_{_label(size)}"] = rate
+                rates = [await _pairs_per_second(pool, version, PAIRS) for _ in range(ROUNDS)]
+                figures[f"create_complete_per_s_{_label(size)}"] = max(rates)
+                figures[f"create_complete_per_s_{_label(size)}_worst"] = min(rates)
             base = figures.get("create_complete_per_s_0")
             if base:
                 for size in _sizes()[1:]:
