@@ -12,7 +12,7 @@ VENV_STAMP := .venv/.synced
 PY_SOURCES := libs services tests examples
 COMPOSER_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/composer
 
-.PHONY: help install run test test-unit lint fmt proto bench migrate clean
+.PHONY: help install run simulate test test-unit lint fmt proto bench migrate clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -24,7 +24,10 @@ $(VENV_STAMP): pyproject.toml uv.lock $(wildcard libs/*/pyproject.toml)
 
 install: $(VENV_STAMP)  ## create .venv with every library and the dev tools
 
-run: $(VENV_STAMP)  ## run the example workflow through the state machine, printing each transition
+run: $(VENV_STAMP)  ## the whole stack on this machine, supervised (Ctrl-C stops it)
+	$(UV) run --no-sync python -m composer_devstack
+
+simulate: $(VENV_STAMP)  ## drive examples/order-fulfilment.yaml through the state machine in memory
 	$(UV) run --no-sync python examples/simulate.py examples/order-fulfilment.yaml
 
 test: $(VENV_STAMP)  ## the whole suite (unit; integration against the real PostgreSQL and Redis)
