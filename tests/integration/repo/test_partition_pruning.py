@@ -43,6 +43,8 @@ PRUNED: dict[str, tuple[Any, ...]] = {
     "pending_signal": ("paid", []),
     "consume_signal": (T, "node"),
     "redispatch_task": (T, 0, NOW),
+    "try_lock_run": (),
+    "lock_expired_lease": (T, 0, "w"),
 }
 
 #: Statements on partitioned tables that do not (and need not) name one run.
@@ -60,6 +62,8 @@ WIDER = {
     "next_wake_at": "the timer scans the small wake_at partial index of every month",
     "expired_leases": "the sweeper scans the small in-flight partial index of every month",
     "lost_dispatches": "the sweeper scans the small in-flight partial index of every month",
+    "task_attempts": "a batch of (run id, task id) pairs",
+    "count_active_runs": "an id range: one month, by the partition-manager",
 }
 
 PARTITIONED = re.compile(r"\b(workflow_runs|task_instances|workflow_events)\b")

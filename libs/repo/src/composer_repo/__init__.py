@@ -41,12 +41,15 @@ from composer_repo._errors import (
     SchemaOutdated,
     Transient,
 )
+from composer_repo._locks import singleton
 from composer_repo._loops import (
     due_waits,
     expired_leases,
+    lock_expired_lease,
     lost_dispatches,
     next_wake_at,
     redispatch_task,
+    task_attempts,
 )
 from composer_repo._migrate import (
     SCHEMA_VERSION,
@@ -65,7 +68,12 @@ from composer_repo._outbox import (
     next_outbox_due,
     postpone_outbox,
 )
-from composer_repo._partitions import drop_partitions, ensure_partitions, list_partitions
+from composer_repo._partitions import (
+    count_active_runs,
+    drop_partitions,
+    ensure_partitions,
+    list_partitions,
+)
 from composer_repo._records import (
     Definition,
     DefinitionVersion,
@@ -83,6 +91,7 @@ from composer_repo._records import (
     RunRecord,
     RunSummary,
     StartedRun,
+    TaskAttempt,
     TaskRecord,
     TaskRef,
     WorkflowSummary,
@@ -96,6 +105,7 @@ from composer_repo._runs import (
     load_outputs,
     load_run,
     reopen_run,
+    try_load_run,
     uuid7_bound,
 )
 from composer_repo._signals import buffer_signal, consume_signal, pending_signal
@@ -112,7 +122,7 @@ from composer_repo._tasks import (
     requeue_task,
     resolve_wait,
 )
-from composer_repo._tx import transaction
+from composer_repo._tx import check_ready, transaction
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -145,6 +155,7 @@ __all__ = [
     "SchemaError",
     "SchemaOutdated",
     "StartedRun",
+    "TaskAttempt",
     "TaskRecord",
     "TaskRef",
     "Transient",
@@ -152,10 +163,12 @@ __all__ = [
     "acquire_lease",
     "buffer_signal",
     "cancel_tasks",
+    "check_ready",
     "claim_outbox",
     "complete_task",
     "connect",
     "consume_signal",
+    "count_active_runs",
     "create_database",
     "create_database_if_missing",
     "create_definition",
@@ -189,6 +202,7 @@ __all__ = [
     "load_migrations",
     "load_outputs",
     "load_run",
+    "lock_expired_lease",
     "lost_dispatches",
     "mark_queued",
     "migrate",
@@ -203,6 +217,9 @@ __all__ = [
     "require_schema",
     "resolve_wait",
     "schema_version",
+    "singleton",
+    "task_attempts",
     "transaction",
+    "try_load_run",
     "uuid7_bound",
 ]

@@ -8,10 +8,18 @@ the tables hold.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 
 from composer_core.model import NodeType, TaskState
 from composer_repo._db import Connection, translated
-from composer_repo._records import DueWait, ExpiredLease, LostDispatch, Redispatch
+from composer_repo._records import (
+    DueWait,
+    ExpiredLease,
+    LostDispatch,
+    Redispatch,
+    TaskAttempt,
+    TaskRef,
+)
 from composer_repo._sql import q
 
 
@@ -66,6 +74,7 @@ async def lost_dispatches(
             attempt=r["attempt"],
             state=TaskState(r["state"]),
             dispatched_at=r["dispatched_at"],
+            queue=r["queue"],
         )
         for r in rows
     ]
@@ -89,3 +98,29 @@ async def redispatch_task(
         queue=row["queue"],
         input=row["input"],
     )
+
+
+@translated
+async def lock_expired_lease(conn: Connection, ref: TaskRef, owner: str | None) -> bool:
+    """Under the run lock: is the attempt still RUNNING under ``owner``'s lease, and is
+    that lease still expired? True locks the task row until the transaction ends, so a
+    renewal cannot land between this check and the failure the caller writes."""
+    row = await conn.fetchval(q("lock_expired_lease"), ref.run_id, ref.task_id, ref.attempt, owner)
+    return row is not None
+
+
+@translated
+async def task_attempts(
+    conn: Connection, tasks: Sequence[tuple[str, str]]
+) -> dict[str, TaskAttempt]:
+    """The state and current attempt of each (run id, task id), by task id; tasks that
+    no longer exist are absent."""
+    if not tasks:
+        return {}
+    rows = await conn.fetch(
+        q("task_attempts"), [run_id for run_id, _ in tasks], [task_id for _, task_id in tasks]
+    )
+    return {
+        r["id"]: TaskAttempt(r["run_id"], r["id"], TaskState(r["state"]), r["attempt"])
+        for r in rows
+    }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 from composer_repo._db import Connection, translated
+from composer_repo._runs import uuid7_bound
 from composer_repo._sql import q
 
 
@@ -28,3 +29,11 @@ async def drop_partitions(conn: Connection, *, older_than: dt.datetime) -> list[
 async def list_partitions(conn: Connection) -> list[str]:
     """The months that have partitions (YYYYMM), oldest first."""
     return [r["suffix"] for r in await conn.fetch(q("list_partitions"))]
+
+
+@translated
+async def count_active_runs(conn: Connection, *, start: dt.datetime, end: dt.datetime) -> int:
+    """How many PENDING or RUNNING runs were created in [start, end) (one partition's
+    month: why retention keeps it)."""
+    count: int = await conn.fetchval(q("count_active_runs"), uuid7_bound(start), uuid7_bound(end))
+    return count

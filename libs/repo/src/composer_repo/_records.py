@@ -256,6 +256,18 @@ class LostDispatch:
     attempt: int
     state: TaskState
     dispatched_at: dt.datetime
+    #: The queue it is dispatched on (its stream is ``<prefix>:q:<queue>:<shard>``).
+    queue: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskAttempt:
+    """Where a task stands now: its state and current attempt."""
+
+    run_id: str
+    task_id: str
+    state: TaskState
+    attempt: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,6 +90,20 @@ async def load_run(conn: Connection, run_id: str) -> Run:
     row = await conn.fetchrow(q("lock_run"), run_id)
     if row is None:
         raise NotFound(f"workflow run {run_id} does not exist")
+    return await _snapshot(conn, run_id, row)
+
+
+@translated
+async def try_load_run(conn: Connection, run_id: str) -> Run | None:
+    """``load_run`` for a loop that must never wait for a run's lock: None when another
+    transaction holds it (or the run is gone), so the caller moves on and comes back."""
+    row = await conn.fetchrow(q("try_lock_run"), run_id)
+    if row is None:
+        return None
+    return await _snapshot(conn, run_id, row)
+
+
+async def _snapshot(conn: Connection, run_id: str, row: Any) -> Run:
     nodes: dict[str, NodeState] = {}
     for t in await conn.fetch(q("load_task_states"), run_id):
         state = TaskState(t["state"])

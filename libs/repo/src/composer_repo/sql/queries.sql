@@ -367,7 +367,7 @@ SELECT run_id, id, node_id, attempt, lease_owner, lease_expires_at
 -- name: lost_dispatches
 -- Attempts due for dispatch before $1 that no worker leased and that have no
 -- outbox row left: the publish was lost (or its stream entry was).
-SELECT t.run_id, t.id, t.node_id, t.attempt, t.state, t.dispatched_at
+SELECT t.run_id, t.id, t.node_id, t.attempt, t.state, t.dispatched_at, t.queue
   FROM task_instances t
  WHERE t.dispatched_at < $1 AND t.state IN ('PENDING', 'QUEUED')
    AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.task_id = t.id AND o.kind = 'dispatch')
@@ -381,6 +381,44 @@ UPDATE task_instances
    SET state = 'PENDING', dispatched_at = $4, updated_at = now()
  WHERE run_id = $1 AND id = $2 AND attempt = $3 AND state IN ('PENDING', 'QUEUED')
 RETURNING node_id, node_type, queue, input;
+
+-- name: try_lock_run
+-- The run lock for a loop that must not queue behind another transaction on
+-- the same run (the timer: one busy run must not hold up every due wait
+-- behind it, and two timer replicas pass each other's runs). No row when the
+-- run is locked (or gone); the loop comes back to it on its next pass.
+SELECT workflow_id, version, status, input, config
+  FROM workflow_runs
+ WHERE id = $1
+   FOR UPDATE SKIP LOCKED;
+
+-- name: lock_expired_lease
+-- Under the run lock, before the sweeper fails an attempt for its lease: the
+-- lease must still be expired and held by the owner the sweeper saw. The row
+-- lock keeps a renewal from slipping in until the failure commits (the
+-- renewal then finds the attempt no longer RUNNING: the worker lost its lease).
+SELECT 1
+  FROM task_instances
+ WHERE run_id = $1 AND id = $2 AND attempt = $3 AND state = 'RUNNING'
+   AND lease_owner IS NOT DISTINCT FROM $4
+   AND lease_expires_at < statement_timestamp()
+   FOR UPDATE;
+
+-- name: task_attempts
+-- Where a batch of tasks stands: the sweeper decides what a reclaimed stream
+-- entry still means.
+SELECT t.run_id, t.id, t.state, t.attempt
+  FROM task_instances t
+  JOIN unnest($1::text[], $2::text[]) AS u(run_id, id)
+    ON t.run_id = u.run_id AND t.id = u.id;
+
+-- name: try_advisory_lock
+-- A session-level lock that keeps a loop single across replicas: held until
+-- unlocked or until the session ends (a crashed holder frees it).
+SELECT pg_try_advisory_lock(hashtext($1::text));
+
+-- name: advisory_unlock
+SELECT pg_advisory_unlock(hashtext($1::text));
 
 -- =============================================================================
 -- Partitions
@@ -399,3 +437,10 @@ SELECT substring(c.relname FROM '_p(\d{6})$') AS suffix
   JOIN pg_class c ON c.oid = i.inhrelid
  WHERE i.inhparent = 'workflow_runs'::regclass
  ORDER BY 1;
+
+-- name: count_active_runs
+-- PENDING or RUNNING runs with ids in [$1, $2): one month's, when the
+-- partition-manager explains why it keeps a month past retention.
+SELECT count(*)
+  FROM workflow_runs
+ WHERE id >= $1 AND id < $2 AND status IN ('PENDING', 'RUNNING');

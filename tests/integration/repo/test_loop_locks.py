@@ -1,0 +1,143 @@
+"""What the timer, lease-sweeper and partition-manager lock and ask: a run lock that
+never waits, a fenced check of an expired lease, a singleton lock, batch task states."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+
+import composer_repo as repo
+from composer_core.model import TaskState
+from composer_core.statemachine import FailTask
+
+from .helpers import new_run, new_worker_task
+
+UTC = dt.UTC
+
+
+async def expire(conn: repo.Connection, ref: repo.TaskRef) -> None:
+    """Expire the attempt's lease by the database's clock, which judges leases."""
+    await conn.execute(
+        "UPDATE task_instances SET lease_expires_at = now() - interval '1 second' "
+        "WHERE run_id = $1 AND id = $2",
+        ref.run_id,
+        ref.task_id,
+    )
+
+
+async def test_try_load_run_passes_a_run_another_transaction_holds(
+    conn: repo.Connection, database_url: str
+) -> None:
+    run_id = await new_run(conn)
+    other = await repo.connect(database_url)
+    try:
+        async with other.transaction():
+            await repo.load_run(other, run_id)  # holds the run lock
+
+            async with conn.transaction():
+                skipped = await asyncio.wait_for(repo.try_load_run(conn, run_id), 2)
+        async with conn.transaction():
+            taken = await repo.try_load_run(conn, run_id)
+    finally:
+        await other.close()
+
+    assert skipped is None
+    assert taken is not None and taken.run_id == run_id
+
+
+async def test_lock_expired_lease_is_fenced_by_expiry_owner_and_attempt(
+    conn: repo.Connection,
+) -> None:
+    run_id = await new_run(conn)
+    ref = await new_worker_task(conn, run_id)
+    assert await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=60)
+
+    live = await repo.lock_expired_lease(conn, ref, "w1")
+    await expire(conn, ref)
+    other_owner = await repo.lock_expired_lease(conn, ref, "w2")
+    other_attempt = await repo.lock_expired_lease(
+        conn, repo.TaskRef(run_id, ref.task_id, ref.node_id, 1), "w1"
+    )
+    expired = await repo.lock_expired_lease(conn, ref, "w1")
+    await repo.renew_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=60)
+    renewed = await repo.lock_expired_lease(conn, ref, "w1")
+
+    assert (live, other_owner, other_attempt, expired, renewed) == (
+        False,
+        False,
+        False,
+        True,
+        False,
+    )
+
+
+async def test_lock_expired_lease_holds_off_a_renewal_until_commit(
+    conn: repo.Connection, database_url: str
+) -> None:
+    run_id = await new_run(conn)
+    ref = await new_worker_task(conn, run_id)
+    assert await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=60)
+    await expire(conn, ref)
+    worker = await repo.connect(database_url)
+    try:
+        async with conn.transaction():
+            assert await repo.lock_expired_lease(conn, ref, "w1")
+            renewal = asyncio.ensure_future(
+                repo.renew_lease(worker, run_id, ref.task_id, 0, owner="w1", ttl=60)
+            )
+            await asyncio.sleep(0.2)
+            assert not renewal.done()  # waits on the task row
+            await repo.fail_task(
+                conn, run_id, FailTask(ref.task_id, ref.node_id, ref.attempt, "lease expired")
+            )
+        assert await asyncio.wait_for(renewal, 5) is None  # the attempt is no longer RUNNING
+    finally:
+        await worker.close()
+
+
+async def test_singleton_is_held_by_one_session_at_a_time(database_url: str) -> None:
+    pool = await repo.create_pool(database_url, min_size=1, max_size=3)
+    try:
+        async with (
+            repo.singleton(pool, "test-loop") as first,
+            repo.singleton(pool, "test-loop") as second,
+            repo.singleton(pool, "other-loop") as unrelated,
+        ):
+            held = (first, second, unrelated)
+        async with repo.singleton(pool, "test-loop") as again:
+            after = again
+    finally:
+        await pool.close()
+
+    assert held == (True, False, True)
+    assert after is True
+
+
+async def test_task_attempts_reports_state_and_attempt_by_task(conn: repo.Connection) -> None:
+    run_id = await new_run(conn)
+    queued = await new_worker_task(conn, run_id, "q")
+    leased = await new_worker_task(conn, run_id, "l")
+    await repo.acquire_lease(conn, run_id, leased.task_id, 0, owner="w", ttl=30)
+
+    found = await repo.task_attempts(
+        conn, [(run_id, queued.task_id), (run_id, leased.task_id), (run_id, "gone")]
+    )
+
+    assert {k: (v.state, v.attempt) for k, v in found.items()} == {
+        queued.task_id: (TaskState.PENDING, 0),
+        leased.task_id: (TaskState.RUNNING, 0),
+    }
+    assert await repo.task_attempts(conn, []) == {}
+
+
+async def test_count_active_runs_counts_one_months_pending_and_running(
+    conn: repo.Connection,
+) -> None:
+    now = dt.datetime.now(UTC)
+    start = dt.datetime(now.year, now.month, 1, tzinfo=UTC)
+    end = start + dt.timedelta(days=40)
+    before = await repo.count_active_runs(conn, start=start, end=end)
+    await new_run(conn)
+
+    assert await repo.count_active_runs(conn, start=start, end=end) == before + 1
+    assert await repo.count_active_runs(conn, start=end, end=end + dt.timedelta(days=30)) == 0
