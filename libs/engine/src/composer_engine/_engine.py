@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import composer_repo as repo
-from composer_common import ids
+from composer_common import hints, ids
 from composer_core import errors as core_errors
 from composer_core.model import RunStatus, WorkflowDAG
 from composer_core.statemachine import (
@@ -37,7 +37,7 @@ from composer_core.statemachine import (
 )
 from composer_core.templates import Json
 from composer_engine._definitions import DefinitionCache
-from composer_engine._persist import announce, persist
+from composer_engine._persist import announce, persist, task_message
 from composer_engine._tx import Tx
 from composer_engine.errors import (
     BadRequest,
@@ -159,14 +159,39 @@ class Engine:
         counts only if that worker holds the attempt's lease: a worker whose
         lease expired and was taken over must not finish the attempt.
         """
+        transition = await self._handle(run_id, event, reporter=reporter)
+        assert transition is not None  # only skip_locked passes a busy run
+        return transition
 
-        async def attempt(tx: Tx) -> Transition:
-            run = await repo.load_run(tx.conn, run_id)
+    async def _handle(
+        self,
+        run_id: str,
+        event: Event,
+        *,
+        reporter: str | None = None,
+        skip_locked: bool = False,
+        guard: Callable[[Tx], Awaitable[str | None]] | None = None,
+    ) -> Transition | None:
+        """``handle``, plus: ``skip_locked`` returns None at once when another transaction
+        holds the run's lock; ``guard`` runs under the lock and names a reason to ignore
+        the event (None: apply it)."""
+
+        async def attempt(tx: Tx) -> Transition | None:
+            if skip_locked:
+                run = await repo.try_load_run(tx.conn, run_id)
+                if run is None:
+                    return None
+            else:
+                run = await repo.load_run(tx.conn, run_id)
             if reporter is not None and isinstance(event, NodeCompleted | NodeFailed):
                 holder = await repo.lease_owner(tx.conn, run_id, event.task_id, event.attempt)
                 if holder != reporter:
                     reason = f"{reporter} does not hold the lease of {event.node_id} attempt {event.attempt}"
                     return Transition([], ignored=reason)
+            if guard is not None:
+                refused = await guard(tx)
+                if refused is not None:
+                    return Transition([], ignored=refused)
             dag = await self.definitions.get(tx.conn, run.workflow_id, run.version)
             return await self._decide(tx, dag, run, event)
 
@@ -204,9 +229,72 @@ class Engine:
         tr = await self.handle(run_id, event, reporter=owner)
         return tr.ignored is None
 
-    async def fire_timer(self, run_id: str, task_id: str, node_id: str) -> bool:
-        tr = await self.handle(run_id, TimerFired(task_id, node_id))
-        return tr.ignored is None
+    async def fire_timer(
+        self, run_id: str, task_id: str, node_id: str, *, skip_locked: bool = False
+    ) -> bool | None:
+        """Apply TimerFired; False when the wait no longer needed it (resolved, cancelled).
+
+        ``skip_locked`` (the timer loop) never waits for the run's lock: None means
+        another transaction holds it (another timer replica firing it, or a worker's
+        report), and the caller comes back on its next pass.
+        """
+        tr = await self._handle(run_id, TimerFired(task_id, node_id), skip_locked=skip_locked)
+        return None if tr is None else tr.ignored is None
+
+    async def expire_lease(
+        self, run_id: str, task_id: str, node_id: str, attempt: int, *, owner: str | None
+    ) -> bool:
+        """Fail a RUNNING attempt whose worker stopped renewing its lease ("lease
+        expired"); its retry policy decides what follows. Fenced: False, changing
+        nothing, unless ``owner`` still holds the lease and it is still expired by the
+        database's clock, under the run lock and a lock on the task row."""
+        ref = repo.TaskRef(run_id, task_id, node_id, attempt)
+
+        async def still_expired(tx: Tx) -> str | None:
+            if await repo.lock_expired_lease(tx.conn, ref, owner):
+                return None
+            return f"the lease of {node_id} attempt {attempt} was renewed, taken over or released"
+
+        event = NodeFailed(
+            task_id, node_id, attempt, f"lease expired (held by {owner})", "LEASE_EXPIRED"
+        )
+        tr = await self._handle(run_id, event, guard=still_expired)
+        return tr is not None and tr.ignored is None
+
+    async def redispatch(self, run_id: str, task_id: str, attempt: int) -> bool:
+        """Dispatch a PENDING/QUEUED attempt again whose message was lost (Redis lost
+        its streams, say), under the same attempt: the lease makes a duplicate harmless.
+        False when the attempt moved on meanwhile. No run lock: one fenced row update
+        and an outbox row, like a lease."""
+
+        async def attempt_tx(tx: Tx) -> bool:
+            run = await repo.get_run(tx.conn, run_id)
+            dag = await self.definitions.get(tx.conn, run.workflow_id, run.version)
+            again = await repo.redispatch_task(tx.conn, run_id, task_id, attempt, now=self._clock())
+            if again is None:
+                return False
+            node = dag.node(again.node_id)
+            message = task_message(
+                dag,
+                run_id,
+                task_id=task_id,
+                node_id=again.node_id,
+                attempt=attempt,
+                input=again.input,
+                timeout_seconds=node.timeout_seconds if node is not None else None,
+            )
+            queue = again.queue or dag.queue(again.node_id)
+            if queue is None:  # pragma: no cover - only worker nodes are dispatched
+                raise BadRequest(f"node {again.node_id} of run {run_id} has no queue")
+            await repo.enqueue_dispatch(
+                tx.conn, run_id=run_id, task_id=task_id, queue=queue, payload=message.fields()
+            )
+            if self.redis is not None:
+                redis = self.redis
+                tx.after_commit(lambda: hints.send(redis, self.prefix, hints.ENQUEUER))
+            return True
+
+        return await self._in_tx(attempt_tx)
 
     async def signal(self, run_id: str, name: str, payload: Json = None) -> bool:
         """Send a signal; True if a waiting node took it, False if it was buffered."""

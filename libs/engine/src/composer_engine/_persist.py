@@ -124,18 +124,14 @@ async def _dispatch(
         if requeued is None:
             raise StaleSnapshot(f"task {action.task_id} attempt {retry.attempt} cannot be retried")
         node_input, attempt = requeued.input, requeued.attempt
-    node = dag.node(action.node_id)
-    message = streams.TaskMessage(
+    message = task_message(
+        dag,
+        run.run_id,
         task_id=action.task_id,
-        run_id=run.run_id,
         node_id=action.node_id,
-        node_type=action.node_type.value,
         attempt=attempt,
-        workflow_id=run.workflow_id,
-        workflow_version=run.version,
-        input_json=streams.TaskMessage.encode_input(node_input),
+        input=node_input,
         timeout_seconds=action.timeout_seconds,
-        max_attempts=node.retry_policy.max_attempts if node is not None else 1,
     )
     await repo.enqueue_dispatch(
         tx.conn,
@@ -146,6 +142,34 @@ async def _dispatch(
         not_before=action.not_before,
     )
     effects.wake_enqueuer = True
+
+
+def task_message(
+    dag: WorkflowDAG,
+    run_id: str,
+    *,
+    task_id: str,
+    node_id: str,
+    attempt: int,
+    input: Json,
+    timeout_seconds: float | None,
+) -> streams.TaskMessage:
+    """The stream message of one task attempt (DESIGN.md §5)."""
+    node = dag.node(node_id)
+    if node is None:  # pragma: no cover - tasks only exist for nodes of their version
+        raise StaleSnapshot(f"node {node_id} is not in {dag.workflow_id} v{dag.version}")
+    return streams.TaskMessage(
+        task_id=task_id,
+        run_id=run_id,
+        node_id=node_id,
+        node_type=node.type.value,
+        attempt=attempt,
+        workflow_id=dag.workflow_id,
+        workflow_version=dag.version,
+        input_json=streams.TaskMessage.encode_input(input),
+        timeout_seconds=timeout_seconds,
+        max_attempts=node.retry_policy.max_attempts,
+    )
 
 
 def announce(tx: Tx, effects: Effects, *, redis: object | None, prefix: str, run: Run) -> None:
