@@ -1,0 +1,172 @@
+"""The aiohttp application: resources, routes, auth and the error middleware.
+
+Each resource has its own cleanup context (set up before ``yield``, torn
+down after, in reverse order): the database pool (checked for the schema
+version this code needs), the Redis client, the engine, the long-poll
+waiters.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+import composer_repo as repo
+from composer_api_gateway.auth import Authenticator, parse_tokens
+from composer_api_gateway.metrics import Metrics
+from composer_api_gateway.openapi import build_spec, render_docs
+from composer_api_gateway.problems import ApiProblem, from_engine, from_repo
+from composer_api_gateway.routes import ROUTES, Handler, Route
+from composer_api_gateway.state import (
+    AUTH,
+    CONFIG,
+    DOCS,
+    ENGINE,
+    METRICS,
+    POOL,
+    REDIS,
+    SPEC,
+    WAITERS,
+    GatewayConfig,
+)
+from composer_api_gateway.waiters import RunWaiters
+from composer_common import streams
+from composer_engine import Engine, EngineError
+
+log = logging.getLogger("composer.api")
+
+
+def create_app(config: GatewayConfig) -> web.Application:
+    """Build the app; raises ValueError for a malformed COMPOSER_API_TOKENS."""
+    authenticator = Authenticator(parse_tokens(config.tokens))
+    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[problems_middleware])
+    app[CONFIG] = config
+    app[AUTH] = authenticator
+    app[METRICS] = Metrics()
+    app[SPEC] = build_spec(ROUTES)
+    app[DOCS] = render_docs(app[SPEC])
+    for route in ROUTES:
+        app.router.add_route(route.method, route.path, guarded(route, authenticator), name=None)
+    app.cleanup_ctx.extend([_pool, _redis, _engine, _waiters])
+    if not authenticator.configured:
+        log.warning("COMPOSER_API_TOKENS is empty: every /v1 request will be refused (401)")
+    return app
+
+
+def guarded(route: Route, auth: Authenticator) -> Handler:
+    """The route's handler behind its role check (open routes pass straight through)."""
+    if route.role is None:
+        return route.handler
+    needed = route.role
+    action = f"{route.method} {route.path}"
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        role = auth.role_of(request.headers.get("Authorization"))
+        auth.require(role, needed, action)
+        return await route.handler(request)
+
+    handler.__name__ = route.handler.__name__
+    return handler
+
+
+@web.middleware
+async def problems_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every error as problem+json; every answer counted by route and status."""
+    started = time.perf_counter()
+    info = request.match_info.route.resource
+    route = info.canonical if info is not None else "unmatched"
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    except ApiProblem as exc:
+        status = exc.status
+        return exc.response(request.path)
+    except EngineError as exc:
+        problem = from_engine(exc)
+        status = problem.status
+        if status >= 500:
+            log.warning("%s %s: %s", request.method, request.path, exc)
+        return problem.response(request.path)
+    except repo.RepoError as exc:
+        problem = from_repo(exc)
+        status = problem.status
+        if status >= 500:
+            log.warning("%s %s: %s", request.method, request.path, exc)
+        return problem.response(request.path)
+    except web.HTTPException as exc:  # aiohttp's own: 404, 405, 413 …
+        status = exc.status
+        if exc.status < 400:
+            raise
+        kind = {404: "not-found", 405: "method-not-allowed", 413: "too-large"}.get(
+            exc.status, "invalid-request"
+        )
+        detail = exc.text or exc.reason
+        if exc.status == 404:
+            detail = f"no route {request.method} {request.path}; see /docs"
+        elif exc.status == 405:
+            detail = f"{request.method} is not allowed on {request.path}; see /docs"
+        elif exc.status == 413:
+            detail = (
+                f"the request body is larger than this API accepts "
+                f"({request.app[CONFIG].max_body_bytes} bytes)"
+            )
+        return ApiProblem(exc.status, kind, detail).response(request.path)
+    except Exception:
+        log.exception("%s %s failed", request.method, request.path)
+        status = 500
+        return ApiProblem(500, "internal", "internal error (logged on the api-gateway)").response(
+            request.path
+        )
+    finally:
+        request.app[METRICS].observe(request.method, route, status, time.perf_counter() - started)
+
+
+async def _pool(app: web.Application) -> AsyncIterator[None]:
+    config = app[CONFIG]
+    pool = await repo.create_pool(config.database_url, max_size=config.pool_size)
+    try:
+        async with repo.transaction(pool) as conn:
+            await repo.require_schema(conn)
+        app[POOL] = pool
+        yield
+    finally:
+        await pool.close()
+
+
+async def _redis(app: web.Application) -> AsyncIterator[None]:
+    client = streams.connect(app[CONFIG].redis_url)
+    app[REDIS] = client
+    try:
+        yield
+    finally:
+        await client.aclose()
+
+
+async def _engine(app: web.Application) -> AsyncIterator[None]:
+    app[ENGINE] = Engine(app[POOL], redis=app[REDIS], redis_prefix=app[CONFIG].redis_prefix)
+    yield
+
+
+async def _waiters(app: web.Application) -> AsyncIterator[None]:
+    config = app[CONFIG]
+    waiters = RunWaiters(app[REDIS], config.redis_prefix, poll_seconds=config.result_poll_seconds)
+    await waiters.start()
+    app[WAITERS] = waiters
+    metrics = app[METRICS]
+    metrics.gauges["composer_api_result_waiters"] = (
+        "Requests long-polling for a run's result now.",
+        lambda: float(waiters.waiting),
+    )
+    metrics.gauges["composer_api_run_finished_hints_total"] = (
+        "Run-finished hints received over the shared subscription.",
+        lambda: float(waiters.hints_received),
+    )
+    try:
+        yield
+    finally:
+        await waiters.close()

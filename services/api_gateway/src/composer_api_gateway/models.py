@@ -1,0 +1,244 @@
+"""Request and response bodies of the REST API (DESIGN.md §6).
+
+The same models validate requests, serialize answers and become the
+OpenAPI document's schemas, so the spec cannot drift from the code.
+Requests forbid unknown fields: a misspelt ``idempotency_kye`` must be an
+error, not a silently non-idempotent start.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from composer_core.model import NodeType, RunStatus, TaskState
+
+#: Any JSON value (inputs, outputs, payloads).
+JsonValue = Any
+
+
+class Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class Response(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- definitions ---------------------------------------------------------------
+
+
+class DefinitionCreated(Response):
+    id: str
+    version: int
+    name: str
+    deployed: bool
+
+
+class WorkflowSummary(Response):
+    id: str
+    name: str
+    latest_version: int
+    deployed_version: int | None
+    created_at: dt.datetime
+    updated_at: dt.datetime
+
+
+class WorkflowList(Response):
+    workflows: list[WorkflowSummary]
+
+
+class VersionSummary(Response):
+    version: int
+    name: str
+    webhook_url: str | None
+    created_by: str | None
+    deployed: bool
+    deployed_at: dt.datetime | None
+    created_at: dt.datetime
+
+
+class WorkflowDetail(Response):
+    id: str
+    name: str
+    latest_version: int
+    deployed_version: int | None
+    versions: list[VersionSummary]
+
+
+class VersionDetail(Response):
+    id: str
+    version: int
+    name: str
+    webhook_url: str | None
+    created_by: str | None
+    deployed: bool
+    deployed_at: dt.datetime | None
+    created_at: dt.datetime
+    spec: JsonValue = Field(description="the definition as submitted, as JSON")
+
+
+class WorkflowDeleted(Response):
+    id: str
+    deleted_versions: list[int]
+
+
+# -- runs ----------------------------------------------------------------------
+
+
+class StartRun(Request):
+    workflow_id: str = Field(min_length=1, max_length=64)
+    version: int | None = Field(
+        default=None, ge=1, description="a version number; default: the deployed version"
+    )
+    input: JsonValue = None
+    config: JsonValue = None
+    run_id: str | None = Field(
+        default=None,
+        max_length=64,
+        description="a client-chosen UUIDv7 from the last 24 h; a run id in use answers 409",
+    )
+    idempotency_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        description="a repeated key answers 200 with the run it started, changing nothing",
+    )
+    start_node: str | None = Field(default=None, min_length=1, max_length=64)
+
+
+class RunStarted(Response):
+    run_id: str
+    status: RunStatus
+    created: bool = Field(description="false when an earlier start with the key is returned")
+
+
+class Task(Response):
+    task_id: str
+    node_id: str
+    type: NodeType
+    state: TaskState
+    attempt: int
+    input: JsonValue = None
+    output: JsonValue = None
+    error: str | None = None
+    error_code: str | None = None
+    queue: str | None = None
+    wake_at: dt.datetime | None = None
+    awaited_signal: str | None = None
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    started_at: dt.datetime | None = None
+    finished_at: dt.datetime | None = None
+
+
+class Run(Response):
+    run_id: str
+    workflow_id: str
+    version: int
+    status: RunStatus
+    input: JsonValue = None
+    config: JsonValue = None
+    output: JsonValue = None
+    error: str | None = None
+    idempotency_key: str | None = None
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    completed_at: dt.datetime | None = None
+    tasks: list[Task]
+
+
+class RunSummary(Response):
+    run_id: str
+    workflow_id: str
+    version: int
+    status: RunStatus
+    error: str | None = None
+    idempotency_key: str | None = None
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    completed_at: dt.datetime | None = None
+
+
+class RunList(Response):
+    runs: list[RunSummary]
+    next_cursor: str | None = Field(
+        description="pass as ?cursor= for the next page; absent on the last page"
+    )
+
+
+class RunListQuery(Request):
+    workflow_id: str | None = Field(default=None, max_length=64)
+    status: RunStatus | None = None
+    created_after: dt.datetime | None = None
+    created_before: dt.datetime | None = None
+    cursor: str | None = Field(default=None, max_length=200)
+    limit: int = Field(default=50, ge=1, le=1000)
+
+
+class ResultQuery(Request):
+    timeout: float = Field(
+        default=30.0,
+        ge=0,
+        description="seconds to wait for the run to finish (cut to the server's maximum); "
+        "202 with the run when it is still running",
+    )
+
+
+class DeployQuery(Request):
+    deploy: bool = False
+
+
+class SignalDelivered(Response):
+    delivered: bool = Field(description="false: no node waits for it yet; it is buffered")
+
+
+class CancelRun(Request):
+    reason: str = Field(default="", max_length=2000)
+
+
+class RetryRun(Request):
+    from_node: str = Field(min_length=1, max_length=64)
+    version: int | None = Field(
+        default=None,
+        ge=0,
+        description="default: the run's version; 0: the deployed version; N: version N",
+    )
+    input: JsonValue = None
+    config: JsonValue = None
+
+
+# -- errors and health -----------------------------------------------------------
+
+
+class DefinitionProblem(Response):
+    path: str = Field(description="where in the definition, e.g. nodes[3].spec.url")
+    message: str
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details; more members may appear."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+    problems: list[DefinitionProblem] | None = Field(
+        default=None, description="422: every problem of the definition"
+    )
+
+
+class Health(Response):
+    status: str
+
+
+class Readiness(Response):
+    status: str
+    checks: dict[str, str]
+    schema_version: int | None = None
+    expected_schema_version: int

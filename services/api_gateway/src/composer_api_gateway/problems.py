@@ -1,0 +1,92 @@
+"""RFC 9457 problem details: every error the API answers, and the mapping from
+library errors to them.
+
+Handlers raise ``ApiProblem`` (or let an engine/repo error through); the
+middleware in ``app`` turns either into ``application/problem+json``. The
+``type`` is a stable URN per kind of problem, so a client can tell "that run
+id is taken" from "the run is finished" although both are 409.
+"""
+
+from __future__ import annotations
+
+import json
+from http import HTTPStatus
+from typing import Any
+
+from aiohttp import web
+
+import composer_repo as repo
+from composer_engine import EngineError
+
+PROBLEM_JSON = "application/problem+json"
+
+
+class ApiProblem(Exception):
+    """An error answer: status, a short kind, a detail that names the thing and the fix."""
+
+    def __init__(self, status: int, kind: str, detail: str, **extensions: Any) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.kind = kind
+        self.detail = detail
+        self.extensions = extensions
+
+    def body(self, instance: str | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "type": f"urn:composer:problem:{self.kind}",
+            "title": HTTPStatus(self.status).phrase,
+            "status": self.status,
+            "detail": self.detail,
+        }
+        if instance:
+            out["instance"] = instance
+        out.update(self.extensions)
+        return out
+
+    def response(self, instance: str | None = None) -> web.Response:
+        headers = {}
+        if self.status == 401:
+            headers["WWW-Authenticate"] = 'Bearer realm="composer"'
+        if self.status == 503:
+            headers["Retry-After"] = "1"
+        return web.Response(
+            status=self.status,
+            text=json.dumps(self.body(instance), ensure_ascii=False, default=str),
+            content_type=PROBLEM_JSON,
+            headers=headers,
+        )
+
+
+def bad_request(detail: str, **extensions: Any) -> ApiProblem:
+    return ApiProblem(400, "invalid-request", detail, **extensions)
+
+
+def not_found(detail: str) -> ApiProblem:
+    return ApiProblem(404, "not-found", detail)
+
+
+_ENGINE_KINDS = {400: "invalid-request", 404: "not-found", 409: "conflict", 503: "unavailable"}
+
+
+def from_engine(exc: EngineError) -> ApiProblem:
+    status = exc.status if exc.status in _ENGINE_KINDS else 500
+    return ApiProblem(status, _ENGINE_KINDS.get(status, "internal"), exc.message)
+
+
+def from_repo(exc: repo.RepoError) -> ApiProblem:
+    """A repository error met outside the engine (the definition routes call libs/repo)."""
+    if isinstance(exc, repo.NotFound):
+        return ApiProblem(404, "not-found", str(exc))
+    if isinstance(exc, repo.RunAlreadyExists):
+        return ApiProblem(409, "run-exists", str(exc))
+    if isinstance(exc, repo.Conflict) and exc.retryable:
+        return ApiProblem(503, "unavailable", f"{exc}; try again")
+    if isinstance(exc, repo.Conflict):
+        return ApiProblem(409, "conflict", str(exc))
+    if isinstance(exc, repo.Invalid):
+        return ApiProblem(400, "invalid-request", str(exc))
+    if isinstance(exc, repo.Transient):
+        return ApiProblem(503, "unavailable", f"the database is unavailable: {exc}")
+    if isinstance(exc, repo.SchemaError):
+        return ApiProblem(503, "schema", f"{exc}")
+    return ApiProblem(500, "internal", "internal error (logged on the api-gateway)")

@@ -1,0 +1,249 @@
+"""The route table: every route once, with what it takes, answers and needs.
+
+The app registers handlers from it, the auth wrapper reads each route's
+role from it, and the OpenAPI document and docs page are generated from it:
+one place to add a route, and the spec cannot forget one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from aiohttp import web
+from pydantic import BaseModel
+
+from composer_api_gateway import definitions, ops, runs
+from composer_api_gateway.auth import Role
+from composer_api_gateway.models import (
+    CancelRun,
+    DefinitionCreated,
+    DeployQuery,
+    Health,
+    Readiness,
+    ResultQuery,
+    RetryRun,
+    Run,
+    RunList,
+    RunListQuery,
+    RunStarted,
+    SignalDelivered,
+    StartRun,
+    VersionDetail,
+    WorkflowDeleted,
+    WorkflowDetail,
+    WorkflowList,
+)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+#: A model for a JSON object body, "definition" for YAML/JSON definitions, "payload" for any JSON.
+Body = type[BaseModel] | Literal["definition", "payload"] | None
+#: A model for a JSON answer, or a media type for another kind of answer.
+Answer = type[BaseModel] | str
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    method: str
+    path: str
+    handler: Handler
+    summary: str
+    tag: str
+    #: None: open to everyone (health, metrics, the spec).
+    role: Role | None
+    responses: Mapping[int, Answer]
+    body: Body = None
+    query: type[BaseModel] | None = None
+    #: Error statuses this route answers besides 401/403 (which auth adds).
+    errors: tuple[int, ...] = ()
+    description: str = ""
+    body_required: bool = field(default=True)
+
+
+ROUTES: tuple[Route, ...] = (
+    Route(
+        "POST",
+        "/v1/workflows",
+        definitions.create,
+        "Create the next version of a definition",
+        "workflows",
+        Role.ADMIN,
+        {201: DefinitionCreated},
+        body="definition",
+        query=DeployQuery,
+        errors=(400, 413, 415, 422, 503),
+        description="The body is the definition as application/yaml or application/json. "
+        "Every validation problem is listed in the 422 answer, each with its path. "
+        "`?deploy=true` makes the new version the one new runs use.",
+    ),
+    Route(
+        "GET",
+        "/v1/workflows",
+        definitions.list_all,
+        "List workflows",
+        "workflows",
+        Role.VIEWER,
+        {200: WorkflowList},
+        errors=(503,),
+    ),
+    Route(
+        "GET",
+        "/v1/workflows/{workflow_id}",
+        definitions.show,
+        "One workflow with its versions",
+        "workflows",
+        Role.VIEWER,
+        {200: WorkflowDetail},
+        errors=(404, 503),
+    ),
+    Route(
+        "DELETE",
+        "/v1/workflows/{workflow_id}",
+        definitions.delete,
+        "Soft-delete a workflow: no new runs; running ones finish",
+        "workflows",
+        Role.ADMIN,
+        {200: WorkflowDeleted},
+        errors=(404, 503),
+    ),
+    Route(
+        "GET",
+        "/v1/workflows/{workflow_id}/versions/{version}",
+        definitions.show_version,
+        "One version with its definition",
+        "workflows",
+        Role.VIEWER,
+        {200: VersionDetail},
+        errors=(404, 503),
+    ),
+    Route(
+        "POST",
+        "/v1/workflows/{workflow_id}/versions/{version}/deploy",
+        definitions.deploy,
+        "Make a version the one new runs use",
+        "workflows",
+        Role.ADMIN,
+        {200: VersionDetail},
+        errors=(400, 404, 503),
+    ),
+    Route(
+        "POST",
+        "/v1/runs",
+        runs.start,
+        "Start a run",
+        "runs",
+        Role.OPERATOR,
+        {201: RunStarted, 200: RunStarted},
+        body=StartRun,
+        errors=(400, 404, 409, 413, 503),
+        description="201 for a new run. A repeated idempotency_key answers 200 with the run "
+        "it started and changes nothing. A client run_id already in use answers 409.",
+    ),
+    Route(
+        "GET",
+        "/v1/runs",
+        runs.list_runs,
+        "List runs, newest first",
+        "runs",
+        Role.VIEWER,
+        {200: RunList},
+        query=RunListQuery,
+        errors=(400, 503),
+        description="Pass the answer's next_cursor as ?cursor= for the next page.",
+    ),
+    Route(
+        "GET",
+        "/v1/runs/{run_id}",
+        runs.show,
+        "One run with every task",
+        "runs",
+        Role.VIEWER,
+        {200: Run},
+        errors=(400, 404, 503),
+    ),
+    Route(
+        "GET",
+        "/v1/runs/{run_id}/result",
+        runs.result,
+        "Wait for a run to finish",
+        "runs",
+        Role.VIEWER,
+        {200: Run, runs.STILL_RUNNING: Run},
+        query=ResultQuery,
+        errors=(400, 404, 503),
+        description="Long-polls up to ?timeout= seconds. 200 with the run once it is "
+        "terminal; 202 with the run as it is now when the timeout passes first (ask again).",
+    ),
+    Route(
+        "POST",
+        "/v1/runs/{run_id}/signals/{name}",
+        runs.signal,
+        "Send a signal to a run",
+        "runs",
+        Role.OPERATOR,
+        {200: SignalDelivered},
+        body="payload",
+        errors=(400, 404, 409, 413, 503),
+        description="The body (any JSON, or empty) is the signal's payload. delivered=false: "
+        "no node waits for it yet and it is buffered. A finished run answers 409.",
+        body_required=False,
+    ),
+    Route(
+        "POST",
+        "/v1/runs/{run_id}/cancel",
+        runs.cancel,
+        "Cancel a run",
+        "runs",
+        Role.OPERATOR,
+        {200: Run},
+        body=CancelRun,
+        errors=(400, 404, 409, 413, 503),
+        description="A finished run answers 409.",
+        body_required=False,
+    ),
+    Route(
+        "POST",
+        "/v1/runs/{run_id}/retry",
+        runs.retry,
+        "Retry a finished run from a node",
+        "runs",
+        Role.OPERATOR,
+        {200: Run},
+        body=RetryRun,
+        errors=(400, 404, 409, 413, 503),
+        description="The node and everything after it run again. A run with active tasks "
+        "answers 409.",
+    ),
+    Route("GET", "/healthz", ops.healthz, "Liveness", "operations", None, {200: Health}),
+    Route(
+        "GET",
+        "/readyz",
+        ops.readyz,
+        "Readiness: database, schema version, Redis",
+        "operations",
+        None,
+        {200: Readiness, 503: Readiness},
+    ),
+    Route(
+        "GET",
+        "/metrics",
+        ops.metrics,
+        "Prometheus metrics",
+        "operations",
+        None,
+        {200: "text/plain"},
+    ),
+    Route(
+        "GET",
+        "/openapi.json",
+        ops.openapi,
+        "This API's OpenAPI 3.1 document",
+        "operations",
+        None,
+        {200: "application/json"},
+    ),
+    Route(
+        "GET", "/docs", ops.docs, "This API's documentation", "operations", None, {200: "text/html"}
+    ),
+)

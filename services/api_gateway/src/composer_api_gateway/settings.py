@@ -1,0 +1,22 @@
+"""The api-gateway's settings, from ``COMPOSER_*`` environment variables (DESIGN.md §7)."""
+
+from __future__ import annotations
+
+from composer_common.settings import CommonSettings
+
+
+class GatewaySettings(CommonSettings):
+    #: Bind address; containers set 0.0.0.0.
+    api_host: str = "127.0.0.1"
+    api_port: int = 8080
+    #: ``token:role,…`` with roles admin, operator, viewer. Empty: every /v1 call is refused.
+    api_tokens: str = ""
+    #: The largest request body accepted (a definition, a run's input, a signal payload).
+    api_max_body_bytes: int = 2 * 1024 * 1024
+    #: The longest ``?timeout=`` a result long-poll may ask for; larger ones are cut to it.
+    api_max_wait_seconds: float = 60.0
+    #: How often a long-poll re-reads the run when no run-finished hint comes.
+    api_result_poll_seconds: float = 2.0
+    pool_size: int = 16
+    #: How long SIGTERM waits for in-flight requests.
+    drain_seconds: float = 10.0

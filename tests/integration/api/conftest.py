@@ -1,0 +1,143 @@
+"""The api-gateway over real HTTP: a real port, the module's scratch database, real Redis.
+
+``gateway`` serves the app alone (runs start, wait, get signals and cancels,
+but no worker executes a task); ``live`` runs it beside the in-process stack
+of tests/integration/e2e (engine, coordinator, enqueuer, workers) on the same
+Redis prefix, for tests that need runs to finish.
+"""
+
+from __future__ import annotations
+
+import io
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from composer_api_gateway import GatewayConfig, create_app
+from tests.integration.e2e.conftest import Stack, open_stack
+from tests.integration.e2e.conftest import redis_url as redis_url  # the fixture, re-exported
+
+TOKENS = {"admin": "adm-secret", "operator": "op-secret", "viewer": "view-secret"}
+TOKENS_ENV = ",".join(f"{token}:{role}" for role, token in TOKENS.items())
+
+
+@dataclass
+class Answer:
+    status: int
+    body: Any
+    headers: Any
+    content_type: str
+
+
+@dataclass
+class Gateway:
+    url: str
+    app: web.Application
+    prefix: str
+    session: aiohttp.ClientSession
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        role: str | None = "admin",
+        json: Any = None,
+        data: bytes | str | None = None,
+        content_type: str | None = None,
+        headers: dict[str, str] | None = None,
+        params: dict[str, str] | None = None,
+    ) -> Answer:
+        sent = dict(headers or {})
+        if role is not None:
+            sent["Authorization"] = f"Bearer {TOKENS[role]}"
+        if content_type is not None:
+            sent["Content-Type"] = content_type
+        if isinstance(data, str):
+            data = data.encode()
+        if data is not None and len(data) > 1024 * 1024:  # aiohttp warns about large raw bytes
+            data = io.BytesIO(data)  # type: ignore[assignment]
+        async with self.session.request(
+            method, self.url + path, json=json, data=data, headers=sent, params=params
+        ) as response:
+            raw = await response.read()
+            body: Any = raw.decode("utf-8", "replace")
+            if response.content_type.endswith("json"):
+                body = await response.json(content_type=None)
+            return Answer(response.status, body, response.headers, response.content_type)
+
+
+@asynccontextmanager
+async def open_gateway(
+    database_url: str, redis_url: str, *, prefix: str | None = None, **config: Any
+) -> AsyncIterator[Gateway]:
+    """Serve the gateway on a free port until the block ends."""
+    prefix = prefix or f"test-{uuid.uuid4().hex[:10]}"
+    settings: dict[str, Any] = {"tokens": TOKENS_ENV, "pool_size": 8, "result_poll_seconds": 5.0}
+    settings |= config
+    app = create_app(
+        GatewayConfig(
+            database_url=database_url, redis_url=redis_url, redis_prefix=prefix, **settings
+        )
+    )
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        async with aiohttp.ClientSession() as session:
+            yield Gateway(f"http://{host}:{port}", app, prefix, session)
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def gateway(database_url: str, redis_url: str) -> AsyncIterator[Gateway]:
+    async with open_gateway(database_url, redis_url) as gw:
+        yield gw
+
+
+@dataclass
+class Live:
+    gateway: Gateway
+    stack: Stack
+
+
+@pytest.fixture
+async def live(database_url: str, redis_url: str) -> AsyncIterator[Live]:
+    async with (
+        open_stack(database_url, redis_url) as stack,
+        open_gateway(database_url, redis_url, prefix=stack.prefix) as gw,
+    ):
+        yield Live(gw, stack)
+
+
+def waiting_workflow(workflow_id: str = "waits", event: str = "go") -> dict[str, Any]:
+    """One WAIT_FOR_EVENT node: a run waits for ``event`` and then succeeds, no worker needed."""
+    return {
+        "id": workflow_id,
+        "output": {"got": "{{tasks.wait.output}}"},
+        "nodes": [{"id": "wait", "type": "WAIT_FOR_EVENT", "spec": {"event": event}}],
+    }
+
+
+def queued_workflow(workflow_id: str = "queued") -> dict[str, Any]:
+    """One TASK node on a queue nobody serves: its runs stay RUNNING."""
+    return {
+        "id": workflow_id,
+        "nodes": [{"id": "work", "type": "TASK", "queue": "nobody", "spec": {"n": "{{input.n}}"}}],
+    }
+
+
+async def deploy(gw: Gateway, definition: dict[str, Any]) -> int:
+    answer = await gw.call("POST", "/v1/workflows", json=definition, params={"deploy": "true"})
+    assert answer.status == 201, answer.body
+    version: int = answer.body["version"]
+    return version

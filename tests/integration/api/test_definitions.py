@@ -1,0 +1,154 @@
+"""/v1/workflows over HTTP: YAML and JSON definitions, versions, deploy, delete, 422s."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from tests.integration.api.conftest import Gateway, deploy, queued_workflow
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+async def test_create_yaml_then_versions_deploy_and_delete(gateway: Gateway) -> None:
+    text = (EXAMPLES / "price-check.yaml").read_text()
+    first = await gateway.call("POST", "/v1/workflows", data=text, content_type="application/yaml")
+    assert first.status == 201, first.body
+    assert first.body == {
+        "id": "price-check",
+        "version": 1,
+        "name": "Price check",
+        "deployed": False,
+    }
+    assert first.headers["Location"] == "/v1/workflows/price-check/versions/1"
+
+    second = await gateway.call(
+        "POST",
+        "/v1/workflows",
+        json=yaml.safe_load(text),
+        params={"deploy": "true"},
+    )
+    assert second.status == 201
+    assert second.body["version"] == 2 and second.body["deployed"] is True
+
+    listed = await gateway.call("GET", "/v1/workflows", role="viewer")
+    assert [w["id"] for w in listed.body["workflows"]] == ["price-check"]
+    assert listed.body["workflows"][0]["deployed_version"] == 2
+
+    shown = await gateway.call("GET", "/v1/workflows/price-check", role="viewer")
+    assert shown.status == 200
+    assert [v["version"] for v in shown.body["versions"]] == [2, 1]
+    assert shown.body["deployed_version"] == 2
+
+    one = await gateway.call("GET", "/v1/workflows/price-check/versions/1", role="viewer")
+    assert one.status == 200
+    assert one.body["spec"]["nodes"][0]["id"] == "fetch"
+    assert one.body["spec"] == yaml.safe_load(text)  # stored as written, defaults not filled in
+
+    deployed = await gateway.call("POST", "/v1/workflows/price-check/versions/1/deploy")
+    assert deployed.status == 200 and deployed.body["deployed"] is True
+    again = await gateway.call("GET", "/v1/workflows/price-check", role="viewer")
+    assert again.body["deployed_version"] == 1
+
+    deleted = await gateway.call("DELETE", "/v1/workflows/price-check")
+    assert deleted.status == 200 and deleted.body == {
+        "id": "price-check",
+        "deleted_versions": [1, 2],
+    }
+    gone = await gateway.call("GET", "/v1/workflows/price-check", role="viewer")
+    assert gone.status == 404
+    assert gone.content_type == "application/problem+json"
+    start = await gateway.call(
+        "POST", "/v1/runs", role="operator", json={"workflow_id": "price-check", "version": 1}
+    )
+    assert start.status in (400, 404), start.body  # a deleted workflow starts no run
+
+
+async def test_every_problem_is_listed_with_its_path(gateway: Gateway) -> None:
+    broken = {
+        "id": "broken",
+        "nodes": [
+            {"id": "a", "type": "HTTP", "spec": {}},
+            {"id": "a", "type": "WAIT", "spec": {}},
+            {
+                "id": "c",
+                "type": "PYTHON",
+                "spec": {"code": "def main(input): pass", "input": "{{nope.x}}"},
+            },
+        ],
+        "edges": [{"from": "a", "to": "zzz"}],
+    }
+    answer = await gateway.call("POST", "/v1/workflows", json=broken)
+    assert answer.status == 422
+    assert answer.content_type == "application/problem+json"
+    assert answer.body["type"] == "urn:composer:problem:definition-invalid"
+    paths = {p["path"] for p in answer.body["problems"]}
+    assert {"nodes[0].spec.url", "nodes[1].id", "edges[0].to"} <= paths, answer.body
+    assert any(p.startswith("nodes[2].spec") for p in paths), answer.body
+    assert len(answer.body["problems"]) >= 4
+
+
+async def test_shape_errors_and_bad_syntax_are_422(gateway: Gateway) -> None:
+    unknown = await gateway.call(
+        "POST", "/v1/workflows", json={"id": "x", "nodes": [], "colour": "red"}
+    )
+    assert unknown.status == 422
+    assert {"path": "colour", "message": "unknown field"} in unknown.body["problems"]
+    bad_yaml = await gateway.call(
+        "POST", "/v1/workflows", data="id: [unclosed\n", content_type="application/yaml"
+    )
+    assert bad_yaml.status == 422 and "line" in bad_yaml.body["problems"][0]["message"]
+    bad_json = await gateway.call(
+        "POST", "/v1/workflows", data='{"id": ', content_type="application/json"
+    )
+    assert bad_json.status == 422 and "not valid JSON" in bad_json.body["detail"]
+    scalar = await gateway.call("POST", "/v1/workflows", data="42", content_type="application/json")
+    assert scalar.status == 422
+
+
+async def test_media_type_size_and_alias_bombs(gateway: Gateway) -> None:
+    xml = await gateway.call("POST", "/v1/workflows", data="<x/>", content_type="application/xml")
+    assert xml.status == 415
+    huge = await gateway.call(
+        "POST", "/v1/workflows", data="#" * (3 * 1024 * 1024), content_type="application/yaml"
+    )
+    assert huge.status == 413
+    assert huge.body["type"] == "urn:composer:problem:too-large"
+    bomb = "\n".join(
+        [
+            "id: bomb",
+            "a: &a [x, x, x, x, x, x, x, x, x, x]",
+            *(
+                f"{n}: &{n} [{', '.join(['*' + p] * 10)}]"
+                for p, n in zip("abcdefgh", "bcdefghi", strict=True)
+            ),
+            "nodes: []",
+        ]
+    )
+    answer = await gateway.call("POST", "/v1/workflows", data=bomb, content_type="application/yaml")
+    assert answer.status == 422
+    assert "aliases" in answer.body["problems"][0]["message"]
+
+
+async def test_missing_things_are_404(gateway: Gateway) -> None:
+    await deploy(gateway, queued_workflow("present"))
+    for path in (
+        "/v1/workflows/absent",
+        "/v1/workflows/absent/versions/1",
+        "/v1/workflows/present/versions/7",
+        "/v1/workflows/present/versions/99999999999",
+        "/v1/workflows/present/versions/x",
+        "/v1/workflows/%E2%98%83",
+    ):
+        answer = await gateway.call("GET", path, role="viewer")
+        assert answer.status == 404, (path, answer.body)
+        assert answer.content_type == "application/problem+json"
+    deploy_missing = await gateway.call("POST", "/v1/workflows/present/versions/3/deploy")
+    assert deploy_missing.status == 404
+    delete_missing = await gateway.call("DELETE", "/v1/workflows/absent")
+    assert delete_missing.status == 404
+    no_route = await gateway.call("GET", "/v1/nothing-here", role="viewer")
+    assert no_route.status == 404 and no_route.content_type == "application/problem+json"
+    wrong_method = await gateway.call("PUT", "/v1/workflows")
+    assert wrong_method.status == 405 and wrong_method.content_type == "application/problem+json"
