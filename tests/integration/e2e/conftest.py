@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from redis.exceptions import RedisError
 
 import composer_repo as repo
 from composer_common import streams
+from composer_common.telemetry import setup_telemetry
 from composer_coordinator.server import start_server
 from composer_core.model import build_dag, parse_definition
 from composer_engine import Engine
@@ -33,6 +35,22 @@ from composer_workers.handlers import http_handler, python_handler
 
 TOKEN = "e2e-token"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+_SPANS = InMemorySpanExporter()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def telemetry() -> None:
+    """Telemetry as a service sets it up, with spans kept in memory for the tests to read."""
+    setup_telemetry("tests", span_exporters=[_SPANS])
+
+
+@pytest.fixture
+def spans() -> InMemorySpanExporter:
+    """The spans finished during the test."""
+    _SPANS.clear()
+    return _SPANS
 
 
 @pytest.fixture(scope="session")

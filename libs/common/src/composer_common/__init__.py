@@ -1,5 +1,6 @@
-"""What every Composer service shares: ids, the stream and hint contracts, settings, logging."""
+"""What every Composer service shares: ids, the stream and hint contracts, settings,
+logging, telemetry, the admin port and the entry-point boilerplate."""
 
-from composer_common import hints, ids, logs, settings, streams
+from composer_common import admin, hints, ids, logs, service, settings, streams, telemetry
 
-__all__ = ["hints", "ids", "logs", "settings", "streams"]
+__all__ = ["admin", "hints", "ids", "logs", "service", "settings", "streams", "telemetry"]

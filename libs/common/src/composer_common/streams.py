@@ -46,6 +46,8 @@ class TaskMessage:
     timeout_seconds: float | None = None
     #: The node's retry bound, so a handler knows when it runs its last attempt.
     max_attempts: int = 1
+    #: W3C trace context of the decision that dispatched it, so the handler's span joins the trace.
+    traceparent: str | None = None
 
     def fields(self) -> dict[str, str]:
         out = {
@@ -62,6 +64,8 @@ class TaskMessage:
             out["input"] = self.input_json
         if self.timeout_seconds is not None:
             out["timeout_seconds"] = repr(float(self.timeout_seconds))
+        if self.traceparent:
+            out["traceparent"] = self.traceparent
         return out
 
     @classmethod
@@ -80,6 +84,7 @@ class TaskMessage:
                 input_json=fields.get("input"),
                 timeout_seconds=float(timeout) if timeout else None,
                 max_attempts=int(fields.get("max_attempts", "1")),
+                traceparent=fields.get("traceparent"),
             )
         except (KeyError, ValueError) as exc:
             raise ValueError(f"malformed task message {fields!r}: {exc}") from exc
@@ -101,6 +106,11 @@ def connect(url: str) -> Any:
     import redis.asyncio as aioredis
 
     return aioredis.from_url(url, decode_responses=True, protocol=2, health_check_interval=30)
+
+
+async def ping(client: Any) -> None:
+    """A readiness check: Redis answers."""
+    await client.ping()
 
 
 Entry = tuple[str, str, dict[str, str]]  # (stream, entry id, fields)

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import composer_repo as repo
 from composer_common import hints, ids
+from composer_common.telemetry import tracer
 from composer_core import errors as core_errors
 from composer_core.model import RunStatus, WorkflowDAG
 from composer_core.statemachine import (
@@ -37,6 +38,7 @@ from composer_core.statemachine import (
 )
 from composer_core.templates import Json
 from composer_engine._definitions import DefinitionCache
+from composer_engine._metrics import instruments
 from composer_engine._persist import announce, persist, task_message
 from composer_engine._tx import Tx
 from composer_engine.errors import (
@@ -136,6 +138,7 @@ class Engine:
             )
             if not started.created:
                 return Started(started.run_id, started.status, created=False)
+            tx.after_commit(lambda: instruments().runs_started.add(1, {"workflow_id": workflow_id}))
             run = Run(
                 new_run_id,
                 workflow_id,
@@ -363,21 +366,36 @@ class Engine:
     # -- the shell -------------------------------------------------------------
 
     async def _decide(self, tx: Tx, dag: WorkflowDAG, run: Run, event: Event) -> Transition:
-        machine = Machine(
-            dag, run, Deps(repo.RunStore(tx.conn, run.run_id), self._clock, self._new_id)
-        )
-        try:
-            transition = await machine.apply(event)
-        except core_errors.InvalidRequest as exc:
-            raise BadRequest(str(exc)) from exc
-        except (core_errors.RunFinished, core_errors.RunActive) as exc:
-            raise Conflict(str(exc)) from exc
-        if transition.ignored is None:
-            effects = await persist(tx, dag, run, transition.actions)
-            announce(tx, effects, redis=self.redis, prefix=self.prefix, run=run)
-        else:
-            log.debug(
-                "run %s: %s ignored: %s", run.run_id, type(event).__name__, transition.ignored
+        kind = type(event).__name__
+        attributes = {
+            "composer.run_id": run.run_id,
+            "composer.workflow_id": run.workflow_id,
+            "composer.event": kind,
+        }
+        node_id = getattr(event, "node_id", None)
+        if node_id:
+            attributes["composer.node_id"] = node_id
+        with tracer().start_as_current_span(f"apply {kind}", attributes=attributes) as span:
+            machine = Machine(
+                dag, run, Deps(repo.RunStore(tx.conn, run.run_id), self._clock, self._new_id)
+            )
+            try:
+                transition = await machine.apply(event)
+            except core_errors.InvalidRequest as exc:
+                raise BadRequest(str(exc)) from exc
+            except (core_errors.RunFinished, core_errors.RunActive) as exc:
+                raise Conflict(str(exc)) from exc
+            span.set_attribute("composer.actions", len(transition.actions))
+            outcome = "applied"
+            if transition.ignored is None:
+                effects = await persist(tx, dag, run, transition.actions)
+                announce(tx, effects, redis=self.redis, prefix=self.prefix, run=run)
+            else:
+                outcome = "ignored"
+                span.set_attribute("composer.ignored", transition.ignored)
+                log.debug("run %s: %s ignored: %s", run.run_id, kind, transition.ignored)
+            tx.after_commit(
+                lambda: instruments().events.add(1, {"event": kind, "outcome": outcome})
             )
         return transition
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import composer_repo as repo
 from composer_common import hints, streams
+from composer_common.telemetry import inject
 from composer_core.model import WorkflowDAG
 from composer_core.statemachine import (
     Action,
@@ -29,6 +30,7 @@ from composer_core.statemachine import (
     Run,
 )
 from composer_core.templates import Json
+from composer_engine._metrics import instruments
 from composer_engine._tx import Tx
 from composer_engine.errors import StaleSnapshot
 
@@ -45,6 +47,12 @@ class Effects:
     finished: FinishRun | None = None
     #: RetryTask actions waiting for the DispatchTask that follows each (by task id).
     retries: dict[str, RetryTask] = field(default_factory=dict)
+    #: What the metrics record once the transaction commits.
+    created: list[tuple[str, str]] = field(default_factory=list)  # (node type, state)
+    completed: list[tuple[str, float | None]] = field(default_factory=list)  # (node type, seconds)
+    failed: list[str] = field(default_factory=list)
+    retried: int = 0
+    finished_run: repo.FinishedRun | None = None
 
 
 async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: list[Action]) -> Effects:
@@ -62,22 +70,27 @@ async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: list[Action]) -> 
                     raise StaleSnapshot(f"node {action.node_id} of run {run_id} already has a task")
                 if action.wake_at is not None:
                     effects.wake_timer = True
+                effects.created.append((action.node_type.value, action.state.value))
             case DispatchTask():
                 await _dispatch(tx, dag, run, action, effects)
             case CompleteTask():
-                if await repo.complete_task(conn, run_id, action) is None:
+                done = await repo.complete_task(conn, run_id, action)
+                if done is None:
                     raise StaleSnapshot(
                         f"task {action.task_id} attempt {action.attempt} is not active"
                     )
+                effects.completed.append((done.node_type.value, _seconds(done)))
             case FailTask():
-                if await repo.fail_task(conn, run_id, action) is None:
+                done = await repo.fail_task(conn, run_id, action)
+                if done is None:
                     raise StaleSnapshot(
                         f"task {action.task_id} attempt {action.attempt} is not active"
                     )
+                effects.failed.append(done.node_type.value)
             case RetryTask():
-                effects.retries[action.task_id] = (
-                    action  # written with its DispatchTask, which knows when
-                )
+                # written with the DispatchTask that follows it, which knows when
+                effects.retries[action.task_id] = action
+                effects.retried += 1
             case ResolveWait():
                 if not await repo.resolve_wait(conn, run_id, action):
                     raise StaleSnapshot(f"task {action.task_id} is not waiting")
@@ -95,6 +108,7 @@ async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: list[Action]) -> 
                 if finished is None:
                     raise StaleSnapshot(f"run {run_id} is already finished")
                 effects.finished = action
+                effects.finished_run = finished
                 if finished.webhook_url:
                     await repo.enqueue_webhook(
                         conn,
@@ -169,6 +183,9 @@ def task_message(
         input_json=streams.TaskMessage.encode_input(input),
         timeout_seconds=timeout_seconds,
         max_attempts=node.retry_policy.max_attempts,
+        traceparent=inject({}).get(
+            "traceparent"
+        ),  # the current span: the decision that dispatched it
     )
 
 
@@ -183,6 +200,7 @@ def announce(tx: Tx, effects: Effects, *, redis: object | None, prefix: str, run
             tx.after_commit(lambda: hints.send(redis, prefix, hints.TIMER))  # type: ignore[arg-type]
         if effects.finished is not None:
             tx.after_commit(lambda: hints.send(redis, prefix, hints.RUN_FINISHED, run.run_id))  # type: ignore[arg-type]
+    tx.after_commit(lambda: _record(effects))
     finished = effects.finished
     if finished is not None:
         detail = f": {finished.error}" if finished.error else ""
@@ -196,3 +214,27 @@ def announce(tx: Tx, effects: Effects, *, redis: object | None, prefix: str, run
                 detail,
             )
         )
+
+
+def _seconds(task: repo.FinishedTask) -> float | None:
+    if task.started_at is None:
+        return None
+    return (task.finished_at - task.started_at).total_seconds()
+
+
+def _record(effects: Effects) -> None:
+    m = instruments()
+    for node_type, state in effects.created:
+        m.tasks_created.add(1, {"node_type": node_type, "state": state})
+    for node_type, seconds in effects.completed:
+        m.tasks_completed.add(1, {"node_type": node_type})
+        if seconds is not None:
+            m.task_duration.record(seconds, {"node_type": node_type})
+    for node_type in effects.failed:
+        m.tasks_failed.add(1, {"node_type": node_type})
+    if effects.retried:
+        m.tasks_retried.add(effects.retried)
+    if effects.finished is not None and effects.finished_run is not None:
+        status = effects.finished.status.value
+        m.runs_finished.add(1, {"status": status, "workflow_id": effects.finished_run.workflow_id})
+        m.run_duration.record(effects.finished_run.duration.total_seconds(), {"status": status})

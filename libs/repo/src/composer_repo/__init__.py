@@ -122,7 +122,7 @@ from composer_repo._tasks import (
     requeue_task,
     resolve_wait,
 )
-from composer_repo._tx import transaction
+from composer_repo._tx import check_ready, transaction
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -163,6 +163,7 @@ __all__ = [
     "acquire_lease",
     "buffer_signal",
     "cancel_tasks",
+    "check_ready",
     "claim_outbox",
     "complete_task",
     "connect",

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from composer_repo._db import Connection, Pool, translate_errors
+from composer_repo._migrate import require_schema
 
 
 @asynccontextmanager
@@ -20,3 +21,12 @@ async def transaction(pool: Pool) -> AsyncIterator[Connection]:
     with translate_errors():
         async with pool.acquire() as conn, conn.transaction():
             yield conn
+
+
+async def check_ready(pool: Pool) -> None:
+    """A readiness check: the database answers and its schema is the one this code needs.
+
+    Raises SchemaOutdated (naming ``make migrate``) or a Transient error otherwise.
+    """
+    async with transaction(pool) as conn:
+        await require_schema(conn)

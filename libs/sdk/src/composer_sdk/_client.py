@@ -11,6 +11,7 @@ from typing import TypeVar
 import grpc
 import grpc.aio
 
+from composer_common.telemetry import inject
 from composer_rpc.v1 import worker_pb2 as pb
 from composer_rpc.v1.worker_pb2_grpc import WorkerServiceStub
 from composer_sdk._handler import Outcome
@@ -44,6 +45,10 @@ class CoordinatorClient:
         self._timeout = call_timeout
         self.target = target
 
+    def _md(self) -> tuple[tuple[str, str], ...]:
+        """The token, and the current trace context so the coordinator's spans join the task's trace."""
+        return self._metadata + tuple(inject({}).items())
+
     async def close(self) -> None:
         await self._channel.close()
 
@@ -64,7 +69,7 @@ class CoordinatorClient:
         reply = await self._retry(
             "AcquireTaskLease",
             lambda: self._stub.AcquireTaskLease(
-                request, metadata=self._metadata, timeout=self._timeout
+                request, metadata=self._md(), timeout=self._timeout
             ),
             until,
         )
@@ -87,7 +92,7 @@ class CoordinatorClient:
         )
         try:
             reply = await self._stub.RenewTaskLease(
-                request, metadata=self._metadata, timeout=self._timeout
+                request, metadata=self._md(), timeout=self._timeout
             )
         except grpc.aio.AioRpcError as exc:
             if exc.code() in _TRANSIENT:
@@ -125,7 +130,7 @@ class CoordinatorClient:
         reply = await self._retry(
             "ReportTaskResult",
             lambda: self._stub.ReportTaskResult(
-                request, metadata=self._metadata, timeout=self._timeout
+                request, metadata=self._md(), timeout=self._timeout
             ),
             until,
         )

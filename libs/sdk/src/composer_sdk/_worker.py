@@ -25,9 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from opentelemetry.trace import SpanKind
 from redis.exceptions import RedisError, ResponseError
 
 from composer_common import streams
+from composer_common.logs import alert, log_context
+from composer_common.telemetry import extract, tracer
 from composer_sdk._client import CoordinatorClient
 from composer_sdk._handler import Handler, HandlerFn, Outcome, TaskContext
 from composer_sdk.errors import SdkError
@@ -213,7 +216,13 @@ class Worker:
         try:
             msg = streams.TaskMessage.from_fields(fields)
         except ValueError as exc:
-            log.error("dropping malformed message %s on %s: %s", entry_id, stream, exc)
+            alert(
+                log,
+                "dropping malformed message %s on %s (its task will be recovered by the sweeper): %s",
+                entry_id,
+                stream,
+                exc,
+            )
             await self._ack(stream, entry_id)
             return
         key = (msg.task_id, msg.attempt)
@@ -227,8 +236,24 @@ class Worker:
             await self._ack(stream, entry_id)
             return
         self._running.add(key)
+        parent = extract({"traceparent": msg.traceparent} if msg.traceparent else {})
+        attributes: dict[str, str | int] = {
+            "composer.run_id": msg.run_id,
+            "composer.task_id": msg.task_id,
+            "composer.node_id": msg.node_id,
+            "composer.attempt": msg.attempt,
+        }
         try:
-            await self._run_leased(handler, stream, entry_id, msg)
+            with (
+                tracer().start_as_current_span(
+                    f"task {handler.queue}",
+                    context=parent,
+                    kind=SpanKind.CONSUMER,
+                    attributes=attributes,
+                ),
+                log_context(run_id=msg.run_id, task_id=msg.task_id, node_id=msg.node_id),
+            ):
+                await self._run_leased(handler, stream, entry_id, msg)
         finally:
             self._running.discard(key)
 

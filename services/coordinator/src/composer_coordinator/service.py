@@ -15,7 +15,9 @@ from typing import Any
 
 import grpc
 import grpc.aio
+from opentelemetry.trace import SpanKind
 
+from composer_common.telemetry import extract, tracer
 from composer_engine import BadRequest, Engine, EngineError, NotFound, Unavailable
 from composer_rpc.v1 import worker_pb2 as pb
 from composer_rpc.v1.worker_pb2_grpc import WorkerServiceServicer
@@ -27,7 +29,27 @@ class WorkerService(WorkerServiceServicer):
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
+    # Each call runs in a span whose parent is the worker's task span (trace context in metadata).
+
     async def AcquireTaskLease(
+        self, request: pb.AcquireTaskLeaseRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.AcquireTaskLeaseResponse:
+        with _span("AcquireTaskLease", context, request.run_id, request.task_id):
+            return await self._AcquireTaskLease(request, context)
+
+    async def RenewTaskLease(
+        self, request: pb.RenewTaskLeaseRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.RenewTaskLeaseResponse:
+        with _span("RenewTaskLease", context, request.run_id, request.task_id):
+            return await self._RenewTaskLease(request, context)
+
+    async def ReportTaskResult(
+        self, request: pb.ReportTaskResultRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ReportTaskResultResponse:
+        with _span("ReportTaskResult", context, request.run_id, request.task_id):
+            return await self._ReportTaskResult(request, context)
+
+    async def _AcquireTaskLease(
         self, request: pb.AcquireTaskLeaseRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.AcquireTaskLeaseResponse:
         await _require(
@@ -60,7 +82,7 @@ class WorkerService(WorkerServiceServicer):
             lease_expires_at=grant.expires_at.timestamp() if grant.expires_at else 0.0,
         )
 
-    async def RenewTaskLease(
+    async def _RenewTaskLease(
         self, request: pb.RenewTaskLeaseRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.RenewTaskLeaseResponse:
         await _require(
@@ -85,7 +107,7 @@ class WorkerService(WorkerServiceServicer):
             ok=expires is not None, lease_expires_at=expires.timestamp() if expires else 0.0
         )
 
-    async def ReportTaskResult(
+    async def _ReportTaskResult(
         self, request: pb.ReportTaskResultRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ReportTaskResultResponse:
         await _require(
@@ -136,6 +158,16 @@ class WorkerService(WorkerServiceServicer):
         return pb.ReportTaskResultResponse(
             accepted=accepted, reason="" if accepted else "stale or duplicate report"
         )
+
+
+def _span(name: str, context: grpc.aio.ServicerContext[Any, Any], run_id: str, task_id: str) -> Any:
+    metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+    return tracer().start_as_current_span(
+        name,
+        context=extract(metadata),
+        kind=SpanKind.SERVER,
+        attributes={"composer.run_id": run_id, "composer.task_id": task_id},
+    )
 
 
 async def _require(context: grpc.aio.ServicerContext[Any, Any], ok: object, message: str) -> None:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import signal
 import sys
 
 import composer_repo as repo
-from composer_common import streams
-from composer_common.logs import setup_logging
+from composer_common import service, streams
+from composer_common.admin import serve_admin
 from composer_executors import HttpPolicy
 from composer_outbox_enqueuer.loop import Enqueuer
 from composer_outbox_enqueuer.settings import EnqueuerSettings
@@ -21,8 +19,7 @@ async def serve(settings: EnqueuerSettings) -> None:
     pool = await repo.create_pool(settings.database_url, max_size=4)
     redis = streams.connect(settings.redis_url)
     try:
-        async with repo.transaction(pool) as conn:
-            await repo.require_schema(conn)
+        await repo.check_ready(pool)
         enqueuer = Enqueuer(
             pool,
             redis,
@@ -35,17 +32,16 @@ async def serve(settings: EnqueuerSettings) -> None:
             webhook_give_up=settings.webhook_give_up_seconds,
             http_policy=HttpPolicy(allow_private=settings.http_allow_private),
         )
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        log.info(
-            "publishing the outbox to %s streams (%d shards)",
-            settings.redis_prefix,
-            settings.shards,
-        )
-        await enqueuer.run(stop)
-        log.info("stopped after publishing %d dispatch(es)", enqueuer.published)
+        checks = {"database": lambda: repo.check_ready(pool), "redis": lambda: streams.ping(redis)}
+        stop = service.stop_on_signals()
+        async with serve_admin(settings.admin_port, checks):
+            log.info(
+                "publishing the outbox to %s streams (%d shards)",
+                settings.redis_prefix,
+                settings.shards,
+            )
+            await enqueuer.run(stop)
+            log.info("stopped after publishing %d dispatch(es)", enqueuer.published)
     finally:
         await redis.aclose()
         await pool.close()
@@ -53,13 +49,9 @@ async def serve(settings: EnqueuerSettings) -> None:
 
 def main() -> int:
     settings = EnqueuerSettings()
-    setup_logging("outbox-enqueuer", settings.log_level)
-    try:
-        asyncio.run(serve(settings))
-    except repo.SchemaOutdated as exc:
-        log.error("%s", exc)
-        return 2
-    return 0
+    return service.run(
+        "outbox-enqueuer", settings, lambda: serve(settings), startup_errors=(repo.SchemaOutdated,)
+    )
 
 
 if __name__ == "__main__":

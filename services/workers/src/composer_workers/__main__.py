@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 
-from composer_common.logs import setup_logging
+from composer_common import service, streams
+from composer_common.admin import serve_admin
 from composer_executors import HttpPolicy, create_http_session
 from composer_sdk import SdkError, Worker, WorkerConfig
 from composer_workers.handlers import http_handler, python_handler
@@ -19,7 +19,7 @@ async def serve(settings: WorkersSettings) -> None:
     queues = {q.strip() for q in settings.queues.split(",") if q.strip()}
     unknown = queues - {"http", "python"}
     if unknown:
-        raise SdkError(
+        raise service.StartupError(
             f"COMPOSER_QUEUES names unknown built-in queues: {', '.join(sorted(unknown))} (http, python)"
         )
     worker = Worker(
@@ -37,24 +37,25 @@ async def serve(settings: WorkersSettings) -> None:
         allow_private=settings.http_allow_private,
         max_response_bytes=settings.http_max_response_bytes,
     )
-    async with create_http_session(policy) as session:
-        if "http" in queues:
-            worker.add_handler("http", http_handler(session, policy))
-        if "python" in queues:
-            worker.add_handler("python", python_handler(settings.python_memory_limit_bytes))
-        worker.install_signal_handlers()
-        await worker.run()
+    redis = streams.connect(settings.redis_url)
+    try:
+        async with (
+            create_http_session(policy) as session,
+            serve_admin(settings.admin_port, {"redis": lambda: streams.ping(redis)}),
+        ):
+            if "http" in queues:
+                worker.add_handler("http", http_handler(session, policy))
+            if "python" in queues:
+                worker.add_handler("python", python_handler(settings.python_memory_limit_bytes))
+            worker.install_signal_handlers()
+            await worker.run()
+    finally:
+        await redis.aclose()
 
 
 def main() -> int:
     settings = WorkersSettings()
-    setup_logging("workers", settings.log_level)
-    try:
-        asyncio.run(serve(settings))
-    except SdkError as exc:
-        log.error("%s", exc)
-        return 2
-    return 0
+    return service.run("workers", settings, lambda: serve(settings), startup_errors=(SdkError,))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,66 @@
+"""Every service's admin port: /healthz (alive), /readyz (its dependencies answer), /metrics.
+
+Readiness checks are named coroutines (database, Redis, schema version);
+/readyz answers 503 listing the ones that failed, so an orchestrator stops
+sending traffic without killing a process that is merely waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+log = logging.getLogger(__name__)
+
+Check = Callable[[], Awaitable[object]]
+
+
+def admin_app(checks: Mapping[str, Check], *, check_timeout: float = 3.0) -> web.Application:
+    async def healthz(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(request: web.Request) -> web.Response:
+        results: dict[str, str] = {}
+        for name, check in checks.items():
+            try:
+                await asyncio.wait_for(check(), check_timeout)
+                results[name] = "ok"
+            except Exception as exc:  # a failed check is the answer, not an error
+                results[name] = f"failed: {exc}"
+        ready = all(v == "ok" for v in results.values())
+        return web.json_response({"ready": ready, "checks": results}, status=200 if ready else 503)
+
+    async def metrics(request: web.Request) -> web.Response:
+        body = generate_latest()
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+@contextlib.asynccontextmanager
+async def serve_admin(
+    port: int | None, checks: Mapping[str, Check], *, host: str = "127.0.0.1"
+) -> AsyncIterator[int | None]:
+    """Serve the admin routes on ``port`` for the block (None: no admin port); yields the port bound."""
+    if port is None:
+        yield None
+        return
+    runner = web.AppRunner(admin_app(checks), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = int(runner.addresses[0][1]) if runner.addresses else port
+    log.info("admin port %d: /healthz /readyz /metrics", bound)
+    try:
+        yield bound
+    finally:
+        await runner.cleanup()
