@@ -23,11 +23,14 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from redis.exceptions import RedisError
 
 import composer_repo as repo
+from composer_common import streams
 from tests.integration.databases import new_database_name, scratch_database
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -56,6 +59,25 @@ def pg_admin_url() -> str:
         asyncio.run(ping())
     except repo.RepoError as exc:
         _unavailable(f"PostgreSQL at {url} is not reachable: {exc}")
+    return url
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The Redis server's URL (COMPOSER_TEST_REDIS_URL, default the local one), after a ping."""
+    url = os.environ.get("COMPOSER_TEST_REDIS_URL", DEFAULT_REDIS_URL)
+
+    async def ping() -> None:
+        client = streams.connect(url)
+        try:
+            await client.ping()
+        finally:
+            await client.aclose()
+
+    try:
+        asyncio.run(ping())
+    except (RedisError, OSError) as exc:
+        _unavailable(f"Redis at {url} is not reachable: {exc}")
     return url
 
 

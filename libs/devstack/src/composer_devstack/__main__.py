@@ -113,11 +113,7 @@ async def up(args: argparse.Namespace, state: Path) -> int:
             if importlib.util.find_spec(module) is None:
                 missing.append(name)
                 continue
-            child_env = env | {
-                "COMPOSER_ADMIN_PORT": env.get(
-                    f"COMPOSER_{module.upper()}_ADMIN_PORT", str(ADMIN_PORT_BASE + i)
-                )
-            }
+            child_env = env | {"COMPOSER_ADMIN_PORT": str(args.admin_base + i)}
             sup.add(name, [sys.executable, "-m", module], child_env)
         if missing:
             sup.say("devstack", f"not installed, not started: {', '.join(missing)}", 33)
@@ -158,6 +154,12 @@ def main() -> int:
     )
     parser.add_argument(
         "--grace", type=float, default=15.0, help="seconds services get to stop on Ctrl-C"
+    )
+    parser.add_argument(
+        "--admin-base",
+        type=int,
+        default=ADMIN_PORT_BASE,
+        help=f"admin ports (/healthz, /readyz, /metrics) are this + 0, 1, … in service order (default {ADMIN_PORT_BASE})",
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO)
