@@ -18,7 +18,7 @@ import composer_repo as repo
 from composer_common import streams
 from composer_core.model import RunStatus, TaskState
 from composer_rpc.v1 import worker_pb2 as pb
-from composer_rpc.v1.worker_pb2_grpc import WorkerServiceStub
+from composer_rpc.v1.worker_pb2_grpc import WorkerServiceAsyncStub, WorkerServiceStub
 from composer_sdk import PermanentError, TaskContext, TaskFailed
 from tests.integration.e2e.conftest import TOKEN, Stack, eventually
 
@@ -313,94 +313,58 @@ async def test_duplicate_stream_message_runs_the_handler_once(stack: Stack) -> N
     assert calls == [task.task_id]
 
 
+class RawWorker:
+    """A worker speaking the gRPC protocol by hand, to send what a real one would not."""
+
+    def __init__(self, stub: WorkerServiceAsyncStub, run_id: str, task_id: str) -> None:
+        self.stub, self.run_id, self.task_id = stub, run_id, task_id
+        self.md = (("authorization", f"Bearer {TOKEN}"),)
+
+    async def lease(self, owner: str, ttl: float = 30) -> pb.AcquireTaskLeaseResponse:
+        request = pb.AcquireTaskLeaseRequest(
+            task_id=self.task_id, run_id=self.run_id, attempt=0, owner=owner, ttl_seconds=ttl
+        )
+        return await self.stub.AcquireTaskLease(request, metadata=self.md)
+
+    async def renew(self, owner: str) -> pb.RenewTaskLeaseResponse:
+        request = pb.RenewTaskLeaseRequest(
+            task_id=self.task_id, run_id=self.run_id, attempt=0, owner=owner, ttl_seconds=30
+        )
+        return await self.stub.RenewTaskLease(request, metadata=self.md)
+
+    async def report(
+        self, owner: str, *, attempt: int = 0, output: str = "{}", error: str = ""
+    ) -> bool:
+        request = pb.ReportTaskResultRequest(
+            task_id=self.task_id,
+            run_id=self.run_id,
+            node_id="a",
+            attempt=attempt,
+            owner=owner,
+            status=pb.TASK_STATUS_FAILED if error else pb.TASK_STATUS_COMPLETED,
+            output_json=output,
+            error=error,
+        )
+        return (await self.stub.ReportTaskResult(request, metadata=self.md)).accepted
+
+
 async def test_stale_and_foreign_reports_change_nothing(stack: Stack) -> None:
     await stack.deploy(one_task("a", queue="manual", spec={"n": "{{input.n}}"}))
     started = await stack.engine.start("one-a", input={"n": 1})
     task = (await stack.tasks_of(started.run_id))["a"]
     async with grpc.aio.insecure_channel(stack.grpc_target) as channel:
-        stub = WorkerServiceStub(channel)
-        md = (("authorization", f"Bearer {TOKEN}"),)
-        lease = await stub.AcquireTaskLease(
-            pb.AcquireTaskLeaseRequest(
-                task_id=task.task_id, run_id=started.run_id, attempt=0, owner="A", ttl_seconds=0.3
-            ),
-            metadata=md,
-        )
-        assert lease.granted and lease.input_json == '{"n":1}'
-        taken = await stub.AcquireTaskLease(
-            pb.AcquireTaskLeaseRequest(
-                task_id=task.task_id, run_id=started.run_id, attempt=0, owner="B", ttl_seconds=30
-            ),
-            metadata=md,
-        )
-        assert not taken.granted  # A's lease is live
+        raw = RawWorker(WorkerServiceStub(channel), started.run_id, task.task_id)
+        lease = await raw.lease("A", ttl=0.3)
+        assert lease.granted
+        assert lease.input_json == '{"n":1}'
+        assert not (await raw.lease("B")).granted  # A's lease is live
         await asyncio.sleep(0.4)  # A stops renewing: its lease expires
-        renewed = await stub.RenewTaskLease(
-            pb.RenewTaskLeaseRequest(
-                task_id=task.task_id, run_id=started.run_id, attempt=0, owner="B", ttl_seconds=30
-            ),
-            metadata=md,
-        )
-        assert not renewed.ok
-        taken = await stub.AcquireTaskLease(
-            pb.AcquireTaskLeaseRequest(
-                task_id=task.task_id, run_id=started.run_id, attempt=0, owner="B", ttl_seconds=30
-            ),
-            metadata=md,
-        )
-        assert taken.granted
-        late = await stub.ReportTaskResult(
-            pb.ReportTaskResultRequest(
-                task_id=task.task_id,
-                run_id=started.run_id,
-                node_id="a",
-                attempt=0,
-                owner="A",
-                status=pb.TASK_STATUS_COMPLETED,
-                output_json='{"from": "A"}',
-            ),
-            metadata=md,
-        )
-        assert not late.accepted  # A's lease was taken over
-        stale = await stub.ReportTaskResult(
-            pb.ReportTaskResultRequest(
-                task_id=task.task_id,
-                run_id=started.run_id,
-                node_id="a",
-                attempt=5,
-                owner="B",
-                status=pb.TASK_STATUS_COMPLETED,
-                output_json="{}",
-            ),
-            metadata=md,
-        )
-        assert not stale.accepted
-        ok = await stub.ReportTaskResult(
-            pb.ReportTaskResultRequest(
-                task_id=task.task_id,
-                run_id=started.run_id,
-                node_id="a",
-                attempt=0,
-                owner="B",
-                status=pb.TASK_STATUS_COMPLETED,
-                output_json='{"from": "B"}',
-            ),
-            metadata=md,
-        )
-        assert ok.accepted
-        again = await stub.ReportTaskResult(
-            pb.ReportTaskResultRequest(
-                task_id=task.task_id,
-                run_id=started.run_id,
-                node_id="a",
-                attempt=0,
-                owner="B",
-                status=pb.TASK_STATUS_FAILED,
-                error="late",
-            ),
-            metadata=md,
-        )
-        assert not again.accepted
+        assert not (await raw.renew("B")).ok
+        assert (await raw.lease("B")).granted
+        assert not await raw.report("A", output='{"from": "A"}')  # A's lease was taken over
+        assert not await raw.report("B", attempt=5)  # no such attempt
+        assert await raw.report("B", output='{"from": "B"}')
+        assert not await raw.report("B", error="late")  # the attempt is finished
     run = await stack.wait_run(started.run_id)
     assert run.status is RunStatus.SUCCEEDED
     assert (await stack.tasks_of(started.run_id))["a"].output == {"from": "B"}
