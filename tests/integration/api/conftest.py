@@ -21,7 +21,6 @@ from aiohttp import web
 
 from composer_api_gateway import GatewayConfig, create_app
 from tests.integration.e2e.conftest import Stack, open_stack
-from tests.integration.e2e.conftest import redis_url as redis_url  # the fixture, re-exported
 
 TOKENS = {"admin": "adm-secret", "operator": "op-secret", "viewer": "view-secret"}
 TOKENS_ENV = ",".join(f"{token}:{role}" for role, token in TOKENS.items())
@@ -49,7 +48,7 @@ class Gateway:
         *,
         role: str | None = "admin",
         json: Any = None,
-        data: bytes | str | None = None,
+        data: Any = None,
         content_type: str | None = None,
         headers: dict[str, str] | None = None,
         params: dict[str, str] | None = None,
@@ -61,8 +60,8 @@ class Gateway:
             sent["Content-Type"] = content_type
         if isinstance(data, str):
             data = data.encode()
-        if data is not None and len(data) > 1024 * 1024:  # aiohttp warns about large raw bytes
-            data = io.BytesIO(data)  # type: ignore[assignment]
+        if isinstance(data, bytes) and len(data) > 1024 * 1024:  # aiohttp warns about large bytes
+            data = io.BytesIO(data)
         async with self.session.request(
             method, self.url + path, json=json, data=data, headers=sent, params=params
         ) as response:

@@ -1,10 +1,13 @@
-"""``composer-api-gateway``: serve the REST API until SIGTERM, then drain."""
+"""``composer-api-gateway``: serve the REST API until SIGTERM, then drain.
+
+Besides the API port (which has its own /healthz, /readyz and /metrics, as
+DESIGN.md §6 lists them), the gateway serves the admin port every service
+has when COMPOSER_ADMIN_PORT is set, so a supervisor checks all services alike.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import signal
 import sys
 
 from aiohttp import web
@@ -12,8 +15,9 @@ from aiohttp import web
 import composer_repo as repo
 from composer_api_gateway.app import create_app
 from composer_api_gateway.settings import GatewaySettings
-from composer_api_gateway.state import GatewayConfig
-from composer_common.logs import setup_logging
+from composer_api_gateway.state import POOL, REDIS, GatewayConfig
+from composer_common import service, streams
+from composer_common.admin import serve_admin
 
 log = logging.getLogger("composer.api")
 
@@ -32,41 +36,39 @@ def config_from(settings: GatewaySettings) -> GatewayConfig:
 
 
 async def serve(settings: GatewaySettings) -> None:
-    app = create_app(config_from(settings))
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=settings.drain_seconds)
-    await runner.setup()  # runs the cleanup contexts' setup: pool, schema check, Redis
     try:
-        site = web.TCPSite(runner, settings.api_host, settings.api_port)
-        await site.start()
-        log.info("serving the REST API on http://%s:%d", settings.api_host, settings.api_port)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
-        log.info("stopping: draining in-flight requests for up to %.0fs", settings.drain_seconds)
+        app = create_app(config_from(settings))
+    except ValueError as exc:  # a malformed COMPOSER_API_TOKENS
+        raise service.StartupError(str(exc)) from exc
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=settings.drain_seconds)
+    await runner.setup()  # the cleanup contexts' setup: pool (schema checked), Redis, waiters
+    try:
+        pool, redis = app[POOL], app[REDIS]
+        checks = {"database": lambda: repo.check_ready(pool), "redis": lambda: streams.ping(redis)}
+        stop = service.stop_on_signals()
+        async with serve_admin(settings.admin_port, checks):
+            site = web.TCPSite(runner, settings.api_host, settings.api_port)
+            try:
+                await site.start()
+            except OSError as exc:
+                raise service.StartupError(
+                    f"cannot listen on {settings.api_host}:{settings.api_port} ({exc.strerror}); "
+                    "set COMPOSER_API_PORT to a free port"
+                ) from exc
+            log.info("serving the REST API on http://%s:%d", settings.api_host, settings.api_port)
+            await stop.wait()
+            log.info(
+                "stopping: draining in-flight requests for up to %.0fs", settings.drain_seconds
+            )
     finally:
         await runner.cleanup()
 
 
 def main() -> int:
     settings = GatewaySettings()
-    setup_logging("api-gateway", settings.log_level)
-    try:
-        asyncio.run(serve(settings))
-    except repo.SchemaError as exc:
-        log.error("%s", exc)
-        return 2
-    except repo.RepoError as exc:
-        log.error("cannot use the database at COMPOSER_DATABASE_URL: %s", exc)
-        return 2
-    except ValueError as exc:
-        log.error("%s", exc)
-        return 2
-    except OSError as exc:
-        log.error("cannot listen on %s:%d: %s", settings.api_host, settings.api_port, exc)
-        return 2
-    return 0
+    return service.run(
+        "api-gateway", settings, lambda: serve(settings), startup_errors=(repo.SchemaError,)
+    )
 
 
 if __name__ == "__main__":

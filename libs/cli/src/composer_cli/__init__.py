@@ -1,0 +1,11 @@
+"""The ``composer`` command line (DESIGN.md §6).
+
+It talks to the api-gateway over HTTP only (COMPOSER_API_URL,
+COMPOSER_API_TOKEN); ``composer migrate`` alone goes to PostgreSQL, through
+composer_repo's migration runner.
+"""
+
+from composer_cli.client import ApiClient, CliError
+from composer_cli.main import app, main
+
+__all__ = ["ApiClient", "CliError", "app", "main"]

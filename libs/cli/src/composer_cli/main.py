@@ -1,0 +1,368 @@
+"""``composer``: apply definitions and drive runs from a shell (DESIGN.md §6).
+
+Every command but ``migrate`` talks to the api-gateway over HTTP
+(COMPOSER_API_URL, COMPOSER_API_TOKEN). Exit codes: 0 done; 1 an error, or
+a waited-for run that FAILED or was CANCELLED; 2 a usage error.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+from composer_cli.client import DEFAULT_URL, ApiClient, CliError
+from composer_cli.render import (
+    TERMINAL,
+    changes,
+    compact,
+    run_view,
+    runs_table,
+    workflows_table,
+)
+
+app = typer.Typer(
+    name="composer",
+    help="Composer: durable workflows. Talks to the api-gateway at COMPOSER_API_URL.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+# soft_wrap: a message line is never broken at the terminal width (a pipe sees it whole)
+# no markup: messages carry brackets (nodes[0].spec.url) that are not styles
+out = Console(highlight=False, soft_wrap=True, markup=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+
+
+def command(fn: Callable[..., None]) -> Callable[..., None]:
+    """Register a command whose CliErrors print as one clear line (and details) and exit 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            fn(*args, **kwargs)
+        except CliError as exc:
+            err.print(Text.assemble(("error:", "red"), " ", exc.message))
+            for line in exc.details:
+                err.print(f"  {line}")
+            raise typer.Exit(1) from None
+
+    app.command()(wrapper)
+    return wrapper
+
+
+JsonOption = Annotated[
+    str | None,
+    typer.Option(help="JSON text, @file.json, or @- for standard input"),
+]
+
+
+@app.callback()
+def configure(
+    ctx: typer.Context,
+    url: Annotated[
+        str, typer.Option("--url", envvar="COMPOSER_API_URL", help="the api-gateway's URL")
+    ] = DEFAULT_URL,
+    token: Annotated[
+        str,
+        typer.Option("--token", envvar="COMPOSER_API_TOKEN", help="API token", show_default=False),
+    ] = "",
+) -> None:
+    client = ApiClient(url, token)
+    ctx.obj = client
+    ctx.call_on_close(client.close)
+
+
+def client_of(ctx: typer.Context) -> ApiClient:
+    client: ApiClient = ctx.obj
+    return client
+
+
+def read_json(value: str | None, what: str) -> Any:
+    """``value`` as JSON: inline text, ``@path``, or ``@-`` (stdin)."""
+    if value is None:
+        return None
+    text = value
+    if value.startswith("@"):
+        source = value[1:]
+        try:
+            text = sys.stdin.read() if source == "-" else Path(source).read_text()
+        except OSError as exc:
+            raise CliError(f"cannot read {what} from {source}: {exc.strerror}") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"{what} is not valid JSON: {exc}") from exc
+
+
+# -- definitions ---------------------------------------------------------------
+
+
+@command
+def apply(
+    ctx: typer.Context,
+    files: Annotated[
+        list[Path],
+        typer.Option(
+            "-f", "--file", help="a definition (.yaml, .yml or .json); repeat for several"
+        ),
+    ],
+    deploy: Annotated[
+        bool, typer.Option(help="make each new version the one new runs use")
+    ] = False,
+) -> None:
+    """Create the next version of each definition (and deploy it with --deploy)."""
+    client = client_of(ctx)
+    for path in files:
+        try:
+            content = path.read_bytes()
+        except OSError as exc:
+            raise CliError(f"cannot read {path}: {exc.strerror}") from exc
+        media = "application/json" if path.suffix.lower() == ".json" else "application/yaml"
+        try:
+            answer = client.call(
+                "POST",
+                "/v1/workflows",
+                content=content,
+                content_type=media,
+                params={"deploy": "true"} if deploy else None,
+            )
+        except CliError as exc:
+            raise CliError(f"{path}: {exc.message}", exc.details) from exc
+        body = answer.body
+        state = "deployed" if body["deployed"] else "not deployed"
+        out.print(f"{body['id']}: version {body['version']} ({state})")
+
+
+@command
+def workflows(ctx: typer.Context) -> None:
+    """List workflows with their latest and deployed versions."""
+    body = client_of(ctx).call("GET", "/v1/workflows").body
+    out.print(workflows_table(body["workflows"]))
+
+
+# -- runs ----------------------------------------------------------------------
+
+
+@command
+def start(
+    ctx: typer.Context,
+    workflow: Annotated[str, typer.Argument(help="the workflow id")],
+    input: JsonOption = None,
+    config: JsonOption = None,
+    version: Annotated[int | None, typer.Option(help="default: the deployed version")] = None,
+    idempotency_key: Annotated[
+        str | None, typer.Option(help="a repeated key returns the run it started")
+    ] = None,
+    run_id: Annotated[str | None, typer.Option(help="your own run id (a recent UUIDv7)")] = None,
+    wait: Annotated[bool, typer.Option(help="show progress until the run ends")] = False,
+) -> None:
+    """Start a run; with --wait, follow it and exit 1 unless it succeeds."""
+    client = client_of(ctx)
+    body: dict[str, Any] = {"workflow_id": workflow}
+    for key, value in (
+        ("input", read_json(input, "--input")),
+        ("config", read_json(config, "--config")),
+        ("version", version),
+        ("idempotency_key", idempotency_key),
+        ("run_id", run_id),
+    ):
+        if value is not None:
+            body[key] = value
+    answer = client.call("POST", "/v1/runs", json=body)
+    started = answer.body
+    note = "" if started["created"] else " (already started with this idempotency key)"
+    out.print(f"run {started['run_id']} {started['status']}{note}")
+    if wait:
+        follow(client, started["run_id"])
+
+
+@command
+def get(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(help="the run id")],
+    as_json: Annotated[bool, typer.Option("--json", help="print the API's JSON")] = False,
+) -> None:
+    """Show a run and a table of its tasks."""
+    body = client_of(ctx).call("GET", f"/v1/runs/{run}").body
+    if as_json:
+        typer.echo(json.dumps(body, indent=2, ensure_ascii=False))
+    else:
+        out.print(run_view(body))
+
+
+@command
+def watch(ctx: typer.Context, run: Annotated[str, typer.Argument(help="the run id")]) -> None:
+    """Follow a run until it ends; exit 1 unless it succeeds."""
+    follow(client_of(ctx), run)
+
+
+@command
+def runs(
+    ctx: typer.Context,
+    workflow: Annotated[str | None, typer.Option(help="only runs of this workflow")] = None,
+    status: Annotated[
+        str | None, typer.Option(help="RUNNING, SUCCEEDED, FAILED, CANCELLED …")
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
+    cursor: Annotated[str | None, typer.Option(help="the next page's cursor")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the API's JSON")] = False,
+) -> None:
+    """List runs, newest first."""
+    params: dict[str, Any] = {"limit": limit}
+    if workflow:
+        params["workflow_id"] = workflow
+    if status:
+        params["status"] = status.upper()
+    if cursor:
+        params["cursor"] = cursor
+    body = client_of(ctx).call("GET", "/v1/runs", params=params).body
+    if as_json:
+        typer.echo(json.dumps(body, indent=2, ensure_ascii=False))
+        return
+    out.print(runs_table(body["runs"]))
+    if body.get("next_cursor"):
+        out.print(f"more: composer runs --cursor {body['next_cursor']}", style="dim")
+
+
+@command
+def signal(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(help="the run id")],
+    name: Annotated[str, typer.Argument(help="the signal (a WAIT_FOR_EVENT node's event)")],
+    data: JsonOption = None,
+) -> None:
+    """Send a signal with an optional JSON payload."""
+    payload = read_json(data, "--data")
+    content = json.dumps(payload).encode() if data is not None else b""
+    body = (
+        client_of(ctx)
+        .call(
+            "POST",
+            f"/v1/runs/{run}/signals/{name}",
+            content=content,
+            content_type="application/json",
+        )
+        .body
+    )
+    if body["delivered"]:
+        out.print(f"signal {name} delivered")
+    else:
+        out.print(f"signal {name} buffered: no node waits for it yet")
+
+
+@command
+def cancel(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(help="the run id")],
+    reason: Annotated[str, typer.Option(help="recorded as the run's error")] = "",
+) -> None:
+    """Cancel a run."""
+    body = client_of(ctx).call("POST", f"/v1/runs/{run}/cancel", json={"reason": reason}).body
+    out.print(f"run {body['run_id']} {body['status']}")
+
+
+@command
+def retry(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(help="the run id")],
+    from_node: Annotated[str, typer.Option("--from", help="the node to run again from")],
+    version: Annotated[
+        int | None, typer.Option(help="0: the deployed version; N: version N; default: the run's")
+    ] = None,
+    input: JsonOption = None,
+    config: JsonOption = None,
+    wait: Annotated[bool, typer.Option(help="show progress until the run ends")] = False,
+) -> None:
+    """Run a finished run again from a node (it and every node after it)."""
+    client = client_of(ctx)
+    body: dict[str, Any] = {"from_node": from_node}
+    for key, value in (
+        ("version", version),
+        ("input", read_json(input, "--input")),
+        ("config", read_json(config, "--config")),
+    ):
+        if value is not None:
+            body[key] = value
+    answer = client.call("POST", f"/v1/runs/{run}/retry", json=body).body
+    out.print(f"run {answer['run_id']} {answer['status']} from {from_node}")
+    if wait:
+        follow(client, run)
+
+
+@command
+def migrate(
+    url: Annotated[
+        str,
+        typer.Option(envvar="COMPOSER_DATABASE_URL", help="the database (created if missing)"),
+    ] = "postgresql://postgres@127.0.0.1:5432/composer",
+) -> None:
+    """Create the database if missing and apply the migrations (talks to PostgreSQL directly)."""
+    from composer_repo.__main__ import main as repo_main
+
+    code = repo_main(["migrate", "--url", url])
+    if code:
+        raise typer.Exit(code)
+
+
+# -- following a run -------------------------------------------------------------
+
+
+def follow(client: ApiClient, run_id: str, *, poll: float = 2.0) -> None:
+    """Show the run until it is terminal; exit 1 unless it SUCCEEDED.
+
+    Each read is a long-poll of up to ``poll`` seconds, so the finish shows at
+    once while progress refreshes every couple of seconds. A terminal gets a
+    live table; a pipe or log gets one line per change.
+    """
+    previous: dict[str, Any] | None = None
+
+    def read() -> dict[str, Any]:
+        answer = client.call(
+            "GET",
+            f"/v1/runs/{run_id}/result",
+            params={"timeout": poll},
+            timeout=poll + 30,
+            ok=(200, 202),
+        )
+        body: dict[str, Any] = answer.body
+        return body
+
+    if out.is_terminal:
+        with Live(console=out, auto_refresh=False) as live:
+            while True:
+                run = read()
+                live.update(run_view(run), refresh=True)
+                if run["status"] in TERMINAL:
+                    break
+    else:
+        while True:
+            run = read()
+            for line in changes(previous, run):
+                out.print(line)
+            previous = run
+            if run["status"] in TERMINAL:
+                break
+        out.print(run_view(run))
+    if run["status"] != "SUCCEEDED":
+        raise typer.Exit(1)
+    if run.get("output") is not None and out.is_terminal:
+        out.print(f"output: {compact(run['output'], 400)}")
+
+
+def main() -> int:
+    """The console script."""
+    app()
+    return 0  # pragma: no cover - app() exits
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""How runs, tasks and listings look in a terminal (rich), and as plain progress lines."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+_STYLES = {
+    "SUCCEEDED": "green",
+    "COMPLETED": "green",
+    "FAILED": "red",
+    "CANCELLED": "yellow",
+    "SKIPPED": "dim",
+    "RUNNING": "cyan",
+    "WAITING": "magenta",
+    "PENDING": "blue",
+    "QUEUED": "blue",
+}
+
+
+def styled(state: str) -> Text:
+    return Text(state, style=_STYLES.get(state, ""))
+
+
+def parse_time(value: str | None) -> dt.datetime | None:
+    if not value:
+        return None
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def duration(start: str | None, end: str | None) -> str:
+    begun = parse_time(start)
+    if begun is None:
+        return ""
+    ended = parse_time(end) or dt.datetime.now(dt.UTC)
+    seconds = max((ended - begun).total_seconds(), 0.0)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def compact(value: Any, limit: int = 80) -> str:
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def run_view(run: dict[str, Any]) -> Group:
+    """The run's header and a table of its tasks (state, attempt, duration, error)."""
+    head = Text.assemble(
+        ("run ", "bold"),
+        (run["run_id"], "bold"),
+        "  ",
+        styled(run["status"]),
+        f"  {run['workflow_id']} v{run['version']}",
+        f"  {duration(run['created_at'], run.get('completed_at'))}",
+    )
+    lines: list[Any] = [head]
+    if run.get("error"):
+        lines.append(Text(f"error: {run['error']}", style="red"))
+    if run["status"] == "SUCCEEDED" and run.get("output") is not None:
+        lines.append(Text(f"output: {compact(run['output'], 200)}"))
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("node", "type", "state", "attempt", "duration", "error"):
+        table.add_column(column, overflow="fold")
+    for task in run.get("tasks", []):
+        table.add_row(
+            task["node_id"],
+            task["type"],
+            styled(task["state"]),
+            str(task["attempt"]),
+            duration(task.get("started_at") or task.get("created_at"), task.get("finished_at")),
+            Text(task.get("error") or "", style="red"),
+        )
+    lines.append(table)
+    return Group(*lines)
+
+
+def runs_table(runs: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    table.add_column("run", no_wrap=True, min_width=36)  # ids are copied: never fold them
+    for column in ("workflow", "version", "status", "created", "duration"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("error", no_wrap=True, overflow="ellipsis")
+    for run in runs:
+        created = parse_time(run["created_at"])
+        table.add_row(
+            run["run_id"],
+            run["workflow_id"],
+            str(run["version"]),
+            styled(run["status"]),
+            created.strftime("%m-%d %H:%M:%S") if created else "",
+            duration(run["created_at"], run.get("completed_at")),
+            Text(run.get("error") or "", style="red"),
+        )
+    return table
+
+
+def workflows_table(workflows: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("workflow", "name", "latest", "deployed"):
+        table.add_column(column)
+    for w in workflows:
+        deployed = w.get("deployed_version")
+        table.add_row(
+            w["id"], w["name"], str(w["latest_version"]), str(deployed) if deployed else "-"
+        )
+    return table
+
+
+def changes(before: dict[str, Any] | None, after: dict[str, Any]) -> list[str]:
+    """Plain progress lines for what changed between two reads of a run (for logs, not terminals)."""
+    old = {t["node_id"]: (t["state"], t["attempt"]) for t in (before or {}).get("tasks", [])}
+    lines = []
+    for task in after.get("tasks", []):
+        now = (task["state"], task["attempt"])
+        if old.get(task["node_id"]) != now:
+            attempt = f" (attempt {task['attempt']})" if task["attempt"] else ""
+            error = f": {task['error']}" if task.get("error") and task["state"] == "FAILED" else ""
+            lines.append(f"{task['node_id']} {task['state']}{attempt}{error}")
+    if before is None or before["status"] != after["status"]:
+        lines.append(f"run {after['status']}")
+    return lines

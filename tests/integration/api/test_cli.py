@@ -1,0 +1,199 @@
+"""The `composer` CLI against a running gateway and stack: the README's walk-through.
+
+The CLI is synchronous (httpx), the gateway runs in the test's event loop, so
+each command runs in a thread through typer's CliRunner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiohttp import web
+from typer.testing import CliRunner, Result
+
+import composer_repo as repo
+from composer_cli import app
+from composer_sdk import PermanentError, TaskContext
+from tests.integration.api.conftest import TOKENS, Live
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+async def composer(
+    live: Live | None, *args: str, token: str | None = TOKENS["admin"], url: str | None = None
+) -> Result:
+    env = {
+        "COMPOSER_API_URL": url or (live.gateway.url if live else "http://127.0.0.1:9"),
+        "COMPOSER_API_TOKEN": token or "",
+    }
+    runner = CliRunner()
+    return await asyncio.to_thread(runner.invoke, app, list(args), env=env)
+
+
+@pytest.fixture
+async def shop() -> AsyncIterator[str]:
+    """The HTTP endpoint price-check fetches: a product priced 120."""
+
+    async def item(request: web.Request) -> web.Response:
+        return web.json_response({"name": "lamp", "price": 120})
+
+    shop_app = web.Application()
+    shop_app.router.add_get("/items/7", item)
+    runner = web.AppRunner(shop_app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    try:
+        yield f"http://{host}:{port}/items/7"
+    finally:
+        await runner.cleanup()
+
+
+async def test_apply_start_wait_get_and_runs(live: Live, shop: str, tmp_path: Path) -> None:
+    await live.stack.builtin_workers()
+    applied = await composer(live, "apply", "-f", str(EXAMPLES / "price-check.yaml"), "--deploy")
+    assert applied.exit_code == 0, applied.output
+    assert "price-check: version 1 (deployed)" in applied.output
+
+    inputs = tmp_path / "in.json"
+    inputs.write_text(json.dumps({"url": shop}))
+    started = await composer(live, "start", "price-check", "--input", f"@{inputs}", "--wait")
+    assert started.exit_code == 0, started.output
+    assert "fetch COMPLETED" in started.output and "run SUCCEEDED" in started.output
+    run_id = started.output.split()[1]
+    uuid.UUID(run_id)
+
+    shown = await composer(live, "get", run_id)
+    assert shown.exit_code == 0, shown.output
+    for text in ("SUCCEEDED", "fetch", "quote", "COMPLETED", "SKIPPED", "attempt"):
+        assert text in shown.output
+    as_json = await composer(live, "get", run_id, "--json")
+    assert json.loads(as_json.output)["output"]["quote"]["total"] == 108.0
+
+    listed = await composer(live, "runs", "--workflow", "price-check", "--status", "succeeded")
+    assert listed.exit_code == 0 and run_id in listed.output
+    workflows = await composer(live, "workflows")
+    assert "price-check" in workflows.output
+
+    again = await composer(
+        live, "start", "price-check", "--input", json.dumps({"url": shop}), "--idempotency-key", "k"
+    )
+    repeat = await composer(
+        live, "start", "price-check", "--input", json.dumps({"url": shop}), "--idempotency-key", "k"
+    )
+    assert again.output.split()[1] == repeat.output.split()[1]
+    assert "already started" in repeat.output
+
+
+async def test_signal_cancel_and_a_failed_wait(live: Live, tmp_path: Path) -> None:
+    definition = {
+        "id": "cli-waits",
+        "output": "{{tasks.wait.output}}",
+        "nodes": [{"id": "wait", "type": "WAIT_FOR_EVENT", "spec": {"event": "paid"}}],
+    }
+    path = tmp_path / "waits.json"
+    path.write_text(json.dumps(definition))
+    applied = await composer(live, "apply", "-f", str(path), "--deploy")
+    assert applied.exit_code == 0, applied.output
+
+    first = (await composer(live, "start", "cli-waits")).output.split()[1]
+    signalled = await composer(live, "signal", first, "paid", "--data", '{"amount": 3}')
+    assert signalled.exit_code == 0 and "delivered" in signalled.output
+    watched = await composer(live, "watch", first)
+    assert watched.exit_code == 0 and "SUCCEEDED" in watched.output
+
+    second = (await composer(live, "start", "cli-waits")).output.split()[1]
+    early = await composer(live, "signal", second, "other")
+    assert "buffered" in early.output
+    cancelled = await composer(live, "cancel", second, "--reason", "changed my mind")
+    assert cancelled.exit_code == 0 and "CANCELLED" in cancelled.output
+    watched = await composer(live, "watch", second)
+    assert watched.exit_code == 1 and "changed my mind" in watched.output
+    finished = await composer(live, "cancel", second)
+    assert finished.exit_code == 1 and "HTTP 409" in finished.output
+
+
+async def test_retry_a_failed_run_from_a_node(live: Live, tmp_path: Path) -> None:
+    calls: list[int] = []
+
+    async def flaky(ctx: TaskContext, input: dict[str, Any]) -> dict[str, Any]:
+        calls.append(ctx.attempt)
+        if len(calls) == 1:
+            raise PermanentError("the bank said no")
+        return {"charged": input["amount"]}
+
+    live.stack.worker({"bank": flaky})
+    definition = {
+        "id": "cli-retry",
+        "nodes": [
+            {
+                "id": "charge",
+                "type": "TASK",
+                "queue": "bank",
+                "spec": {"amount": "{{input.amount}}"},
+            }
+        ],
+    }
+    path = tmp_path / "retry.yaml"
+    path.write_text(yaml.safe_dump(definition))
+    assert (await composer(live, "apply", "-f", str(path), "--deploy")).exit_code == 0
+    failed = await composer(live, "start", "cli-retry", "--input", '{"amount": 5}', "--wait")
+    assert failed.exit_code == 1, failed.output
+    assert "charge FAILED" in failed.output and "the bank said no" in failed.output
+    run_id = failed.output.split()[1]
+    retried = await composer(live, "retry", run_id, "--from", "charge", "--wait")
+    assert retried.exit_code == 0, retried.output
+    assert "run SUCCEEDED" in retried.output
+
+
+async def test_clear_messages_for_common_mistakes(live: Live, tmp_path: Path) -> None:
+    down = await composer(None, "runs", url="http://127.0.0.1:9")
+    assert down.exit_code == 1
+    assert "cannot reach the Composer API at http://127.0.0.1:9" in down.output
+    assert "\n" not in down.output.strip()  # one line
+
+    no_token = await composer(live, "runs", token=None)
+    assert no_token.exit_code == 1 and "set COMPOSER_API_TOKEN" in no_token.output
+    bad_token = await composer(live, "runs", token="wrong")
+    assert bad_token.exit_code == 1 and "refused the token" in bad_token.output
+    weak = await composer(
+        live, "apply", "-f", str(EXAMPLES / "price-check.yaml"), token=TOKENS["viewer"]
+    )
+    assert weak.exit_code == 1 and "needs the admin role" in weak.output
+
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("id: broken\nnodes:\n  - {id: a, type: HTTP}\n  - {id: a, type: WAIT}\n")
+    invalid = await composer(live, "apply", "-f", str(broken))
+    assert invalid.exit_code == 1
+    assert "nodes[0].spec.url" in invalid.output and "nodes[1].id" in invalid.output
+
+    missing = await composer(live, "get", "0190a000-0000-7000-8000-000000000000")
+    assert missing.exit_code == 1 and "does not exist" in missing.output
+    not_json = await composer(live, "start", "x", "--input", "{oops")
+    assert not_json.exit_code == 1 and "--input is not valid JSON" in not_json.output
+    usage = await composer(live, "retry", "some-run")
+    assert usage.exit_code == 2  # --from is required
+
+
+async def test_migrate_creates_and_migrates_a_database(pg_admin_url: str) -> None:
+    name = f"composer_cli_{uuid.uuid4().hex[:10]}"
+    url = repo.database_url(pg_admin_url, name)
+    try:
+        result = await asyncio.to_thread(CliRunner().invoke, app, ["migrate", "--url", url])
+        assert result.exit_code == 0, result.output
+        assert f"created database {name}" in result.output
+        conn = await repo.connect(url)
+        try:
+            assert await repo.schema_version(conn) == repo.SCHEMA_VERSION
+        finally:
+            await conn.close()
+    finally:
+        await repo.drop_database(pg_admin_url, name)
