@@ -225,6 +225,24 @@ def test_each_service_is_a_package_with_its_console_script() -> None:
         )
 
 
+def test_each_service_serves_the_admin_port_its_probes_ask() -> None:
+    """Probes hit COMPOSER_ADMIN_PORT: every service must pass ``settings.admin_port`` to serve_admin."""
+    for name, folder in services().items():
+        calls = [
+            node
+            for path in (folder / "src").rglob("*.py")
+            for node in ast.walk(ast.parse(path.read_text(), str(path)))
+            if isinstance(node, ast.Call)
+            and getattr(node.func, "id", getattr(node.func, "attr", None)) == "serve_admin"
+            and node.args
+            and isinstance(node.args[0], ast.Attribute)
+            and node.args[0].attr == "admin_port"
+        ]
+        assert calls, (
+            f"services/{name} never serves its admin port (serve_admin(settings.admin_port, …))"
+        )
+
+
 def test_settings_are_found() -> None:
     assert {"COMPOSER_DATABASE_URL", "COMPOSER_ADMIN_PORT", "COMPOSER_WORKER_TOKEN"} <= known_env()
 
