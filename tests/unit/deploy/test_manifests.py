@@ -269,6 +269,8 @@ def test_dockerfile_is_multi_stage_slim_and_non_root() -> None:
     entry = [rest[0] for op, *rest in instructions if op == "ENTRYPOINT"]
     assert entry == ['["composer-service"]']
     assert 'ln -s "composer-${SERVICE}" /opt/venv/bin/composer-service' in text
+    for key in re.findall(r"\b(COMPOSER_[A-Z0-9_]+)=", text):
+        assert key in known_env(), f"deploy/Dockerfile sets {key}, which no settings class reads"
 
 
 def test_dockerignore_keeps_what_the_build_needs() -> None:
