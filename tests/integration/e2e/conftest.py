@@ -3,7 +3,8 @@
 ``stack`` runs the engine, the coordinator's gRPC server (on a free port),
 the outbox-enqueuer loop and SDK workers in the test's event loop, on the
 module's scratch database and a Redis key prefix of its own, and tears it
-all down after the test (keys under the prefix deleted).
+all down after the test (keys under the prefix deleted). ``open_stack`` can
+also run the timer and the lease-sweeper loops (off by default).
 """
 
 from __future__ import annotations
@@ -29,8 +30,10 @@ from composer_coordinator.server import start_server
 from composer_core.model import build_dag, parse_definition
 from composer_engine import Engine
 from composer_executors import HttpPolicy, create_http_session
+from composer_lease_sweeper.loop import Sweeper
 from composer_outbox_enqueuer.loop import Enqueuer
 from composer_sdk import Worker, WorkerConfig
+from composer_timer.loop import Timer
 from composer_workers.handlers import http_handler, python_handler
 
 TOKEN = "e2e-token"
@@ -156,13 +159,29 @@ class Stack:
 
     _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     server: Any = None
+    timer: Timer | None = None
+    sweeper: Sweeper | None = None
+
+
+#: The sweeper in tests: frequent sweeps, and thresholds to match Stack.worker(lease_ttl=1.0).
+TEST_SWEEPER: dict[str, Any] = {"interval_seconds": 0.2, "lease_ttl": 1.0, "lost_after": 1.0}
 
 
 @asynccontextmanager
 async def open_stack(
-    database_url: str, redis_url: str, *, poll_seconds: float = 0.2
+    database_url: str,
+    redis_url: str,
+    *,
+    poll_seconds: float = 0.2,
+    timer: bool = False,
+    sweeper: bool | dict[str, Any] = False,
 ) -> AsyncIterator[Stack]:
-    """Run the stack in this event loop until the block ends (also used by the benchmarks)."""
+    """Run the stack in this event loop until the block ends (also used by the benchmarks).
+
+    ``timer`` also runs the timer loop; ``sweeper`` the lease-sweeper (a dict overrides
+    TEST_SWEEPER's settings; workers that should be recovered from need a lease TTL no
+    longer than its ``lease_ttl``).
+    """
     prefix = f"test-{uuid.uuid4().hex[:10]}"
     pool = await repo.create_pool(database_url, min_size=2, max_size=10)
     redis = streams.connect(redis_url)
@@ -179,6 +198,13 @@ async def open_stack(
     s = Stack(engine, pool, redis, redis_url, prefix, f"127.0.0.1:{port}", enqueuer)
     s.server = server
     s.tasks.append(asyncio.create_task(enqueuer.run(s.stop), name="enqueuer"))
+    if timer:
+        s.timer = Timer(engine, redis, prefix=prefix, poll_seconds=1.0)
+        s.tasks.append(asyncio.create_task(s.timer.run(s.stop), name="timer"))
+    if sweeper:
+        options = TEST_SWEEPER | (sweeper if isinstance(sweeper, dict) else {})
+        s.sweeper = Sweeper(engine, redis, prefix=prefix, **options)
+        s.tasks.append(asyncio.create_task(s.sweeper.run(s.stop), name="sweeper"))
     try:
         yield s
     finally:

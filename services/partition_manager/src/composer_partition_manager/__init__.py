@@ -1,0 +1,1 @@
+"""Composer partition-manager: monthly partitions created ahead, expired months dropped."""

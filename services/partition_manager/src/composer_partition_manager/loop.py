@@ -1,0 +1,140 @@
+"""Monthly partitions: created ahead, dropped when expired (seed 002, step 5).
+
+Runs land in the partition of their UUIDv7's month, and there is no default
+partition, so a month must exist before its first run: each pass creates
+this month's and ``months_ahead`` more (once at start, then every
+``interval_seconds``, daily by default), far ahead of need.
+
+Retention drops whole months, which is instant and leaves no bloat, unlike
+DELETE: a month that ended more than ``retention_days`` ago is dropped, with
+its tasks, buffered signals and idempotency keys, unless it still has a
+PENDING or RUNNING run (a two-month WAIT, say), in which case it is kept and
+looked at again next pass. Every pass logs what it dropped, and what it kept
+past retention and why.
+
+Several replicas are safe: the SQL functions take a transaction-level
+advisory lock, creating is idempotent, and a month is dropped by one of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import composer_repo as repo
+
+log = logging.getLogger("composer.partitions")
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One pass: partition tables created, months (YYYYMM) dropped, and months kept
+    past retention with the number of runs still active in each."""
+
+    created: int
+    dropped: list[str]
+    kept_active: dict[str, int] = field(default_factory=dict)
+    #: Months within retention (or every month, with retention off).
+    kept_recent: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PartitionManager:
+    pool: repo.Pool
+    months_ahead: int = 3
+    retention_days: int = 0
+    interval_seconds: float = 86_400.0
+    #: After a failed pass, the next one comes this soon (or at the interval, if sooner).
+    retry_seconds: float = 60.0
+    clock: Callable[[], dt.datetime] = utcnow
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """A pass now, then one per interval, until ``stop`` is set."""
+        while not stop.is_set():
+            wait = self.interval_seconds
+            try:
+                await self.maintain()
+            except repo.Transient as exc:
+                wait = min(self.interval_seconds, self.retry_seconds)
+                log.warning("partition maintenance failed: %s; retrying in %.0fs", exc, wait)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), wait)
+
+    async def maintain(self) -> Outcome:
+        """Create the months ahead, then drop the expired ones (retention on)."""
+        async with repo.transaction(self.pool) as conn:
+            created = await repo.ensure_partitions(conn, months_ahead=self.months_ahead)
+        if created:
+            log.info(
+                "created %d partition table(s) (this month and %d ahead)",
+                created,
+                self.months_ahead,
+            )
+        if self.retention_days <= 0:
+            async with repo.transaction(self.pool) as conn:
+                months = await repo.list_partitions(conn)
+            log.info(
+                "retention is off (COMPOSER_RETENTION_DAYS=0): keeping all %d month(s), %s to %s",
+                len(months),
+                months[0] if months else "-",
+                months[-1] if months else "-",
+            )
+            return Outcome(created, [], kept_recent=months)
+
+        cutoff = self.clock() - dt.timedelta(days=self.retention_days)
+        async with repo.transaction(self.pool) as conn:
+            dropped = await repo.drop_partitions(conn, older_than=cutoff)
+        for month in dropped:
+            log.info(
+                "dropped month %s: it ended %s, more than %d days ago, with no active runs",
+                month,
+                month_end(month).date(),
+                self.retention_days,
+            )
+        kept_active: dict[str, int] = {}
+        kept_recent: list[str] = []
+        async with repo.transaction(self.pool) as conn:
+            for month in await repo.list_partitions(conn):
+                if month_end(month) > cutoff:
+                    kept_recent.append(month)
+                    continue
+                kept_active[month] = await repo.count_active_runs(
+                    conn, start=month_start(month), end=month_end(month)
+                )
+        for month, active in kept_active.items():
+            log.warning(
+                "kept month %s past retention (%d days): %s",
+                month,
+                self.retention_days,
+                f"{active} run(s) still PENDING or RUNNING"
+                if active
+                else "it had active runs when checked",
+            )
+        log.info(
+            "retention %d days (cut-off %s): dropped %s; kept %d month(s) within retention%s",
+            self.retention_days,
+            cutoff.date(),
+            ", ".join(dropped) or "nothing",
+            len(kept_recent),
+            f" ({kept_recent[0]} to {kept_recent[-1]})" if kept_recent else "",
+        )
+        return Outcome(created, dropped, kept_active, kept_recent)
+
+
+def month_start(month: str) -> dt.datetime:
+    """The UTC start of a partition's month (``YYYYMM``)."""
+    return dt.datetime(int(month[:4]), int(month[4:6]), 1, tzinfo=dt.UTC)
+
+
+def month_end(month: str) -> dt.datetime:
+    """The UTC start of the month after a partition's month."""
+    start = month_start(month)
+    return start.replace(year=start.year + start.month // 12, month=start.month % 12 + 1)

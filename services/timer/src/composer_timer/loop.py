@@ -1,0 +1,156 @@
+"""Firing due timers: WAIT nodes whose time came, WAIT_FOR_EVENT nodes that timed out.
+
+One pass reads up to a batch of due waits, oldest first (the small partial
+index on wake_at), and applies TimerFired to each through the engine, a few
+at a time, each in its own transaction on its own run.
+
+Several replicas are safe, and none waits for another:
+
+- no wait fires twice: TimerFired is applied under the run's lock, and the
+  state machine ignores it once the wait is no longer WAITING (the fenced
+  resolve_wait matches no row otherwise);
+- no replica queues behind a run lock: the timer takes the run lock with
+  SKIP LOCKED, so a run another replica (or a worker's report) is working
+  on is passed over and looked at again a moment later, while the rest of
+  the batch goes on.
+
+Between passes it sleeps exactly until the nearest wake_at, and a TIMER hint
+(sent after commit whenever a wait with a wake_at is created) cuts the sleep
+short, so a wait created while it sleeps towards a later one still fires on
+time. The poll interval only bounds the sleep when a hint is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import datetime as dt
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import composer_repo as repo
+from composer_common import hints
+from composer_engine import Engine, EngineError, Unavailable, utcnow
+
+log = logging.getLogger("composer.timer")
+
+
+@dataclass(frozen=True, slots=True)
+class Pass:
+    """What one pass did, and when the next wait is due."""
+
+    due: int
+    fired: int
+    #: Due waits whose run another transaction held: looked at again shortly.
+    busy: int
+    next_wake_at: dt.datetime | None
+
+
+@dataclass
+class Timer:
+    engine: Engine
+    redis: Any
+    prefix: str = "composer"
+    batch_size: int = 200
+    concurrency: int = 8
+    poll_seconds: float = 5.0
+    busy_retry_seconds: float = 0.05
+    clock: Callable[[], dt.datetime] = utcnow
+    #: Waits this replica fired (TimerFired applied), and ones it found already resolved.
+    fired: int = 0
+    stale: int = 0
+    #: Seconds between each recent wait's wake_at and its firing's commit (metrics, bench).
+    lags: collections.deque[float] = field(
+        default_factory=lambda: collections.deque(maxlen=100_000)
+    )
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Fire due waits until ``stop`` is set."""
+        backoff = 0.1
+        async with hints.Waker(self.redis, self.prefix, hints.TIMER) as waker:
+            while not stop.is_set():
+                try:
+                    result = await self.fire_due()
+                    backoff = 0.1
+                except (repo.Transient, Unavailable, OSError) as exc:
+                    log.warning("timers paused: %s; retrying in %.1fs", exc, backoff)
+                    await _sleep_or_stop(stop, backoff)
+                    backoff = min(backoff * 2, 5.0)
+                    continue
+                if result.due >= self.batch_size and result.busy == 0:
+                    continue  # more is due
+                wait = self._sleep_for(result)
+                if wait > 0:
+                    await _wait(waker, stop, wait)
+
+    def _sleep_for(self, result: Pass) -> float:
+        if result.busy:
+            return self.busy_retry_seconds
+        if result.next_wake_at is None:
+            return self.poll_seconds
+        until = (result.next_wake_at - self.clock()).total_seconds()
+        if until <= 0 and result.due == 0:
+            # Due by the index but not found due: a clock edge; do not spin on it.
+            return self.busy_retry_seconds
+        return min(self.poll_seconds, max(0.0, until))
+
+    async def fire_due(self) -> Pass:
+        """One pass: fire what is due now (by the engine's clock, which set wake_at)."""
+        async with repo.transaction(self.engine.pool) as conn:
+            due = await repo.due_waits(conn, limit=self.batch_size, now=self.clock())
+        slots = asyncio.Semaphore(self.concurrency)
+
+        async def fire(wait: repo.DueWait) -> bool | None:
+            async with slots:
+                return await self._fire(wait)
+
+        outcomes = await asyncio.gather(*(fire(w) for w in due), return_exceptions=True)
+        failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
+        if failure is not None:
+            raise failure
+        async with repo.transaction(self.engine.pool) as conn:
+            next_wake = await repo.next_wake_at(conn)
+        fired = sum(1 for o in outcomes if o is True)
+        if fired:
+            log.debug("fired %d of %d due wait(s)", fired, len(due))
+        return Pass(len(due), fired, sum(1 for o in outcomes if o is None), next_wake)
+
+    async def _fire(self, wait: repo.DueWait) -> bool | None:
+        """True: fired; False: already resolved (stale); None: the run is busy."""
+        try:
+            fired = await self.engine.fire_timer(
+                wait.run_id, wait.task_id, wait.node_id, skip_locked=True
+            )
+        except Unavailable:
+            raise
+        except EngineError as exc:
+            # A run that cannot take the event (deleted, broken definition) must not
+            # stop every other timer: log it and leave it for an operator.
+            log.error("cannot fire the timer of %s in run %s: %s", wait.node_id, wait.run_id, exc)
+            self.stale += 1
+            return False
+        if fired is True:
+            self.fired += 1
+            self.lags.append((self.clock() - wait.wake_at).total_seconds())
+        elif fired is False:
+            self.stale += 1
+        return fired
+
+
+async def _wait(waker: hints.Waker, stop: asyncio.Event, seconds: float) -> None:
+    """Until a hint, ``stop``, or ``seconds``, whichever comes first."""
+    stopper = asyncio.create_task(stop.wait())
+    hinted = asyncio.create_task(waker.wait(seconds))
+    try:
+        await asyncio.wait([hinted, stopper], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+        hinted.cancel()
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)

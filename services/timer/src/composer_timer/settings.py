@@ -1,0 +1,16 @@
+"""The timer's settings, from ``COMPOSER_*`` environment variables."""
+
+from __future__ import annotations
+
+from composer_common.settings import CommonSettings
+
+
+class TimerSettings(CommonSettings):
+    #: Due waits read per pass, oldest first.
+    timer_batch_size: int = 200
+    #: Waits fired at once (each is its own transaction on its own run).
+    timer_concurrency: int = 8
+    #: The longest sleep without a hint: how late a wait can fire when its hint is lost.
+    timer_poll_seconds: float = 5.0
+    #: How soon to look again at a due wait whose run another transaction held.
+    timer_busy_retry_seconds: float = 0.05

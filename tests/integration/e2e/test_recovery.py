@@ -1,0 +1,290 @@
+"""Recovery end to end: nothing is ever stuck. A worker killed mid-task, Redis losing
+its streams, entries stuck on a dead consumer, a task no worker survives."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import itertools
+import os
+import random
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import composer_repo as repo
+from composer_common import streams
+from composer_core.model import RunStatus, TaskState
+from composer_lease_sweeper.loop import DELIVERIES, Sweeper
+from composer_sdk import TaskContext
+from tests.integration.e2e.conftest import TOKEN, Stack, eventually, open_stack
+
+HANGING_WORKER = Path(__file__).with_name("hanging_worker.py")
+
+
+@pytest.fixture
+async def recovering(database_url: str, redis_url: str) -> AsyncIterator[Stack]:
+    """The stack with the lease-sweeper running (tests' short TTLs and intervals)."""
+    async with open_stack(database_url, redis_url, sweeper=True) as s:
+        yield s
+
+
+def one_task(workflow_id: str, queue: str, **node: Any) -> dict[str, Any]:
+    return {
+        "id": workflow_id,
+        "nodes": [{"id": "work", "type": "TASK", "queue": queue, "spec": {}, **node}],
+    }
+
+
+async def until(
+    check: Callable[[], Awaitable[Any]], timeout: float = 10.0, what: str = "condition"
+) -> None:
+    """Poll an async ``check`` until it returns something truthy, failing after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if await check():
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not hold within {timeout}s")
+        await asyncio.sleep(0.05)
+
+
+async def _empty(length: Awaitable[int]) -> bool:
+    return await length == 0
+
+
+async def expire_lease(stack: Stack, run_id: str, task_id: str) -> None:
+    """Expire a lease by the database's clock, which judges leases."""
+    async with repo.transaction(stack.pool) as conn:
+        await conn.execute(
+            "UPDATE task_instances SET lease_expires_at = now() - interval '1 second' "
+            "WHERE run_id = $1 AND id = $2",
+            run_id,
+            task_id,
+        )
+
+
+async def test_a_worker_killed_mid_task_has_its_task_run_again_elsewhere(
+    recovering: Stack,
+) -> None:
+    s = recovering
+    await s.deploy(one_task("killed", "fragile", retry={"max_attempts": 3, "initial_seconds": 0.1}))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(HANGING_WORKER),
+        s.redis_url,
+        s.prefix,
+        s.grpc_target,
+        TOKEN,
+        "fragile",
+        "1.0",
+        stdout=asyncio.subprocess.PIPE,
+        env={k: v for k, v in os.environ.items() if not k.startswith("COMPOSER_")},
+    )
+    try:
+        started = await s.engine.start("killed")
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), 30)
+        assert line.decode().split()[2] == "0", line  # attempt 0 runs in the process
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+    killed_owner = (await s.tasks_of(started.run_id))["work"].lease_owner
+
+    async def survive(ctx: TaskContext, input: Any) -> dict[str, Any]:
+        return {"attempt": ctx.attempt}
+
+    survivor = s.worker({"fragile": survive}, lease_ttl=1.0)
+    run = await s.wait_run(started.run_id, timeout=20)
+
+    task = (await s.tasks_of(started.run_id))["work"]
+    assert run.status is RunStatus.SUCCEEDED
+    assert task.attempt == 1 and task.output == {"attempt": 1}
+    assert "lease expired" in (task.error or "")  # what ended attempt 0
+    assert killed_owner is not None and killed_owner != survivor.owner
+    assert s.sweeper is not None and s.sweeper.totals.expired == 1
+
+
+async def test_every_run_finishes_when_redis_loses_its_streams_midway(
+    database_url: str, redis_url: str
+) -> None:
+    async with open_stack(database_url, redis_url, sweeper=True) as s:
+        steps = ["a", "b", "c"]
+        await s.deploy(
+            {
+                "id": "flushed",
+                "nodes": [{"id": i, "type": "TASK", "queue": "busy", "spec": {}} for i in steps],
+                "edges": [{"from": x, "to": y} for x, y in itertools.pairwise(steps)],
+            }
+        )
+
+        async def step(ctx: TaskContext, input: Any) -> dict[str, Any]:
+            await asyncio.sleep(random.uniform(0.01, 0.05))
+            return {"node": ctx.node_id}
+
+        run_ids = [(await s.engine.start("flushed")).run_id for _ in range(50)]
+        await eventually(lambda: s.enqueuer.published >= 50, timeout=10, what="50 dispatches")
+        # Every first step sits in a stream, QUEUED, when Redis loses everything...
+        await flush_redis(s)
+        worker = s.worker({"busy": step}, lease_ttl=1.0)
+        await eventually(lambda: worker.completed >= 60, timeout=30, what="60 steps done")
+        # ...and again with steps in flight, in the workers' hands and in streams.
+        await flush_redis(s)
+
+        for run_id in run_ids:
+            assert (await s.wait_run(run_id, timeout=30)).status is RunStatus.SUCCEEDED
+        assert s.sweeper is not None
+        assert s.sweeper.totals.redispatched >= 50  # each lost dispatch was sent again
+
+
+async def flush_redis(stack: Stack) -> None:
+    """FLUSHALL on a Redis of the tests' own (COMPOSER_TEST_REDIS_FLUSHALL=1); otherwise
+    the same for this stack's keys only, since test runs share the server."""
+    if os.environ.get("COMPOSER_TEST_REDIS_FLUSHALL") == "1":
+        await stack.redis.flushall()
+        return
+    keys = [k async for k in stack.redis.scan_iter(match=f"{stack.prefix}:*")]
+    if keys:
+        await stack.redis.delete(*keys)
+
+
+async def test_a_queued_task_whose_stream_was_lost_is_dispatched_again(
+    recovering: Stack,
+) -> None:
+    s = recovering
+    await s.deploy(one_task("lost", "nobody"))
+    started = await s.engine.start("lost")
+    await eventually(
+        lambda: s.enqueuer.published >= 1, timeout=5, what="the dispatch was published"
+    )
+    task = (await s.tasks_of(started.run_id))["work"]
+    stream = streams.stream_name(s.prefix, "nobody", streams.shard_of(task.task_id, 4))
+    assert await s.redis.xlen(stream) == 1
+    await s.redis.delete(stream)  # Redis restarted without it
+
+    await until(lambda: s.redis.xlen(stream), what="the dispatch is in its stream again")
+    [(_, fields)] = await s.redis.xrange(stream)
+    again = (await s.tasks_of(started.run_id))["work"]
+    assert (fields["task_id"], fields["attempt"]) == (task.task_id, "0")  # the same attempt
+    assert again.attempt == 0 and again.state in (TaskState.PENDING, TaskState.QUEUED)
+    assert s.sweeper is not None and s.sweeper.totals.redispatched == 1
+
+
+async def test_a_task_delivered_too_often_fails_for_good(database_url: str, redis_url: str) -> None:
+    options = {"lease_ttl": 0.3, "max_deliveries": 3}
+    async with open_stack(database_url, redis_url, sweeper=options) as s:
+        await s.deploy(one_task("poison", "poison"))
+        for stream in streams.queue_streams(s.prefix, "poison", 4):
+            await s.redis.xgroup_create(stream, streams.GROUP, id="0", mkstream=True)
+        started = await s.engine.start("poison")
+        deliveries: list[str] = []
+
+        async def crashing_consumer() -> None:
+            """Takes every entry and dies before leasing it (never acknowledges)."""
+            names = streams.queue_streams(s.prefix, "poison", 4)
+            while True:
+                reply = await s.redis.xreadgroup(
+                    streams.GROUP, "crashes", dict.fromkeys(names, ">"), count=10, block=100
+                )
+                deliveries.extend(f.get(DELIVERIES, "1") for _, _, f in streams.read_entries(reply))
+
+        consumer = asyncio.create_task(crashing_consumer())
+        try:
+            run = await s.wait_run(started.run_id, timeout=20)
+        finally:
+            consumer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await consumer
+
+        task = (await s.tasks_of(started.run_id))["work"]
+        assert run.status is RunStatus.FAILED
+        assert task.state is TaskState.FAILED and task.error_code == "DELIVERY_LIMIT"
+        assert "delivered 3 times" in (task.error or "")
+        assert deliveries == ["1", "2", "3"]
+        stream = streams.stream_name(s.prefix, "poison", streams.shard_of(task.task_id, 4))
+        assert await s.redis.xlen(stream) == 0  # the last entry was acknowledged away
+
+
+async def test_a_dead_consumers_entry_for_a_task_that_moved_on_is_acknowledged_away(
+    database_url: str, redis_url: str
+) -> None:
+    async with open_stack(database_url, redis_url, sweeper={"lease_ttl": 0.3}) as s:
+        await s.deploy(one_task("moved-on", "elsewhere"))
+        names = streams.queue_streams(s.prefix, "elsewhere", 4)
+        for stream in names:
+            await s.redis.xgroup_create(stream, streams.GROUP, id="0", mkstream=True)
+        started = await s.engine.start("moved-on")
+        entries: list[streams.Entry] = []
+        while not entries:  # a consumer takes the entry, then goes away
+            entries = streams.read_entries(
+                await s.redis.xreadgroup(
+                    streams.GROUP, "gone", dict.fromkeys(names, ">"), count=1, block=100
+                )
+            )
+        [(stream, _, fields)] = entries
+        msg = streams.TaskMessage.from_fields(fields)
+        # Meanwhile the task finished another way (a duplicate delivery ran it).
+        lease = await s.engine.acquire_lease(
+            msg.run_id, msg.task_id, msg.attempt, owner="other", ttl=30
+        )
+        assert lease.granted
+        await s.engine.report_completed(
+            msg.run_id, msg.task_id, msg.node_id, msg.attempt, {"ok": True}, owner="other"
+        )
+
+        await until(lambda: _empty(s.redis.xlen(stream)), what="the entry was acknowledged away")
+        assert (await s.redis.xpending(stream, streams.GROUP))["pending"] == 0
+        assert (await s.wait_run(started.run_id, timeout=5)).status is RunStatus.SUCCEEDED
+        assert s.sweeper is not None and s.sweeper.totals.acked == 1
+
+
+async def test_a_renewed_lease_is_not_failed_and_an_expired_one_is(stack: Stack) -> None:
+    await stack.deploy(one_task("renewing", "slow", retry={"max_attempts": 2}))
+    started = await stack.engine.start("renewing")
+    task = (await stack.tasks_of(started.run_id))["work"]
+    run_id, task_id = started.run_id, task.task_id
+    assert (await stack.engine.acquire_lease(run_id, task_id, 0, owner="w1", ttl=30)).granted
+    await expire_lease(stack, run_id, task_id)
+    await stack.engine.renew_lease(run_id, task_id, 0, owner="w1", ttl=30)  # just in time
+
+    renewed = await stack.engine.expire_lease(run_id, task_id, "work", 0, owner="w1")
+    await expire_lease(stack, run_id, task_id)
+    someone_else = await stack.engine.expire_lease(run_id, task_id, "work", 0, owner="w2")
+    expired = await stack.engine.expire_lease(run_id, task_id, "work", 0, owner="w1")
+    twice = await stack.engine.expire_lease(run_id, task_id, "work", 0, owner="w1")
+
+    after = (await stack.tasks_of(run_id))["work"]
+    assert (renewed, someone_else, expired, twice) == (False, False, True, False)
+    assert after.attempt == 1 and after.state in (TaskState.PENDING, TaskState.QUEUED)
+    assert after.error_code == "LEASE_EXPIRED"
+    assert await stack.engine.renew_lease(run_id, task_id, 0, owner="w1", ttl=30) is None
+
+
+async def test_one_replica_sweeps_at_a_time(stack: Stack) -> None:
+    sweeper = Sweeper(stack.engine, stack.redis, prefix=stack.prefix)
+    async with repo.singleton(stack.pool, f"composer-lease-sweeper:{stack.prefix}") as held:
+        assert held
+        assert await sweeper.sweep() is None  # another replica is sweeping
+    assert await sweeper.sweep() is not None
+
+
+async def test_expired_leases_are_judged_by_the_database_clock(stack: Stack) -> None:
+    """A lease that has not expired yet is never failed, however the sweeper's clock reads."""
+    await stack.deploy(one_task("clocked", "clocked"))
+    started = await stack.engine.start("clocked")
+    task_id = (await stack.tasks_of(started.run_id))["work"].task_id
+    assert (await stack.engine.acquire_lease(started.run_id, task_id, 0, owner="w", ttl=60)).granted
+    async with repo.transaction(stack.pool) as conn:
+        later = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=5)
+        found = await repo.expired_leases(conn, now=later)
+    assert any(e.task_id == task_id for e in found)  # by that clock it would be expired
+
+    assert not await stack.engine.expire_lease(started.run_id, task_id, "work", 0, owner="w")
+    assert (await stack.tasks_of(started.run_id))["work"].state is TaskState.RUNNING

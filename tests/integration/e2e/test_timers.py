@@ -1,0 +1,195 @@
+"""Waits end to end: the timer fires WAITs on time and times WAIT_FOR_EVENTs out, a
+signal that came early is kept for its node, and timer replicas share the work
+without firing any wait twice or waiting on each other's runs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+import composer_repo as repo
+from composer_core.model import RunStatus, TaskState
+from composer_engine import Conflict, Engine
+from composer_sdk import TaskContext
+from composer_timer.loop import Timer
+from tests.integration.e2e.conftest import Stack, eventually, open_stack
+
+
+@pytest.fixture
+async def timed(database_url: str, redis_url: str) -> AsyncIterator[Stack]:
+    """The stack with the timer loop running."""
+    async with open_stack(database_url, redis_url, timer=True) as s:
+        yield s
+
+
+def wait_workflow(workflow_id: str, seconds: float) -> dict[str, Any]:
+    return {
+        "id": workflow_id,
+        "nodes": [{"id": "nap", "type": "WAIT", "spec": {"duration_seconds": seconds}}],
+    }
+
+
+async def test_a_two_second_wait_fires_on_time(timed: Stack) -> None:
+    await timed.deploy(wait_workflow("nap-2s", 2))
+    begun = time.monotonic()
+
+    started = await timed.engine.start("nap-2s")
+    run = await timed.wait_run(started.run_id, timeout=10)
+
+    elapsed = time.monotonic() - begun
+    assert run.status is RunStatus.SUCCEEDED
+    assert (await timed.tasks_of(started.run_id))["nap"].output["woke_at"]
+    assert timed.timer is not None and len(timed.timer.lags) == 1
+    lag = timed.timer.lags[0]
+    # Fired after its time, and not a poll interval later: the timer slept until it.
+    assert 0 <= lag < 0.25, f"fired {lag:.3f}s after its time"
+    assert 2.0 <= elapsed < 3.0
+
+
+async def test_a_wait_for_event_that_times_out_fails_its_node_and_the_run(timed: Stack) -> None:
+    await timed.deploy(
+        {
+            "id": "await-payment",
+            "nodes": [
+                {
+                    "id": "paid",
+                    "type": "WAIT_FOR_EVENT",
+                    "spec": {"event": "payment_received", "timeout_seconds": 1},
+                },
+                {"id": "after", "type": "WAIT", "spec": {"duration_seconds": 0}},
+            ],
+            "edges": [{"from": "paid", "to": "after"}],
+        }
+    )
+
+    started = await timed.engine.start("await-payment")
+    run = await timed.wait_run(started.run_id, timeout=10)
+
+    tasks = await timed.tasks_of(started.run_id)
+    assert run.status is RunStatus.FAILED
+    assert tasks["paid"].state is TaskState.FAILED
+    assert "timed out waiting for event" in (tasks["paid"].error or "")
+    assert "payment_received" in (tasks["paid"].error or "")
+    assert "after" not in tasks
+    # A signal after the timeout is refused: the run is over.
+    with pytest.raises(Conflict):
+        await timed.engine.signal(started.run_id, "payment_received", {"late": True})
+
+
+async def test_a_signal_sent_before_the_run_reaches_its_node_is_consumed_there(
+    timed: Stack,
+) -> None:
+    gate = asyncio.Event()
+
+    async def hold(ctx: TaskContext, input: Any) -> dict[str, Any]:
+        await gate.wait()
+        return {}
+
+    await timed.deploy(
+        {
+            "id": "early-signal",
+            "nodes": [
+                {"id": "prepare", "type": "TASK", "queue": "gate", "spec": {}},
+                {
+                    "id": "paid",
+                    "type": "WAIT_FOR_EVENT",
+                    "spec": {"event": "payment_received", "timeout_seconds": 60},
+                },
+            ],
+            "edges": [{"from": "prepare", "to": "paid"}],
+            "output": {"amount": "{{tasks.paid.output.amount}}"},
+        }
+    )
+    timed.worker({"gate": hold})
+    started = await timed.engine.start("early-signal")
+    tasks: dict[str, repo.TaskRecord] = {}
+
+    async def prepare_running() -> None:
+        nonlocal tasks
+        while True:
+            tasks = await timed.tasks_of(started.run_id)
+            if "prepare" in tasks and tasks["prepare"].state is TaskState.RUNNING:
+                return
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(prepare_running(), 10)
+    delivered = await timed.engine.signal(started.run_id, "payment_received", {"amount": 42})
+    gate.set()
+    run = await timed.wait_run(started.run_id, timeout=10)
+
+    assert delivered is False  # nobody waited yet: buffered
+    assert run.status is RunStatus.SUCCEEDED
+    assert run.output == {"amount": 42}
+    assert (await timed.tasks_of(started.run_id))["paid"].output == {"amount": 42}
+
+
+async def test_two_timer_replicas_fire_each_wait_exactly_once(
+    stack: Stack, database_url: str
+) -> None:
+    runs = 40
+    await stack.deploy(wait_workflow("nap-1s", 1))
+    started = [(await stack.engine.start("nap-1s")).run_id for _ in range(runs)]
+    replicas: list[Timer] = []
+    pools = []
+    for _ in range(2):
+        pool = await repo.create_pool(database_url, min_size=1, max_size=4)
+        pools.append(pool)
+        engine = Engine(pool, redis=stack.redis, redis_prefix=stack.prefix)
+        replicas.append(
+            Timer(engine, stack.redis, prefix=stack.prefix, concurrency=3, batch_size=10)
+        )
+    stop = asyncio.Event()
+    loops = [asyncio.create_task(t.run(stop), name=f"timer-{i}") for i, t in enumerate(replicas)]
+    try:
+        for run_id in started:
+            assert (await stack.wait_run(run_id, timeout=15)).status is RunStatus.SUCCEEDED
+    finally:
+        stop.set()
+        await asyncio.wait_for(asyncio.gather(*loops), 10)
+        for pool in pools:
+            await pool.close()
+
+    assert sum(t.fired for t in replicas) == runs, [(t.fired, t.stale) for t in replicas]
+
+
+async def test_a_busy_run_does_not_hold_up_the_other_due_waits(
+    stack: Stack, database_url: str
+) -> None:
+    await stack.deploy(wait_workflow("nap-short", 0.3))
+    busy = (await stack.engine.start("nap-short")).run_id
+    free = (await stack.engine.start("nap-short")).run_id
+    timer = Timer(stack.engine, stack.redis, prefix=stack.prefix)
+    stop = asyncio.Event()
+    holder = await repo.connect(database_url)
+    loop: asyncio.Task[None] | None = None
+    try:
+        async with holder.transaction():
+            await repo.load_run(holder, busy)  # another transaction holds this run's lock
+            loop = asyncio.create_task(timer.run(stop), name="timer")
+            assert (await stack.wait_run(free, timeout=5)).status is RunStatus.SUCCEEDED
+            assert (await stack.tasks_of(busy))["nap"].state is TaskState.WAITING
+        # The lock is released: the busy run's wait fires on the timer's next look.
+        assert (await stack.wait_run(busy, timeout=5)).status is RunStatus.SUCCEEDED
+    finally:
+        stop.set()
+        if loop is not None:
+            await asyncio.wait_for(loop, 10)
+        await holder.close()
+    assert timer.fired == 2
+
+
+async def test_a_nearer_wait_wakes_a_timer_sleeping_towards_a_later_one(timed: Stack) -> None:
+    await timed.deploy(wait_workflow("nap-long", 30))
+    await timed.deploy(wait_workflow("nap-half", 0.5))
+    await timed.engine.start("nap-long")
+    await asyncio.sleep(0.2)  # the timer now sleeps towards the 30 s wait (poll: 1 s)
+    near = await timed.engine.start("nap-half")
+
+    await eventually(lambda: timed.timer is not None and timed.timer.fired >= 1, timeout=5)
+
+    assert (await timed.wait_run(near.run_id, timeout=1)).status is RunStatus.SUCCEEDED
+    assert timed.timer is not None and max(timed.timer.lags) < 0.25
