@@ -9,7 +9,7 @@ import uuid6
 
 from composer_api_gateway.state import REDIS, WAITERS
 from composer_common import hints
-from tests.integration.api.conftest import Gateway, Live, deploy, waiting_workflow
+from tests.integration.api.conftest import Gateway, Live, deploy, open_gateway, waiting_workflow
 from tests.integration.e2e.conftest import eventually
 
 
@@ -124,3 +124,24 @@ async def test_a_run_finished_by_workers_wakes_the_waiter(live: Live) -> None:
     assert answer.status == 200, answer.body
     assert answer.body["status"] == "SUCCEEDED" and answer.body["output"] == 42
     assert live.gateway.app[WAITERS].hints_received >= 1
+
+
+async def test_without_redis_long_polls_fall_back_to_polling(database_url: str) -> None:
+    """Hints are an optimisation: with Redis down, a waiter still sees the finish by polling."""
+    async with open_gateway(database_url, "redis://127.0.0.1:9/0", result_poll_seconds=0.2) as gw:
+        ready = await gw.call("GET", "/readyz", role=None)
+        assert ready.status == 503 and ready.body["checks"]["redis"].startswith("unreachable")
+        await deploy(gw, waiting_workflow("lp-no-redis"))
+        started = await gw.call(
+            "POST", "/v1/runs", role="operator", json={"workflow_id": "lp-no-redis"}
+        )
+        run_id = started.body["run_id"]
+        waiter = asyncio.create_task(
+            gw.call("GET", f"/v1/runs/{run_id}/result", role="viewer", params={"timeout": "10"})
+        )
+        await eventually(lambda: gw.app[WAITERS].waiting == 1, what="the long-poll registered")
+        await gw.call("POST", f"/v1/runs/{run_id}/signals/go", role="operator")
+        finished_at = time.monotonic()
+        answer = await waiter
+        assert answer.status == 200 and answer.body["status"] == "SUCCEEDED"
+        assert time.monotonic() - finished_at < 2.0

@@ -34,6 +34,7 @@ class RunWaiters:
         self._poll = poll_seconds
         self._waiting: dict[str, set[asyncio.Event]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._closing = False
         #: Set while the subscription is live (readiness and tests look at it).
         self.subscribed = asyncio.Event()
         self.hints_received = 0
@@ -46,6 +47,7 @@ class RunWaiters:
         self._task = asyncio.create_task(self._listen(), name="run-finished-subscriber")
 
     async def close(self) -> None:
+        self._closing = True
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -76,7 +78,7 @@ class RunWaiters:
                 if done(value):
                     return value, True
                 remaining = deadline - loop.time()
-                if remaining <= 0 or (self._task is not None and self._task.done()):
+                if remaining <= 0 or self._closing:
                     return value, False
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), min(remaining, self._poll))
@@ -111,13 +113,16 @@ class RunWaiters:
                         run_id = data.decode() if isinstance(data, bytes) else str(data or "")
                         self.hints_received += 1
                         self._wake(run_id)
-            except (RedisError, OSError) as exc:
+            except Exception as exc:  # Redis gone, or a bug: either way, keep hints coming
                 self.subscribed.clear()
-                log.warning(
-                    "run-finished subscription lost: %s; retrying in %.1fs (long-polls poll meanwhile)",
-                    exc,
-                    delay,
-                )
+                if isinstance(exc, RedisError | OSError):
+                    log.warning(
+                        "run-finished subscription lost: %s; retrying in %.1fs (long-polls poll meanwhile)",
+                        exc,
+                        delay,
+                    )
+                else:
+                    log.exception("run-finished subscriber failed; restarting in %.1fs", delay)
                 self._wake_all()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
