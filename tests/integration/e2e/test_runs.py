@@ -7,7 +7,7 @@ import asyncio
 import itertools
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc.aio
 import pytest
@@ -18,9 +18,12 @@ import composer_repo as repo
 from composer_common import streams
 from composer_core.model import RunStatus, TaskState
 from composer_rpc.v1 import worker_pb2 as pb
-from composer_rpc.v1.worker_pb2_grpc import WorkerServiceAsyncStub, WorkerServiceStub
+from composer_rpc.v1.worker_pb2_grpc import WorkerServiceStub
 from composer_sdk import PermanentError, TaskContext, TaskFailed
 from tests.integration.e2e.conftest import TOKEN, Stack, eventually
+
+if TYPE_CHECKING:  # the async stub's type exists only in the generated .pyi
+    from composer_rpc.v1.worker_pb2_grpc import WorkerServiceAsyncStub
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
