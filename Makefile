@@ -12,7 +12,7 @@ VENV_STAMP := .venv/.synced
 PY_SOURCES := libs services tests examples
 COMPOSER_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/composer
 
-.PHONY: help install run simulate test test-unit lint fmt proto bench migrate clean
+.PHONY: help install run demo simulate test test-unit lint fmt proto bench migrate clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -26,6 +26,12 @@ install: $(VENV_STAMP)  ## create .venv with every library and the dev tools
 
 run: $(VENV_STAMP)  ## the whole stack on this machine, supervised (Ctrl-C stops it)
 	$(UV) run --no-sync python -m composer_devstack
+
+demo: $(VENV_STAMP)  ## with `make run` going in another terminal: apply examples/, run hello to the end
+	@export COMPOSER_API_TOKEN=$${COMPOSER_API_TOKEN:-dev-token}; \
+	api=$${COMPOSER_API_URL:-http://127.0.0.1:8080}; \
+	$(UV) run --no-sync composer apply -f examples/hello.yaml -f examples/price-check.yaml -f examples/order-fulfilment.yaml --deploy && \
+	$(UV) run --no-sync composer start hello --input "{\"url\": \"$$api/healthz\", \"name\": \"$${USER:-you}\"}" --wait
 
 simulate: $(VENV_STAMP)  ## drive examples/order-fulfilment.yaml through the state machine in memory
 	$(UV) run --no-sync python examples/simulate.py examples/order-fulfilment.yaml

@@ -313,6 +313,22 @@ def migrate(
         raise typer.Exit(code)
 
 
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def up(ctx: typer.Context) -> None:
+    """Start the whole stack on this machine (what `make run` does); Ctrl-C stops it.
+
+    Options (--state, --grace, --admin-base) go to the supervisor: `composer up --help`.
+    """
+    from composer_devstack.__main__ import main as devstack_main
+
+    code = devstack_main(list(ctx.args))
+    if code:
+        raise typer.Exit(code)
+
+
 # -- following a run -------------------------------------------------------------
 
 

@@ -54,6 +54,7 @@ DEFAULTS = {
     "COMPOSER_HTTP_ALLOW_PRIVATE": "true",
     "COMPOSER_API_PORT": "8080",
     "COMPOSER_GRPC_ADDR": "127.0.0.1:50051",
+    "COMPOSER_LOG_FORMAT": "human",  # the supervisor prints the lines; JSON would be for a collector
 }
 ADMIN_PORT_BASE = 9100
 
@@ -137,13 +138,13 @@ def banner(sup: Supervisor, env: dict[str, str]) -> None:
     for line in (
         f"API       {api}   (docs: {api}/docs)",
         f"token     {token}",
-        f"example   COMPOSER_API_TOKEN={token} composer apply -f examples/price-check.yaml --deploy",
+        f'try       make demo   (or: COMPOSER_API_TOKEN={token} composer start hello --input \'{{"url": "{api}/healthz", "name": "you"}}\' --wait)',
         "stop      Ctrl-C",
     ):
         sup.say("devstack", line, 1)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="composer up",
         description=__doc__,
@@ -161,7 +162,7 @@ def main() -> int:
         default=ADMIN_PORT_BASE,
         help=f"admin ports (/healthz, /readyz, /metrics) are this + 0, 1, … in service order (default {ADMIN_PORT_BASE})",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO)
     return asyncio.run(up(args, Path(args.state).resolve()))
 
