@@ -833,3 +833,12 @@ def test_parse_time() -> None:
     assert parse_time("2026-01-01T10:00:00") is None
     assert parse_time("nonsense") is None
     assert parse_time("9999-12-31T23:00:00-05:00") is None  # past datetime.max in UTC
+
+
+def test_yaml_alias_bomb_is_refused_before_it_is_built() -> None:
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+        for i in range(8)
+    )
+    (problem,) = problems(bomb)
+    assert problem == "the definition expands to more than 200000 values (through YAML aliases)"

@@ -17,7 +17,6 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-import yaml
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
@@ -28,11 +27,8 @@ M = TypeVar("M", bound=BaseModel)
 
 #: Lists and maps inside lists and maps in an input, config or payload.
 MAX_DEPTH = 64
-#: Values a YAML definition may expand to through its aliases.
-MAX_YAML_NODES = 200_000
 _WORKFLOW_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _MAX_VERSION = 2**31 - 1
-_SafeParser: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 async def read_bytes(request: web.Request) -> bytes:
@@ -181,49 +177,3 @@ def text_param(request: web.Request, name: str, max_length: int = 200) -> str:
             + (f"; it {problem}" if problem else "")
         )
     return raw
-
-
-def yaml_size_problem(raw: bytes, limit: int = MAX_YAML_NODES) -> str | None:
-    """Why a YAML document expands too far through its aliases, or None.
-
-    Walks the parser's events (libyaml, fast), sizing each anchored node, so
-    that ``*alias`` costs what it expands to, without building anything.
-    """
-    sizes: dict[str, int] = {}
-    open_nodes: list[tuple[str | None, int]] = []
-    total = 0
-
-    def add(n: int) -> int:
-        nonlocal total
-        if open_nodes:
-            anchor, count = open_nodes[-1]
-            open_nodes[-1] = (anchor, count + n)
-        else:
-            total += n
-        return total + sum(c for _, c in open_nodes)
-
-    try:
-        for event in yaml.parse(raw, Loader=_SafeParser):
-            if isinstance(event, yaml.ScalarEvent):
-                if event.anchor:
-                    sizes[event.anchor] = 1
-                seen = add(1)
-            elif isinstance(event, yaml.AliasEvent):
-                seen = add(sizes.get(event.anchor or "", 1))
-            elif isinstance(event, yaml.SequenceStartEvent | yaml.MappingStartEvent):
-                open_nodes.append((event.anchor, 1))
-                seen = 0
-            elif isinstance(event, yaml.SequenceEndEvent | yaml.MappingEndEvent):
-                anchor, count = open_nodes.pop()
-                if anchor:
-                    sizes[anchor] = count
-                seen = add(count)
-            else:
-                continue
-            if seen > limit:
-                return f"the definition expands to more than {limit} values (through YAML aliases)"
-    except yaml.YAMLError:
-        return None  # parse_definition reports the syntax error with its position
-    except RecursionError:
-        return f"nested deeper than {MAX_DEPTH} levels"
-    return None

@@ -27,6 +27,9 @@ class Limits:
     max_expression_length: int = 4096
     #: Lists and maps inside lists and maps: compiling and storing a value recurses this deep.
     max_depth: int = 64
+    #: Values a YAML document may expand to through its aliases (a "billion laughs"
+    #: document is a few hundred bytes that expand to billions of values).
+    max_yaml_values: int = 200_000
 
 
 DEFAULT_LIMITS = Limits()

@@ -48,6 +48,9 @@ def parse_definition(
                     )
                 ]
             )
+        expansion = _alias_expansion_problem(raw, limits)
+        if expansion:
+            raise DefinitionInvalid([Problem("", expansion)])
         try:
             data = yaml.load(raw, Loader=_Loader)  # a SafeLoader
         except RecursionError as exc:
@@ -90,3 +93,48 @@ def _problem(error: Any) -> Problem:
         expected = error.get("ctx", {}).get("expected", "")
         message = f"unknown value {error.get('input')!r}; expected {expected}"
     return Problem(path, message)
+
+
+def _alias_expansion_problem(raw: bytes, limits: Limits) -> str | None:
+    """Why a YAML document expands too far through its aliases, or None.
+
+    Walks the parser's events (libyaml when present: fast) sizing each anchored
+    node, so that ``*alias`` costs what it expands to, without building anything.
+    """
+    limit = limits.max_yaml_values
+    sizes: dict[str, int] = {}
+    open_nodes: list[tuple[str | None, int]] = []
+    total = 0
+
+    def add(n: int) -> int:
+        nonlocal total
+        if open_nodes:
+            anchor, count = open_nodes[-1]
+            open_nodes[-1] = (anchor, count + n)
+        else:
+            total += n
+        return total + sum(c for _, c in open_nodes)
+
+    try:
+        for event in yaml.parse(raw, Loader=_SafeLoader):
+            if isinstance(event, yaml.ScalarEvent):
+                if event.anchor:
+                    sizes[event.anchor] = 1
+                seen = add(1)
+            elif isinstance(event, yaml.AliasEvent):
+                seen = add(sizes.get(event.anchor or "", 1))
+            elif isinstance(event, yaml.SequenceStartEvent | yaml.MappingStartEvent):
+                open_nodes.append((event.anchor, 1))
+                seen = 0
+            elif isinstance(event, yaml.SequenceEndEvent | yaml.MappingEndEvent):
+                anchor, count = open_nodes.pop()
+                if anchor:
+                    sizes[anchor] = count
+                seen = add(count)
+            else:
+                continue
+            if seen > limit:
+                return f"the definition expands to more than {limit} values (through YAML aliases)"
+    except (yaml.YAMLError, RecursionError):
+        return None  # loading reports the syntax error (or the depth) with its position
+    return None
