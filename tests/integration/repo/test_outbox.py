@@ -117,3 +117,18 @@ async def test_postpone_keeps_the_message_for_later(conn: repo.Connection) -> No
     assert await repo.next_outbox_due(conn, "webhook") == later
     with pytest.raises(repo.NotFound):
         await repo.postpone_outbox(conn, hook + 1000, not_before=later, error="x")
+
+
+async def test_outbox_size_counts_unpublished_messages_by_kind(conn: repo.Connection) -> None:
+    run_id = await new_run(conn)
+    task = await new_worker_task(conn, run_id, "a")
+    before = await repo.outbox_size(conn)  # earlier tests leave messages due later
+
+    await repo.enqueue_dispatch(conn, run_id=run_id, task_id=task.task_id, queue="http", payload={})
+    await repo.enqueue_webhook(conn, run_id=run_id, url="http://example.com/", payload={})
+    await repo.enqueue_webhook(conn, run_id=run_id, url="http://example.com/", payload={})
+
+    after = await repo.outbox_size(conn)
+    assert after.get("dispatch", 0) - before.get("dispatch", 0) == 1
+    assert after.get("webhook", 0) - before.get("webhook", 0) == 2
+    await drain(conn)

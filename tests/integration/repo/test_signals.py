@@ -48,3 +48,23 @@ async def test_run_store_serves_the_machine(conn: repo.Connection) -> None:
 
     assert signal is not None and (signal.signal_id, signal.payload) == (signal_id, [1, 2])
     assert await store.outputs(["nothing"]) == {}
+
+
+async def test_run_signals_lists_a_runs_buffered_signals_consumed_or_not(
+    conn: repo.Connection,
+) -> None:
+    run_id = await new_run(conn)
+    other_run = await new_run(conn)
+    taken, waiting = uuid7(), uuid7()
+    await repo.buffer_signal(conn, run_id, BufferSignal(taken, "go", {"n": 1}))
+    await repo.buffer_signal(conn, run_id, BufferSignal(waiting, "go", {"n": 2}))
+    await repo.buffer_signal(conn, other_run, BufferSignal(uuid7(), "go", None))
+    await repo.consume_signal(conn, run_id, ConsumeSignal(taken, "wait_go"))
+
+    signals = await repo.run_signals(conn, run_id)
+
+    assert [(s.signal_id, s.payload, s.consumed_by) for s in signals] == [
+        (taken, {"n": 1}, "wait_go"),
+        (waiting, {"n": 2}, None),
+    ]
+    assert signals[0].consumed_at is not None and signals[1].consumed_at is None

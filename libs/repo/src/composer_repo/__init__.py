@@ -66,6 +66,7 @@ from composer_repo._outbox import (
     enqueue_dispatch,
     enqueue_webhook,
     next_outbox_due,
+    outbox_size,
     postpone_outbox,
 )
 from composer_repo._partitions import (
@@ -75,6 +76,7 @@ from composer_repo._partitions import (
     list_partitions,
 )
 from composer_repo._records import (
+    BufferedSignal,
     Definition,
     DefinitionVersion,
     DueWait,
@@ -108,7 +110,7 @@ from composer_repo._runs import (
     try_load_run,
     uuid7_bound,
 )
-from composer_repo._signals import buffer_signal, consume_signal, pending_signal
+from composer_repo._signals import buffer_signal, consume_signal, pending_signal, run_signals
 from composer_repo._store import RunStore
 from composer_repo._tasks import (
     acquire_lease,
@@ -126,6 +128,7 @@ from composer_repo._tx import check_ready, transaction
 
 __all__ = [
     "SCHEMA_VERSION",
+    "BufferedSignal",
     "Conflict",
     "Connection",
     "Definition",
@@ -208,6 +211,7 @@ __all__ = [
     "migrate",
     "next_outbox_due",
     "next_wake_at",
+    "outbox_size",
     "pending_signal",
     "postpone_outbox",
     "redispatch_task",
@@ -216,6 +220,7 @@ __all__ = [
     "requeue_task",
     "require_schema",
     "resolve_wait",
+    "run_signals",
     "schema_version",
     "singleton",
     "task_attempts",

@@ -107,3 +107,10 @@ async def next_outbox_due(conn: Connection, kind: OutboxKind) -> dt.datetime | N
     """When the earliest message of ``kind`` is due (None: none waiting)."""
     due: dt.datetime | None = await conn.fetchval(q("next_outbox_due"), kind)
     return due
+
+
+@translated
+async def outbox_size(conn: Connection) -> dict[OutboxKind, int]:
+    """Messages not yet published, by kind (a kind with none is absent)."""
+    rows = await conn.fetch(q("outbox_size"))
+    return {r["kind"]: r["n"] for r in rows}

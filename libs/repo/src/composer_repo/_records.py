@@ -271,6 +271,19 @@ class TaskAttempt:
 
 
 @dataclass(frozen=True, slots=True)
+class BufferedSignal:
+    """A signal kept for a run because no node was waiting for it when it arrived."""
+
+    signal_id: str
+    name: str
+    payload: Json
+    created_at: dt.datetime
+    consumed_at: dt.datetime | None
+    #: The WAIT_FOR_EVENT node that took it (None while it waits).
+    consumed_by: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class OutboxMessage:
     """A claimed outbox row: publish it, then delete it in the claiming transaction."""
 

@@ -6,6 +6,7 @@ from collections.abc import Collection
 
 from composer_core.statemachine import BufferSignal, ConsumeSignal, Signal
 from composer_repo._db import Connection, translated
+from composer_repo._records import BufferedSignal
 from composer_repo._sql import q
 
 
@@ -32,3 +33,21 @@ async def consume_signal(conn: Connection, run_id: str, action: ConsumeSignal) -
     """Mark a buffered signal taken by ``action.node_id``; False if it was already taken."""
     taken = await conn.fetchval(q("consume_signal"), run_id, action.signal_id, action.node_id)
     return taken is not None
+
+
+@translated
+async def run_signals(conn: Connection, run_id: str) -> list[BufferedSignal]:
+    """Every signal buffered for the run, consumed or not, oldest first. A signal a
+    waiting node took as it arrived was never buffered and is not listed."""
+    rows = await conn.fetch(q("run_signals"), run_id)
+    return [
+        BufferedSignal(
+            signal_id=r["id"],
+            name=r["name"],
+            payload=r["payload"],
+            created_at=r["created_at"],
+            consumed_at=r["consumed_at"],
+            consumed_by=r["consumed_by"],
+        )
+        for r in rows
+    ]

@@ -307,6 +307,14 @@ UPDATE workflow_events
  WHERE run_id = $1 AND id = $2 AND consumed_at IS NULL
 RETURNING 1;
 
+-- name: run_signals
+-- Every signal buffered for a run, consumed or not, oldest first (operators and
+-- the chaos suite's accounting; signals a waiting node took at once are not here).
+SELECT id, name, payload, created_at, consumed_at, consumed_by
+  FROM workflow_events
+ WHERE run_id = $1
+ ORDER BY created_at, id;
+
 -- =============================================================================
 -- Outbox
 -- =============================================================================
@@ -336,6 +344,10 @@ UPDATE outbox
    SET attempts = attempts + 1, next_attempt_at = $2, last_error = $3
  WHERE id = $1
 RETURNING attempts;
+
+-- name: outbox_size
+-- Messages not yet published, by kind (how far behind the outbox-enqueuer is).
+SELECT kind, count(*) AS n FROM outbox GROUP BY kind;
 
 -- name: next_outbox_due
 -- When the earliest message of a kind becomes due: how long a loop may sleep.
