@@ -197,7 +197,12 @@ class Worker:
             entries = streams.read_entries(reply)
             for _ in range(free - len(entries)):
                 self._slots.release()
-            for stream, entry_id, fields in entries:
+            # COUNT applies to each stream, so up to shards x free entries can come
+            # back: each one past the slots held waits for a slot of its own, which
+            # keeps the tasks running at once within the concurrency.
+            for i, (stream, entry_id, fields) in enumerate(entries):
+                if i >= free:
+                    await self._slots.acquire()
                 task = asyncio.create_task(
                     self._process(handler, stream, entry_id, fields), name=f"task:{entry_id}"
                 )
