@@ -22,6 +22,8 @@ class CommonSettings(BaseSettings):
     log_format: Literal["auto", "json", "human"] = "auto"
     #: The service's admin port (/healthz, /readyz, /metrics); unset: none.
     admin_port: int | None = None
+    #: Where the admin port listens: containers set 0.0.0.0 so probes and Prometheus reach it.
+    admin_host: str = "127.0.0.1"
     #: Where to push traces and metrics over OTLP/gRPC (e.g. http://otel-collector:4317); unset: nowhere.
     otlp_endpoint: str | None = None
 

@@ -46,7 +46,7 @@ async def serve(settings: GatewaySettings) -> None:
         pool, redis = app[POOL], app[REDIS]
         checks = {"database": lambda: repo.check_ready(pool), "redis": lambda: streams.ping(redis)}
         stop = service.stop_on_signals()
-        async with serve_admin(settings.admin_port, checks):
+        async with serve_admin(settings.admin_port, checks, host=settings.admin_host):
             site = web.TCPSite(runner, settings.api_host, settings.api_port)
             try:
                 await site.start()

@@ -26,7 +26,7 @@ async def serve(settings: CoordinatorSettings) -> None:
         await repo.check_ready(pool)
         checks = {"database": lambda: repo.check_ready(pool), "redis": lambda: streams.ping(redis)}
         stop = service.stop_on_signals()
-        async with serve_admin(settings.admin_port, checks):
+        async with serve_admin(settings.admin_port, checks, host=settings.admin_host):
             engine = Engine(pool, redis=redis, redis_prefix=settings.redis_prefix)
             server, port = await start_server(
                 engine, address=settings.grpc_addr, token=settings.worker_token

@@ -34,7 +34,7 @@ async def serve(settings: SweeperSettings) -> None:
         )
         checks = {"database": lambda: repo.check_ready(pool), "redis": lambda: streams.ping(redis)}
         stop = service.stop_on_signals()
-        async with serve_admin(settings.admin_port, checks):
+        async with serve_admin(settings.admin_port, checks, host=settings.admin_host):
             log.info(
                 "sweeping every %.1fs (lease TTL %.0fs, lost after %.0fs, at most %d deliveries)",
                 settings.sweeper_interval_seconds,

@@ -34,7 +34,7 @@ async def serve(settings: EnqueuerSettings) -> None:
         )
         checks = {"database": lambda: repo.check_ready(pool), "redis": lambda: streams.ping(redis)}
         stop = service.stop_on_signals()
-        async with serve_admin(settings.admin_port, checks):
+        async with serve_admin(settings.admin_port, checks, host=settings.admin_host):
             log.info(
                 "publishing the outbox to %s streams (%d shards)",
                 settings.redis_prefix,

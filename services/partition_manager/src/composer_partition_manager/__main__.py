@@ -25,7 +25,11 @@ async def serve(settings: PartitionSettings) -> None:
             interval_seconds=settings.partitions_interval_seconds,
         )
         stop = service.stop_on_signals()
-        async with serve_admin(settings.admin_port, {"database": lambda: repo.check_ready(pool)}):
+        async with serve_admin(
+            settings.admin_port,
+            {"database": lambda: repo.check_ready(pool)},
+            host=settings.admin_host,
+        ):
             await manager.run(stop)
     finally:
         await pool.close()

@@ -31,7 +31,7 @@ async def serve(settings: TimerSettings) -> None:
         )
         checks = {"database": lambda: repo.check_ready(pool), "redis": lambda: streams.ping(redis)}
         stop = service.stop_on_signals()
-        async with serve_admin(settings.admin_port, checks):
+        async with serve_admin(settings.admin_port, checks, host=settings.admin_host):
             log.info(
                 "firing due timers (batches of %d, %d at once)",
                 settings.timer_batch_size,

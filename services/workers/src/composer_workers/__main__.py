@@ -41,7 +41,11 @@ async def serve(settings: WorkersSettings) -> None:
     try:
         async with (
             create_http_session(policy) as session,
-            serve_admin(settings.admin_port, {"redis": lambda: streams.ping(redis)}),
+            serve_admin(
+                settings.admin_port,
+                {"redis": lambda: streams.ping(redis)},
+                host=settings.admin_host,
+            ),
         ):
             if "http" in queues:
                 worker.add_handler("http", http_handler(session, policy))
