@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import itertools
+import logging
 import os
 import random
 import signal
@@ -17,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from redis.exceptions import ResponseError
 
 import composer_repo as repo
 from composer_common import streams
+from composer_common.logs import ALERT
 from composer_core.model import RunStatus, TaskState
 from composer_lease_sweeper.loop import DELIVERIES, Sweeper
 from composer_sdk import TaskContext
@@ -288,3 +291,35 @@ async def test_expired_leases_are_judged_by_the_database_clock(stack: Stack) -> 
 
     assert not await stack.engine.expire_lease(started.run_id, task_id, "work", 0, owner="w")
     assert (await stack.tasks_of(started.run_id))["work"].state is TaskState.RUNNING
+
+
+async def test_queue_that_no_worker_serves_raises_an_alert(
+    stack: Stack, caplog: pytest.LogCaptureFixture
+) -> None:
+    await stack.deploy(
+        {"id": "orphan", "nodes": [{"id": "a", "type": "TASK", "queue": "nobody", "spec": {}}]}
+    )
+    await stack.engine.start("orphan")
+    await eventually(lambda: stack.enqueuer.published >= 1, what="the dispatch was published")
+    # the group exists (a worker of this queue once started) but no consumer ever read
+    for shard in range(streams.DEFAULT_SHARDS):
+        with contextlib.suppress(ResponseError):
+            await stack.redis.xgroup_create(
+                streams.stream_name(stack.prefix, "nobody", shard),
+                streams.GROUP,
+                id="0",
+                mkstream=True,
+            )
+    now = [dt.datetime.now(dt.UTC)]
+    sweeper = Sweeper(
+        stack.engine, stack.redis, prefix=stack.prefix, lost_after=60, clock=lambda: now[0]
+    )
+    with caplog.at_level(logging.WARNING, logger="composer.sweeper"):
+        await sweeper.sweep()
+        assert not [r for r in caplog.records if r.levelno == ALERT]  # not for long yet
+        now[0] += dt.timedelta(seconds=61)
+        await sweeper.sweep()
+        await sweeper.sweep()  # once per stream, not once per sweep
+    alerts = [r for r in caplog.records if r.levelno == ALERT]
+    assert len(alerts) == 1
+    assert "has 1 task(s) waiting and no worker" in alerts[0].getMessage()

@@ -40,15 +40,19 @@ import asyncio
 import collections
 import contextlib
 import datetime as dt
+import functools
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from typing import Any
 
+from opentelemetry.metrics import CallbackOptions, Counter, ObservableGauge, Observation
 from redis.exceptions import RedisError, ResponseError
 
 import composer_repo as repo
 from composer_common import streams
+from composer_common.logs import alert
+from composer_common.telemetry import meter
 from composer_core.model import TaskState
 from composer_engine import Engine, EngineError, Unavailable, utcnow
 
@@ -103,6 +107,9 @@ class Sweeper:
         self.totals = SweepReport()
         #: Sweeps this replica ran (it skips its turn while another replica sweeps).
         self.sweeps = 0
+        #: Streams seen with waiting entries and no consumer: since when, and already alerted.
+        self._unserved: dict[str, dt.datetime] = {}
+        self._alerted: set[str] = set()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Sweep every ``interval_seconds`` until ``stop`` is set."""
@@ -124,11 +131,49 @@ class Sweeper:
             await self._expire_leases(report)
             await self._reclaim_entries(report)
             await self._redispatch_lost(report)
+            await self._watch_queues()
         self.sweeps += 1
         self.totals.add(report)
+        _record(report)
         if report:
             log.info("sweep: %s", report)
         return report
+
+    async def _watch_queues(self) -> None:
+        """Pending counts per stream (a gauge), and an ALERT for a queue nobody serves.
+
+        Entries waiting on a stream whose group has no consumer for longer than
+        ``lost_after`` will wait forever: a TASK node's queue with no worker
+        deployed, say. Nothing in the engine can fix that, so it is paged for.
+        """
+        now = self.clock()
+        for stream in await self._streams():
+            try:
+                groups = await self.redis.xinfo_groups(stream)
+            except ResponseError:
+                continue
+            for group in groups:
+                if group.get("name") != streams.GROUP:
+                    continue
+                waiting = int(group.get("lag") or 0) + int(group.get("pending") or 0)
+                _PENDING[stream] = waiting
+                if waiting and int(group.get("consumers") or 0) == 0:
+                    since = self._unserved.setdefault(stream, now)
+                    if (
+                        now - since
+                    ).total_seconds() > self.lost_after and stream not in self._alerted:
+                        self._alerted.add(stream)
+                        alert(
+                            log,
+                            "queue stream %s has %d task(s) waiting and no worker has ever read it for "
+                            "%.0fs: start a worker for this queue (runs there cannot go on)",
+                            stream,
+                            waiting,
+                            (now - since).total_seconds(),
+                        )
+                else:
+                    self._unserved.pop(stream, None)
+                    self._alerted.discard(stream)
 
     # -- (a) expired leases ----------------------------------------------------
 
@@ -253,7 +298,8 @@ class Sweeper:
             log.error("cannot fail task %s of run %s: %s", msg.task_id, msg.run_id, exc)
             return
         if failed:
-            log.error(
+            alert(
+                log,
                 "task %s (%s) attempt %d of run %s failed for good: %s",
                 msg.task_id,
                 msg.node_id,
@@ -350,3 +396,34 @@ def _describe(lease: repo.ExpiredLease) -> str:
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), seconds)
+
+
+#: Entries waiting per stream at the last sweep (read by the gauge's callback).
+_PENDING: dict[str, int] = {}
+
+
+@functools.cache
+def _instruments() -> tuple[Counter, ObservableGauge]:
+    m = meter()
+    actions = m.create_counter(
+        "composer_recovery_actions",
+        description="Lease-sweeper recoveries, by kind (expired = lease expiries)",
+    )
+
+    def pending(options: CallbackOptions) -> Iterable[Observation]:
+        return [Observation(count, {"stream": stream}) for stream, count in _PENDING.items()]
+
+    gauge = m.create_observable_gauge(
+        "composer_stream_pending",
+        callbacks=[pending],
+        description="Entries waiting or unacknowledged per queue stream",
+    )
+    return actions, gauge
+
+
+def _record(report: SweepReport) -> None:
+    actions, _ = _instruments()
+    for kind in ("expired", "redispatched", "redelivered", "acked", "given_up"):
+        count = getattr(report, kind)
+        if count:
+            actions.add(count, {"kind": kind})

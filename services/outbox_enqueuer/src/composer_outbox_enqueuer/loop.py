@@ -19,15 +19,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+from opentelemetry.metrics import Histogram
 from redis.exceptions import RedisError
 
 import composer_repo as repo
 from composer_common import hints, streams
+from composer_common.telemetry import meter
 from composer_executors import ExecutionError, HttpPolicy, create_http_session, run_http
 
 log = logging.getLogger("composer.outbox")
@@ -109,6 +112,10 @@ class Enqueuer:
                 else await repo.next_outbox_due(conn, "dispatch")
             )
         self.published += len(messages)
+        now = dt.datetime.now(dt.UTC)
+        lag = _lag_histogram()
+        for m in messages:  # how long a due dispatch waited for its publish
+            lag.record(max(0.0, (now - max(m.created_at, m.next_attempt_at)).total_seconds()))
         log.debug("published %d dispatch(es)", len(messages))
         return len(messages), next_due
 
@@ -188,3 +195,12 @@ async def _wait(waker: hints.Waker, stop: asyncio.Event, seconds: float) -> None
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), seconds)
+
+
+@functools.cache
+def _lag_histogram() -> Histogram:
+    return meter().create_histogram(
+        "composer_outbox_lag_seconds",
+        unit="s",
+        description="A dispatch due in the outbox to its publish",
+    )

@@ -26,13 +26,17 @@ import asyncio
 import collections
 import contextlib
 import datetime as dt
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry.metrics import Histogram
+
 import composer_repo as repo
 from composer_common import hints
+from composer_common.telemetry import meter
 from composer_engine import Engine, EngineError, Unavailable, utcnow
 
 log = logging.getLogger("composer.timer")
@@ -134,7 +138,9 @@ class Timer:
             return False
         if fired is True:
             self.fired += 1
-            self.lags.append((self.clock() - wait.wake_at).total_seconds())
+            lag = (self.clock() - wait.wake_at).total_seconds()
+            self.lags.append(lag)
+            _lag_histogram().record(max(lag, 0.0))
         elif fired is False:
             self.stale += 1
         return fired
@@ -154,3 +160,12 @@ async def _wait(waker: hints.Waker, stop: asyncio.Event, seconds: float) -> None
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), seconds)
+
+
+@functools.cache
+def _lag_histogram() -> Histogram:
+    return meter().create_histogram(
+        "composer_timer_lag_seconds",
+        unit="s",
+        description="A wait's wake_at to its firing's commit",
+    )
