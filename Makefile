@@ -12,7 +12,7 @@ VENV_STAMP := .venv/.synced
 PY_SOURCES := libs services tests examples
 COMPOSER_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/composer
 
-.PHONY: help install run demo simulate test test-unit lint fmt proto bench migrate clean
+.PHONY: help install run demo simulate test test-unit lint fmt proto ui bench migrate clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -53,6 +53,9 @@ fmt: $(VENV_STAMP)  ## format and auto-fix
 
 proto: $(VENV_STAMP)  ## regenerate the gRPC code in libs/rpc from proto/
 	$(UV) run --no-sync python libs/rpc/generate.py
+
+ui:  ## rebuild the web UI into the api-gateway package (npm, pinned by package-lock.json); commit it
+	cd services/api_gateway/ui && npm ci --no-audit --no-fund && npm run build
 
 migrate: $(VENV_STAMP)  ## create the database if missing and apply migrations/ to COMPOSER_DATABASE_URL
 	$(UV) run --no-sync python -m composer_repo migrate --url "$(COMPOSER_DATABASE_URL)"

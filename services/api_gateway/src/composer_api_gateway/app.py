@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 import composer_repo as repo
+from composer_api_gateway import ui
 from composer_api_gateway.auth import Authenticator, parse_tokens
 from composer_api_gateway.metrics import Metrics
 from composer_api_gateway.openapi import build_spec, render_docs
@@ -50,6 +51,7 @@ def create_app(config: GatewayConfig) -> web.Application:
     app[DOCS] = render_docs(app[SPEC])
     for route in ROUTES:
         app.router.add_route(route.method, route.path, guarded(route, authenticator), name=None)
+    ui.add_routes(app)  # static files, not part of the API (nor of its OpenAPI document)
     app.cleanup_ctx.extend([_pool, _redis, _engine, _waiters])
     if not authenticator.configured:
         log.warning("COMPOSER_API_TOKENS is empty: every /v1 request will be refused (401)")

@@ -126,6 +126,9 @@ class Task(Response):
     error: str | None = None
     error_code: str | None = None
     queue: str | None = None
+    branches: list[str] | None = Field(
+        default=None, description="SWITCH: the successors its conditions selected"
+    )
     wake_at: dt.datetime | None = None
     awaited_signal: str | None = None
     created_at: dt.datetime
@@ -231,6 +234,10 @@ class Problem(BaseModel):
     problems: list[DefinitionProblem] | None = Field(
         default=None, description="422: every problem of the definition"
     )
+
+
+class Identity(Response):
+    role: str = Field(description="admin, operator or viewer")
 
 
 class Health(Response):

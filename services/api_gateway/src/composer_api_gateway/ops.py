@@ -10,8 +10,8 @@ from redis.exceptions import RedisError
 
 import composer_repo as repo
 from composer_api_gateway.definitions import json_response
-from composer_api_gateway.models import Health, Readiness
-from composer_api_gateway.state import DOCS, METRICS, POOL, REDIS, SPEC
+from composer_api_gateway.models import Health, Identity, Readiness
+from composer_api_gateway.state import AUTH, DOCS, METRICS, POOL, REDIS, SPEC
 
 _CHECK_SECONDS = 2.0
 
@@ -19,6 +19,12 @@ _CHECK_SECONDS = 2.0
 async def healthz(request: web.Request) -> web.Response:
     """Alive: the process answers. Says nothing about the database (that is /readyz)."""
     return json_response(Health(status="ok"))
+
+
+async def whoami(request: web.Request) -> web.Response:
+    """The role of the caller's token (the web UI shows only the actions it allows)."""
+    role = request.app[AUTH].role_of(request.headers.get("Authorization"))
+    return json_response(Identity(role=role.label))
 
 
 async def readyz(request: web.Request) -> web.Response:

@@ -21,6 +21,7 @@ from composer_api_gateway.models import (
     DefinitionCreated,
     DeployQuery,
     Health,
+    Identity,
     Readiness,
     ResultQuery,
     RetryRun,
@@ -214,6 +215,16 @@ ROUTES: tuple[Route, ...] = (
         errors=(400, 404, 409, 413, 503),
         description="The node and everything after it run again. A run with active tasks "
         "answers 409.",
+    ),
+    Route(
+        "GET",
+        "/v1/whoami",
+        ops.whoami,
+        "The role of this token",
+        "operations",
+        Role.VIEWER,
+        {200: Identity},
+        description="The web UI asks it after sign-in to show only the actions the role allows.",
     ),
     Route("GET", "/healthz", ops.healthz, "Liveness", "operations", None, {200: Health}),
     Route(

@@ -85,6 +85,7 @@ async def load(pool: repo.Pool, run_id: str) -> Run:
                 error=t.error,
                 error_code=t.error_code,
                 queue=t.queue,
+                branches=None if t.branches is None else list(t.branches),
                 wake_at=t.wake_at,
                 awaited_signal=t.awaited_signal,
                 created_at=t.created_at,

@@ -1,0 +1,106 @@
+// The shell: sign-in, the navigation, the message bar and a hash router
+// (#/runs, #/runs/<id>, #/workflows, #/workflows/<id>). Each page is a
+// function that draws into the main element and returns a function that
+// stops whatever it left running (refresh timers).
+
+import { get, session } from './api.js';
+import { h, mount } from './dom.js';
+import { notify } from './message.js';
+import { runsPage } from './pages/runs.js';
+import { runPage } from './pages/run.js';
+import { workflowsPage, workflowPage } from './pages/workflows.js';
+
+const main = document.getElementById('main');
+const nav = document.getElementById('nav');
+let dispose = () => {};
+
+function signOut(reason) {
+  session.token = null;
+  session.role = null;
+  route(reason);
+}
+
+function showSignIn(reason) {
+  nav.hidden = true;
+  const input = h('input', {
+    id: 'token', type: 'password', autocomplete: 'off', required: true,
+    placeholder: 'paste an API token', 'aria-label': 'API token',
+  });
+  const error = h('p', { id: 'signin-error', class: 'signin-error', role: 'alert', hidden: !reason }, reason || '');
+  const form = h('form', { class: 'signin card', id: 'signin' },
+    h('h1', {}, 'Sign in to Composer'),
+    h('p', {}, 'Paste an API token (COMPOSER_API_TOKENS on the api-gateway; `make run` prints a dev token). ',
+      'It is kept in this tab’s session storage only.'),
+    input,
+    h('button', { type: 'submit', class: 'primary' }, 'Sign in'),
+    error);
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    session.token = input.value.trim();
+    try {
+      session.role = (await get('/v1/whoami')).role;
+    } catch (err) {
+      session.token = null;
+      error.textContent = err.status === 401
+        ? `That token was refused: ${err.problem.detail || 'unknown API token'}`
+        : err.message;
+      error.hidden = false;
+      return;
+    }
+    if (!location.hash || location.hash === '#/') location.hash = '#/runs';
+    route();
+  });
+  mount(main, form);
+  input.focus();
+}
+
+function drawNav() {
+  nav.hidden = false;
+  const page = location.hash.startsWith('#/workflows') ? 'workflows' : 'runs';
+  mount(nav,
+    h('a', { class: 'brand', href: '#/runs' }, 'Composer'),
+    h('a', { href: '#/runs', class: page === 'runs' ? 'active' : '' }, 'Runs'),
+    h('a', { href: '#/workflows', class: page === 'workflows' ? 'active' : '' }, 'Workflows'),
+    h('span', { class: 'spacer' }),
+    h('span', { class: `role role-${session.role}`, id: 'role', title: 'the role of this token' }, session.role),
+    h('button', { type: 'button', id: 'signout', onclick: () => signOut() }, 'Sign out'));
+}
+
+async function route(reason) {
+  dispose();
+  dispose = () => {};
+  if (!session.token) {
+    showSignIn(reason);
+    return;
+  }
+  if (!session.role) {
+    try {
+      session.role = (await get('/v1/whoami')).role;
+    } catch (err) {
+      if (err.status === 401) {
+        session.token = null;
+        showSignIn(`That token was refused: ${err.problem.detail || 'unknown API token'}`);
+      } else {
+        mount(main, h('p', { class: 'empty' }, 'Could not reach the API.'));
+        notify(err);
+      }
+      return;
+    }
+  }
+  drawNav();
+  const [path, search] = location.hash.replace(/^#/, '').split('?');
+  const params = new URLSearchParams(search || '');
+  const parts = path.split('/').filter(Boolean).map(decodeURIComponent);
+  mount(main);
+  if (parts[0] === 'runs' && parts[1]) dispose = runPage(main, parts[1]);
+  else if (parts[0] === 'workflows' && parts[1]) dispose = workflowPage(main, parts[1], params);
+  else if (parts[0] === 'workflows') dispose = workflowsPage(main);
+  else dispose = runsPage(main, params);
+}
+
+window.addEventListener('composer-unauthorized', (ev) => signOut(ev.detail));
+window.addEventListener('hashchange', () => {
+  notify(null);
+  route();
+});
+route();

@@ -1,0 +1,230 @@
+// One run: its definition's graph coloured by task state, a side panel for
+// the selected node, and the actions cancel, retry from a node and signal.
+// While the run moves the page reads it again every second.
+
+import { get, parseJsonInput, post, session } from '../api.js';
+import { h, mount } from '../dom.js';
+import { duration, json, when } from '../format.js';
+import { drawGraph, legend, tasksByNode } from '../graph.js';
+import { notify } from '../message.js';
+import { badge } from './runs.js';
+
+const REFRESH_MS = 1000;
+const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED']);
+const definitions = new Map(); // "workflow@version" → spec: a version never changes
+
+async function definition(workflowId, version) {
+  const key = `${workflowId}@${version}`;
+  if (!definitions.has(key)) {
+    const answer = await get(`/v1/workflows/${encodeURIComponent(workflowId)}/versions/${version}`);
+    definitions.set(key, answer.spec);
+  }
+  return definitions.get(key);
+}
+
+function field(label, value, cls) {
+  return value === undefined || value === null || value === '' ? null
+    : [h('dt', {}, label), h('dd', { class: cls }, value)];
+}
+
+function block(title, value, cls = '') {
+  return value === undefined || value === null ? null
+    : h('section', { class: 'block' }, h('h3', {}, title), h('pre', { class: cls }, json(value)));
+}
+
+export function runPage(main, runId) {
+  let run = null;
+  let spec = null;
+  let selected = null;
+  let timer = null;
+  let stopped = false;
+  let formsKey = null;
+
+  const head = h('div', { class: 'run-head' });
+  const graphPane = h('div', { class: 'graph-pane', id: 'graph' });
+  const details = h('div', { class: 'node-details', id: 'node-details' });
+  const nodeActions = h('div', { class: 'node-actions' });
+  const runActions = h('section', { class: 'run-actions' });
+  const extra = h('div', { class: 'run-extra' });
+  mount(main,
+    h('p', { class: 'crumbs' }, h('a', { href: '#/runs' }, '← Runs')),
+    head,
+    h('div', { class: 'run-body' },
+      h('section', { class: 'card graph-card' }, graphPane, legend()),
+      h('aside', { class: 'card side', id: 'side' }, details, nodeActions)),
+    runActions,
+    extra);
+
+  async function load() {
+    clearTimeout(timer);
+    try {
+      const next = await get(`/v1/runs/${encodeURIComponent(runId)}`);
+      const nextSpec = await definition(next.workflow_id, next.version);
+      if (stopped) return;
+      run = next;
+      spec = nextSpec;
+      if (selected === null) selected = pickDefault();
+      draw();
+    } catch (err) {
+      if (stopped) return;
+      notify(err);
+      if (err.status === 404 || err.status === 400) return; // no such run: nothing to refresh
+    }
+    if (!stopped && (!run || !TERMINAL.has(run.status))) timer = setTimeout(load, REFRESH_MS);
+  }
+
+  function pickDefault() {
+    const tasks = [...tasksByNode(run.tasks).values()];
+    const pick = tasks.find((t) => t.state === 'FAILED')
+      || tasks.find((t) => ['WAITING', 'RUNNING', 'QUEUED'].includes(t.state));
+    return pick ? pick.node_id : null;
+  }
+
+  function select(nodeId) {
+    selected = nodeId;
+    draw();
+  }
+
+  function draw() {
+    const tasks = tasksByNode(run.tasks);
+    const terminal = TERMINAL.has(run.status);
+    mount(head,
+      h('h1', {}, 'Run ', h('span', { class: 'mono', id: 'run-id' }, run.run_id), ' ', h('span', { id: 'run-status' }, badge(run.status))),
+      h('dl', { class: 'meta' },
+        field('workflow', h('a', { href: `#/workflows/${encodeURIComponent(run.workflow_id)}?version=${run.version}` }, `${run.workflow_id} v${run.version}`)),
+        field('created', when(run.created_at)),
+        field('finished', run.completed_at ? when(run.completed_at) : null),
+        field('duration', duration(run.created_at, run.completed_at)),
+        field('error', run.error, 'error-text')));
+    mount(graphPane, drawGraph(spec, { tasks, selected, onSelect: select }));
+    drawDetails(tasks);
+    const key = `${selected}|${terminal}|${session.role}`;
+    if (key !== formsKey) { // redraw forms only when what they offer changes: keep what is typed
+      formsKey = key;
+      drawActions(tasks, terminal);
+    }
+    mount(extra,
+      h('details', { class: 'card' }, h('summary', {}, 'Run input, config and output'),
+        block('Input', run.input), block('Config', run.config), block('Output', run.output)));
+  }
+
+  function drawDetails(tasks) {
+    if (!selected) {
+      mount(details, h('h2', {}, 'Select a node'),
+        h('p', { class: 'muted' }, 'Click a node of the graph to see its input, output, error, attempts and timings.'));
+      return;
+    }
+    const node = (spec.nodes || []).find((n) => n.id === selected) || { id: selected, type: '?' };
+    const task = tasks.get(selected);
+    if (!task) {
+      mount(details, h('h2', { id: 'node-title' }, node.id, ' ', h('span', { class: 'muted' }, node.type)),
+        h('p', { class: 'muted', id: 'node-state' }, 'Not reached in this run.'),
+        block('Definition', node));
+      return;
+    }
+    const ran = task.started_at ? duration(task.started_at, task.finished_at) : null;
+    mount(details,
+      h('h2', { id: 'node-title' }, node.id, ' ', h('span', { class: 'muted' }, node.type)),
+      h('dl', { class: 'facts' },
+        field('state', h('span', { class: `badge state-${task.state.toLowerCase()}`, id: 'node-state' }, task.state.toLowerCase())),
+        field('attempts', String(task.attempt + 1), 'attempts'),
+        field('queue', task.queue),
+        field('chose', Array.isArray(task.branches) ? (task.branches.join(', ') || 'no branch') : null),
+        field('waits for signal', task.state === 'WAITING' ? task.awaited_signal : null, 'awaited'),
+        field('wakes at', task.state === 'WAITING' && task.wake_at ? when(task.wake_at) : null, 'wake-at'),
+        field('created', when(task.created_at)),
+        field('started', task.started_at ? when(task.started_at) : null),
+        field('finished', task.finished_at ? when(task.finished_at) : null),
+        field('ran for', ran)),
+      task.error ? h('section', { class: 'block' }, h('h3', {}, 'Error', task.error_code ? ` (${task.error_code})` : ''),
+        h('pre', { class: 'error-text', id: 'node-error' }, task.error)) : null,
+      block('Input', task.input),
+      block('Output', task.output),
+      h('details', {}, h('summary', {}, 'Definition'), h('pre', {}, json(node))));
+  }
+
+  function drawActions(tasks, terminal) {
+    if (!session.can('operator')) {
+      mount(nodeActions);
+      mount(runActions);
+      return;
+    }
+    mount(nodeActions, selected ? retryForm(terminal) : null);
+    const waiting = [...tasks.values()].find((t) => t.state === 'WAITING' && t.awaited_signal);
+    mount(runActions, terminal ? null : h('div', { class: 'card actions' },
+      cancelForm(), signalForm(waiting ? waiting.awaited_signal : '')));
+  }
+
+  function retryForm(terminal) {
+    const input = h('textarea', {
+      id: 'retry-input', rows: 3, placeholder: 'new run input as JSON (empty: keep the run’s input)',
+      'aria-label': 'new run input',
+    });
+    const form = h('form', { class: 'retry', id: 'retry-form' },
+      h('h3', {}, `Retry from ${selected}`),
+      h('p', { class: 'muted' }, terminal
+        ? 'This node and everything after it run again.'
+        : 'Retry is possible once the run has finished.'),
+      input,
+      h('button', { type: 'submit', id: 'retry', class: 'primary', disabled: !terminal }, `Retry from ${selected}`));
+    form.addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      act(async () => {
+        const body = { from_node: selected };
+        const newInput = parseJsonInput(input.value, 'The new input');
+        if (newInput !== undefined) body.input = newInput;
+        await post(`/v1/runs/${encodeURIComponent(runId)}/retry`, body);
+        input.value = '';
+        return `Retrying from ${body.from_node}.`;
+      });
+    });
+    return form;
+  }
+
+  function cancelForm() {
+    const reason = h('input', { id: 'cancel-reason', placeholder: 'reason (optional)', 'aria-label': 'cancel reason' });
+    const form = h('form', { class: 'inline', id: 'cancel-form' },
+      h('h3', {}, 'Cancel'), reason, h('button', { type: 'submit', id: 'cancel', class: 'danger' }, 'Cancel run'));
+    form.addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      act(async () => {
+        await post(`/v1/runs/${encodeURIComponent(runId)}/cancel`, reason.value ? { reason: reason.value } : {});
+        return 'Run cancelled.';
+      });
+    });
+    return form;
+  }
+
+  function signalForm(awaited) {
+    const name = h('input', { id: 'signal-name', value: awaited, placeholder: 'signal name', required: true, 'aria-label': 'signal name' });
+    const payload = h('textarea', { id: 'signal-payload', rows: 2, placeholder: 'payload as JSON (optional)', 'aria-label': 'signal payload' });
+    const form = h('form', { class: 'inline', id: 'signal-form' },
+      h('h3', {}, 'Send a signal'), name, payload, h('button', { type: 'submit', id: 'signal' }, 'Send signal'));
+    form.addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      act(async () => {
+        const body = parseJsonInput(payload.value, 'The payload');
+        const answer = await post(`/v1/runs/${encodeURIComponent(runId)}/signals/${encodeURIComponent(name.value.trim())}`, body);
+        return answer.delivered ? `Signal ${name.value} delivered.` : `Signal ${name.value} buffered: no node waits for it yet.`;
+      });
+    });
+    return form;
+  }
+
+  async function act(action) {
+    try {
+      const note = await action();
+      notify(note, 'info');
+      formsKey = null;
+      await load();
+    } catch (err) {
+      notify(err);
+    }
+  }
+
+  load();
+  return () => {
+    stopped = true;
+    clearTimeout(timer);
+  };
+}

@@ -1,0 +1,118 @@
+// Runs: filters (workflow, status, time range), pages through the API's
+// cursor, a status badge and the duration of each run, refreshed live.
+
+import { get, query } from '../api.js';
+import { h, mount } from '../dom.js';
+import { duration, shortId, when } from '../format.js';
+import { notify } from '../message.js';
+
+const STATUSES = ['PENDING', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED'];
+const PAGE_SIZE = 25;
+const REFRESH_MS = 3000;
+
+export function badge(status) {
+  return h('span', { class: `badge status-${status.toLowerCase()}` }, status.toLowerCase());
+}
+
+/** A datetime-local value as RFC 3339 in UTC (the API wants a time zone). */
+function isoOrEmpty(local) {
+  return local ? new Date(local).toISOString() : '';
+}
+
+export function runsPage(main, params) {
+  const filters = {
+    workflow_id: params.get('workflow_id') || '',
+    status: params.get('status') || '',
+    created_after: params.get('created_after') || '',
+    created_before: params.get('created_before') || '',
+  };
+  const cursors = [null]; // cursors[i] opens page i
+  let page = 0;
+  let timer = null;
+  let stopped = false;
+
+  const workflowSelect = h('select', { name: 'workflow_id', id: 'filter-workflow' }, h('option', { value: '' }, 'any workflow'));
+  const statusSelect = h('select', { name: 'status', id: 'filter-status' }, h('option', { value: '' }, 'any status'),
+    STATUSES.map((s) => h('option', { value: s, selected: s === filters.status }, s.toLowerCase())));
+  const after = h('input', { type: 'datetime-local', name: 'created_after', id: 'filter-after', step: 1 });
+  const before = h('input', { type: 'datetime-local', name: 'created_before', id: 'filter-before', step: 1 });
+  const live = h('input', { type: 'checkbox', id: 'live', checked: true });
+  const body = h('tbody');
+  const pager = h('div', { class: 'pager' });
+  const stamp = h('span', { class: 'muted', id: 'refreshed' });
+
+  const form = h('form', { class: 'filters', id: 'run-filters' },
+    h('label', {}, 'Workflow ', workflowSelect),
+    h('label', {}, 'Status ', statusSelect),
+    h('label', {}, 'Created after ', after),
+    h('label', {}, 'before ', before),
+    h('button', { type: 'submit' }, 'Apply'),
+    h('label', { class: 'live' }, live, ' live'),
+    stamp);
+  form.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    filters.workflow_id = workflowSelect.value;
+    filters.status = statusSelect.value;
+    filters.created_after = isoOrEmpty(after.value);
+    filters.created_before = isoOrEmpty(before.value);
+    cursors.length = 1;
+    page = 0;
+    load();
+  });
+  live.addEventListener('change', schedule);
+
+  mount(main,
+    h('h1', {}, 'Runs'),
+    form,
+    h('table', { class: 'runs', id: 'runs' },
+      h('thead', {}, h('tr', {}, ['Run', 'Workflow', 'Status', 'Created', 'Duration', 'Error'].map((c) => h('th', {}, c)))),
+      body),
+    pager);
+
+  get('/v1/workflows').then(({ workflows }) => {
+    for (const wf of workflows) {
+      workflowSelect.append(h('option', { value: wf.id, selected: wf.id === filters.workflow_id }, wf.id));
+    }
+  }).catch(notify);
+
+  async function load() {
+    clearTimeout(timer);
+    try {
+      const answer = await get(`/v1/runs${query({ ...filters, cursor: cursors[page], limit: PAGE_SIZE })}`);
+      if (stopped) return;
+      draw(answer);
+      stamp.textContent = `updated ${new Date().toLocaleTimeString()}`;
+    } catch (err) {
+      if (!stopped) notify(err);
+    }
+    schedule();
+  }
+
+  function schedule() {
+    clearTimeout(timer);
+    if (!stopped && live.checked) timer = setTimeout(load, REFRESH_MS);
+  }
+
+  function draw({ runs, next_cursor: next }) {
+    if (next) cursors[page + 1] = next;
+    else cursors.length = page + 1;
+    mount(body, runs.length ? runs.map((r) => h('tr', { dataset: { run: r.run_id, status: r.status } },
+      h('td', {}, h('a', { href: `#/runs/${r.run_id}`, title: r.run_id, class: 'mono' }, shortId(r.run_id))),
+      h('td', {}, h('a', { href: `#/workflows/${encodeURIComponent(r.workflow_id)}` }, r.workflow_id), h('span', { class: 'muted' }, ` v${r.version}`)),
+      h('td', {}, badge(r.status)),
+      h('td', {}, when(r.created_at)),
+      h('td', {}, duration(r.created_at, r.completed_at)),
+      h('td', { class: 'error-cell', title: r.error || '' }, r.error || '')))
+      : h('tr', {}, h('td', { colspan: 6, class: 'empty' }, 'No runs match these filters.')));
+    mount(pager,
+      h('button', { type: 'button', id: 'newer', disabled: page === 0, onclick: () => { page -= 1; load(); } }, '← Newer'),
+      h('span', { class: 'muted' }, `page ${page + 1}`),
+      h('button', { type: 'button', id: 'older', disabled: !cursors[page + 1], onclick: () => { page += 1; load(); } }, 'Older →'));
+  }
+
+  load();
+  return () => {
+    stopped = true;
+    clearTimeout(timer);
+  };
+}
