@@ -30,7 +30,7 @@ run: $(VENV_STAMP)  ## the whole stack on this machine, supervised (Ctrl-C stops
 demo: $(VENV_STAMP)  ## with `make run` going in another terminal: apply examples/, run hello to the end
 	@export COMPOSER_API_TOKEN=$${COMPOSER_API_TOKEN:-dev-token}; \
 	api=$${COMPOSER_API_URL:-http://127.0.0.1:8080}; \
-	$(UV) run --no-sync composer apply -f examples/hello.yaml -f examples/price-check.yaml -f examples/order-fulfilment.yaml --deploy && \
+	$(UV) run --no-sync composer apply -f examples/hello.yaml -f examples/payment.yaml -f examples/price-check.yaml -f examples/order-fulfilment.yaml --deploy && \
 	$(UV) run --no-sync composer start hello --input "{\"url\": \"$$api/healthz\", \"name\": \"$${USER:-you}\"}" --wait
 
 simulate: $(VENV_STAMP)  ## drive examples/order-fulfilment.yaml through the state machine in memory

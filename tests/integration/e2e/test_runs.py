@@ -504,3 +504,31 @@ async def test_example_price_check_runs_to_success(
         assert run.output["quote"]["total"] == total
     finally:
         await runner.cleanup()
+
+
+async def test_example_payment_signal_failure_and_retry_from_the_wait(stack: Stack) -> None:
+    """The README's walk-through, through the engine: signal, a failed settle, retry, signal again."""
+    await stack.deploy(yaml.safe_load(EXAMPLES.joinpath("payment.yaml").read_text()))
+    await stack.builtin_workers()
+    started = await stack.engine.start("payment", input={"order_id": "A-1", "amount": 21})
+    await eventually_waiting(stack, started.run_id, "paid")
+    assert await stack.engine.signal(started.run_id, "payment_received", {"paid": 5})
+    run = await stack.wait_run(started.run_id)
+    assert run.status is RunStatus.FAILED
+    assert run.error is not None and "paid 5 of 21" in run.error
+
+    await stack.engine.retry(started.run_id, "paid")
+    await eventually_waiting(stack, started.run_id, "paid")
+    assert await stack.engine.signal(started.run_id, "payment_received", {"paid": 21})
+    run = await stack.wait_run(started.run_id)
+    assert run.status is RunStatus.SUCCEEDED, run.error
+    assert run.output == {"invoice": "INV-A-1", "settled": 21}
+
+
+async def eventually_waiting(stack: Stack, run_id: str, node_id: str) -> None:
+    for _ in range(500):
+        task = (await stack.tasks_of(run_id)).get(node_id)
+        if task is not None and task.state is TaskState.WAITING:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{node_id} of run {run_id} never waited")
