@@ -32,8 +32,11 @@ export function shortId(id) {
   return id && id.length > 13 ? `${id.slice(0, 8)}…${id.slice(-4)}` : id;
 }
 
-/** A CEL condition as shown on an edge: the template braces off, cut to `max` characters. */
-export function condition(text, max = 32) {
+/**
+ * A CEL condition as shown on an edge: the template braces off, cut to `max`
+ * characters from the front (the end, `… == 200`, tells two branches apart).
+ */
+export function condition(text, max = 24) {
   const bare = String(text).replace(/^\s*\{\{\s*/, '').replace(/\s*\}\}\s*$/, '');
-  return bare.length > max ? `${bare.slice(0, max - 1)}…` : bare;
+  return bare.length > max ? `…${bare.slice(bare.length - max + 1)}` : bare;
 }

@@ -9,6 +9,7 @@ import { condition } from './format.js';
 export const STATES = ['PENDING', 'QUEUED', 'RUNNING', 'WAITING', 'COMPLETED', 'FAILED', 'SKIPPED'];
 const NODE_HEIGHT = 48;
 const CHAR_WIDTH = 7.5;
+const MIN_SCALE = 0.65;
 
 /** The latest task of each node (a retried node may have had earlier ones). */
 export function tasksByNode(tasks) {
@@ -47,7 +48,7 @@ export function drawGraph(spec, { tasks = new Map(), selected = null, onSelect =
   const edges = spec.edges || [];
   const nodeTypes = new Map(nodes.map((n) => [n.id, n.type]));
   const g = new graphlib.Graph({ multigraph: true });
-  g.setGraph({ rankdir: 'LR', nodesep: 28, ranksep: 64, edgesep: 14, marginx: 12, marginy: 12 });
+  g.setGraph({ rankdir: 'LR', nodesep: 28, ranksep: 48, edgesep: 14, marginx: 12, marginy: 12 });
   g.setDefaultEdgeLabel(() => ({}));
   for (const node of nodes) {
     const width = Math.max(112, Math.max(node.id.length, node.type.length + 12) * CHAR_WIDTH + 28);
@@ -71,6 +72,8 @@ export function drawGraph(spec, { tasks = new Map(), selected = null, onSelect =
     role: 'img',
     'aria-label': `graph of ${spec.id || 'the workflow'}`,
   });
+  // fit the pane, but never below 65 % of the natural size: scroll past that
+  root.style.minWidth = `${Math.ceil(width * MIN_SCALE)}px`;
   root.append(svg('defs', {}, ['plain', 'taken', 'not-taken'].map((kind) =>
     svg('marker', {
       id: `arrow-${kind}`, class: `arrow arrow-${kind}`, viewBox: '0 0 10 10', refX: 9, refY: 5,
