@@ -200,6 +200,10 @@ async def test_runs_list_filters_pages_and_workflow_diff(ui: Ui) -> None:
     await ui.page.click('#versions tr[data-version="1"] button.deploy')
     await expect(ui.page.locator('#versions tr[data-version="1"] .deployed')).to_have_count(1)
 
+    # an API error reads as the problem's title and detail
+    await ui.page.goto(f"{ui.gateway.url}/ui/#/runs/01890000-0000-7000-8000-000000000000")
+    await expect(ui.page.locator("#message")).to_have_text(re.compile(r"^Not Found: .*run"))
+
 
 async def test_a_viewer_sees_no_action_buttons(ui: Ui) -> None:
     run_id = await failed_fork_run(ui)
