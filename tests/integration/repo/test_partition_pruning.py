@@ -42,6 +42,7 @@ PRUNED: dict[str, tuple[Any, ...]] = {
     "lease_owner": (T, 0),
     "pending_signal": ("paid", []),
     "consume_signal": (T, "node"),
+    "run_signals": (),
     "redispatch_task": (T, 0, NOW),
     "try_lock_run": (),
     "lock_expired_lease": (T, 0, "w"),
