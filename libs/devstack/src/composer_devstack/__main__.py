@@ -137,6 +137,7 @@ def banner(sup: Supervisor, env: dict[str, str]) -> None:
     token = env["COMPOSER_API_TOKENS"].split(",")[0].split(":")[0]
     for line in (
         f"API       {api}   (docs: {api}/docs)",
+        f"web UI    {api}/ui/   (sign in with the token below)",
         f"token     {token}",
         f'try       make demo   (or: COMPOSER_API_TOKEN={token} composer start hello --input \'{{"url": "{api}/healthz", "name": "you"}}\' --wait)',
         "stop      Ctrl-C",
