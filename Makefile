@@ -60,8 +60,9 @@ ui:  ## rebuild the web UI into the api-gateway package (npm, pinned by package-
 migrate: $(VENV_STAMP)  ## create the database if missing and apply migrations/ to COMPOSER_DATABASE_URL
 	$(UV) run --no-sync python -m composer_repo migrate --url "$(COMPOSER_DATABASE_URL)"
 
-bench: $(VENV_STAMP)  ## benchmarks (never part of make test): prints a table
-	$(UV) run --no-sync python -m tests.bench
+BENCH ?= stack
+bench: $(VENV_STAMP)  ## the stack benchmark (never part of make test); BENCH="core repo" or BENCH_ARGS="--only w1 --scale 0.1"
+	$(UV) run --no-sync python -m tests.bench $(BENCH) $(BENCH_ARGS)
 
 clean:  ## remove the virtualenv and caches
 	rm -rf .venv .mypy_cache .ruff_cache .pytest_cache .hypothesis

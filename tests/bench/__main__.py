@@ -1,6 +1,9 @@
-"""Run the benchmarks: ``python -m tests.bench [name …] [--timeout SECONDS]``.
+"""Run the benchmarks: ``python -m tests.bench [name …] [--timeout SECONDS] [module options]``.
 
 Names are module names without ``bench_`` (``core``); none runs them all.
+Options the runner does not know go to the modules (``stack --only w1 --scale 0.1``).
+A module with ``HEADLINE = True`` (bench_stack) also has its figures copied to
+the top level of the JSON, so runs can be compared by key over time.
 A module that fails (a service that is down, say) is reported with its name
 and the run exits non-zero; one that hangs is stopped at the timeout.
 """
@@ -24,6 +27,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, cast
 
+from tests.bench import set_options
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -42,6 +47,10 @@ def load(name: str) -> Bench:
     if main is None or not inspect.iscoroutinefunction(main):
         raise TypeError(f"tests/bench/bench_{name}.py must define `async def main() -> dict`")
     return cast(Bench, main)
+
+
+def headline(name: str) -> bool:
+    return bool(getattr(importlib.import_module(f"tests.bench.bench_{name}"), "HEADLINE", False))
 
 
 def machine() -> dict[str, Any]:
@@ -96,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help="benchmarks to run (default: all)")
     parser.add_argument("--timeout", type=float, default=900.0, help="per benchmark, seconds")
     parser.add_argument("--no-save", action="store_true", help="print only; write no JSON")
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    set_options(extra)
 
     available = discover()
     unknown = [
@@ -139,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             faulthandler.cancel_dump_traceback_later()
         report["results"][name] = figures
+        if headline(name):
+            report.update(figures)
         print(table(name, figures, time.perf_counter() - began) + "\n", flush=True)
 
     if not args.no_save:

@@ -1,0 +1,280 @@
+"""The services as processes, as ``make run`` starts them, for the stack benchmark.
+
+Every service of composer_devstack's SERVICES runs as ``python -m <module>``
+with the COMPOSER_* settings the dev stack gives it, but on free ports (other
+stacks may be running on this machine), a scratch database and a private
+Redis prefix; no-op SDK worker processes (tests/bench/_noop_worker.py) serve
+the benchmark's queues. Logs go to one file per process. Also here: CPU time
+and peak RSS from /proc, and py-spy attached to a process for a profile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+from composer_devstack.__main__ import SERVICES
+
+API_TOKEN = "bench-token"
+WORKER_TOKEN = "bench-worker-token"
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    # after the command: state is field 3, utime 14 and stime 15 (1-based)
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def peak_rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds every core of the machine spent busy since boot (from /proc/stat)."""
+    parts = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    values = [int(v) for v in parts]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    return (sum(values[:8]) - idle) / _CLK_TCK
+
+
+@dataclass
+class Proc:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    process: asyncio.subprocess.Process | None = None
+    peak_rss: float = 0.0
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+
+@dataclass
+class ProcessStack:
+    """Start with ``await start()``, stop with ``await stop()``."""
+
+    database_url: str
+    redis_url: str
+    prefix: str
+    workdir: Path
+    workers: int = 1
+    worker_concurrency: int = 64
+    queues: tuple[str, ...] = ("bench",)
+    #: name → replicas for services that listen on no port of their own
+    replicas: dict[str, int] = field(default_factory=dict)
+    api_port: int = field(default_factory=free_port)
+    grpc_port: int = field(default_factory=free_port)
+    procs: list[Proc] = field(default_factory=list)
+    admin_ports: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+    def _env(self, admin_port: int) -> dict[str, str]:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("COMPOSER_")}
+        return base | {
+            "COMPOSER_DATABASE_URL": self.database_url,
+            "COMPOSER_REDIS_URL": self.redis_url,
+            "COMPOSER_REDIS_PREFIX": self.prefix,
+            "COMPOSER_API_TOKENS": f"{API_TOKEN}:admin",
+            "COMPOSER_WORKER_TOKEN": WORKER_TOKEN,
+            "COMPOSER_HTTP_ALLOW_PRIVATE": "true",
+            "COMPOSER_API_PORT": str(self.api_port),
+            "COMPOSER_GRPC_ADDR": f"127.0.0.1:{self.grpc_port}",
+            "COMPOSER_LOG_FORMAT": "human",
+            "COMPOSER_ADMIN_PORT": str(admin_port),
+        }
+
+    async def start(self, timeout: float = 60.0) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        for name, module in SERVICES:
+            n = self.replicas.get(name, 1)
+            if n > 1 and name in ("coordinator", "api-gateway"):
+                raise ValueError(f"{name} listens on a port: one replica only here")
+            for i in range(n):
+                label = name if n == 1 else f"{name}-{i}"
+                port = free_port()
+                self.admin_ports[label] = port
+                self.procs.append(
+                    Proc(
+                        label,
+                        [sys.executable, "-m", module],
+                        self._env(port),
+                        self.workdir / f"{label}.log",
+                    )
+                )
+        for i in range(self.workers):
+            label = f"bench-worker-{i}"
+            env = self._env(0) | {"COMPOSER_CONCURRENCY": str(self.worker_concurrency)}
+            env.pop("COMPOSER_ADMIN_PORT")
+            self.procs.append(
+                Proc(
+                    label,
+                    [
+                        sys.executable,
+                        "-m",
+                        "tests.bench._noop_worker",
+                        str(self.records_path(i)),
+                        ",".join(self.queues),
+                    ],
+                    env,
+                    self.workdir / f"{label}.log",
+                )
+            )
+        for p in self.procs:
+            with p.log_path.open("ab") as log:
+                p.process = await asyncio.create_subprocess_exec(
+                    *p.argv,
+                    env=p.env,
+                    cwd=ROOT,
+                    stdout=log,
+                    stderr=asyncio.subprocess.STDOUT,
+                    start_new_session=True,
+                )
+        await self._ready(timeout)
+
+    def records_path(self, i: int) -> Path:
+        return self.workdir / f"worker-{i}.records"
+
+    async def _ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        waiting = dict(self.admin_ports)
+        async with aiohttp.ClientSession() as http:
+            while waiting:
+                for p in self.procs:
+                    if p.process is not None and p.process.returncode is not None:
+                        tail = p.log_path.read_text(errors="replace")[-2000:]
+                        raise RuntimeError(f"{p.name} exited ({p.process.returncode}):\n{tail}")
+                for name, port in list(waiting.items()):
+                    with contextlib.suppress(aiohttp.ClientError, OSError):
+                        async with http.get(f"http://127.0.0.1:{port}/readyz") as r:
+                            if r.status == 200:
+                                del waiting[name]
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"not ready within {timeout:.0f} s: {', '.join(waiting)}")
+                await asyncio.sleep(0.2)
+        # the workers have no admin port: their first log line says they serve
+        for p in self.procs:
+            if p.name.startswith("bench-worker"):
+                while "serving" not in p.log_path.read_text(errors="replace"):
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{p.name} did not start serving")
+                    await asyncio.sleep(0.1)
+
+    def cpu(self) -> dict[str, float]:
+        return {p.name: cpu_seconds(p.pid) for p in self.procs if p.process is not None}
+
+    def sample_rss(self) -> None:
+        for p in self.procs:
+            if p.process is not None:
+                p.peak_rss = max(p.peak_rss, peak_rss_mb(p.pid))
+
+    def pid(self, name: str) -> int:
+        return next(p.pid for p in self.procs if p.name == name)
+
+    async def stop(self, grace: float = 15.0) -> None:
+        self.sample_rss()
+        running = [p for p in self.procs if p.process and p.process.returncode is None]
+        for p in running:
+            with contextlib.suppress(ProcessLookupError):
+                p.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+        deadline = time.monotonic() + grace
+        for p in running:
+            assert p.process is not None
+            try:
+                await asyncio.wait_for(p.process.wait(), max(0.1, deadline - time.monotonic()))
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.process.pid, signal.SIGKILL)
+                await p.process.wait()
+
+
+def py_spy() -> list[str] | None:
+    """How to run py-spy here: installed, or through ``uv tool run`` (from PyPI)."""
+    found = shutil.which("py-spy")
+    if found:
+        return [found]
+    uv = shutil.which("uv")
+    if uv:
+        return [uv, "tool", "run", "py-spy"]
+    python3 = shutil.which("python3")  # the Makefile's uv: python3 -m uv
+    if (
+        python3
+        and subprocess.run([python3, "-m", "uv", "--version"], capture_output=True).returncode == 0
+    ):
+        return [python3, "-m", "uv", "tool", "run", "py-spy"]
+    return None
+
+
+class Profiler:
+    """py-spy attached to processes until ``stop()`` (SIGINT makes it write its output)."""
+
+    def __init__(self, command: list[str], workdir: Path) -> None:
+        self.command = command
+        self.workdir = workdir
+        self.running: dict[str, tuple[asyncio.subprocess.Process, Path]] = {}
+
+    async def attach(self, name: str, pid: int, rate: int = 200) -> None:
+        out = self.workdir / f"{name}.pyspy.txt"
+        proc = await asyncio.create_subprocess_exec(
+            *self.command,
+            "record",
+            "--pid",
+            str(pid),
+            "--rate",
+            str(rate),
+            "--format",
+            "raw",
+            "--output",
+            str(out),
+            "--nonblocking",
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=(self.workdir / f"{name}.pyspy.log").open("wb"),
+        )
+        self.running[name] = (proc, out)
+
+    async def stop(self) -> dict[str, Path]:
+        outputs: dict[str, Path] = {}
+        for name, (proc, out) in self.running.items():
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGINT)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proc.wait(), 30)
+            if out.exists():
+                outputs[name] = out
+        self.running.clear()
+        return outputs

@@ -1,0 +1,118 @@
+"""The only raw SQL of the benchmarks: the ceiling loop and the pg_stat reads.
+
+Why it is not in libs/repo: neither is part of the engine. The ceiling is a
+deliberately engine-free transaction (lock a row, read, insert two rows,
+update one, commit) on tables of its own, so that the engine's steps/s can be
+set against what a plain asyncpg loop gets from the same PostgreSQL in the
+same run; and pg_stat_database / pg_stat_activity are server statistics the
+engine never reads. Keeping both here, in one small module, keeps every
+engine statement in libs/repo.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import LiteralString
+
+import asyncpg
+
+CEILING_SCHEMA: LiteralString = """
+CREATE TABLE IF NOT EXISTS bench_ceiling_runs (
+    id uuid PRIMARY KEY,
+    status text NOT NULL,
+    steps int NOT NULL DEFAULT 0,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS bench_ceiling_tasks (
+    id uuid PRIMARY KEY,
+    run_id uuid NOT NULL,
+    node_id text NOT NULL,
+    state text NOT NULL,
+    output jsonb,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS bench_ceiling_tasks_run ON bench_ceiling_tasks (run_id);
+"""
+_LOCK: LiteralString = "SELECT status, steps FROM bench_ceiling_runs WHERE id = $1 FOR UPDATE"
+_READ: LiteralString = "SELECT node_id, state FROM bench_ceiling_tasks WHERE run_id = $1 ORDER BY created_at DESC LIMIT 2"
+_INSERT: LiteralString = (
+    "INSERT INTO bench_ceiling_tasks (id, run_id, node_id, state, output) "
+    "VALUES ($1, $3, $4, 'COMPLETED', '{}'::jsonb), ($2, $3, $4, 'PENDING', NULL)"
+)
+_UPDATE: LiteralString = (
+    "UPDATE bench_ceiling_runs SET steps = steps + 1, updated_at = now() WHERE id = $1"
+)
+
+
+async def ceiling(url: str, *, transactions: int, concurrency: int, rows: int) -> float:
+    """Run ``transactions`` engine-like transactions over ``rows`` run rows from
+    ``concurrency`` connections; returns transactions per second."""
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(CEILING_SCHEMA)
+        run_ids = [uuid.uuid4() for _ in range(rows)]
+        await conn.executemany(
+            "INSERT INTO bench_ceiling_runs (id, status) VALUES ($1, 'RUNNING')",
+            [(r,) for r in run_ids],
+        )
+    finally:
+        await conn.close()
+    pool = await asyncpg.create_pool(url, min_size=concurrency, max_size=concurrency)
+    counter = iter(range(transactions))
+
+    async def one_connection() -> None:
+        async with pool.acquire() as c:
+            for i in counter:
+                run_id = run_ids[i % rows]
+                async with c.transaction():
+                    await c.fetchrow(_LOCK, run_id)
+                    await c.fetch(_READ, run_id)
+                    await c.execute(_INSERT, uuid.uuid4(), uuid.uuid4(), run_id, f"s{i % 10}")
+                    await c.execute(_UPDATE, run_id)
+
+    try:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one_connection() for _ in range(concurrency)))
+        elapsed = time.perf_counter() - t0
+    finally:
+        await pool.close()
+    return transactions / elapsed
+
+
+class Stats:
+    """pg_stat reads for one database, on a connection of its own (to ``postgres``,
+    so that these reads never count among the database's own transactions)."""
+
+    def __init__(self, conn: asyncpg.Connection[asyncpg.Record], database: str) -> None:
+        self._conn = conn
+        self.database = database
+
+    @classmethod
+    async def open(cls, admin_url: str, database: str) -> Stats:
+        return cls(await asyncpg.connect(admin_url), database)
+
+    async def close(self) -> None:
+        await self._conn.close()
+
+    async def commits(self) -> int:
+        """xact_commit of the database as the statistics hold it now (flushed lazily:
+        a busy backend at most once a second, an idle one after about 10 s)."""
+        await self._conn.execute("SELECT pg_stat_clear_snapshot()")
+        value = await self._conn.fetchval(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = $1", self.database
+        )
+        return int(value or 0)
+
+    async def backend_pids(self) -> list[int]:
+        """Server processes connected to the database (for their CPU time in /proc)."""
+        rows = await self._conn.fetch(
+            "SELECT pid FROM pg_stat_activity WHERE datname = $1", self.database
+        )
+        return [int(r["pid"]) for r in rows]
+
+    async def server_pids(self) -> list[int]:
+        """Every process of the server, background ones too (shared with other databases)."""
+        rows = await self._conn.fetch("SELECT pid FROM pg_stat_activity")
+        return sorted({int(r["pid"]) for r in rows})
