@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -21,7 +20,6 @@ from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from redis.exceptions import RedisError
 
 import composer_repo as repo
 from composer_common import streams
@@ -37,7 +35,6 @@ from composer_timer.loop import Timer
 from composer_workers.handlers import http_handler, python_handler
 
 TOKEN = "e2e-token"
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 _SPANS = InMemorySpanExporter()
@@ -54,27 +51,6 @@ def spans() -> InMemorySpanExporter:
     """The spans finished during the test."""
     _SPANS.clear()
     return _SPANS
-
-
-@pytest.fixture(scope="session")
-def redis_url() -> str:
-    url = os.environ.get("COMPOSER_TEST_REDIS_URL", DEFAULT_REDIS_URL)
-
-    async def ping() -> None:
-        client = streams.connect(url)
-        try:
-            await client.ping()
-        finally:
-            await client.aclose()
-
-    try:
-        asyncio.run(ping())
-    except (RedisError, OSError) as exc:
-        message = f"Redis at {url} is not reachable: {exc}"
-        if os.environ.get("CI"):
-            pytest.fail(f"{message} (CI is set, so this fails instead of skipping)", pytrace=False)
-        pytest.skip(message)
-    return url
 
 
 @dataclass

@@ -69,6 +69,16 @@ class Waker:
         messages, self._messages = self._messages, set()
         return messages
 
+    async def wait_or_stop(self, stop: asyncio.Event, max_wait: float) -> None:
+        """Until a hint, ``stop`` is set, or ``max_wait`` seconds, whichever comes first."""
+        stopper = asyncio.create_task(stop.wait())
+        hinted = asyncio.create_task(self.wait(max_wait))
+        try:
+            await asyncio.wait([hinted, stopper], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+            hinted.cancel()
+
     def poke(self) -> None:
         """Wake the waiter now (for in-process callers)."""
         self._event.set()

@@ -10,6 +10,7 @@ to exit code 2 with that message, instead of a traceback.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from collections.abc import Callable, Coroutine
@@ -24,6 +25,12 @@ log = logging.getLogger("composer.service")
 
 class StartupError(Exception):
     """The service cannot start; the message names the fix."""
+
+
+async def sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    """Sleep ``seconds``, or less if ``stop`` is set meanwhile."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
 
 
 def stop_on_signals() -> asyncio.Event:

@@ -52,6 +52,7 @@ from redis.exceptions import RedisError, ResponseError
 import composer_repo as repo
 from composer_common import streams
 from composer_common.logs import alert
+from composer_common.service import sleep_or_stop
 from composer_common.telemetry import meter
 from composer_core.model import TaskState
 from composer_engine import Engine, EngineError, Unavailable, utcnow
@@ -118,7 +119,7 @@ class Sweeper:
                 await self.sweep()
             except (repo.Transient, Unavailable, RedisError, OSError) as exc:
                 log.warning("sweep failed: %s; next one in %.1fs", exc, self.interval_seconds)
-            await _sleep_or_stop(stop, self.interval_seconds)
+            await sleep_or_stop(stop, self.interval_seconds)
 
     async def sweep(self) -> SweepReport | None:
         """One sweep, if no other replica is sweeping; None if one is."""
@@ -391,11 +392,6 @@ def _deliveries(data: dict[str, str]) -> int:
 
 def _describe(lease: repo.ExpiredLease) -> str:
     return f"task {lease.task_id} ({lease.node_id}) attempt {lease.attempt} of run {lease.run_id}"
-
-
-async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
 
 
 #: Entries waiting per stream at the last sweep (read by the gauge's callback).

@@ -17,7 +17,6 @@ time has passed, then dropped with an error log.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import functools
 import logging
@@ -30,6 +29,7 @@ from redis.exceptions import RedisError
 
 import composer_repo as repo
 from composer_common import hints, streams
+from composer_common.service import sleep_or_stop
 from composer_common.telemetry import meter
 from composer_executors import ExecutionError, HttpPolicy, create_http_session, run_http
 
@@ -77,14 +77,14 @@ class Enqueuer:
                     backoff = 0.1
                 except (RedisError, OSError, repo.Transient) as exc:
                     log.warning("publishing paused: %s; retrying in %.1fs", exc, backoff)
-                    await _sleep_or_stop(stop, backoff)
+                    await sleep_or_stop(stop, backoff)
                     backoff = min(backoff * 2, 5.0)
                     continue
                 if published >= self.batch_size or delivered >= self.webhook_batch_size:
                     continue  # more is waiting
                 wait = min(_until(next_due, self.poll_seconds), max(0.0, webhooks_at - loop.time()))
                 if wait > 0:
-                    await _wait(waker, stop, wait)
+                    await waker.wait_or_stop(stop, wait)
 
     async def publish_dispatches(self) -> tuple[int, dt.datetime | None]:
         """Publish one batch of due dispatches; returns how many, and when the next is due."""
@@ -179,22 +179,6 @@ def _until(when: dt.datetime | None, cap: float) -> float:
     if when is None:
         return cap
     return min(cap, max(0.0, (when - dt.datetime.now(dt.UTC)).total_seconds()))
-
-
-async def _wait(waker: hints.Waker, stop: asyncio.Event, seconds: float) -> None:
-    """Until a hint, ``stop``, or ``seconds``, whichever comes first."""
-    stopper = asyncio.create_task(stop.wait())
-    hinted = asyncio.create_task(waker.wait(seconds))
-    try:
-        await asyncio.wait([hinted, stopper], return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopper.cancel()
-        hinted.cancel()
-
-
-async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
 
 
 @functools.cache

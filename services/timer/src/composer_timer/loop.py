@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import datetime as dt
 import functools
 import logging
@@ -36,6 +35,7 @@ from opentelemetry.metrics import Histogram
 
 import composer_repo as repo
 from composer_common import hints
+from composer_common.service import sleep_or_stop
 from composer_common.telemetry import meter
 from composer_engine import Engine, EngineError, Unavailable, utcnow
 
@@ -81,14 +81,14 @@ class Timer:
                     backoff = 0.1
                 except (repo.Transient, Unavailable, OSError) as exc:
                     log.warning("timers paused: %s; retrying in %.1fs", exc, backoff)
-                    await _sleep_or_stop(stop, backoff)
+                    await sleep_or_stop(stop, backoff)
                     backoff = min(backoff * 2, 5.0)
                     continue
                 if result.due >= self.batch_size and result.busy == 0:
                     continue  # more is due
                 wait = self._sleep_for(result)
                 if wait > 0:
-                    await _wait(waker, stop, wait)
+                    await waker.wait_or_stop(stop, wait)
 
     def _sleep_for(self, result: Pass) -> float:
         if result.busy:
@@ -144,22 +144,6 @@ class Timer:
         elif fired is False:
             self.stale += 1
         return fired
-
-
-async def _wait(waker: hints.Waker, stop: asyncio.Event, seconds: float) -> None:
-    """Until a hint, ``stop``, or ``seconds``, whichever comes first."""
-    stopper = asyncio.create_task(stop.wait())
-    hinted = asyncio.create_task(waker.wait(seconds))
-    try:
-        await asyncio.wait([hinted, stopper], return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopper.cancel()
-        hinted.cancel()
-
-
-async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
 
 
 @functools.cache
