@@ -102,22 +102,6 @@ def test_month_bounds() -> None:
     assert month_end("202402") == dt.datetime(2024, 3, 1, tzinfo=UTC)
 
 
-@pytest.mark.parametrize("module", sorted(SERVICES))
-async def test_service_refuses_a_database_that_is_not_migrated(
-    module: str, empty_database: str, redis_url: str
-) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        module,
-        env=service_env(empty_database, redis_url),
-        stderr=asyncio.subprocess.PIPE,
-    )
-    _, stderr = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode == 2, stderr.decode()
-    assert "make migrate" in stderr.decode()
-
-
 async def test_services_serve_and_stop_cleanly_on_sigterm(
     database_url: str, redis_url: str
 ) -> None:
