@@ -12,7 +12,7 @@ VENV_STAMP := .venv/.synced
 PY_SOURCES := libs services tests examples
 COMPOSER_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/composer
 
-.PHONY: help install run demo simulate test test-unit lint fmt proto ui bench migrate clean
+.PHONY: help install run demo simulate test test-unit lint fmt proto ui bench chaos migrate clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -63,6 +63,9 @@ migrate: $(VENV_STAMP)  ## create the database if missing and apply migrations/ 
 BENCH ?= stack
 bench: $(VENV_STAMP)  ## the stack benchmark (never part of make test); BENCH="core repo" or BENCH_ARGS="--only w1 --scale 0.1"
 	$(UV) run --no-sync python -m tests.bench $(BENCH) $(BENCH_ARGS)
+
+chaos: $(VENV_STAMP)  ## faults under load, checked against a ledger (not in make test; CHAOS_ARGS="--runs 2000 --concurrency 60")
+	$(UV) run --no-sync python -m tests.chaos $(CHAOS_ARGS)
 
 clean:  ## remove the virtualenv and caches
 	rm -rf .venv .mypy_cache .ruff_cache .pytest_cache .hypothesis

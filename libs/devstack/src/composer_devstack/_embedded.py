@@ -156,7 +156,9 @@ class PrivateRedis:
             await self.process.wait()
 
 
-async def start_private_redis(state: Path) -> PrivateRedis:
+async def start_private_redis(state: Path, port: int | None = None) -> PrivateRedis:
+    """A redis-server under ``state``/redis on ``port`` (default: a spare one); a restart
+    passes the port it had, so clients reconnect to the same URL."""
     server = shutil.which("redis-server")
     if not server:
         raise SetupError(
@@ -165,7 +167,7 @@ async def start_private_redis(state: Path) -> PrivateRedis:
         )
     folder = state / "redis"
     folder.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port = port or free_port()
     process = await asyncio.create_subprocess_exec(
         server,
         "--port",

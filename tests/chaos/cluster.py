@@ -1,0 +1,381 @@
+"""The stack under test: a private PostgreSQL and Redis, and every service as processes.
+
+PostgreSQL and Redis come from libs/devstack (``start_private_postgres``,
+``start_private_redis``) under a temporary folder, on spare ports, so
+restarting them disturbs nothing else on the machine. Each service replica
+is a process with its own log file; a small supervisor restarts a replica
+that exits on its own (counted: an unexpected exit is a figure the suite
+prints), while one the fault injector killed stays down until it is let go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+import composer_repo as repo
+from composer_common import streams
+from composer_devstack._embedded import (
+    PrivatePostgres,
+    PrivateRedis,
+    free_port,
+    start_private_postgres,
+    start_private_redis,
+)
+from tests.chaos.ledger import read_ledger_file
+
+API_TOKEN = "chaos-token"
+WORKER_TOKEN = "chaos-worker-token"
+PREFIX = "chaos"
+#: The queue the chaos workers serve (the ledgered no-op handler).
+QUEUE = "chaos"
+#: PostgreSQL tuned for a throw-away cluster on a busy laptop: durability across a
+#: power cut is not what this suite tests (a fast shutdown still flushes everything).
+PG_CONF = "fsync = off\nfull_page_writes = off\nmax_connections = 200\n"
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Short intervals so recovery fits in the run (all through COMPOSER_* settings)."""
+
+    lease_ttl: float = 3.0
+    sweeper_interval: float = 0.5
+    lost_after: float = 3.0
+    poll: float = 0.5
+    timer_poll: float = 1.0
+    worker_concurrency: int = 32
+
+
+@dataclass
+class Replica:
+    kind: str
+    index: int
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    process: asyncio.subprocess.Process | None = None
+    starts: int = 0
+    #: Exits nobody asked for (not a fault's SIGKILL, not shutdown).
+    unexpected_exits: int = 0
+    held: bool = False
+    frozen: bool = False
+    _release: asyncio.Event = field(default_factory=asyncio.Event)
+    _expected_exit: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}-{self.index}"
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.returncode is None
+
+
+@dataclass
+class Cluster:
+    workdir: Path
+    timings: Timings = field(default_factory=Timings)
+    #: Replicas per service; the issue asks for two of coordinator, enqueuer and workers.
+    replicas: dict[str, int] = field(
+        default_factory=lambda: {
+            "coordinator": 2,
+            "outbox-enqueuer": 2,
+            "timer": 1,
+            "lease-sweeper": 1,
+            "partition-manager": 1,
+            "workers": 2,
+            "chaos-workers": 2,
+            "api-gateway": 1,
+        }
+    )
+    postgres: PrivatePostgres | None = None
+    redis: PrivateRedis | None = None
+    services: list[Replica] = field(default_factory=list)
+    api_url: str = ""
+    database_url: str = ""
+    redis_url: str = ""
+    _watchers: list[asyncio.Task[None]] = field(default_factory=list)
+    _stopping: bool = False
+
+    @property
+    def ledger_dir(self) -> Path:
+        return self.workdir / "ledger"
+
+    def of(self, kind: str) -> list[Replica]:
+        return [r for r in self.services if r.kind == kind]
+
+    # -- start and stop ----------------------------------------------------------
+
+    async def start(self) -> None:
+        state = self.workdir / "state"
+        self.postgres = await asyncio.to_thread(start_private_postgres, state)
+        with (self.postgres.data_dir / "postgresql.conf").open("a") as conf:
+            conf.write(PG_CONF)
+        await asyncio.to_thread(self._pg_ctl, "restart", "-m", "fast")
+        self.redis = await start_private_redis(state)
+        self.database_url = self.postgres.url
+        self.redis_url = self.redis.url
+        await repo.create_database_if_missing(self.database_url)
+        conn = await repo.connect(self.database_url)
+        try:
+            await repo.migrate(conn)
+        finally:
+            await conn.close()
+        self._build_services()
+        for replica in self.services:
+            self._watchers.append(
+                asyncio.create_task(self._supervise(replica), name=f"supervise:{replica.name}")
+            )
+        await self.wait_ready(60.0)
+
+    def _build_services(self) -> None:
+        t = self.timings
+        api_port = free_port()
+        self.api_url = f"http://127.0.0.1:{api_port}"
+        coordinators = [f"127.0.0.1:{free_port()}" for _ in range(self.replicas["coordinator"])]
+        base = {k: v for k, v in os.environ.items() if not k.startswith("COMPOSER_")} | {
+            "COMPOSER_DATABASE_URL": self.database_url,
+            "COMPOSER_REDIS_URL": self.redis_url,
+            "COMPOSER_REDIS_PREFIX": PREFIX,
+            "COMPOSER_WORKER_TOKEN": WORKER_TOKEN,
+            "COMPOSER_API_TOKENS": f"{API_TOKEN}:admin",
+            "COMPOSER_API_PORT": str(api_port),
+            "COMPOSER_LOG_FORMAT": "human",
+            "COMPOSER_LOG_LEVEL": "INFO",
+            "COMPOSER_HTTP_ALLOW_PRIVATE": "true",
+            "COMPOSER_POOL_SIZE": "8",
+            "COMPOSER_DRAIN_SECONDS": "2",
+            "COMPOSER_LEASE_TTL_SECONDS": str(t.lease_ttl),
+            "COMPOSER_SWEEPER_INTERVAL_SECONDS": str(t.sweeper_interval),
+            "COMPOSER_SWEEPER_LOST_AFTER_SECONDS": str(t.lost_after),
+            "COMPOSER_POLL_SECONDS": str(t.poll),
+            "COMPOSER_TIMER_POLL_SECONDS": str(t.timer_poll),
+            "COMPOSER_CONCURRENCY": str(t.worker_concurrency),
+            "COMPOSER_API_RESULT_POLL_SECONDS": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+        modules = {
+            "coordinator": ["-m", "composer_coordinator"],
+            "outbox-enqueuer": ["-m", "composer_outbox_enqueuer"],
+            "timer": ["-m", "composer_timer"],
+            "lease-sweeper": ["-m", "composer_lease_sweeper"],
+            "partition-manager": ["-m", "composer_partition_manager"],
+            "workers": ["-m", "composer_workers"],
+            "chaos-workers": ["-m", "tests.chaos.worker", str(self.ledger_dir), QUEUE],
+            "api-gateway": ["-m", "composer_api_gateway"],
+        }
+        logs = self.workdir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        for kind, count in self.replicas.items():
+            for i in range(count):
+                env = dict(base)
+                if kind == "coordinator":
+                    env["COMPOSER_GRPC_ADDR"] = coordinators[i]
+                elif kind in ("workers", "chaos-workers"):
+                    # Every coordinator, in a different order per replica: gRPC's
+                    # pick_first connects to the first that answers and moves on
+                    # when it dies.
+                    order = coordinators[i:] + coordinators[:i]
+                    env["COMPOSER_GRPC_ADDR"] = "ipv4:" + ",".join(order)
+                replica = Replica(
+                    kind, i, [sys.executable, *modules[kind]], env, logs / f"{kind}-{i}.log"
+                )
+                self.services.append(replica)
+
+    async def wait_ready(self, timeout: float) -> None:
+        """Until the gateway answers and every coordinator accepts connections."""
+        deadline = time.monotonic() + timeout
+        ports = [int(r.env["COMPOSER_GRPC_ADDR"].rsplit(":", 1)[1]) for r in self.of("coordinator")]
+        async with aiohttp.ClientSession() as http:
+            while True:
+                ok = all(_port_open(p) for p in ports)
+                if ok:
+                    try:
+                        async with http.get(f"{self.api_url}/readyz") as resp:
+                            ok = resp.status == 200
+                    except aiohttp.ClientError:
+                        ok = False
+                if ok:
+                    return
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"the stack was not ready within {timeout:.0f}s; logs in {self.workdir}/logs"
+                    )
+                await asyncio.sleep(0.2)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for replica in self.services:
+            replica._release.set()
+            if replica.frozen:
+                self._signal(replica, signal.SIGCONT)
+            if replica.alive:
+                self._signal(replica, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for replica in self.services:
+            if replica.process is None:
+                continue
+            try:
+                await asyncio.wait_for(
+                    replica.process.wait(), max(0.1, deadline - time.monotonic())
+                )
+            except TimeoutError:
+                self._signal(replica, signal.SIGKILL, group=True)
+                await replica.process.wait()
+        for watcher in self._watchers:
+            watcher.cancel()
+        for watcher in self._watchers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+        if self.redis is not None:
+            await self.redis.stop()
+        if self.postgres is not None:
+            await asyncio.to_thread(self.postgres.stop)
+
+    # -- supervision -------------------------------------------------------------
+
+    async def _supervise(self, replica: Replica) -> None:
+        while not self._stopping:
+            if replica.held:
+                await replica._release.wait()
+                replica.held = False
+                continue
+            with replica.log_path.open("ab") as log:
+                replica.process = await asyncio.create_subprocess_exec(
+                    *replica.argv,
+                    env=replica.env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            replica.starts += 1
+            await replica.process.wait()
+            if self._stopping:
+                return
+            if replica._expected_exit:
+                replica._expected_exit = False
+            else:
+                replica.unexpected_exits += 1
+                await asyncio.sleep(0.5)  # a crash loop must not eat the machine
+
+    def _signal(self, replica: Replica, sig: signal.Signals, *, group: bool = False) -> None:
+        if replica.process is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            if group:
+                os.killpg(replica.process.pid, sig)
+            else:
+                replica.process.send_signal(sig)
+
+    # -- faults ------------------------------------------------------------------
+
+    async def kill(self, kind: str, rng: random.Random) -> Replica:
+        """SIGKILL one live replica of ``kind``; it stays down until ``release``."""
+        live = [r for r in self.of(kind) if r.alive and not r.frozen and not r.held]
+        replica = rng.choice(live or self.of(kind))
+        replica.held = True
+        replica._release.clear()
+        if replica.alive:
+            replica._expected_exit = True
+            self._signal(replica, signal.SIGKILL, group=True)
+            assert replica.process is not None
+            await replica.process.wait()
+        return replica
+
+    def in_flight(self, replica: Replica) -> int:
+        """Handlers the replica's current process started and has not ended (its ledger)."""
+        if not replica.alive:
+            return 0
+        assert replica.process is not None
+        open_: set[str] = set()
+        for path in self.ledger_dir.glob(f"*-{replica.process.pid}-*.jsonl"):
+            for r in read_ledger_file(path):
+                if r["k"] == "start":
+                    open_.add(r["x"])
+                elif r["k"] == "end":
+                    open_.discard(r["x"])
+        return len(open_)
+
+    def release(self, replica: Replica) -> None:
+        replica._release.set()
+
+    def freeze(self, replica: Replica) -> None:
+        replica.frozen = True
+        self._signal(replica, signal.SIGSTOP)
+
+    def thaw(self, replica: Replica) -> None:
+        self._signal(replica, signal.SIGCONT)
+        replica.frozen = False
+
+    def _pg_ctl(self, *args: str) -> None:
+        assert self.postgres is not None
+        pg = self.postgres
+        # The options start_private_postgres started it with; and a log file, or the
+        # server would inherit (and hold open) pg_ctl's output.
+        options = f"-p {pg.port} -k {pg.data_dir} -c listen_addresses=127.0.0.1"
+        cmd = pg._cmd(
+            pg.pg_ctl,
+            "-D",
+            str(pg.data_dir),
+            "-l",
+            str(pg.data_dir / "server.log"),
+            "-o",
+            options,
+            "-w",
+            "-t",
+            "60",
+            *args,
+        )
+        result = subprocess.run(
+            cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False, timeout=90
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"pg_ctl {' '.join(args)} failed: {result.stderr or result.stdout}")
+
+    async def restart_postgres(self) -> None:
+        """Fast shutdown (open transactions are rolled back, clients cut off), then start."""
+        await asyncio.to_thread(self._pg_ctl, "restart", "-m", "fast")
+
+    async def restart_redis(self, down_for: float) -> None:
+        """Stop Redis (it keeps nothing: streams, groups and hints are gone) and start it
+        again on the same port after ``down_for`` seconds."""
+        assert self.redis is not None
+        port = self.redis.port
+        await self.redis.stop()
+        await asyncio.sleep(down_for)
+        self.redis = await start_private_redis(self.workdir / "state", port)
+
+    async def flush_redis(self) -> None:
+        client = _redis_client(self.redis_url)
+        try:
+            await client.flushall()
+        finally:
+            await client.aclose()
+
+    def unexpected_exits(self) -> Iterator[tuple[str, int]]:
+        for replica in self.services:
+            if replica.unexpected_exits:
+                yield replica.name, replica.unexpected_exits
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _redis_client(url: str) -> Any:
+    return streams.connect(url)

@@ -1,0 +1,225 @@
+"""The workflows the chaos suite runs, and what each run must end as.
+
+Every worker node is a TASK on the chaos queue, served by the ledgered no-op
+handler (tests/chaos/worker.py); the run's input carries a ``plan`` that
+tells each node how long to take and whether to fail (retryably for its first
+attempts, or for good). Retry policies allow many more attempts than a plan
+fails, because faults cost attempts too (an expired lease is a failed
+attempt): a run planned to succeed must succeed whatever the faults did.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.chaos.cluster import QUEUE
+
+RETRY = {"max_attempts": 12, "initial_seconds": 0.2, "multiplier": 2, "max_seconds": 1}
+FORK_WIDTH = 20
+EVENT = "go"
+
+
+def _task(node_id: str) -> dict[str, Any]:
+    return {
+        "id": node_id,
+        "type": "TASK",
+        "queue": QUEUE,
+        "spec": {"plan": "{{input.plan}}"},
+        "timeout_seconds": 30,
+        "retry": RETRY,
+    }
+
+
+def _chain(*ids: str) -> list[dict[str, str]]:
+    return [{"from": a, "to": b} for a, b in itertools.pairwise(ids)]
+
+
+BRANCHES = [f"b{i:02d}" for i in range(FORK_WIDTH)]
+
+WORKFLOWS: dict[str, dict[str, Any]] = {
+    "chaos-chain": {
+        "id": "chaos-chain",
+        "nodes": [_task(n) for n in ("a", "b", "c", "d")],
+        "edges": _chain("a", "b", "c", "d"),
+    },
+    "chaos-fork": {
+        "id": "chaos-fork",
+        "nodes": [
+            _task("a"),
+            {"id": "fan", "type": "FORK"},
+            *[_task(b) for b in BRANCHES],
+            {"id": "gather", "type": "JOIN"},
+            _task("z"),
+        ],
+        "edges": [
+            {"from": "a", "to": "fan"},
+            *[{"from": "fan", "to": b} for b in BRANCHES],
+            *[{"from": b, "to": "gather"} for b in BRANCHES],
+            {"from": "gather", "to": "z"},
+        ],
+    },
+    "chaos-switch": {
+        "id": "chaos-switch",
+        "nodes": [
+            _task("a"),
+            {"id": "route", "type": "SWITCH"},
+            _task("left"),
+            _task("right"),
+            _task("z"),
+        ],
+        "edges": [
+            {"from": "a", "to": "route"},
+            {"from": "route", "to": "left", "condition": "{{input.route == 'left'}}"},
+            {"from": "route", "to": "right", "condition": "{{input.route != 'left'}}"},
+            {"from": "left", "to": "z"},
+            {"from": "right", "to": "z"},
+        ],
+    },
+    "chaos-wait": {
+        "id": "chaos-wait",
+        "nodes": [
+            _task("a"),
+            {"id": "nap", "type": "WAIT", "spec": {"duration_seconds": "{{input.nap}}"}},
+            _task("z"),
+        ],
+        "edges": _chain("a", "nap", "z"),
+    },
+    "chaos-event": {
+        "id": "chaos-event",
+        "nodes": [
+            _task("a"),
+            _task("b"),
+            {
+                "id": "ev",
+                "type": "WAIT_FOR_EVENT",
+                "spec": {"event": EVENT, "timeout_seconds": 900},
+            },
+            _task("z"),
+        ],
+        "edges": _chain("a", "b", "ev", "z"),
+    },
+    "chaos-mixed": {
+        "id": "chaos-mixed",
+        "nodes": [
+            _task("a"),
+            {"id": "route", "type": "SWITCH"},
+            {"id": "nap", "type": "WAIT", "spec": {"duration_seconds": "{{input.nap}}"}},
+            {
+                "id": "ev",
+                "type": "WAIT_FOR_EVENT",
+                "spec": {"event": EVENT, "timeout_seconds": 900},
+            },
+            _task("z"),
+        ],
+        "edges": [
+            {"from": "a", "to": "route"},
+            {"from": "route", "to": "nap", "condition": "{{input.route == 'nap'}}"},
+            {"from": "route", "to": "ev", "condition": "{{input.route != 'nap'}}"},
+            {"from": "nap", "to": "z"},
+            {"from": "ev", "to": "z"},
+        ],
+    },
+}
+
+
+@dataclass
+class Expect:
+    """What a run must end as."""
+
+    status: str
+    #: Nodes whose task must be COMPLETED.
+    completed: list[str] = field(default_factory=list)
+    #: Nodes whose task must be FAILED.
+    failed: list[str] = field(default_factory=list)
+    #: Nodes that must never execute (a branch not taken, a node after a failure).
+    not_run: list[str] = field(default_factory=list)
+    #: A WAIT node and its seconds: it must not end before its time.
+    nap: tuple[str, float] | None = None
+    #: The WAIT_FOR_EVENT node that must take this run's signal.
+    event_node: str | None = None
+
+
+@dataclass
+class Planned:
+    workflow_id: str
+    input: dict[str, Any]
+    expect: Expect
+
+
+def _behaviour(rng: random.Random, *, flaky: float = 0.15) -> dict[str, Any]:
+    long = rng.random() < 0.1
+    step: dict[str, Any] = {
+        "sleep": round(rng.uniform(1.0, 2.5) if long else rng.uniform(0.02, 0.2), 3)
+    }
+    if rng.random() < flaky:
+        step["fail_first"] = rng.randint(1, 3)
+    return step
+
+
+def plan_run(rng: random.Random) -> Planned:
+    """One run of a random shape, with a random plan, and what it must end as."""
+    kind = rng.choices(
+        ["chain", "fork", "switch", "wait", "event", "mixed", "doomed-chain", "doomed-fork"],
+        weights=[20, 12, 15, 13, 15, 13, 6, 6],
+    )[0]
+    if kind in ("chain", "doomed-chain"):
+        nodes = ["a", "b", "c", "d"]
+        plan = {n: _behaviour(rng) for n in nodes}
+        if kind == "chain":
+            return Planned("chaos-chain", {"plan": plan}, Expect("SUCCEEDED", completed=nodes))
+        bad = rng.choice(nodes)
+        plan[bad] = plan[bad] | {"permanent": True}
+        later = nodes[nodes.index(bad) + 1 :]
+        return Planned(
+            "chaos-chain",
+            {"plan": plan},
+            Expect("FAILED", completed=nodes[: nodes.index(bad)], failed=[bad], not_run=later),
+        )
+    if kind in ("fork", "doomed-fork"):
+        nodes = ["a", *BRANCHES, "z"]
+        plan = {n: _behaviour(rng, flaky=0.05) for n in nodes}
+        if kind == "fork":
+            return Planned("chaos-fork", {"plan": plan}, Expect("SUCCEEDED", completed=nodes))
+        bad = rng.choice(BRANCHES)
+        plan[bad] = plan[bad] | {"permanent": True}
+        # Its siblings may be cancelled mid-flight: only a, the bad branch and z are certain.
+        return Planned(
+            "chaos-fork",
+            {"plan": plan},
+            Expect("FAILED", completed=["a"], failed=[bad], not_run=["z"]),
+        )
+    if kind == "switch":
+        route = rng.choice(["left", "right"])
+        other = "right" if route == "left" else "left"
+        plan = {n: _behaviour(rng) for n in ("a", route, "z")}
+        return Planned(
+            "chaos-switch",
+            {"plan": plan, "route": route},
+            Expect("SUCCEEDED", completed=["a", route, "z"], not_run=[other]),
+        )
+    if kind == "wait":
+        nap = round(rng.uniform(1.0, 3.0), 2)
+        plan = {n: _behaviour(rng) for n in ("a", "z")}
+        return Planned(
+            "chaos-wait",
+            {"plan": plan, "nap": nap},
+            Expect("SUCCEEDED", completed=["a", "nap", "z"], nap=("nap", nap)),
+        )
+    if kind == "event":
+        plan = {n: _behaviour(rng) for n in ("a", "b", "z")}
+        return Planned(
+            "chaos-event",
+            {"plan": plan},
+            Expect("SUCCEEDED", completed=["a", "b", "ev", "z"], event_node="ev"),
+        )
+    route = rng.choice(["nap", "ev"])
+    nap = round(rng.uniform(1.0, 3.0), 2)
+    plan = {n: _behaviour(rng) for n in ("a", "z")}
+    if route == "nap":
+        expect = Expect("SUCCEEDED", completed=["a", "nap", "z"], not_run=["ev"], nap=("nap", nap))
+    else:
+        expect = Expect("SUCCEEDED", completed=["a", "ev", "z"], not_run=["nap"], event_node="ev")
+    return Planned("chaos-mixed", {"plan": plan, "route": route, "nap": nap}, expect)
