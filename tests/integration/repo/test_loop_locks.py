@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 
+import pytest
+
 import composer_repo as repo
 from composer_core.model import TaskState
 from composer_core.statemachine import FailTask
@@ -141,3 +143,35 @@ async def test_count_active_runs_counts_one_months_pending_and_running(
 
     assert await repo.count_active_runs(conn, start=start, end=end) == before + 1
     assert await repo.count_active_runs(conn, start=end, end=end + dt.timedelta(days=30)) == 0
+
+
+async def test_singleton_unlocks_when_its_block_raises(database_url: str) -> None:
+    # one connection: the next holder gets the same session, so a lock left behind would show
+    pool = await repo.create_pool(database_url, min_size=1, max_size=1)
+    try:
+
+        async def failing_pass() -> None:
+            async with repo.singleton(pool, "test-loop") as held:
+                assert held
+                raise RuntimeError("the pass failed")
+
+        with pytest.raises(RuntimeError):
+            await failing_pass()
+        other = await repo.connect(database_url)
+        try:
+            async with repo.singleton(pool, "test-loop") as again:
+                taken = bool(
+                    await other.fetchval("SELECT pg_try_advisory_lock(hashtext('test-loop'))")
+                )
+            free_after = bool(
+                await other.fetchval("SELECT pg_try_advisory_lock(hashtext('test-loop'))")
+            )
+        finally:
+            await other.close()
+    finally:
+        await pool.close()
+
+    assert again is True
+    assert taken is False  # held by the pooled session while the block ran
+    assert free_after is True  # and released at its end, with no reset query
+

@@ -68,12 +68,29 @@ async def connect(url: str, **kwargs: Any) -> asyncpg.Connection[asyncpg.Record]
 
 
 async def create_pool(url: str, *, min_size: int = 1, max_size: int = 10, **kwargs: Any) -> Pool:
-    """Create a pool whose connections have the codecs registered. Close it when done."""
+    """Create a pool whose connections have the codecs registered. Close it when done.
+
+    A connection going back to the pool is not sent asyncpg's reset query
+    (``pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL``): that is a
+    round trip and a transaction of its own after every transaction the engine
+    commits, for session state nothing here leaves behind. asyncpg still rolls
+    back a transaction left open. Whoever takes session state on a pooled
+    connection gives it back before releasing it (``singleton`` unlocks its lock).
+    """
     with translate_errors():
         pool: Pool = await asyncpg.create_pool(
-            url, min_size=min_size, max_size=max_size, init=init_connection, **kwargs
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            init=init_connection,
+            reset=_keep_session,
+            **kwargs,
         )
     return pool
+
+
+async def _keep_session(conn: asyncpg.Connection[Any]) -> None:
+    """The pool's reset: nothing beyond asyncpg's own (an open transaction rolled back)."""
 
 
 # -- driver errors -------------------------------------------------------------

@@ -3,8 +3,8 @@
 A session-level lock rather than a transaction-level one: a sweep spans many
 transactions (each recovered task is its own event), so the lock is held on
 a connection set aside for the whole pass. If the holder dies, PostgreSQL
-ends its session and the lock is free for another replica; a connection
-going back to the pool is reset, which releases every advisory lock it holds.
+ends its session and the lock is free for another replica. The pool does not
+reset connections, so the block's end always unlocks (or ends the session).
 """
 
 from __future__ import annotations
@@ -26,13 +26,20 @@ async def singleton(pool: Pool, name: str) -> AsyncIterator[bool]:
     """
     with translate_errors():
         conn = await pool.acquire()
+    held = False
     try:
         with translate_errors():
             held = bool(await conn.fetchval(q("try_advisory_lock"), name))
         yield held
-        if held:
-            with translate_errors():
-                await conn.fetchval(q("advisory_unlock"), name)
     finally:
-        with translate_errors():
-            await pool.release(conn)  # the reset on release unlocks whatever is left
+        try:
+            if held:
+                # the pool does not reset connections (create_pool): unlock before release
+                with translate_errors():
+                    await conn.fetchval(q("advisory_unlock"), name)
+        except BaseException:
+            conn.terminate()  # the session ends, and its lock with it
+            raise
+        finally:
+            with translate_errors():
+                await pool.release(conn)
