@@ -148,9 +148,19 @@ def translate_errors() -> Iterator[None]:
     except (OSError, TimeoutError) as exc:
         raise Transient(f"database connection: {exc}") from exc
     except asyncpg.InterfaceError as exc:
-        # Misuse of the driver (a closed connection, two queries at once on one
+        if "connection is closed" in str(exc):
+            # The server dropped the connection (a restart, a terminated backend) and a
+            # later call on it (the rollback or commit on the way out of a transaction)
+            # found it closed: the same loss as the error that came first, so retry.
+            raise Transient(f"database connection lost: {exc}") from exc
+        # Misuse of the driver (a released connection, two queries at once on one
         # connection): a bug in the caller, not something to retry.
         raise RepoError(f"database driver: {exc}") from exc
+    except asyncpg.exceptions.InternalClientError as exc:
+        # The driver's protocol state after a connection broke mid-operation ("cannot
+        # switch to state …; another operation is in progress", seen on COMMIT while
+        # PostgreSQL restarted): that connection is done for; a fresh one will do.
+        raise Transient(f"database connection broken: {exc}") from exc
 
 
 def translated(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
