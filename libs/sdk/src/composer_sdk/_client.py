@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -35,6 +36,9 @@ class Lease:
     input_json: str = ""
     expires_at: float = 0.0
     max_attempts: int = 1
+    #: time.monotonic() when the request that got this answer was sent: the lease
+    #: runs out no earlier than ``asked_at + ttl`` by this process's own clock.
+    asked_at: float = 0.0
 
 
 class CoordinatorClient:
@@ -66,13 +70,14 @@ class CoordinatorClient:
         request = pb.AcquireTaskLeaseRequest(
             task_id=task_id, run_id=run_id, attempt=attempt, owner=owner, ttl_seconds=ttl
         )
-        reply = await self._retry(
-            "AcquireTaskLease",
-            lambda: self._stub.AcquireTaskLease(
-                request, metadata=self._md(), timeout=self._timeout
-            ),
-            until,
-        )
+        asked_at = 0.0
+
+        def call() -> Awaitable[pb.AcquireTaskLeaseResponse]:
+            nonlocal asked_at
+            asked_at = time.monotonic()
+            return self._stub.AcquireTaskLease(request, metadata=self._md(), timeout=self._timeout)
+
+        reply = await self._retry("AcquireTaskLease", call, until)
         if reply is None:
             return None
         return Lease(
@@ -81,6 +86,7 @@ class CoordinatorClient:
             reply.input_json,
             reply.lease_expires_at,
             reply.max_attempts,
+            asked_at,
         )
 
     async def renew(

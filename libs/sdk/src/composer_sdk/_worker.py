@@ -20,6 +20,7 @@ import logging
 import os
 import signal
 import socket
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -287,6 +288,24 @@ class Worker:
             self.skipped += 1
             await self._ack(stream, entry_id)
             return
+        # Until when this process knows it holds the lease: it was granted no earlier
+        # than the request was sent. A grant that arrives after that (this process
+        # was frozen, or the reply sat in a queue) may have been taken over already:
+        # run only if a renewal confirms it is still ours.
+        valid_until = (lease.asked_at or time.monotonic()) + cfg.lease_ttl
+        if time.monotonic() >= valid_until:
+            asked = time.monotonic()
+            if await self._renew(msg, asked) is not True:
+                log.warning(
+                    "task %s attempt %d: the lease came back after its TTL and is no longer "
+                    "ours: not running it",
+                    msg.task_id,
+                    msg.attempt,
+                )
+                self.skipped += 1
+                await self._ack(stream, entry_id)
+                return
+            valid_until = asked + cfg.lease_ttl
         raw = msg.input_json if msg.input_json is not None else lease.input_json
         ctx = TaskContext(
             msg.task_id,
@@ -304,7 +323,7 @@ class Worker:
                 ctx, json.loads(raw) if raw else None, msg.timeout_seconds or cfg.default_timeout
             )
         )
-        lost = await self._renew_until_done(run, msg)
+        lost = await self._renew_until_done(run, msg, valid_until)
         if lost:
             run.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -338,21 +357,53 @@ class Worker:
             self.failed += 1
         await self._ack(stream, entry_id)
 
-    async def _renew_until_done(self, run: asyncio.Task[Outcome], msg: streams.TaskMessage) -> bool:
-        """Renew every ttl/3 while the handler runs; True if the lease was lost."""
-        assert self._client is not None
+    async def _renew_until_done(
+        self, run: asyncio.Task[Outcome], msg: streams.TaskMessage, valid_until: float
+    ) -> bool:
+        """Renew every ttl/3 while the handler runs; True if the lease was lost.
+
+        Lost also means not confirmed in time: when no renewal got through before
+        ``valid_until`` (monotonic; the coordinator unreachable, this process frozen),
+        the lease may have been taken over, so the handler must stop.
+        """
         ttl = self.config.lease_ttl
         try:
             while True:
-                done, _ = await asyncio.wait([run], timeout=ttl / 3)
+                wait = min(ttl / 3, max(0.0, valid_until - time.monotonic()))
+                done, _ = await asyncio.wait([run], timeout=wait)
                 if done:
                     return False
-                ok = await self._client.renew(msg.task_id, msg.run_id, msg.attempt, self.owner, ttl)
+                asked = time.monotonic()
+                ok = await self._renew(msg, asked, deadline=valid_until)
                 if ok is False:
+                    return True
+                if ok:
+                    valid_until = asked + ttl
+                elif time.monotonic() >= valid_until:
+                    log.warning(
+                        "task %s attempt %d: no renewal got through before the lease ran out",
+                        msg.task_id,
+                        msg.attempt,
+                    )
                     return True
         except asyncio.CancelledError:
             run.cancel()
             raise
+
+    async def _renew(
+        self, msg: streams.TaskMessage, asked: float, *, deadline: float | None = None
+    ) -> bool | None:
+        """One renewal; None when it did not get an answer (by ``deadline``, if given)."""
+        assert self._client is not None
+        call = self._client.renew(
+            msg.task_id, msg.run_id, msg.attempt, self.owner, self.config.lease_ttl
+        )
+        if deadline is None:
+            return await call
+        try:
+            return await asyncio.wait_for(call, max(0.05, deadline - asked))
+        except TimeoutError:
+            return None
 
     async def _ack(self, stream: str, entry_id: str) -> None:
         delay = 0.1
