@@ -326,3 +326,22 @@ async def test_queue_that_no_worker_serves_raises_an_alert(
     alerts = [r for r in caplog.records if r.levelno == ALERT]
     assert len(alerts) == 1
     assert "has 1 task(s) waiting and no worker" in alerts[0].getMessage()
+
+
+async def test_leases_and_renewals_are_single_statements_without_a_transaction(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await stack.deploy(one_task("leased", "lease-only"))
+    started = await stack.engine.start("leased")
+    task_id = (await stack.tasks_of(started.run_id))["work"].task_id
+
+    def no_transaction(pool: repo.Pool) -> Any:
+        raise AssertionError("a lease must not open a transaction (BEGIN/COMMIT round trips)")
+
+    monkeypatch.setattr(repo, "transaction", no_transaction)
+    grant = await stack.engine.acquire_lease(started.run_id, task_id, 0, owner="w", ttl=30)
+    renewed = await stack.engine.renew_lease(started.run_id, task_id, 0, owner="w", ttl=30)
+    stale = await stack.engine.acquire_lease(started.run_id, task_id, 0, owner="other", ttl=30)
+
+    assert grant.granted and renewed is not None
+    assert not stale.granted  # still fenced: one UPDATE is atomic on its own

@@ -175,3 +175,11 @@ async def test_singleton_unlocks_when_its_block_raises(database_url: str) -> Non
     assert taken is False  # held by the pooled session while the block ran
     assert free_after is True  # and released at its end, with no reset query
 
+
+async def test_connection_borrows_without_a_transaction(pool: repo.Pool) -> None:
+    async with repo.connection(pool) as conn:
+        outside = conn.is_in_transaction()
+    async with repo.transaction(pool) as conn:
+        inside = conn.is_in_transaction()
+
+    assert (outside, inside) == (False, True)

@@ -353,7 +353,7 @@ class Engine:
                 )
             return LeaseGrant(True, input=lease.input, expires_at=lease.expires_at)
 
-        return await self._in_tx(attempt_tx)
+        return await self._in_tx(attempt_tx, single_statement=True)
 
     async def renew_lease(
         self, run_id: str, task_id: str, attempt: int, *, owner: str, ttl: float
@@ -361,7 +361,7 @@ class Engine:
         async def attempt_tx(tx: Tx) -> dt.datetime | None:
             return await repo.renew_lease(tx.conn, run_id, task_id, attempt, owner=owner, ttl=ttl)
 
-        return await self._in_tx(attempt_tx)
+        return await self._in_tx(attempt_tx, single_statement=True)
 
     # -- the shell -------------------------------------------------------------
 
@@ -399,12 +399,19 @@ class Engine:
             )
         return transition
 
-    async def _in_tx(self, fn: Callable[[Tx], Awaitable[T]]) -> T:
-        """Run ``fn`` in a transaction; on a transient failure, roll back and run it again."""
+    async def _in_tx(
+        self, fn: Callable[[Tx], Awaitable[T]], *, single_statement: bool = False
+    ) -> T:
+        """Run ``fn`` in a transaction; on a transient failure, roll back and run it again.
+
+        ``single_statement``: ``fn`` runs one statement, atomic by itself, so no
+        BEGIN/COMMIT is sent around it (two round trips fewer; leases use it).
+        """
         delay = 0.02
+        borrow = repo.connection if single_statement else repo.transaction
         for attempt in range(1, self._attempts + 1):
             try:
-                async with repo.transaction(self.pool) as conn:
+                async with borrow(self.pool) as conn:
                     tx = Tx(conn)
                     result = await fn(tx)
                 await tx.run_after_commit()

@@ -124,7 +124,7 @@ from composer_repo._tasks import (
     requeue_task,
     resolve_wait,
 )
-from composer_repo._tx import check_ready, transaction
+from composer_repo._tx import check_ready, connection, transaction
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -170,6 +170,7 @@ __all__ = [
     "claim_outbox",
     "complete_task",
     "connect",
+    "connection",
     "consume_signal",
     "count_active_runs",
     "create_database",
