@@ -269,6 +269,13 @@ def _check_runs(
 
 
 def _check_overlaps(report: Report, by_task: dict[str, list[Execution]]) -> None:
+    unfenced = [e for runs in by_task.values() for e in runs if not e.valid]
+    for e in unfenced[:10]:
+        report.violation(
+            f"task {e.task} ({e.node} of run {e.run}) attempt {e.attempt} ran under {e.owner} "
+            "with no valid lease at any moment"
+        )
+    report.figure("2. executions without a valid lease", len(unfenced), ok=not unfenced)
     doubles = 0
     for task, runs in by_task.items():
         for i, a in enumerate(runs):
