@@ -95,6 +95,8 @@ class ProcessStack:
     queues: tuple[str, ...] = ("bench",)
     #: name → replicas for services that listen on no port of their own
     replicas: dict[str, int] = field(default_factory=dict)
+    #: COMPOSER_* settings for every process, over the ones set here
+    settings: dict[str, str] = field(default_factory=dict)
     api_port: int = field(default_factory=free_port)
     grpc_port: int = field(default_factory=free_port)
     procs: list[Proc] = field(default_factory=list)
@@ -106,18 +108,22 @@ class ProcessStack:
 
     def _env(self, admin_port: int) -> dict[str, str]:
         base = {k: v for k, v in os.environ.items() if not k.startswith("COMPOSER_")}
-        return base | {
-            "COMPOSER_DATABASE_URL": self.database_url,
-            "COMPOSER_REDIS_URL": self.redis_url,
-            "COMPOSER_REDIS_PREFIX": self.prefix,
-            "COMPOSER_API_TOKENS": f"{API_TOKEN}:admin",
-            "COMPOSER_WORKER_TOKEN": WORKER_TOKEN,
-            "COMPOSER_HTTP_ALLOW_PRIVATE": "true",
-            "COMPOSER_API_PORT": str(self.api_port),
-            "COMPOSER_GRPC_ADDR": f"127.0.0.1:{self.grpc_port}",
-            "COMPOSER_LOG_FORMAT": "human",
-            "COMPOSER_ADMIN_PORT": str(admin_port),
-        }
+        return (
+            base
+            | {
+                "COMPOSER_DATABASE_URL": self.database_url,
+                "COMPOSER_REDIS_URL": self.redis_url,
+                "COMPOSER_REDIS_PREFIX": self.prefix,
+                "COMPOSER_API_TOKENS": f"{API_TOKEN}:admin",
+                "COMPOSER_WORKER_TOKEN": WORKER_TOKEN,
+                "COMPOSER_HTTP_ALLOW_PRIVATE": "true",
+                "COMPOSER_API_PORT": str(self.api_port),
+                "COMPOSER_GRPC_ADDR": f"127.0.0.1:{self.grpc_port}",
+                "COMPOSER_LOG_FORMAT": "human",
+                "COMPOSER_ADMIN_PORT": str(admin_port),
+            }
+            | self.settings
+        )
 
     async def start(self, timeout: float = 60.0) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@ each, one process each, on free ports, a scratch database and a private Redis
 prefix) plus no-op SDK worker processes, waits for /readyz, and runs, through
 the public REST API:
 
+- **idle** 10 runs of the W1 chain one at a time: the step gap of an idle stack;
 - **w1** 200 runs of a 10-step chain of no-op TASK nodes, started at once:
   steps/s, runs/s, the step gap (a task's report committed → the next task's
   handler starts: the next handler's start as the worker records it minus the
@@ -47,7 +48,8 @@ are kept apart (``profile_*``) since sampling perturbs the run.
 Options (``python -m tests.bench stack [options]``, or ``make bench BENCH_ARGS=…``):
 ``--only w1,ceiling`` (the ceiling needs w1), ``--scale 0.1`` (every size
 times 0.1, for a quick run), ``--workers N``, ``--worker-concurrency N``,
-``--replicas outbox-enqueuer=2``, ``--profile``.
+``--replicas outbox-enqueuer=2``, ``--env COMPOSER_X=value`` (a setting for
+every service), ``--profile``.
 
 Uses COMPOSER_TEST_DATABASE_URL / COMPOSER_TEST_REDIS_URL (default the local servers).
 """
@@ -89,7 +91,7 @@ ADMIN_URL = os.environ.get(
     "COMPOSER_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
 REDIS_URL = os.environ.get("COMPOSER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-WORKLOADS = ("w1", "ceiling", "w2", "w4", "w3")
+WORKLOADS = ("idle", "w1", "ceiling", "w2", "w4", "w3")
 #: Seconds of quiet before reading pg_stat_database (idle backends flush after ~10 s).
 SETTLE = 11.5
 CEILING_CONCURRENCY = 16  # the coordinator's pool size, the engine's concurrency at the database
@@ -106,6 +108,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--replicas", action="append", default=[], metavar="SERVICE=N", help="repeatable"
     )
+    p.add_argument(
+        "--env", action="append", default=[], metavar="COMPOSER_X=V", help="a service setting"
+    )
     p.add_argument("--profile", action="store_true", help="profile a second W1 with py-spy")
     args = p.parse_args(argv)
     args.only = [w.strip() for w in args.only.split(",") if w.strip()]
@@ -115,6 +120,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if "ceiling" in args.only and "w1" not in args.only:
         args.only.insert(0, "w1")
     args.replicas = {k: int(v) for k, _, v in (r.partition("=") for r in args.replicas)}
+    args.env = dict(e.partition("=")[::2] for e in args.env)
     return args
 
 
@@ -262,14 +268,25 @@ class Bench:
         return snap
 
 
-async def w1(b: Bench, label: str = "w1") -> tuple[float, dict[str, float], dict[str, float]]:
-    """Returns the elapsed seconds and the CPU snapshots before and after."""
-    runs = b.n(200)
+async def w1(
+    b: Bench, label: str = "w1", *, runs: int | None = None, one_at_a_time: bool = False
+) -> tuple[float, dict[str, float], dict[str, float]]:
+    """Returns the elapsed seconds and the CPU snapshots before and after.
+
+    ``one_at_a_time``: each run starts when the one before has finished (the
+    step gap of an idle stack)."""
+    runs = runs or b.n(200)
     steps = runs * CHAIN_STEPS
     cpu0 = await b.cpu_snapshot()
     t0 = time.time()
-    started = await b.start_many("bench-chain", runs, clients=runs)
-    await b.all_done(timeout=600)
+    if one_at_a_time:
+        started = []
+        for _ in range(runs):
+            started.append(await b.start("bench-chain"))
+            await b.all_done(timeout=60)
+    else:
+        started = await b.start_many("bench-chain", runs, clients=runs)
+        await b.all_done(timeout=600)
     cpu1 = await b.cpu_snapshot()
     details = await b.runs([r for r, _ in started])
     last = max(r.completed_at for r, _ in details if r.completed_at is not None)
@@ -328,6 +345,14 @@ def cost(
     machine = cpu1["machine"] - cpu0["machine"]
     b.figures["machine_busy_cores_w1"] = machine / seconds
     b.figures["foreign_cores_w1"] = max(0.0, machine - ours) / seconds
+
+
+async def idle(b: Bench) -> None:
+    """The step gap when idle: 10 chains, one at a time."""
+    await w1(b, label="idle", runs=b.n(10), one_at_a_time=True)
+    for key in list(b.figures):
+        if key.startswith("idle_") and not ("gap" in key or "latency" in key):
+            del b.figures[key]
 
 
 async def w1_with_commits(b: Bench) -> None:
@@ -475,6 +500,7 @@ async def main() -> dict[str, float]:
         worker_concurrency=args.worker_concurrency,
         queues=("bench",),
         replicas=args.replicas,
+        settings=args.env,
     )
     print(f"  scratch database {name}, Redis prefix {prefix}, logs in {workdir}", flush=True)
     try:
@@ -497,6 +523,7 @@ async def main() -> dict[str, float]:
                 "worker_concurrency": float(args.worker_concurrency),
             }
             steps: dict[str, Callable[[], Awaitable[None]]] = {
+                "idle": lambda: idle(b),
                 "w1": lambda: w1_with_commits(b),
                 "ceiling": lambda: ceiling(b, url),
                 "w2": lambda: w2(b),
