@@ -229,6 +229,24 @@ class Bench:
             self.check_alive()
             await asyncio.sleep(0.05)
 
+    async def metric(self, service: str, name: str) -> float:
+        """The sum of a metric's samples (every label set) on a service's /metrics."""
+        port = self.stack.admin_ports[service]
+        async with self.http.get(f"http://127.0.0.1:{port}/metrics") as r:
+            text = await r.text()
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith(name) and line[len(name) : len(name) + 1] in (" ", "{"):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    async def outbox_lag(self) -> tuple[float, float]:
+        """(seconds, dispatches) published so far: composer_outbox_lag_seconds' sum and count."""
+        return (
+            await self.metric("outbox-enqueuer", "composer_outbox_lag_seconds_sum"),
+            await self.metric("outbox-enqueuer", "composer_outbox_lag_seconds_count"),
+        )
+
     def check_alive(self) -> None:
         for p in self.stack.procs:
             if p.process is not None and p.process.returncode is not None:
@@ -349,10 +367,14 @@ def cost(
 
 async def idle(b: Bench) -> None:
     """The step gap when idle: 10 chains, one at a time."""
+    lag0, n0 = await b.outbox_lag()
     await w1(b, label="idle", runs=b.n(10), one_at_a_time=True)
+    lag1, n1 = await b.outbox_lag()
     for key in list(b.figures):
         if key.startswith("idle_") and not ("gap" in key or "latency" in key):
             del b.figures[key]
+    # the report's commit → its dispatch in Redis, part of report → lease
+    b.figures["idle_outbox_lag_mean_ms"] = (lag1 - lag0) / max(1.0, n1 - n0) * 1000
 
 
 async def w1_with_commits(b: Bench) -> None:
