@@ -8,6 +8,7 @@ import datetime as dt
 import pytest
 
 import composer_repo as repo
+from composer_core.model import TaskState
 
 from .helpers import new_run, new_worker_task
 
@@ -132,3 +133,37 @@ async def test_outbox_size_counts_unpublished_messages_by_kind(conn: repo.Connec
     assert after.get("dispatch", 0) - before.get("dispatch", 0) == 1
     assert after.get("webhook", 0) - before.get("webhook", 0) == 2
     await drain(conn)
+
+
+async def test_mark_published_deletes_queues_and_tells_the_next_due_at_once(
+    conn: repo.Connection,
+) -> None:
+    await drain(conn)  # what is left is not due yet (other tests' backoff rows)
+    waiting = (await repo.outbox_size(conn)).get("dispatch", 0)
+    run_id = await new_run(conn)
+    a = await new_worker_task(conn, run_id, "a")
+    b = await new_worker_task(conn, run_id, "b")
+    c = await new_worker_task(conn, run_id, "c")
+    await repo.acquire_lease(conn, run_id, b.task_id, 0, owner="fast-worker", ttl=30)
+    later = dt.datetime.now(UTC) + dt.timedelta(minutes=1)  # sooner than any left
+    for ref in (a, b):
+        await repo.enqueue_dispatch(
+            conn, run_id=run_id, task_id=ref.task_id, queue="q", payload={"task_id": ref.task_id}
+        )
+    await repo.enqueue_dispatch(
+        conn, run_id=run_id, task_id=c.task_id, queue="q", payload={}, not_before=later
+    )
+
+    async with conn.transaction():
+        claimed = await repo.claim_outbox(conn, "dispatch")
+        due = await repo.mark_published(conn, [m.id for m in claimed], [a, b])
+    async with conn.transaction():
+        after = await repo.claim_outbox(conn, "dispatch")
+        nothing_left = await repo.mark_published(conn, [], [])
+
+    states = {t.node_id: t.state for t in await repo.get_run_tasks(conn, run_id)}
+    assert len(claimed) == 2 and after == []
+    assert due == later  # the published rows are gone; the backoff row is next
+    assert states == {"a": TaskState.QUEUED, "b": TaskState.RUNNING, "c": TaskState.PENDING}
+    assert (await repo.outbox_size(conn))["dispatch"] == waiting + 1
+    assert nothing_left == later

@@ -55,6 +55,7 @@ WIDER = {
     "buffer_signal": "INSERT: the row is routed to its partition",
     "find_idempotent_run": "joins from the key row: pruned at run time",
     "mark_queued": "a batch of (run id, task id) pairs",
+    "mark_published": "a batch of (run id, task id) pairs",
     "list_runs": "an id range (cursor, created range), which prunes when bounded",
     "list_runs_by_workflow": "an id range",
     "list_runs_by_status": "an id range",

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from composer_core.templates import Json
 from composer_repo._db import Connection, translated
 from composer_repo._errors import Invalid, NotFound
-from composer_repo._records import OutboxKind, OutboxMessage
+from composer_repo._records import OutboxKind, OutboxMessage, TaskRef
 from composer_repo._sql import q
 
 
@@ -100,6 +100,24 @@ async def postpone_outbox(
     if attempts is None:
         raise NotFound(f"outbox message {outbox_id} does not exist")
     return attempts
+
+
+@translated
+async def mark_published(
+    conn: Connection, outbox_ids: Sequence[int], refs: Sequence[TaskRef]
+) -> dt.datetime | None:
+    """Dispatches were published: delete their outbox rows, mark their attempts
+    QUEUED (those still PENDING), and return when the next dispatch is due (None:
+    none waiting) — ``delete_outbox``, ``mark_queued`` and ``next_outbox_due`` in
+    one round trip. Run it in the claiming transaction."""
+    due: dt.datetime | None = await conn.fetchval(
+        q("mark_published"),
+        list(outbox_ids),
+        [r.run_id for r in refs],
+        [r.task_id for r in refs],
+        [r.attempt for r in refs],
+    )
+    return due
 
 
 @translated

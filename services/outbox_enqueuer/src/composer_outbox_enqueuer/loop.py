@@ -104,13 +104,9 @@ class Enqueuer:
                         )
                     )
                 await pipe.execute()  # raises on a Redis failure: the transaction rolls back
-            await repo.delete_outbox(conn, [m.id for m in messages])
-            await repo.mark_queued(conn, refs)
-            next_due = (
-                None
-                if len(messages) >= self.batch_size
-                else await repo.next_outbox_due(conn, "dispatch")
-            )
+            next_due = await repo.mark_published(conn, [m.id for m in messages], refs)
+            if len(messages) >= self.batch_size:
+                next_due = None  # a full batch: look again at once
         self.published += len(messages)
         now = dt.datetime.now(dt.UTC)
         lag = _lag_histogram()

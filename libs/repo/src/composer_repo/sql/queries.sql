@@ -349,6 +349,23 @@ RETURNING attempts;
 -- Messages not yet published, by kind (how far behind the outbox-enqueuer is).
 SELECT kind, count(*) AS n FROM outbox GROUP BY kind;
 
+-- name: mark_published
+-- After the outbox-enqueuer published dispatches, in one round trip: delete
+-- their rows ($1), move their attempts still PENDING to QUEUED ($2-$4), and
+-- say when the next dispatch is due. Every part reads the statement's snapshot,
+-- so the rows being deleted are left out of the min() explicitly.
+WITH deleted AS (
+    DELETE FROM outbox WHERE id = ANY($1::bigint[])
+), queued AS (
+    UPDATE task_instances t
+       SET state = 'QUEUED', updated_at = now()
+      FROM unnest($2::text[], $3::text[], $4::int[]) AS u(run_id, id, attempt)
+     WHERE t.run_id = u.run_id AND t.id = u.id AND t.attempt = u.attempt
+       AND t.state = 'PENDING'
+)
+SELECT min(next_attempt_at) FROM outbox
+ WHERE kind = 'dispatch' AND NOT (id = ANY($1::bigint[]));
+
 -- name: next_outbox_due
 -- When the earliest message of a kind becomes due: how long a loop may sleep.
 SELECT min(next_attempt_at) FROM outbox WHERE kind = $1;
