@@ -215,10 +215,10 @@ class Bench:
 
     # -- waiting and reading -------------------------------------------------------
 
-    async def all_done(self, timeout: float) -> None:
-        """Poll until no run is active (each poll is one counted transaction)."""
-        now = dt.datetime.now(dt.UTC)
-        start, end = now - dt.timedelta(days=1), now + dt.timedelta(days=1)
+    async def all_done(self, since: dt.datetime, timeout: float) -> None:
+        """Poll until no run created since ``since`` is active (run ids are UUIDv7s:
+        W3's runs, which stay active, are older). Each poll is one counted transaction."""
+        start, end = since - dt.timedelta(milliseconds=5), since + dt.timedelta(days=1)
         deadline = time.monotonic() + timeout
         while True:
             self.polls += 1
@@ -296,15 +296,16 @@ async def w1(
     runs = runs or b.n(200)
     steps = runs * CHAIN_STEPS
     cpu0 = await b.cpu_snapshot()
+    since = dt.datetime.now(dt.UTC)
     t0 = time.time()
     if one_at_a_time:
         started = []
         for _ in range(runs):
             started.append(await b.start("bench-chain"))
-            await b.all_done(timeout=60)
+            await b.all_done(since, timeout=60)
     else:
         started = await b.start_many("bench-chain", runs, clients=runs)
-        await b.all_done(timeout=600)
+        await b.all_done(since, timeout=600)
     cpu1 = await b.cpu_snapshot()
     details = await b.runs([r for r, _ in started])
     last = max(r.completed_at for r, _ in details if r.completed_at is not None)
@@ -417,9 +418,10 @@ async def ceiling(b: Bench, url: str) -> None:
 
 async def w2(b: Bench) -> None:
     runs = b.n(20)
+    since = dt.datetime.now(dt.UTC)
     t0 = time.time()
     started = await b.start_many("bench-fanout", runs, clients=runs)
-    await b.all_done(timeout=600)
+    await b.all_done(since, timeout=600)
     details = await b.runs([r for r, _ in started])
     last = max(r.completed_at for r, _ in details if r.completed_at is not None)
     elapsed = last.timestamp() - t0
@@ -459,10 +461,11 @@ async def w3(b: Bench) -> None:
 
 async def w4(b: Bench) -> None:
     n = b.n(1000)
+    since = dt.datetime.now(dt.UTC)
     t0 = time.perf_counter()
     started = await b.start_many("bench-wait", n, clients=32)
     starts = time.perf_counter() - t0
-    await b.all_done(timeout=600)
+    await b.all_done(since, timeout=600)
     lags = []
     for _, tasks in await b.runs([r for r, _ in started]):
         nap = tasks[0]
