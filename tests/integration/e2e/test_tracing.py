@@ -7,7 +7,7 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from composer_common.telemetry import tracer
+from composer_common.telemetry import inject, tracer
 from composer_core.model import RunStatus
 from composer_sdk import TaskContext
 from tests.integration.e2e.conftest import Stack, eventually
@@ -61,3 +61,47 @@ async def test_one_trace_from_start_to_handler_and_back(stack: Stack, spans: Any
     assert handler_trace == [trace_id]
     assert completed.attributes is not None and completed.attributes["composer.node_id"] == "a"
     assert completed.attributes["composer.actions"] == 2  # complete the task, finish the run
+
+
+async def test_one_trace_from_the_http_request_to_the_handler(
+    stack: Stack, database_url: str, redis_url: str, spans: Any
+) -> None:
+    from tests.integration.api.conftest import open_gateway
+
+    await stack.deploy(
+        {
+            "id": "traced-api",
+            "nodes": [{"id": "a", "type": "TASK", "queue": "traced-api", "spec": {}}],
+        }
+    )
+
+    async def handler(ctx: TaskContext, input: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    stack.worker({"traced-api": handler})
+    async with open_gateway(database_url, redis_url, prefix=stack.prefix) as gw:
+        with tracer().start_as_current_span("caller") as caller:
+            answer = await gw.call(
+                "POST", "/v1/runs", json={"workflow_id": "traced-api"}, headers=dict(inject({}))
+            )
+        assert answer.status == 201, answer.body
+        run = await stack.wait_run(answer.body["run_id"])
+    assert run.status is RunStatus.SUCCEEDED
+    trace_id = caller.get_span_context().trace_id
+
+    def in_trace() -> list[ReadableSpan]:
+        return [s for s in spans.get_finished_spans() if s.context.trace_id == trace_id]
+
+    await eventually(
+        lambda: any(s.name == "task traced-api" for s in in_trace()), what="the task span ended"
+    )
+    finished = in_trace()
+    request = by_name(finished, "POST /v1/runs")
+    start = by_name(finished, "apply RunStarted")
+    task = by_name(finished, "task traced-api")
+    assert (
+        request.parent is not None and request.parent.span_id == caller.get_span_context().span_id
+    )
+    assert start.parent is not None and start.parent.span_id == request.context.span_id
+    assert task.parent is not None and task.parent.span_id == start.context.span_id
+    assert request.attributes is not None and request.attributes["http.response.status_code"] == 201

@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator
 
 from aiohttp import web
+from opentelemetry.trace import SpanKind
 
 import composer_repo as repo
 from composer_api_gateway import ui
@@ -35,6 +36,7 @@ from composer_api_gateway.state import (
 )
 from composer_api_gateway.waiters import RunWaiters
 from composer_common import streams
+from composer_common.telemetry import extract, tracer
 from composer_engine import Engine, EngineError
 
 log = logging.getLogger("composer.api")
@@ -43,7 +45,9 @@ log = logging.getLogger("composer.api")
 def create_app(config: GatewayConfig) -> web.Application:
     """Build the app; raises ValueError for a malformed COMPOSER_API_TOKENS."""
     authenticator = Authenticator(parse_tokens(config.tokens))
-    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[problems_middleware])
+    app = web.Application(
+        client_max_size=config.max_body_bytes, middlewares=[tracing_middleware, problems_middleware]
+    )
     app[CONFIG] = config
     app[AUTH] = authenticator
     app[METRICS] = Metrics()
@@ -72,6 +76,26 @@ def guarded(route: Route, auth: Authenticator) -> Handler:
 
     handler.__name__ = route.handler.__name__
     return handler
+
+
+@web.middleware
+async def tracing_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A server span per request, continuing the caller's trace (W3C traceparent) when it sent one.
+
+    The engine's spans and the dispatches they write join it, so one trace runs
+    from the request through the outbox and the stream into the worker's handler.
+    """
+    info = request.match_info.route.resource
+    route = info.canonical if info is not None else "unmatched"
+    with tracer().start_as_current_span(
+        f"{request.method} {route}",
+        context=extract(dict(request.headers)),
+        kind=SpanKind.SERVER,
+        attributes={"http.request.method": request.method, "http.route": route},
+    ) as span:
+        response = await handler(request)
+        span.set_attribute("http.response.status_code", response.status)
+        return response
 
 
 @web.middleware
