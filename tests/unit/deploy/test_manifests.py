@@ -225,21 +225,42 @@ def test_each_service_is_a_package_with_its_console_script() -> None:
         )
 
 
+def _serves_admin_port(path: Path) -> bool:
+    """Whether a module calls serve_admin(<settings>.admin_port, …)."""
+    return any(
+        isinstance(node, ast.Call)
+        and getattr(node.func, "id", getattr(node.func, "attr", None)) == "serve_admin"
+        and node.args
+        and isinstance(node.args[0], ast.Attribute)
+        and node.args[0].attr == "admin_port"
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+    )
+
+
+def _opens_runtime(path: Path) -> bool:
+    """Whether a module opens composer_engine.runtime.serving(settings, …)."""
+    return any(
+        isinstance(node, ast.Call)
+        and getattr(node.func, "id", getattr(node.func, "attr", None)) == "serving"
+        and node.args
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+    )
+
+
+RUNTIME = ROOT / "libs" / "engine" / "src" / "composer_engine" / "runtime.py"
+
+
 def test_each_service_serves_the_admin_port_its_probes_ask() -> None:
-    """Probes hit COMPOSER_ADMIN_PORT: every service must pass ``settings.admin_port`` to serve_admin."""
+    """Probes hit COMPOSER_ADMIN_PORT: every service passes ``settings.admin_port`` to serve_admin,
+    itself or through composer_engine.runtime.serving (which does)."""
+    assert _serves_admin_port(RUNTIME), (
+        "composer_engine.runtime.serving no longer serves the admin port"
+    )
     for name, folder in services().items():
-        calls = [
-            node
-            for path in (folder / "src").rglob("*.py")
-            for node in ast.walk(ast.parse(path.read_text(), str(path)))
-            if isinstance(node, ast.Call)
-            and getattr(node.func, "id", getattr(node.func, "attr", None)) == "serve_admin"
-            and node.args
-            and isinstance(node.args[0], ast.Attribute)
-            and node.args[0].attr == "admin_port"
-        ]
-        assert calls, (
-            f"services/{name} never serves its admin port (serve_admin(settings.admin_port, …))"
+        sources = list((folder / "src").rglob("*.py"))
+        assert any(_serves_admin_port(p) or _opens_runtime(p) for p in sources), (
+            f"services/{name} never serves its admin port (serve_admin(settings.admin_port, …) "
+            "or composer_engine.runtime.serving(settings, …))"
         )
 
 

@@ -6,11 +6,11 @@ import logging
 import sys
 
 import composer_repo as repo
-from composer_common import service, streams
-from composer_common.admin import serve_admin
+from composer_common import service
 from composer_coordinator.server import start_server
 from composer_coordinator.settings import CoordinatorSettings
 from composer_engine import Engine
+from composer_engine.runtime import serving
 
 log = logging.getLogger("composer.coordinator")
 
@@ -20,24 +20,15 @@ async def serve(settings: CoordinatorSettings) -> None:
         raise service.StartupError(
             "no worker token configured: set COMPOSER_WORKER_TOKEN (workers present it)"
         )
-    pool = await repo.create_pool(settings.database_url, max_size=settings.pool_size)
-    redis = streams.connect(settings.redis_url)
-    try:
-        await repo.check_ready(pool)
-        checks = {"database": lambda: repo.check_ready(pool), "redis": lambda: streams.ping(redis)}
-        stop = service.stop_on_signals()
-        async with serve_admin(settings.admin_port, checks, host=settings.admin_host):
-            engine = Engine(pool, redis=redis, redis_prefix=settings.redis_prefix)
-            server, port = await start_server(
-                engine, address=settings.grpc_addr, token=settings.worker_token
-            )
-            log.info("serving the worker protocol on %s (port %d)", settings.grpc_addr, port)
-            await stop.wait()
-            log.info("stopping: draining in-flight calls for up to %.0fs", settings.drain_seconds)
-            await server.stop(settings.drain_seconds)
-    finally:
-        await redis.aclose()
-        await pool.close()
+    async with serving(settings, pool_size=settings.pool_size) as rt:
+        engine = Engine(rt.pool, redis=rt.redis, redis_prefix=settings.redis_prefix)
+        server, port = await start_server(
+            engine, address=settings.grpc_addr, token=settings.worker_token
+        )
+        log.info("serving the worker protocol on %s (port %d)", settings.grpc_addr, port)
+        await rt.stop.wait()
+        log.info("stopping: draining in-flight calls for up to %.0fs", settings.drain_seconds)
+        await server.stop(settings.drain_seconds)
 
 
 def main() -> int:

@@ -6,8 +6,8 @@ import logging
 import sys
 
 import composer_repo as repo
-from composer_common import service, streams
-from composer_common.admin import serve_admin
+from composer_common import service
+from composer_engine.runtime import serving
 from composer_executors import HttpPolicy
 from composer_outbox_enqueuer.loop import Enqueuer
 from composer_outbox_enqueuer.settings import EnqueuerSettings
@@ -16,13 +16,10 @@ log = logging.getLogger("composer.outbox")
 
 
 async def serve(settings: EnqueuerSettings) -> None:
-    pool = await repo.create_pool(settings.database_url, max_size=4)
-    redis = streams.connect(settings.redis_url)
-    try:
-        await repo.check_ready(pool)
+    async with serving(settings, pool_size=4) as rt:
         enqueuer = Enqueuer(
-            pool,
-            redis,
+            rt.pool,
+            rt.redis,
             prefix=settings.redis_prefix,
             shards=settings.shards,
             batch_size=settings.batch_size,
@@ -32,19 +29,13 @@ async def serve(settings: EnqueuerSettings) -> None:
             webhook_give_up=settings.webhook_give_up_seconds,
             http_policy=HttpPolicy(allow_private=settings.http_allow_private),
         )
-        checks = {"database": lambda: repo.check_ready(pool), "redis": lambda: streams.ping(redis)}
-        stop = service.stop_on_signals()
-        async with serve_admin(settings.admin_port, checks, host=settings.admin_host):
-            log.info(
-                "publishing the outbox to %s streams (%d shards)",
-                settings.redis_prefix,
-                settings.shards,
-            )
-            await enqueuer.run(stop)
-            log.info("stopped after publishing %d dispatch(es)", enqueuer.published)
-    finally:
-        await redis.aclose()
-        await pool.close()
+        log.info(
+            "publishing the outbox to %s streams (%d shards)",
+            settings.redis_prefix,
+            settings.shards,
+        )
+        await enqueuer.run(rt.stop)
+        log.info("stopped after publishing %d dispatch(es)", enqueuer.published)
 
 
 def main() -> int:
