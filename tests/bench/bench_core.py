@@ -142,7 +142,9 @@ def one_raw_run(dag: WorkflowDAG, run_id: str) -> int:
     return events
 
 
-def events_per_second(dag: WorkflowDAG, one_run: Callable[[WorkflowDAG, str], int]) -> tuple[float, int]:
+def events_per_second(
+    dag: WorkflowDAG, one_run: Callable[[WorkflowDAG, str], int]
+) -> tuple[float, int]:
     events = runs = 0
     began = time.perf_counter()
     while runs < 3 or time.perf_counter() - began < BUDGET_SECONDS:

@@ -40,10 +40,10 @@ PRUNED: dict[str, tuple[Any, ...]] = {
     "acquire_lease": (T, 0, "w", 30.0),
     "renew_lease": (T, 0, "w", 30.0),
     "lease_owner": (T, 0),
-    "pending_signal": ("paid", []),
+    "pending_signals": (),
     "consume_signal": (T, "node"),
     "run_signals": (),
-    "redispatch_task": (T, 0, NOW),
+    "redispatch_task": (T, 0),
     "try_lock_run": (),
     "lock_expired_lease": (T, 0, "w"),
 }

@@ -101,13 +101,9 @@ class Harness:
             NodeCompleted(n.task_id, node_id, n.attempt, {} if output is None else output)
         )
 
-    def fail(
-        self, node_id: str, error: str = "boom", *, permanent: bool = False
-    ) -> Transition:
+    def fail(self, node_id: str, error: str = "boom", *, permanent: bool = False) -> Transition:
         n = self.mem.run.nodes[node_id]
-        return self.apply(
-            NodeFailed(n.task_id, node_id, n.attempt, error, permanent=permanent)
-        )
+        return self.apply(NodeFailed(n.task_id, node_id, n.attempt, error, permanent=permanent))
 
     def fire(self, node_id: str) -> Transition:
         return self.apply(TimerFired(self.mem.run.nodes[node_id].task_id, node_id))

@@ -392,9 +392,7 @@ def test_missing_outputs_are_asked_for_and_the_snapshot_is_never_changed() -> No
 
 
 def test_buffered_signals_are_asked_for_only_when_a_wait_for_event_parks() -> None:
-    dag = make_dag(
-        [task("a"), node("w", "WAIT_FOR_EVENT", {"event": "paid"})], [edge("a", "w")]
-    )
+    dag = make_dag([task("a"), node("w", "WAIT_FOR_EVENT", {"event": "paid"})], [edge("a", "w")])
     h = Harness(dag)
     h.start()
     h.signal("paid", {"n": 1})
