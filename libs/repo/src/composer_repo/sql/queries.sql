@@ -344,9 +344,10 @@ SELECT id, kind, run_id, task_id, destination, payload, attempts, next_attempt_a
 DELETE FROM outbox WHERE id = ANY($1::bigint[]);
 
 -- name: postpone_outbox
--- Publishing failed: try again no earlier than $2.
+-- Publishing failed: try again $2 seconds from now (the database's clock).
 UPDATE outbox
-   SET attempts = attempts + 1, next_attempt_at = $2, last_error = $3
+   SET attempts = attempts + 1, last_error = $3,
+       next_attempt_at = statement_timestamp() + make_interval(secs => $2)
  WHERE id = $1
 RETURNING attempts;
 
