@@ -81,7 +81,7 @@ def test_every_statement_on_a_partitioned_table_is_classified() -> None:
 
 @pytest.mark.parametrize("name", sorted(n for n in PRUNED if n in QUERIES))
 async def test_statement_touches_one_partition(conn: repo.Connection, name: str) -> None:
-    run_id = await new_run(conn) if name != "pending_signal" else uuid7()
+    run_id = await new_run(conn) if name != "pending_signals" else uuid7()
     plan = await conn.fetch("EXPLAIN " + QUERIES[name], run_id, *PRUNED[name])
     text = "\n".join(r[0] for r in plan)
 
