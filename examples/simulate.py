@@ -10,12 +10,11 @@ code really runs). It shows what the engine decides, event by event.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime as dt
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 
 from composer_core.memory import MemoryRun, sequential_ids
 from composer_core.model import NodeType, TaskState, build_dag, parse_definition
@@ -79,13 +78,16 @@ def describe(action: Action) -> str:
                 extra += f" error={action.error!r}"
             return f"create  {action.node_id} ({action.node_type}) {paint(action.state)}{extra}"
         case DispatchTask():
-            return f"dispatch {action.node_id} attempt {action.attempt} → queue {action.queue!r}"
+            return f"dispatch {action.node_id} → queue {action.queue!r}"
         case CompleteTask():
             return f"complete {action.node_id} → {json.dumps(action.output)}"
         case FailTask():
             return f"fail    {action.node_id}: {action.error}"
         case RetryTask():
-            return f"retry   {action.node_id} after attempt {action.attempt} failed: {action.error}"
+            return (
+                f"retry   {action.node_id} after attempt {action.attempt} failed: {action.error}; "
+                f"attempt {action.next_attempt} → queue {action.queue!r} at {action.not_before:%H:%M:%S}"
+            )
         case ResolveWait():
             return f"resolve {action.node_id} {paint(action.state)} {json.dumps(action.output)}"
         case BufferSignal():
@@ -99,7 +101,8 @@ def describe(action: Action) -> str:
         case FinishRun():
             detail = json.dumps(action.output) if action.error is None else action.error
             return f"finish  run {paint(action.status)}: {detail}"
-    return repr(action)
+        case _:
+            assert_never(action)
 
 
 def work(
@@ -122,14 +125,14 @@ def work(
     return {"ok": True, "received": spec}
 
 
-async def simulate(args: argparse.Namespace, definition: str, run_input: Any) -> int:
+def simulate(args: argparse.Namespace, definition: str, run_input: Any) -> int:
     dag = build_dag(parse_definition(definition))
     clock = Clock()
     mem = MemoryRun.create(dag, input=run_input, now=clock, new_id=sequential_ids())
     print(f"workflow {dag.workflow_id!r}: {len(dag.nodes)} nodes; input {json.dumps(run_input)}\n")
 
-    async def step(event: Event) -> None:
-        transition = await mem.apply(event)
+    def step(event: Event) -> None:
+        transition = mem.apply(event)
         print(
             f"{clock.elapsed()}  {type(event).__name__}"
             + (f" ({transition.ignored})" if transition.ignored else "")
@@ -137,7 +140,7 @@ async def simulate(args: argparse.Namespace, definition: str, run_input: Any) ->
         for action in transition.actions:
             print(f"{'':12}{describe(action)}")
 
-    await step(RunStarted())
+    step(RunStarted())
     signalled = False
     while not mem.run.is_terminal:
         due = [t for t in mem.tasks.values() if t.state is TaskState.PENDING]
@@ -149,9 +152,9 @@ async def simulate(args: argparse.Namespace, definition: str, run_input: Any) ->
             try:
                 output = work(node.type, node.id, task.attempt, task.input, args)
             except Exception as exc:
-                await step(NodeFailed(task.task_id, task.node_id, task.attempt, str(exc)))
+                step(NodeFailed(task.task_id, task.node_id, task.attempt, str(exc)))
             else:
-                await step(NodeCompleted(task.task_id, task.node_id, task.attempt, output))
+                step(NodeCompleted(task.task_id, task.node_id, task.attempt, output))
             continue
         waiting = [t for t in mem.tasks.values() if t.state is TaskState.WAITING]
         awaiting_signal = [t for t in waiting if mem.run.nodes[t.node_id].awaited_signal]
@@ -159,7 +162,7 @@ async def simulate(args: argparse.Namespace, definition: str, run_input: Any) ->
             clock.now += dt.timedelta(minutes=3)
             signalled = True
             name = mem.run.nodes[awaiting_signal[0].node_id].awaited_signal or ""
-            await step(SignalReceived(name, {"paid": run_input.get("amount")}))
+            step(SignalReceived(name, {"paid": run_input.get("amount")}))
             continue
         timed = [t for t in waiting if t.wake_at is not None]
         if not timed:
@@ -167,7 +170,7 @@ async def simulate(args: argparse.Namespace, definition: str, run_input: Any) ->
             return 1
         task = min(timed, key=lambda t: (t.wake_at, t.task_id))
         clock.now = max(clock.now, task.wake_at or clock.now)
-        await step(TimerFired(task.task_id, task.node_id))
+        step(TimerFired(task.task_id, task.node_id))
     print(
         f"\nrun {mem.run.status}: output {json.dumps(mem.output)}"
         + (f", error {mem.error}" if mem.error else "")
@@ -192,7 +195,7 @@ def main() -> int:
         args.input = str(default) if default.exists() else None
     definition = Path(args.definition).read_text()
     run_input = json.loads(Path(args.input).read_text()) if args.input else {}
-    return asyncio.run(simulate(args, definition, run_input))
+    return simulate(args, definition, run_input)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 """libs/core: Machine.apply, templates and definition builds, with no I/O at all.
 
 Machine.apply is measured twice:
-- through MemoryRun, which (like the engine) copies the snapshot and builds a
-  fresh Machine per event, then persists the actions in memory;
-- in a raw loop: a fresh Machine per event on one Run object, outputs served by
-  a dict, nothing copied or persisted.
+- through MemoryRun, which (like the engine) hands the machine a snapshot with
+  no outputs, answers what it asks for, then persists the actions in memory;
+- in a raw loop: the same asking and answering, outputs served by a dict,
+  nothing persisted.
 The gap between them is the shell's cost; the raw figure is the machine's own.
 """
 
@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from composer_core.memory import MemoryRun, sequential_ids
@@ -22,10 +23,10 @@ from composer_core.statemachine import (
     Deps,
     Event,
     Machine,
+    Missing,
     NodeCompleted,
     Run,
     RunStarted,
-    Signal,
 )
 from composer_core.templates import CelEngine, Json, compile_condition, compile_value
 
@@ -82,17 +83,17 @@ def output_of(node_id: str) -> Json:
 # -- Machine.apply through MemoryRun ------------------------------------------------------
 
 
-async def one_memory_run(dag: WorkflowDAG, run_id: str) -> int:
+def one_memory_run(dag: WorkflowDAG, run_id: str) -> int:
     """Start a run and complete every task as it appears; return the number of events."""
     mem = MemoryRun.create(dag, run_id=run_id, input=RUN_INPUT, now=clock, new_id=sequential_ids())
-    await mem.apply(RunStarted())
+    mem.apply(RunStarted())
     events = 1
     while not mem.run.is_terminal:
         pending = [t for t in mem.tasks.values() if t.state is TaskState.PENDING]
         if not pending:
             raise RuntimeError(f"run stuck: {mem.run.status}")
         for record in pending:
-            transition = await mem.apply(
+            transition = mem.apply(
                 NodeCompleted(
                     record.task_id, record.node_id, record.attempt, output_of(record.node_id)
                 )
@@ -108,52 +109,46 @@ async def one_memory_run(dag: WorkflowDAG, run_id: str) -> int:
 # -- Machine.apply in a raw loop --------------------------------------------------------------
 
 
-class DictStore:
-    def __init__(self) -> None:
-        self.data: dict[str, Json] = {}
-
-    async def outputs(self, node_ids: Collection[str]) -> Mapping[str, Json]:
-        return {n: self.data[n] for n in node_ids if n in self.data}
-
-    async def pending_signal(self, name: str, exclude: Collection[str]) -> Signal | None:
-        return None
-
-
-async def one_raw_run(dag: WorkflowDAG, run_id: str) -> int:
+def one_raw_run(dag: WorkflowDAG, run_id: str) -> int:
+    """The engine's loop without a database: a snapshot with no outputs loaded, the
+    outputs the machine asks for served from a dict, nothing persisted."""
     run = Run(run_id, dag.workflow_id, dag.version, RunStatus.RUNNING, RUN_INPUT, None)
-    store = DictStore()
-    deps = Deps(store, clock, sequential_ids())
+    data: dict[str, Json] = {}
+    machine = Machine(dag, Deps(NOW, sequential_ids()))
     pending: dict[str, str] = {}  # node id → task id
 
-    async def apply(event: Event) -> None:
-        run.outputs.clear()  # as after a reload: outputs come through the Store
-        transition = await Machine(dag, run, deps).apply(event)
-        if transition.ignored:
-            raise RuntimeError(transition.ignored)
-        for action in transition.actions:
+    def apply(event: Event) -> None:
+        nonlocal run
+        snapshot = run
+        while isinstance(result := machine.apply(snapshot, event), Missing):
+            snapshot = snapshot.with_data({n: data.get(n) for n in result.outputs}, ())
+        if result.ignored:
+            raise RuntimeError(result.ignored)
+        run = replace(result.run, outputs={})  # as after a reload: no outputs at hand
+        for action in result.actions:
             if isinstance(action, CreateTask) and action.state is TaskState.PENDING:
                 pending[action.node_id] = action.task_id
 
-    await apply(RunStarted())
+    apply(RunStarted())
     events = 1
     while pending:
         node_id, task_id = pending.popitem()
         output = output_of(node_id)
-        store.data[node_id] = output
-        await apply(NodeCompleted(task_id, node_id, 0, output))
+        data[node_id] = output
+        apply(NodeCompleted(task_id, node_id, 0, output))
         events += 1
     if run.status is not RunStatus.SUCCEEDED:
         raise RuntimeError(f"raw run ended {run.status}")
     return events
 
 
-async def events_per_second(
-    dag: WorkflowDAG, one_run: Callable[[WorkflowDAG, str], Any]
+def events_per_second(
+    dag: WorkflowDAG, one_run: Callable[[WorkflowDAG, str], int]
 ) -> tuple[float, int]:
     events = runs = 0
     began = time.perf_counter()
     while runs < 3 or time.perf_counter() - began < BUDGET_SECONDS:
-        events += await one_run(dag, f"run-{runs}")
+        events += one_run(dag, f"run-{runs}")
         runs += 1
     return events / (time.perf_counter() - began), runs
 
@@ -247,10 +242,10 @@ async def main() -> dict[str, float]:
     fanout = build_dag(parse_definition(fanout_definition(FANOUT)))
     figures: dict[str, float] = {}
 
-    mem_chain, _ = await events_per_second(chain, one_memory_run)
-    raw_chain, _ = await events_per_second(chain, one_raw_run)
-    mem_fan, _ = await events_per_second(fanout, one_memory_run)
-    raw_fan, _ = await events_per_second(fanout, one_raw_run)
+    mem_chain, _ = events_per_second(chain, one_memory_run)
+    raw_chain, _ = events_per_second(chain, one_raw_run)
+    mem_fan, _ = events_per_second(fanout, one_memory_run)
+    raw_fan, _ = events_per_second(fanout, one_raw_run)
     figures["chain50 MemoryRun events/s"] = mem_chain
     figures["chain50 raw Machine events/s"] = raw_chain
     figures["chain50 MemoryRun runs/s"] = mem_chain / (CHAIN_STEPS + 1)

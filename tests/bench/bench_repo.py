@@ -29,7 +29,6 @@ from contextlib import asynccontextmanager
 
 import composer_repo as repo
 from composer_core.model import NodeType, TaskState
-from composer_core.statemachine import CompleteTask, CreateTask
 
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 SIZES = (0, 1_000_000, 5_000_000)
@@ -152,15 +151,23 @@ async def _create_complete(pool: repo.Pool, run_id: str, node_id: str) -> None:
     async with pool.acquire() as conn:
         async with conn.transaction():
             await repo.load_run(conn, run_id)
-            create = CreateTask(task_id, node_id, NodeType.HTTP, TaskState.PENDING, input={"a": 1})
-            assert await repo.insert_task(conn, run_id, create, queue="http")
+            assert await repo.insert_task(
+                conn,
+                run_id,
+                task_id,
+                node_id,
+                node_type=NodeType.HTTP,
+                state=TaskState.PENDING,
+                input={"a": 1},
+                queue="http",
+            )
             await repo.enqueue_dispatch(
                 conn, run_id=run_id, task_id=task_id, queue="http", payload={"task_id": task_id}
             )
         async with conn.transaction():
             await repo.load_run(conn, run_id)
             done = await repo.complete_task(
-                conn, run_id, CompleteTask(task_id, node_id, 0, {"status": 200})
+                conn, repo.TaskRef(run_id, task_id, node_id, 0), {"status": 200}
             )
             assert done is not None
 
@@ -185,13 +192,21 @@ async def _worker_lifecycle(pool: repo.Pool, run_id: str, node_id: str) -> None:
     task_id = _uuid7()
     ref = repo.TaskRef(run_id, task_id, node_id, 0)
     async with pool.acquire() as conn:
-        create = CreateTask(task_id, node_id, NodeType.HTTP, TaskState.PENDING, input={"a": 1})
-        await repo.insert_task(conn, run_id, create, queue="http")
+        await repo.insert_task(
+            conn,
+            run_id,
+            task_id,
+            node_id,
+            node_type=NodeType.HTTP,
+            state=TaskState.PENDING,
+            input={"a": 1},
+            queue="http",
+        )
         await repo.mark_queued(conn, [ref])
         await repo.acquire_lease(conn, run_id, task_id, 0, owner="bench", ttl=30)
         await repo.renew_lease(conn, run_id, task_id, 0, owner="bench", ttl=30)
         await repo.renew_lease(conn, run_id, task_id, 0, owner="bench", ttl=30)
-        await repo.complete_task(conn, run_id, CompleteTask(task_id, node_id, 0, {"ok": 1}))
+        await repo.complete_task(conn, repo.TaskRef(run_id, task_id, node_id, 0), {"ok": 1})
 
 
 async def _hot_share(url: str, version: int) -> tuple[float, int]:

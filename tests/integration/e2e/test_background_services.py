@@ -18,7 +18,6 @@ import pytest
 
 import composer_repo as repo
 from composer_core.model import RunStatus
-from composer_core.statemachine import FinishRun
 from composer_partition_manager.loop import PartitionManager, month_end, month_start
 from tests.integration.databases import scratch_database
 from tests.integration.e2e.test_services import service_env, wait_for_line
@@ -54,7 +53,7 @@ async def test_an_expired_month_is_dropped_and_one_with_an_active_run_kept(
             await conn.execute("SELECT composer_create_month($1)", month)
         done = uuid7(expired + dt.timedelta(days=2))
         await repo.insert_run(conn, done, workflow_id="wf", version=version)
-        await repo.finish_run(conn, done, FinishRun(RunStatus.SUCCEEDED))
+        await repo.finish_run(conn, done, RunStatus.SUCCEEDED)
         waiting = uuid7(active + dt.timedelta(days=2))
         await repo.insert_run(conn, waiting, workflow_id="wf", version=version)
     manager = PartitionManager(pool, months_ahead=4, retention_days=180)
@@ -80,7 +79,7 @@ async def test_an_expired_month_is_dropped_and_one_with_an_active_run_kept(
 
     # Once its last run finishes, the kept month goes on the next pass.
     async with repo.transaction(pool) as conn:
-        await repo.finish_run(conn, waiting, FinishRun(RunStatus.FAILED, error="x"))
+        await repo.finish_run(conn, waiting, RunStatus.FAILED, error="x")
     assert (await manager.maintain()).dropped == [active_month]
 
 

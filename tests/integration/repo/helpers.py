@@ -7,7 +7,6 @@ import os
 
 import composer_repo as repo
 from composer_core.model import NodeType, TaskState
-from composer_core.statemachine import CreateTask
 
 _last_ms = 0
 _seq = 0
@@ -67,6 +66,14 @@ async def new_worker_task(
 ) -> repo.TaskRef:
     """A PENDING HTTP task on ``node_id``; returns the ref of its attempt 0."""
     task_id = uuid7()
-    action = CreateTask(task_id, node_id, NodeType.HTTP, TaskState.PENDING, input=input)
-    assert await repo.insert_task(conn, run_id, action, queue=queue)
+    assert await repo.insert_task(
+        conn,
+        run_id,
+        task_id,
+        node_id,
+        node_type=NodeType.HTTP,
+        state=TaskState.PENDING,
+        input=input,
+        queue=queue,
+    )
     return repo.TaskRef(run_id, task_id, node_id, 0)

@@ -10,7 +10,6 @@ import pytest
 
 import composer_repo as repo
 from composer_core.model import TaskState
-from composer_core.statemachine import FailTask
 
 from .helpers import new_run, new_worker_task
 
@@ -44,7 +43,7 @@ async def test_try_load_run_passes_a_run_another_transaction_holds(
         await other.close()
 
     assert skipped is None
-    assert taken is not None and taken.run_id == run_id
+    assert taken is not None and taken.run.run_id == run_id
 
 
 async def test_lock_expired_lease_is_fenced_by_expiry_owner_and_attempt(
@@ -89,9 +88,7 @@ async def test_lock_expired_lease_holds_off_a_renewal_until_commit(
             )
             await asyncio.sleep(0.2)
             assert not renewal.done()  # waits on the task row
-            await repo.fail_task(
-                conn, run_id, FailTask(ref.task_id, ref.node_id, ref.attempt, "lease expired")
-            )
+            await repo.fail_task(conn, ref, "lease expired")
         assert await asyncio.wait_for(renewal, 5) is None  # the attempt is no longer RUNNING
     finally:
         await worker.close()

@@ -3,19 +3,20 @@
 A minimal shell (lock and load, decide, persist each action, commit) drives
 a run through a retry, a signal that arrives before its waiter, a SWITCH, a
 skip, the run output, a stale report, a retry of the finished run and a
-cancel. It proves every action has its write and that the snapshot and the
-Store the repository serves are what the machine needs — the contract the
-engine builds on.
+cancel. It proves every action has its write and that the snapshot, and the
+outputs and signals the repository loads when the machine asks, are what the
+machine needs — the contract the engine builds on.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, assert_never
 
 import composer_repo as repo
 from composer_core.model import RunStatus, TaskState, WorkflowDAG, build_dag, parse_definition
 from composer_core.statemachine import (
+    Action,
     BufferSignal,
     CancelTasks,
     CompleteTask,
@@ -27,6 +28,7 @@ from composer_core.statemachine import (
     FailTask,
     FinishRun,
     Machine,
+    Missing,
     NodeCompleted,
     NodeFailed,
     ReopenRun,
@@ -71,22 +73,55 @@ DEFINITION: dict[str, Any] = {
 }
 
 
-def now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
-
-async def persist(conn: repo.Connection, dag: WorkflowDAG, run: str, actions: list[Any]) -> None:
+async def persist(
+    conn: repo.Connection, dag: WorkflowDAG, run: str, actions: Sequence[Action]
+) -> None:
     """The engine's action → SQL table, as plainly as possible."""
-    requeued: dict[str, repo.Requeued] = {}
-    for i, action in enumerate(actions):
+    for action in actions:
         match action:
             case CreateTask():
                 queue = dag.queue(action.node_id) if action.state is TaskState.PENDING else None
-                assert await repo.insert_task(conn, run, action, queue=queue)
+                assert await repo.insert_task(
+                    conn,
+                    run,
+                    action.task_id,
+                    action.node_id,
+                    node_type=action.node_type,
+                    state=action.state,
+                    input=action.input,
+                    output=action.output,
+                    error=action.error,
+                    branches=action.branches,
+                    wake_at=action.wake_at,
+                    awaited_signal=action.awaited_signal,
+                    queue=queue,
+                )
             case DispatchTask():
-                node_input = action.input
-                if action.task_id in requeued:
-                    node_input = requeued[action.task_id].input
+                await repo.enqueue_dispatch(
+                    conn,
+                    run_id=run,
+                    task_id=action.task_id,
+                    queue=action.queue,
+                    payload={"task_id": action.task_id, "attempt": 0, "input": action.input},
+                    not_before=action.not_before,
+                )
+            case CompleteTask():
+                ref = repo.TaskRef(run, action.task_id, action.node_id, action.attempt)
+                assert await repo.complete_task(conn, ref, action.output) is not None
+            case FailTask():
+                ref = repo.TaskRef(run, action.task_id, action.node_id, action.attempt)
+                failed = await repo.fail_task(conn, ref, action.error, error_code=action.error_code)
+                assert failed is not None
+            case RetryTask():
+                ref = repo.TaskRef(run, action.task_id, action.node_id, action.attempt)
+                result = await repo.requeue_task(
+                    conn,
+                    ref,
+                    action.error,
+                    error_code=action.error_code,
+                    not_before=action.not_before,
+                )
+                assert result is not None and result.attempt == action.next_attempt
                 await repo.enqueue_dispatch(
                     conn,
                     run_id=run,
@@ -94,45 +129,59 @@ async def persist(conn: repo.Connection, dag: WorkflowDAG, run: str, actions: li
                     queue=action.queue,
                     payload={
                         "task_id": action.task_id,
-                        "attempt": action.attempt,
-                        "input": node_input,
+                        "attempt": result.attempt,
+                        "input": result.input,
                     },
                     not_before=action.not_before,
                 )
-            case CompleteTask():
-                assert await repo.complete_task(conn, run, action) is not None
-            case FailTask():
-                assert await repo.fail_task(conn, run, action) is not None
-            case RetryTask():
-                dispatch = actions[i + 1]
-                assert isinstance(dispatch, DispatchTask)
-                result = await repo.requeue_task(conn, run, action, not_before=dispatch.not_before)
-                assert result is not None and result.attempt == dispatch.attempt
-                requeued[action.task_id] = result
             case ResolveWait():
-                assert await repo.resolve_wait(conn, run, action)
+                assert await repo.resolve_wait(
+                    conn,
+                    run,
+                    action.task_id,
+                    action.node_id,
+                    state=action.state,
+                    output=action.output,
+                    error=action.error,
+                )
             case BufferSignal():
-                await repo.buffer_signal(conn, run, action)
+                await repo.buffer_signal(conn, run, action.signal_id, action.name, action.payload)
             case ConsumeSignal():
-                assert await repo.consume_signal(conn, run, action)
+                assert await repo.consume_signal(
+                    conn, run, action.signal_id, node_id=action.node_id
+                )
             case ReopenRun():
-                await repo.reopen_run(conn, run, action)
+                await repo.reopen_run(
+                    conn,
+                    run,
+                    version=action.version,
+                    input=action.input,
+                    config=action.config,
+                    reset_nodes=action.reset_nodes,
+                )
             case CancelTasks():
-                await repo.cancel_tasks(conn, run, action)
+                await repo.cancel_tasks(conn, run, action.task_ids, reason=action.reason)
             case FinishRun():
-                assert await repo.finish_run(conn, run, action) is not None
+                finished = await repo.finish_run(
+                    conn, run, action.status, output=action.output, error=action.error
+                )
+                assert finished is not None
             case _:
-                raise AssertionError(f"no write for {action!r}")
+                assert_never(action)
 
 
 async def apply(pool: repo.Pool, dag: WorkflowDAG, run_id: str, event: Event) -> Transition:
     async with pool.acquire() as conn, conn.transaction():
-        run = await repo.load_run(conn, run_id)
-        machine = Machine(dag, run, Deps(repo.RunStore(conn, run_id), now, uuid7))
-        transition = await machine.apply(event)
-        if transition.ignored is None:
-            await persist(conn, dag, run_id, transition.actions)
-        return transition
+        locked = await repo.load_run(conn, run_id)
+        machine = Machine(dag, Deps(locked.now, uuid7))
+        snapshot = locked.run
+        while isinstance(result := machine.apply(snapshot, event), Missing):
+            outputs = await repo.load_outputs(conn, run_id, result.outputs)
+            signals = await repo.pending_signals(conn, run_id) if result.signals else None
+            snapshot = snapshot.with_data(outputs, signals)
+        if result.ignored is None:
+            await persist(conn, dag, run_id, result.actions)
+        return result
 
 
 async def tasks(pool: repo.Pool, run_id: str) -> dict[str, repo.TaskRecord]:
@@ -170,7 +219,8 @@ async def test_a_run_end_to_end_through_the_repository(pool: repo.Pool) -> None:
     assert (await tasks(pool, run_id))["reserve"].attempt == 1
     async with pool.acquire() as conn:
         due = await repo.next_outbox_due(conn, "dispatch")
-    assert due is not None and due > now()  # the backoff holds it back
+        database_now = await conn.fetchval("SELECT now()")
+    assert due is not None and due > database_now  # the backoff holds it back
 
     # Attempt 1 succeeds: SWITCH takes "paid", which takes the buffered signal at once.
     await apply(pool, dag, run_id, NodeCompleted(reserve.task_id, "reserve", 1, {"ok": True}))

@@ -106,18 +106,21 @@ async def test_postpone_keeps_the_message_for_later(conn: repo.Connection) -> No
     await drain(conn)
     run_id = await new_run(conn)
     hook = await repo.enqueue_webhook(conn, run_id=run_id, url="https://h", payload={})
-    later = dt.datetime.now(UTC) + dt.timedelta(minutes=5)
-
     async with conn.transaction():
+        before: dt.datetime = await conn.fetchval("SELECT statement_timestamp()")
         (message,) = await repo.claim_outbox(conn, "webhook")
-        attempts = await repo.postpone_outbox(conn, message.id, not_before=later, error="HTTP 503")
+        attempts = await repo.postpone_outbox(conn, message.id, delay=300, error="HTTP 503")
+        after: dt.datetime = await conn.fetchval("SELECT statement_timestamp()")
 
     assert attempts == 1
     async with conn.transaction():
         assert await repo.claim_outbox(conn, "webhook") == []
-    assert await repo.next_outbox_due(conn, "webhook") == later
+    due = await repo.next_outbox_due(conn, "webhook")
+    # Five minutes by the database's clock, from the statement that postponed it.
+    assert due is not None
+    assert before + dt.timedelta(seconds=300) <= due <= after + dt.timedelta(seconds=300)
     with pytest.raises(repo.NotFound):
-        await repo.postpone_outbox(conn, hook + 1000, not_before=later, error="x")
+        await repo.postpone_outbox(conn, hook + 1000, delay=1, error="x")
 
 
 async def test_outbox_size_counts_unpublished_messages_by_kind(conn: repo.Connection) -> None:

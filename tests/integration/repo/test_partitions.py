@@ -9,7 +9,6 @@ import pytest
 
 import composer_repo as repo
 from composer_core.model import RunStatus
-from composer_core.statemachine import FinishRun
 from tests.integration.databases import scratch_database
 
 from .helpers import ensure_definition, uuid7
@@ -92,7 +91,7 @@ async def test_dropping_expired_months_keeps_one_with_an_active_run(pconn: repo.
 
     done = uuid7(finished_month + dt.timedelta(days=3))
     await repo.insert_run(pconn, done, workflow_id="wf", version=version, idempotency_key="k-old")
-    await repo.finish_run(pconn, done, FinishRun(RunStatus.SUCCEEDED))
+    await repo.finish_run(pconn, done, RunStatus.SUCCEEDED)
     active = uuid7(active_month + dt.timedelta(days=3))
     await repo.insert_run(pconn, active, workflow_id="wf", version=version)
 
@@ -118,7 +117,7 @@ async def test_dropping_expired_months_keeps_one_with_an_active_run(pconn: repo.
     assert again.created
 
     # Once the run finishes, its month goes too.
-    await repo.finish_run(pconn, active, FinishRun(RunStatus.FAILED, error="x"))
+    await repo.finish_run(pconn, active, RunStatus.FAILED, error="x")
     assert await repo.drop_partitions(pconn, older_than=month_start(now, -1)) == [
         suffix(active_month)
     ]

@@ -9,13 +9,6 @@ import pytest
 
 import composer_repo as repo
 from composer_core.model import NodeType, RunStatus, TaskState
-from composer_core.statemachine import (
-    CompleteTask,
-    CreateTask,
-    FinishRun,
-    ReopenRun,
-    ResolveWait,
-)
 
 from .helpers import ensure_definition, new_run, new_worker_task, uuid7
 
@@ -35,8 +28,9 @@ async def test_insert_run_stores_input_and_config(conn: repo.Connection) -> None
         config={"debug": True},
     )
 
-    assert started == repo.StartedRun(run_id, RunStatus.RUNNING, created=True)
+    assert started == repo.StartedRun(run_id, RunStatus.RUNNING, created=True, now=started.now)
     run = await repo.get_run(conn, run_id)
+    assert run.created_at == started.now  # the inserting transaction's clock
     assert (run.input, run.config, run.status) == (
         {"order": 1, "items": ["a", "b"]},
         {"debug": True},
@@ -68,13 +62,15 @@ async def test_a_repeated_idempotency_key_returns_the_existing_run(conn: repo.Co
     first = await repo.insert_run(
         conn, uuid7(), workflow_id="wf", version=version, input={"n": 1}, idempotency_key="order-7"
     )
-    await repo.finish_run(conn, first.run_id, FinishRun(RunStatus.SUCCEEDED))
+    await repo.finish_run(conn, first.run_id, RunStatus.SUCCEEDED)
 
     second = await repo.insert_run(
         conn, uuid7(), workflow_id="wf", version=version, input={"n": 2}, idempotency_key="order-7"
     )
 
-    assert second == repo.StartedRun(first.run_id, RunStatus.SUCCEEDED, created=False)
+    assert second == repo.StartedRun(
+        first.run_id, RunStatus.SUCCEEDED, created=False, now=second.now
+    )
     assert (await repo.get_run(conn, first.run_id)).input == {"n": 1}
     other = await ensure_definition(conn, "other-wf")
     elsewhere = await repo.insert_run(
@@ -102,29 +98,42 @@ async def test_concurrent_starts_with_one_key_create_one_run(pool: repo.Pool) ->
 async def test_load_run_locks_and_returns_the_routing_snapshot(conn: repo.Connection) -> None:
     run_id = await new_run(conn, input={"big": "x" * 100})
     done = await new_worker_task(conn, run_id, "a", input={"in": 1})
-    await repo.complete_task(conn, run_id, CompleteTask(done.task_id, "a", 0, {"out": 1}))
+    await repo.complete_task(conn, repo.TaskRef(run_id, done.task_id, "a", 0), {"out": 1})
     wait_id, resolved_id = uuid7(), uuid7()
     await repo.insert_task(
         conn,
         run_id,
-        CreateTask(wait_id, "w", NodeType.WAIT_FOR_EVENT, TaskState.WAITING, awaited_signal="paid"),
+        wait_id,
+        "w",
+        node_type=NodeType.WAIT_FOR_EVENT,
+        state=TaskState.WAITING,
+        awaited_signal="paid",
     )
     await repo.insert_task(
         conn,
         run_id,
-        CreateTask(
-            resolved_id, "w2", NodeType.WAIT_FOR_EVENT, TaskState.WAITING, awaited_signal="x"
-        ),
+        resolved_id,
+        "w2",
+        node_type=NodeType.WAIT_FOR_EVENT,
+        state=TaskState.WAITING,
+        awaited_signal="x",
     )
-    await repo.resolve_wait(conn, run_id, ResolveWait(resolved_id, "w2", TaskState.COMPLETED, {}))
+    await repo.resolve_wait(conn, run_id, resolved_id, "w2", state=TaskState.COMPLETED, output={})
     await repo.insert_task(
         conn,
         run_id,
-        CreateTask(uuid7(), "s", NodeType.SWITCH, TaskState.COMPLETED, branches=("a",)),
+        uuid7(),
+        "s",
+        node_type=NodeType.SWITCH,
+        state=TaskState.COMPLETED,
+        branches=("a",),
     )
 
     async with conn.transaction():
-        run = await repo.load_run(conn, run_id)
+        locked = await repo.load_run(conn, run_id)
+        # The snapshot comes with the transaction's clock: the one every write uses.
+        assert locked.now == await conn.fetchval("SELECT now()")
+    run = locked.run
 
     assert (run.run_id, run.workflow_id, run.status, run.input) == (
         run_id,
@@ -137,8 +146,9 @@ async def test_load_run_locks_and_returns_the_routing_snapshot(conn: repo.Connec
     assert run.nodes["w"].awaited_signal == "paid"
     assert run.nodes["w2"].awaited_signal is None  # only a waiting node awaits
     assert run.nodes["s"].branches == ("a",)
+    assert run.signals == ()
     outputs = await repo.load_outputs(conn, run_id, ["a", "w", "missing"])
-    assert outputs == {"a": {"out": 1}}
+    assert outputs == {"a": {"out": 1}, "w": None, "missing": None}  # every node asked is answered
 
 
 async def test_load_run_holds_the_row_lock_until_commit(pool: repo.Pool) -> None:
@@ -154,7 +164,7 @@ async def test_load_run_holds_the_row_lock_until_commit(pool: repo.Pool) -> None
                 await repo.load_run(second, run_id)
         await tx.commit()
         async with second.transaction():
-            assert (await repo.load_run(second, run_id)).run_id == run_id
+            assert (await repo.load_run(second, run_id)).run.run_id == run_id
         await second.execute("RESET lock_timeout")
 
 
@@ -168,10 +178,8 @@ async def test_finish_run_happens_once(conn: repo.Connection) -> None:
     run_id = uuid7()
     await repo.insert_run(conn, run_id, workflow_id="hooked", version=version)
 
-    finished = await repo.finish_run(
-        conn, run_id, FinishRun(RunStatus.SUCCEEDED, output={"total": 3})
-    )
-    again = await repo.finish_run(conn, run_id, FinishRun(RunStatus.FAILED, error="late"))
+    finished = await repo.finish_run(conn, run_id, RunStatus.SUCCEEDED, output={"total": 3})
+    again = await repo.finish_run(conn, run_id, RunStatus.FAILED, error="late")
 
     assert finished is not None and finished.workflow_id == "hooked"
     assert finished.duration >= dt.timedelta(0)
@@ -184,13 +192,15 @@ async def test_finish_run_happens_once(conn: repo.Connection) -> None:
 async def test_reopen_run_resets_the_outcome_and_the_reset_tasks(conn: repo.Connection) -> None:
     run_id = await new_run(conn, input={"v": 1})
     keep = await new_worker_task(conn, run_id, "a")
-    await repo.complete_task(conn, run_id, CompleteTask(keep.task_id, "a", 0, {"ok": 1}))
+    await repo.complete_task(conn, repo.TaskRef(run_id, keep.task_id, "a", 0), {"ok": 1})
     redo = await new_worker_task(conn, run_id, "b")
-    await repo.complete_task(conn, run_id, CompleteTask(redo.task_id, "b", 0, {"ok": 2}))
-    await repo.finish_run(conn, run_id, FinishRun(RunStatus.FAILED, error="b was wrong"))
+    await repo.complete_task(conn, repo.TaskRef(run_id, redo.task_id, "b", 0), {"ok": 2})
+    await repo.finish_run(conn, run_id, RunStatus.FAILED, error="b was wrong")
     v2 = (await repo.create_definition(conn, "wf", name="wf", spec={"v": 2})).version
 
-    await repo.reopen_run(conn, run_id, ReopenRun(v2, {"v": 2}, {"c": 1}, ("b",)))
+    await repo.reopen_run(
+        conn, run_id, version=v2, input={"v": 2}, config={"c": 1}, reset_nodes=("b",)
+    )
 
     run = await repo.get_run(conn, run_id)
     assert (run.status, run.version, run.input, run.config, run.error, run.completed_at) == (
@@ -204,7 +214,7 @@ async def test_reopen_run_resets_the_outcome_and_the_reset_tasks(conn: repo.Conn
     assert [t.node_id for t in await repo.get_run_tasks(conn, run_id)] == ["a"]
     # The retried node can get its new task.
     assert await repo.insert_task(
-        conn, run_id, CreateTask(uuid7(), "b", NodeType.HTTP, TaskState.PENDING)
+        conn, run_id, uuid7(), "b", node_type=NodeType.HTTP, state=TaskState.PENDING
     )
 
 
@@ -216,7 +226,7 @@ async def test_list_runs_filters_and_pages_newest_first(conn: repo.Connection) -
         run_id = uuid7()
         await repo.insert_run(conn, run_id, workflow_id="listed", version=v1)
         if i % 2:
-            await repo.finish_run(conn, run_id, FinishRun(RunStatus.FAILED, error="x"))
+            await repo.finish_run(conn, run_id, RunStatus.FAILED, error="x")
         ids.append(run_id)
     await repo.insert_run(conn, uuid7(), workflow_id="listed-other", version=v2)
 

@@ -9,30 +9,14 @@ import pytest
 
 import composer_repo as repo
 from composer_core.model import NodeType, TaskState
-from composer_core.statemachine import (
-    CancelTasks,
-    CompleteTask,
-    CreateTask,
-    FailTask,
-    ResolveWait,
-    RetryTask,
-)
 
 from .helpers import new_run, new_worker_task, uuid7
 
 UTC = dt.UTC
 
 
-def complete(ref: repo.TaskRef, output: object = None) -> CompleteTask:
-    return CompleteTask(ref.task_id, ref.node_id, ref.attempt, output)
-
-
-def fail(ref: repo.TaskRef, error: str = "boom", code: str | None = None) -> FailTask:
-    return FailTask(ref.task_id, ref.node_id, ref.attempt, error, code)
-
-
-def retry(ref: repo.TaskRef, error: str = "flaky") -> RetryTask:
-    return RetryTask(ref.task_id, ref.node_id, ref.attempt, error)
+#: A retry's due time: any time will do, the tests read it back.
+SOON = dt.datetime(2030, 1, 1, tzinfo=UTC)
 
 
 async def task_row(conn: repo.Connection, ref: repo.TaskRef) -> repo.TaskRecord:
@@ -43,37 +27,56 @@ async def task_row(conn: repo.Connection, ref: repo.TaskRef) -> repo.TaskRecord:
 async def test_a_second_task_for_a_node_is_reported_not_raised(conn: repo.Connection) -> None:
     run_id = await new_run(conn)
     first = await new_worker_task(conn, run_id, "a", input={"n": 1})
-    second = CreateTask(uuid7(), "a", NodeType.HTTP, TaskState.PENDING, input={"n": 2})
+    second = await repo.insert_task(
+        conn,
+        run_id,
+        uuid7(),
+        "a",
+        node_type=NodeType.HTTP,
+        state=TaskState.PENDING,
+        input={"n": 2},
+        queue="http",
+    )
 
-    assert await repo.insert_task(conn, run_id, second, queue="http") is False
+    assert second is False
 
     (task,) = await repo.get_run_tasks(conn, run_id)
     assert (task.task_id, task.input) == (first.task_id, {"n": 1})
 
 
-async def test_insert_task_stores_every_field_of_create_task(conn: repo.Connection) -> None:
+async def test_insert_task_stores_every_field(conn: repo.Connection) -> None:
     run_id = await new_run(conn)
     wake = dt.datetime(2030, 1, 1, tzinfo=UTC)
-    switch = CreateTask(
+    assert await repo.insert_task(
+        conn,
+        run_id,
         uuid7(),
         "route",
-        NodeType.SWITCH,
-        TaskState.COMPLETED,
+        node_type=NodeType.SWITCH,
+        state=TaskState.COMPLETED,
         output={"x": [1]},
         branches=("b", "c"),
     )
-    wait = CreateTask(
+    assert await repo.insert_task(
+        conn,
+        run_id,
         uuid7(),
         "pay",
-        NodeType.WAIT_FOR_EVENT,
-        TaskState.WAITING,
+        node_type=NodeType.WAIT_FOR_EVENT,
+        state=TaskState.WAITING,
         input={"event": "paid"},
         wake_at=wake,
         awaited_signal="paid",
     )
-    broken = CreateTask(uuid7(), "bad", NodeType.PYTHON, TaskState.FAILED, error="no input")
-    for action in (switch, wait, broken):
-        assert await repo.insert_task(conn, run_id, action)
+    assert await repo.insert_task(
+        conn,
+        run_id,
+        uuid7(),
+        "bad",
+        node_type=NodeType.PYTHON,
+        state=TaskState.FAILED,
+        error="no input",
+    )
 
     tasks = {t.node_id: t for t in await repo.get_run_tasks(conn, run_id)}
     assert tasks["route"].branches == ("b", "c")
@@ -89,24 +92,25 @@ async def test_insert_task_stores_every_field_of_create_task(conn: repo.Connecti
 
 
 async def test_insert_task_for_a_missing_run_is_not_found(conn: repo.Connection) -> None:
-    action = CreateTask(uuid7(), "a", NodeType.HTTP, TaskState.PENDING)
     with pytest.raises(repo.NotFound):
-        await repo.insert_task(conn, uuid7(), action)
+        await repo.insert_task(
+            conn, uuid7(), uuid7(), "a", node_type=NodeType.HTTP, state=TaskState.PENDING
+        )
 
 
 @pytest.mark.parametrize("write", ["complete", "fail", "requeue"])
 async def test_fenced_updates_refuse_a_stale_attempt(conn: repo.Connection, write: str) -> None:
     run_id = await new_run(conn)
     ref = await new_worker_task(conn, run_id, input={"n": 1})
-    assert await repo.requeue_task(conn, run_id, retry(ref)) is not None  # now attempt 1
+    assert await repo.requeue_task(conn, ref, "flaky", not_before=SOON) is not None  # now attempt 1
     stale = ref  # attempt 0
 
     if write == "complete":
-        assert await repo.complete_task(conn, run_id, complete(stale, {"late": True})) is None
+        assert await repo.complete_task(conn, stale, {"late": True}) is None
     elif write == "fail":
-        assert await repo.fail_task(conn, run_id, fail(stale)) is None
+        assert await repo.fail_task(conn, stale, "boom") is None
     else:
-        assert await repo.requeue_task(conn, run_id, retry(stale)) is None
+        assert await repo.requeue_task(conn, stale, "flaky", not_before=SOON) is None
 
     task = await task_row(conn, ref)
     assert (task.state, task.attempt, task.output) == (TaskState.PENDING, 1, None)
@@ -116,14 +120,14 @@ async def test_fenced_updates_refuse_a_stale_attempt(conn: repo.Connection, writ
 async def test_fenced_updates_refuse_a_finished_task(conn: repo.Connection, write: str) -> None:
     run_id = await new_run(conn)
     ref = await new_worker_task(conn, run_id)
-    assert await repo.complete_task(conn, run_id, complete(ref, {"ok": 1})) is not None
+    assert await repo.complete_task(conn, ref, {"ok": 1}) is not None
 
     if write == "complete":
-        assert await repo.complete_task(conn, run_id, complete(ref, {"again": 1})) is None
+        assert await repo.complete_task(conn, ref, {"again": 1}) is None
     elif write == "fail":
-        assert await repo.fail_task(conn, run_id, fail(ref)) is None
+        assert await repo.fail_task(conn, ref, "boom") is None
     else:
-        assert await repo.requeue_task(conn, run_id, retry(ref)) is None
+        assert await repo.requeue_task(conn, ref, "flaky", not_before=SOON) is None
 
     task = await task_row(conn, ref)
     assert (task.state, task.attempt, task.output, task.error) == (
@@ -138,7 +142,7 @@ async def test_fenced_updates_refuse_the_wrong_node(conn: repo.Connection) -> No
     run_id = await new_run(conn)
     ref = await new_worker_task(conn, run_id, "a")
     wrong = dataclasses.replace(ref, node_id="b")
-    assert await repo.complete_task(conn, run_id, complete(wrong)) is None
+    assert await repo.complete_task(conn, wrong, None) is None
     assert (await task_row(conn, ref)).state is TaskState.PENDING
 
 
@@ -147,8 +151,8 @@ async def test_complete_and_fail_record_the_outcome(conn: repo.Connection) -> No
     ok = await new_worker_task(conn, run_id, "a")
     bad = await new_worker_task(conn, run_id, "b")
 
-    done = await repo.complete_task(conn, run_id, complete(ok, {"status": 200}))
-    failed = await repo.fail_task(conn, run_id, fail(bad, "HTTP 500", "upstream"))
+    done = await repo.complete_task(conn, ok, {"status": 200})
+    failed = await repo.fail_task(conn, bad, "HTTP 500", error_code="upstream")
 
     assert done is not None and done.node_type is NodeType.HTTP
     assert failed is not None
@@ -171,7 +175,7 @@ async def test_requeue_bumps_the_attempt_and_returns_the_stored_input(
     assert lease is not None
     due = dt.datetime.now(UTC) + dt.timedelta(seconds=5)
 
-    requeued = await repo.requeue_task(conn, run_id, retry(ref, "timeout"), not_before=due)
+    requeued = await repo.requeue_task(conn, ref, "timeout", not_before=due)
 
     assert requeued == repo.Requeued(1, NodeType.HTTP, "http", {"url": "https://example.com"})
     task = await task_row(conn, ref)
@@ -186,12 +190,19 @@ async def test_resolve_wait_only_resolves_a_waiting_task(conn: repo.Connection) 
     task_id = uuid7()
     wake = dt.datetime.now(UTC) - dt.timedelta(seconds=1)
     await repo.insert_task(
-        conn, run_id, CreateTask(task_id, "pause", NodeType.WAIT, TaskState.WAITING, wake_at=wake)
+        conn,
+        run_id,
+        task_id,
+        "pause",
+        node_type=NodeType.WAIT,
+        state=TaskState.WAITING,
+        wake_at=wake,
     )
-    resolved = ResolveWait(task_id, "pause", TaskState.COMPLETED, {"woke_at": "now"})
-
-    assert await repo.resolve_wait(conn, run_id, resolved) is True
-    assert await repo.resolve_wait(conn, run_id, resolved) is False
+    for expected in (True, False):  # the second finds it no longer waiting
+        resolved = await repo.resolve_wait(
+            conn, run_id, task_id, "pause", state=TaskState.COMPLETED, output={"woke_at": "now"}
+        )
+        assert resolved is expected
 
     (task,) = await repo.get_run_tasks(conn, run_id)
     assert (task.state, task.output, task.wake_at) == (
@@ -215,22 +226,20 @@ async def test_cancel_fails_only_active_tasks_and_drops_their_dispatches(
         payload={"task_id": pending.task_id},
     )
     done = await new_worker_task(conn, run_id, "b")
-    await repo.complete_task(conn, run_id, complete(done))
+    await repo.complete_task(conn, done, None)
     waiting_id = uuid7()
     await repo.insert_task(
         conn,
         run_id,
-        CreateTask(
-            waiting_id,
-            "w",
-            NodeType.WAIT,
-            TaskState.WAITING,
-            wake_at=dt.datetime.now(UTC) + dt.timedelta(days=1),
-        ),
+        waiting_id,
+        "w",
+        node_type=NodeType.WAIT,
+        state=TaskState.WAITING,
+        wake_at=dt.datetime.now(UTC) + dt.timedelta(days=1),
     )
 
     cancelled = await repo.cancel_tasks(
-        conn, run_id, CancelTasks("stopped by user", (pending.task_id, done.task_id, waiting_id))
+        conn, run_id, (pending.task_id, done.task_id, waiting_id), reason="stopped by user"
     )
 
     assert sorted(cancelled) == sorted([pending.task_id, waiting_id])
@@ -281,7 +290,7 @@ async def test_lease_is_granted_once_and_returns_the_input(conn: repo.Connection
 async def test_lease_is_fenced_by_attempt(conn: repo.Connection) -> None:
     run_id = await new_run(conn)
     ref = await new_worker_task(conn, run_id)
-    await repo.requeue_task(conn, run_id, retry(ref))
+    await repo.requeue_task(conn, ref, "flaky", not_before=SOON)
 
     assert await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w", ttl=30) is None
     assert await repo.acquire_lease(conn, run_id, ref.task_id, 1, owner="w", ttl=30) is not None
@@ -297,7 +306,7 @@ async def test_renew_is_fenced_by_owner_and_attempt(conn: repo.Connection) -> No
     assert renewed is not None and renewed > lease.expires_at
     assert await repo.renew_lease(conn, run_id, ref.task_id, 0, owner="w2", ttl=60) is None
     assert await repo.renew_lease(conn, run_id, ref.task_id, 1, owner="w1", ttl=60) is None
-    await repo.complete_task(conn, run_id, complete(ref))
+    await repo.complete_task(conn, ref, None)
     assert await repo.renew_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=60) is None
 
 
@@ -339,13 +348,11 @@ async def test_due_waits_returns_due_timers_oldest_first(conn: repo.Connection) 
         await repo.insert_task(
             conn,
             run_id,
-            CreateTask(
-                ids[node],
-                node,
-                NodeType.WAIT,
-                TaskState.WAITING,
-                wake_at=base + dt.timedelta(seconds=offset),
-            ),
+            ids[node],
+            node,
+            node_type=NodeType.WAIT,
+            state=TaskState.WAITING,
+            wake_at=base + dt.timedelta(seconds=offset),
         )
 
     due = [
@@ -373,6 +380,6 @@ async def test_lost_dispatches_skips_tasks_that_still_have_an_outbox_row(
     found = [d for d in await repo.lost_dispatches(conn, older_than=future) if d.run_id == run_id]
 
     assert [(d.task_id, d.state) for d in found] == [(lost.task_id, TaskState.PENDING)]
-    again = await repo.redispatch_task(conn, run_id, lost.task_id, 0, now=future)
+    again = await repo.redispatch_task(conn, run_id, lost.task_id, 0)
     assert again is not None and again.input == {"n": 1} and again.queue == "http"
-    assert await repo.redispatch_task(conn, run_id, lost.task_id, 3, now=future) is None
+    assert await repo.redispatch_task(conn, run_id, lost.task_id, 3) is None

@@ -89,36 +89,32 @@ class Harness:
     def states(self) -> dict[str, str]:
         return {k: v.state.value for k, v in sorted(self.mem.run.nodes.items())}
 
-    async def apply(self, event: Event, dag: WorkflowDAG | None = None) -> Transition:
-        return await self.mem.apply(event, dag=dag)
+    def apply(self, event: Event, dag: WorkflowDAG | None = None) -> Transition:
+        return self.mem.apply(event, dag=dag)
 
-    async def start(self, start_node: str | None = None) -> Transition:
-        return await self.apply(RunStarted(start_node))
+    def start(self, start_node: str | None = None) -> Transition:
+        return self.apply(RunStarted(start_node))
 
-    async def complete(self, node_id: str, output: Any = None) -> Transition:
+    def complete(self, node_id: str, output: Any = None) -> Transition:
         n = self.mem.run.nodes[node_id]
-        return await self.apply(
+        return self.apply(
             NodeCompleted(n.task_id, node_id, n.attempt, {} if output is None else output)
         )
 
-    async def fail(
-        self, node_id: str, error: str = "boom", *, permanent: bool = False
-    ) -> Transition:
+    def fail(self, node_id: str, error: str = "boom", *, permanent: bool = False) -> Transition:
         n = self.mem.run.nodes[node_id]
-        return await self.apply(
-            NodeFailed(n.task_id, node_id, n.attempt, error, permanent=permanent)
-        )
+        return self.apply(NodeFailed(n.task_id, node_id, n.attempt, error, permanent=permanent))
 
-    async def fire(self, node_id: str) -> Transition:
-        return await self.apply(TimerFired(self.mem.run.nodes[node_id].task_id, node_id))
+    def fire(self, node_id: str) -> Transition:
+        return self.apply(TimerFired(self.mem.run.nodes[node_id].task_id, node_id))
 
-    async def signal(self, name: str, payload: Any = None) -> Transition:
-        return await self.apply(SignalReceived(name, payload))
+    def signal(self, name: str, payload: Any = None) -> Transition:
+        return self.apply(SignalReceived(name, payload))
 
-    async def cancel(self, reason: str = "") -> Transition:
-        return await self.apply(RunCancelled(reason))
+    def cancel(self, reason: str = "") -> Transition:
+        return self.apply(RunCancelled(reason))
 
-    async def retry(
+    def retry(
         self,
         from_node: str,
         *,
@@ -126,7 +122,7 @@ class Harness:
         config: Any = None,
         dag: WorkflowDAG | None = None,
     ) -> Transition:
-        return await self.apply(RunRetried(from_node, input, config), dag=dag)
+        return self.apply(RunRetried(from_node, input, config), dag=dag)
 
 
 def dispatched(tr: Transition) -> list[str]:

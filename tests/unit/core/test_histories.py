@@ -10,12 +10,11 @@ before committing it — the point is that a person checked it.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 
 import pytest
 
@@ -55,13 +54,17 @@ def line(action: Action, now: dt.datetime) -> str:
             return f"create {action.node_id} {action.state}{branches}"
         case DispatchTask():
             delay = (action.not_before - now).total_seconds()
-            return f"dispatch {action.node_id} attempt {action.attempt} to {action.queue} in {delay:g}s"
+            return f"dispatch {action.node_id} to {action.queue} in {delay:g}s"
         case CompleteTask():
             return f"complete {action.node_id}"
         case FailTask():
             return f"fail {action.node_id}: {action.error}"
         case RetryTask():
-            return f"retry {action.node_id} after attempt {action.attempt}"
+            delay = (action.not_before - now).total_seconds()
+            return (
+                f"retry {action.node_id} after attempt {action.attempt}: "
+                f"attempt {action.next_attempt} to {action.queue} in {delay:g}s"
+            )
         case ResolveWait():
             return f"resolve {action.node_id} {action.state}"
         case BufferSignal():
@@ -80,7 +83,8 @@ def line(action: Action, now: dt.datetime) -> str:
                 else ""
             )
             return f"finish {action.status}{error}{output}"
-    raise AssertionError(f"no line for {action!r}")  # pragma: no cover
+        case _:
+            assert_never(action)
 
 
 def event_of(step: dict[str, Any], h: Harness) -> Event:
@@ -119,7 +123,7 @@ def event_of(step: dict[str, Any], h: Harness) -> Event:
     raise AssertionError(f"unknown event {kind!r}")
 
 
-async def replay(history: dict[str, Any]) -> list[dict[str, Any]]:
+def replay(history: dict[str, Any]) -> list[dict[str, Any]]:
     """Play a history's events and return its steps with what actually happened."""
     h = Harness(build_dag(parse_definition(history["definition"])), input=history.get("input", {}))
     played = []
@@ -127,7 +131,7 @@ async def replay(history: dict[str, Any]) -> list[dict[str, Any]]:
         h.now += dt.timedelta(seconds=step.get("advance_seconds", 0))
         result = {k: v for k, v in step.items() if k not in ("expect", "ignored", "rejected")}
         try:
-            tr = await h.apply(event_of(step, h))
+            tr = h.apply(event_of(step, h))
         except EventRejected as exc:
             result["rejected"] = type(exc).__name__
         else:
@@ -140,9 +144,9 @@ async def replay(history: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("path", sorted(HISTORIES.glob("*.json")), ids=lambda p: p.stem)
-async def test_history_replays(path: Path) -> None:
-    history = json.loads(path.read_bytes())  # noqa: ASYNC240 - a small fixture file
-    played = await replay(history)
+def test_history_replays(path: Path) -> None:
+    history = json.loads(path.read_bytes())
+    played = replay(history)
     for i, (want, got) in enumerate(zip(history["steps"], played, strict=True)):
         expected = {k: v for k, v in want.items() if k in ("expect", "ignored", "rejected")}
         actual = {k: v for k, v in got.items() if k in ("expect", "ignored", "rejected")}
@@ -157,6 +161,6 @@ if __name__ == "__main__":  # record: fill in what the machine does now
     for name in sys.argv[1:]:
         file = Path(name)
         data = json.loads(file.read_text())
-        data["steps"] = asyncio.run(replay(data))
+        data["steps"] = replay(data)
         file.write_text(json.dumps(data, indent=2) + "\n")
         print(f"recorded {file}: read it before you commit it")

@@ -1,4 +1,5 @@
-"""libs/core is pure: no I/O library, no clock, no id generation (DESIGN.md §2).
+"""libs/core is pure: no I/O library, no clock, no id generation (DESIGN.md §2), and
+synchronous: nothing in it can wait, so nothing can hold a connection mid-decision.
 
 Read with ``ast`` rather than imported, so a forbidden import is caught even in
 a branch no test runs.
@@ -24,6 +25,7 @@ PACKAGE = SRC / "composer_core"
 #: Top-level modules libs/core may never import: I/O, clocks, randomness, ids, processes.
 FORBIDDEN_MODULES = frozenset(
     {
+        "asyncio",
         "asyncpg",
         "psycopg",
         "psycopg2",
@@ -77,7 +79,9 @@ def dotted(node: ast.expr) -> str | None:
 
 def violations(tree: ast.AST) -> Iterator[tuple[int, str]]:
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.AsyncFunctionDef):
+            yield node.lineno, f"async def {node.name}"
+        elif isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.split(".")[0] in FORBIDDEN_MODULES:
                     yield node.lineno, f"import {alias.name}"
@@ -108,6 +112,8 @@ def test_core_modules_do_no_io_read_no_clock_and_make_no_ids(path: Path) -> None
     ("source", "expected"),
     [
         ("import asyncpg", "import asyncpg"),
+        ("async def apply(): ...", "async def apply"),
+        ("import asyncio", "import asyncio"),
         ("import redis.asyncio as r", "import redis.asyncio"),
         ("from grpc import aio", "from grpc import …"),
         ("import uuid6", "import uuid6"),

@@ -1,26 +1,33 @@
 """Every routing rule of the state machine (seed 001 §10 and the rules around it).
 
-Each test drives a run through MemoryRun, which builds a fresh Machine per
-event with an empty output cache, as the engine does after a reload.
+Each test drives a run through MemoryRun, which gives the machine a snapshot
+with no outputs or signals loaded and answers what it asks for, as the engine
+does after a reload.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 import pytest
 
-from composer_core.errors import InvalidRequest, RunActive, RunFinished, StoreError
-from composer_core.model import RunStatus, TaskState
+from composer_core.errors import InvalidRequest, RunActive, RunFinished
+from composer_core.memory import sequential_ids
+from composer_core.model import NodeType, RunStatus, TaskState
 from composer_core.statemachine import (
     CompleteTask,
+    Deps,
     DispatchTask,
     FailTask,
     FinishRun,
+    Machine,
+    Missing,
     NodeCompleted,
     NodeFailed,
     RetryTask,
     RunStarted,
+    Transition,
 )
 from tests.unit.core.harness import (
     Harness,
@@ -34,7 +41,7 @@ from tests.unit.core.harness import (
 )
 
 
-async def test_fork_join_waits_for_multi_node_branches() -> None:
+def test_fork_join_waits_for_multi_node_branches() -> None:
     # f → a1 → a2 ─┐
     #   → b1 ──────┴→ join
     h = Harness(
@@ -49,32 +56,32 @@ async def test_fork_join_waits_for_multi_node_branches() -> None:
             ],
         )
     )
-    tr = await h.start()
+    tr = h.start()
     assert created(tr, TaskState.COMPLETED) == ["f"]
     assert dispatched(tr) == ["a1", "b1"]
-    assert dispatched(await h.complete("a1")) == ["a2"]
-    assert dispatched(await h.complete("b1")) == []  # join still waits for a2
-    assert dispatched(await h.complete("a2")) == ["join"]
-    tr = await h.complete("join")
+    assert dispatched(h.complete("a1")) == ["a2"]
+    assert dispatched(h.complete("b1")) == []  # join still waits for a2
+    assert dispatched(h.complete("a2")) == ["join"]
+    tr = h.complete("join")
     assert of_type(tr, FinishRun) == [FinishRun(RunStatus.SUCCEEDED)]
 
 
-async def test_join_node_type_behaves_like_any_merge() -> None:
+def test_join_node_type_behaves_like_any_merge() -> None:
     h = Harness(
         make_dag(
             [node("f", "FORK"), task("a"), task("b"), node("j", "JOIN"), task("after")],
             [edge("f", "a"), edge("f", "b"), edge("a", "j"), edge("b", "j"), edge("j", "after")],
         )
     )
-    await h.start()
-    await h.complete("b", {"x": 1})
+    h.start()
+    h.complete("b", {"x": 1})
     assert h.state("j") is None
-    tr = await h.complete("a")
+    tr = h.complete("a")
     assert created(tr, TaskState.COMPLETED) == ["j"]
     assert dispatched(tr) == ["after"]
 
 
-async def test_switch_skips_untaken_branch_and_reconverges() -> None:
+def test_switch_skips_untaken_branch_and_reconverges() -> None:
     # p → s ─(n > 1)→ hi ─────────┐
     #       ─(n <= 1)→ lo → lo2 ──┴→ merge
     h = Harness(
@@ -90,30 +97,30 @@ async def test_switch_skips_untaken_branch_and_reconverges() -> None:
             ],
         )
     )
-    await h.start()
-    tr = await h.complete("p", {"n": 5})
+    h.start()
+    tr = h.complete("p", {"n": 5})
     assert created(tr, TaskState.COMPLETED) == ["s"]
     assert dispatched(tr) == ["hi"]
     assert created(tr, TaskState.SKIPPED) == ["lo", "lo2"]
     assert h.run.nodes["s"].branches == ("hi",)
-    assert dispatched(await h.complete("hi")) == ["merge"]
+    assert dispatched(h.complete("hi")) == ["merge"]
 
 
-async def test_switch_passes_its_predecessors_output_on() -> None:
+def test_switch_passes_its_predecessors_output_on() -> None:
     h = Harness(
         make_dag(
             [task("p"), node("s", "SWITCH"), task("x", {"v": "{{tasks.s.output.v}}"})],
             [edge("p", "s"), edge("s", "x")],
         )
     )
-    await h.start()
-    tr = await h.complete("p", {"v": 7})
+    h.start()
+    tr = h.complete("p", {"v": 7})
     (dispatch,) = of_type(tr, DispatchTask)
     assert dispatch.input == {"v": 7}
     assert h.mem.tasks["s"].output == {"v": 7}
 
 
-async def test_switch_selecting_nothing_skips_everything_below_and_succeeds() -> None:
+def test_switch_selecting_nothing_skips_everything_below_and_succeeds() -> None:
     h = Harness(
         make_dag(
             [task("p"), node("s", "SWITCH"), task("a"), task("b"), task("c")],
@@ -127,26 +134,26 @@ async def test_switch_selecting_nothing_skips_everything_below_and_succeeds() ->
         ),
         input={"go": False},
     )
-    await h.start()
-    tr = await h.complete("p")
+    h.start()
+    tr = h.complete("p")
     assert created(tr, TaskState.SKIPPED) == ["a", "b", "c"]
     assert h.run.nodes["s"].branches == ()
     assert of_type(tr, FinishRun) == [FinishRun(RunStatus.SUCCEEDED)]
 
 
-async def test_unconditional_edge_out_of_switch_is_always_taken() -> None:
+def test_unconditional_edge_out_of_switch_is_always_taken() -> None:
     h = Harness(
         make_dag(
             [node("s", "SWITCH"), task("always"), task("never")],
             [edge("s", "always"), edge("s", "never", "{{1 == 2}}")],
         )
     )
-    tr = await h.start()
+    tr = h.start()
     assert dispatched(tr) == ["always"]
     assert created(tr, TaskState.SKIPPED) == ["never"]
 
 
-async def test_join_uses_recorded_switch_decision() -> None:
+def test_join_uses_recorded_switch_decision() -> None:
     h = Harness(
         make_dag(
             [node("f", "FORK"), node("s", "SWITCH"), task("slow"), task("x"), task("j")],
@@ -160,13 +167,13 @@ async def test_join_uses_recorded_switch_decision() -> None:
         ),
         input={"flag": True},
     )
-    assert dispatched(await h.start()) == ["slow", "x"]
-    h.mem.run.input = {"flag": False}  # re-evaluating the condition now would deselect x
-    assert dispatched(await h.complete("slow")) == []
-    assert dispatched(await h.complete("x")) == ["j"]
+    assert dispatched(h.start()) == ["slow", "x"]
+    h.mem.run = dataclasses.replace(h.mem.run, input={"flag": False})  # deselects x if re-evaluated
+    assert dispatched(h.complete("slow")) == []
+    assert dispatched(h.complete("x")) == ["j"]
 
 
-async def test_switch_decision_reading_the_clock_is_made_once() -> None:
+def test_switch_decision_reading_the_clock_is_made_once() -> None:
     h = Harness(
         make_dag(
             [
@@ -188,30 +195,30 @@ async def test_switch_decision_reading_the_clock_is_made_once() -> None:
             ],
         )
     )
-    assert dispatched(await h.start()) == ["slow", "early"]
+    assert dispatched(h.start()) == ["slow", "early"]
     h.now += dt.timedelta(hours=2)
-    await h.complete("early")
-    assert dispatched(await h.complete("slow")) == ["j"]
+    h.complete("early")
+    assert dispatched(h.complete("slow")) == ["j"]
     assert h.state("late") is TaskState.SKIPPED
 
 
-async def test_outputs_are_loaded_only_when_referenced() -> None:
+def test_outputs_are_loaded_only_when_referenced() -> None:
     h = Harness(
         make_dag(
             [task("a"), task("b"), task("c", {"url": "{{tasks.a.output.url}}"})],
             [edge("a", "b"), edge("b", "c")],
         )
     )
-    await h.start()
-    await h.complete("a", {"url": "http://x"})
+    h.start()
+    h.complete("a", {"url": "http://x"})
     h.mem.loads.clear()
-    tr = await h.complete("b", {"huge": "x" * 10_000})
+    tr = h.complete("b", {"huge": "x" * 10_000})
     assert h.mem.loads == [["a"]]
     (dispatch,) = of_type(tr, DispatchTask)
     assert dispatch.input == {"url": "http://x"}
 
 
-async def test_dynamic_task_index_loads_every_reached_output() -> None:
+def test_dynamic_task_index_loads_every_reached_output() -> None:
     h = Harness(
         make_dag(
             [task("a"), task("b"), task("c", {"v": "{{tasks[input.pick].output.v}}"})],
@@ -219,82 +226,86 @@ async def test_dynamic_task_index_loads_every_reached_output() -> None:
         ),
         input={"pick": "a"},
     )
-    await h.start()
-    await h.complete("a", {"v": 1})
+    h.start()
+    h.complete("a", {"v": 1})
     h.mem.loads.clear()
-    tr = await h.complete("b", {"v": 2})
+    tr = h.complete("b", {"v": 2})
     assert h.mem.loads == [["a"]]  # b's own output is already at hand
     assert of_type(tr, DispatchTask)[0].input == {"v": 1}
 
 
-async def test_stale_and_duplicate_reports_are_ignored() -> None:
+def test_stale_and_duplicate_reports_are_ignored() -> None:
     h = Harness(make_dag([task("a"), task("b")], [edge("a", "b")]))
-    await h.start()
+    h.start()
     task_id = h.run.nodes["a"].task_id
 
-    tr = await h.apply(NodeCompleted(task_id, "a", 3, {}))
+    tr = h.apply(NodeCompleted(task_id, "a", 3, {}))
     assert tr.ignored and not tr.actions
-    tr = await h.apply(NodeCompleted("other", "a", 0, {}))
+    tr = h.apply(NodeCompleted("other", "a", 0, {}))
     assert tr.ignored and not tr.actions
-    tr = await h.apply(NodeCompleted(task_id, "b", 0, {}))  # a node not reached yet
+    tr = h.apply(NodeCompleted(task_id, "b", 0, {}))  # a node not reached yet
     assert tr.ignored and not tr.actions
-    await h.complete("a")
+    h.complete("a")
     before = h.states()
-    tr = await h.apply(NodeCompleted(task_id, "a", 0, {"again": True}))
+    tr = h.apply(NodeCompleted(task_id, "a", 0, {"again": True}))
     assert tr.ignored and not tr.actions
-    tr = await h.apply(NodeFailed(task_id, "a", 0, "late failure"))
+    tr = h.apply(NodeFailed(task_id, "a", 0, "late failure"))
     assert tr.ignored and not tr.actions
     assert h.states() == before
     assert h.mem.tasks["a"].output == {}
 
 
-async def test_failed_attempt_is_retried_with_exponential_backoff() -> None:
+def test_failed_attempt_is_retried_with_exponential_backoff() -> None:
     policy = {"max_attempts": 3, "initial_seconds": 2, "multiplier": 3, "max_seconds": 100}
     h = Harness(make_dag([task("a", retry=policy)]))
-    await h.start()
+    h.start()
     task_id = h.run.nodes["a"].task_id
 
-    tr = await h.fail("a", "timeout")
-    assert of_type(tr, RetryTask) == [RetryTask(task_id, "a", 0, "timeout")]
-    (dispatch,) = of_type(tr, DispatchTask)
-    assert (dispatch.attempt, dispatch.input, dispatch.not_before) == (
-        1,
-        None,
-        h.now + dt.timedelta(seconds=2),
+    tr = h.fail("a", "timeout")
+    assert tr.actions == (
+        RetryTask(
+            task_id,
+            "a",
+            NodeType.TASK,
+            0,
+            "timeout",
+            queue="work",
+            not_before=h.now + dt.timedelta(seconds=2),
+        ),
     )
-    assert h.run.nodes["a"].task_id == task_id  # the same task, a new attempt
+    assert (h.run.nodes["a"].task_id, h.run.nodes["a"].attempt) == (task_id, 1)  # a new attempt
 
-    (dispatch,) = of_type(await h.fail("a", "timeout"), DispatchTask)
-    assert (dispatch.attempt, dispatch.not_before) == (2, h.now + dt.timedelta(seconds=6))
+    (retry,) = of_type(h.fail("a", "timeout"), RetryTask)
+    assert (retry.next_attempt, retry.not_before) == (2, h.now + dt.timedelta(seconds=6))
 
-    tr = await h.fail("a", "timeout again")
+    tr = h.fail("a", "timeout again")
     assert of_type(tr, FailTask) == [FailTask(task_id, "a", 2, "timeout again")]
     assert of_type(tr, FinishRun) == [
         FinishRun(RunStatus.FAILED, error="node a failed: timeout again")
     ]
 
 
-async def test_report_of_a_superseded_attempt_is_stale() -> None:
+def test_report_of_a_superseded_attempt_is_stale() -> None:
     h = Harness(make_dag([task("a")]))
-    await h.start()
+    h.start()
     task_id = h.run.nodes["a"].task_id
-    await h.fail("a")
-    tr = await h.apply(NodeCompleted(task_id, "a", 0, {"late": True}))
+    h.fail("a")
+    tr = h.apply(NodeCompleted(task_id, "a", 0, {"late": True}))
     assert tr.ignored
-    tr = await h.complete("a", {"ok": True})
+    tr = h.complete("a", {"ok": True})
     assert of_type(tr, CompleteTask) == [CompleteTask(task_id, "a", 1, {"ok": True})]
 
 
-async def test_permanent_failure_is_not_retried() -> None:
+def test_permanent_failure_is_not_retried() -> None:
     h = Harness(make_dag([task("a", retry={"max_attempts": 5})]))
-    await h.start()
-    tr = await h.fail("a", "card declined", permanent=True)
+    h.start()
+    tr = h.fail("a", "card declined", permanent=True)
     assert [f.error for f in of_type(tr, FailTask)] == ["card declined"]
     assert not of_type(tr, RetryTask)
     assert h.status() is RunStatus.FAILED
 
 
-async def test_nothing_downstream_of_a_failure_runs_and_run_waits_for_other_branches() -> None:
+def test_nothing_downstream_of_a_failure_runs_and_run_waits_for_other_branches() -> None:
     h = Harness(
         make_dag(
             [
@@ -313,25 +324,25 @@ async def test_nothing_downstream_of_a_failure_runs_and_run_waits_for_other_bran
             ],
         )
     )
-    await h.start()
-    tr = await h.fail("a", "bad")
+    h.start()
+    tr = h.fail("a", "bad")
     assert not dispatched(tr)
     assert h.status() is RunStatus.RUNNING  # b is still with a worker
-    tr = await h.complete("b")
+    tr = h.complete("b")
     assert not dispatched(tr)
     assert of_type(tr, FinishRun) == [FinishRun(RunStatus.FAILED, error="node a failed: bad")]
     assert h.state("after_a") is None and h.state("j") is None
 
 
-async def test_condition_that_cannot_be_evaluated_fails_the_switch_and_the_run() -> None:
+def test_condition_that_cannot_be_evaluated_fails_the_switch_and_the_run() -> None:
     h = Harness(
         make_dag(
             [task("p"), node("s", "SWITCH"), task("x")],
             [edge("p", "s"), edge("s", "x", "{{tasks.p.output.missing.deeper}}")],
         )
     )
-    await h.start()
-    tr = await h.complete("p", {})
+    h.start()
+    tr = h.complete("p", {})
     assert created(tr, TaskState.FAILED) == ["s"]
     (finish,) = of_type(tr, FinishRun)
     assert finish.status is RunStatus.FAILED
@@ -342,12 +353,12 @@ async def test_condition_that_cannot_be_evaluated_fails_the_switch_and_the_run()
     )
 
 
-async def test_input_that_cannot_be_resolved_fails_the_node() -> None:
+def test_input_that_cannot_be_resolved_fails_the_node() -> None:
     h = Harness(
         make_dag([task("a"), task("b", {"n": "{{tasks.a.output.n + 1}}"})], [edge("a", "b")])
     )
-    await h.start()
-    tr = await h.complete("a", {"n": "seven"})
+    h.start()
+    tr = h.complete("a", {"n": "seven"})
     assert created(tr, TaskState.FAILED) == ["b"]
     assert not dispatched(tr)
     assert (
@@ -357,26 +368,45 @@ async def test_input_that_cannot_be_resolved_fails_the_node() -> None:
     assert h.status() is RunStatus.FAILED
 
 
-async def test_store_error_is_transient_and_persists_nothing() -> None:
-    h = Harness(
-        make_dag(
-            [task("a"), task("b"), task("c", {"v": "{{tasks.a.output}}"})],
-            [edge("a", "b"), edge("b", "c")],
-        )
+def test_missing_outputs_are_asked_for_and_the_snapshot_is_never_changed() -> None:
+    dag = make_dag(
+        [task("a"), task("b"), task("c", {"v": "{{tasks.a.output}}"})],
+        [edge("a", "b"), edge("b", "c")],
     )
-    await h.start()
-    await h.complete("a", {"v": 1})
+    h = Harness(dag)
+    h.start()
+    h.complete("a", {"v": 1})
+    snapshot = h.run
+    nodes = dict(snapshot.nodes)
+    event = NodeCompleted(snapshot.nodes["b"].task_id, "b", 0, {})
+    machine = Machine(dag, Deps(h.now, sequential_ids("x")))
 
-    h.mem.fault = ConnectionError("database went away")
-    before = h.states()
-    with pytest.raises(StoreError, match="database went away"):
-        await h.complete("b")
-    assert h.states() == before
-    h.mem.fault = None
-    assert dispatched(await h.complete("b")) == ["c"]  # the same event, applied again, works
+    assert machine.apply(snapshot, event) == Missing(outputs=frozenset({"a"}))
+    assert snapshot.nodes == nodes and not snapshot.outputs  # nothing decided, nothing changed
+
+    tr = machine.apply(snapshot.with_data({"a": {"v": 1}}), event)
+    assert isinstance(tr, Transition)
+    assert dispatched(tr) == ["c"] and of_type(tr, DispatchTask)[0].input == {"v": {"v": 1}}
+    assert tr.run.nodes["b"].state is TaskState.COMPLETED and tr.run.nodes["c"]
+    assert snapshot.nodes == nodes  # the new run is a new value
 
 
-async def test_dispatch_carries_queue_type_timeout_and_resolved_input() -> None:
+def test_buffered_signals_are_asked_for_only_when_a_wait_for_event_parks() -> None:
+    dag = make_dag([task("a"), node("w", "WAIT_FOR_EVENT", {"event": "paid"})], [edge("a", "w")])
+    h = Harness(dag)
+    h.start()
+    h.signal("paid", {"n": 1})
+    assert h.mem.signal_loads == 0  # nothing waited: buffered without reading the buffer
+    machine = Machine(dag, Deps(h.now, sequential_ids("x")))
+    event = NodeCompleted(h.run.nodes["a"].task_id, "a", 0, {})
+    assert machine.apply(h.run, event) == Missing(signals=True)
+
+    h.complete("a")
+    assert h.mem.signal_loads == 1
+    assert h.state("w") is TaskState.COMPLETED and h.status() is RunStatus.SUCCEEDED
+
+
+def test_dispatch_carries_queue_type_timeout_and_resolved_input() -> None:
     h = Harness(
         make_dag(
             [
@@ -400,35 +430,35 @@ async def test_dispatch_carries_queue_type_timeout_and_resolved_input() -> None:
         ),
         input={"base": "https://api.example.com", "id": 42},
     )
-    (d,) = of_type(await h.start(), DispatchTask)
+    (d,) = of_type(h.start(), DispatchTask)
     assert (d.queue, d.node_type, d.timeout_seconds, d.input) == (
         "http",
         "HTTP",
         9,
         {"url": "https://api.example.com/items/42"},
     )
-    (d,) = of_type(await h.complete("get"), DispatchTask)
+    (d,) = of_type(h.complete("get"), DispatchTask)
     assert d.queue == "python"
     assert d.input == {
         "code": "def main(input):\n    return {'x': f'{{input}}'}\n",
         "input": {"n": 42},
     }
-    (d,) = of_type(await h.complete("py"), DispatchTask)
+    (d,) = of_type(h.complete("py"), DispatchTask)
     assert (d.queue, d.input) == ("billing", {"id": 42})
 
 
-async def test_config_and_run_roots_are_visible_to_templates() -> None:
+def test_config_and_run_roots_are_visible_to_templates() -> None:
     h = Harness(
         make_dag(
             [task("a", {"env": "{{config.env}}", "run": "{{run.id}}", "wf": "{{run.workflow_id}}"})]
         ),
         config={"env": "prod"},
     )
-    (d,) = of_type(await h.start(), DispatchTask)
+    (d,) = of_type(h.start(), DispatchTask)
     assert d.input == {"env": "prod", "run": "run-1", "wf": "wf"}
 
 
-async def test_run_output_template_is_evaluated_when_the_run_succeeds() -> None:
+def test_run_output_template_is_evaluated_when_the_run_succeeds() -> None:
     h = Harness(
         make_dag(
             [task("a"), task("b")],
@@ -436,16 +466,16 @@ async def test_run_output_template_is_evaluated_when_the_run_succeeds() -> None:
             output={"total": "{{tasks.a.output.n + tasks.b.output.n}}"},
         )
     )
-    await h.start()
-    await h.complete("a", {"n": 2})
-    tr = await h.complete("b", {"n": 3})
+    h.start()
+    h.complete("a", {"n": 2})
+    tr = h.complete("b", {"n": 3})
     assert of_type(tr, FinishRun) == [FinishRun(RunStatus.SUCCEEDED, output={"total": 5})]
 
 
-async def test_run_output_that_cannot_be_evaluated_fails_the_run() -> None:
+def test_run_output_that_cannot_be_evaluated_fails_the_run() -> None:
     h = Harness(make_dag([task("a")], output="{{tasks.a.output.missing}}"))
-    await h.start()
-    (finish,) = of_type(await h.complete("a", {}), FinishRun)
+    h.start()
+    (finish,) = of_type(h.complete("a", {}), FinishRun)
     assert (
         finish.status is RunStatus.FAILED
         and finish.error is not None
@@ -453,18 +483,18 @@ async def test_run_output_that_cannot_be_evaluated_fails_the_run() -> None:
     )
 
 
-async def test_start_node_override_and_double_start() -> None:
+def test_start_node_override_and_double_start() -> None:
     h = Harness(make_dag([task("a"), task("b")], [edge("a", "b")]))
-    assert dispatched(await h.start("b")) == ["b"]
+    assert dispatched(h.start("b")) == ["b"]
     with pytest.raises(InvalidRequest, match="already started"):
-        await h.start()
+        h.start()
     with pytest.raises(InvalidRequest, match="start node 'nope'"):
-        await Harness(make_dag([task("a")])).start("nope")
+        Harness(make_dag([task("a")])).start("nope")
 
 
-async def test_control_only_workflow_succeeds_at_start() -> None:
+def test_control_only_workflow_succeeds_at_start() -> None:
     h = Harness(make_dag([node("f", "FORK"), node("j", "JOIN")], [edge("f", "j")]))
-    tr = await h.start()
+    tr = h.start()
     assert created(tr, TaskState.COMPLETED) == ["f", "j"]
     assert h.status() is RunStatus.SUCCEEDED
 
@@ -472,19 +502,19 @@ async def test_control_only_workflow_succeeds_at_start() -> None:
 # -- waits -----------------------------------------------------------------
 
 
-async def test_wait_parks_until_its_timer_fires() -> None:
+def test_wait_parks_until_its_timer_fires() -> None:
     h = Harness(
         make_dag([node("w", "WAIT", {"duration_seconds": 30}), task("after")], [edge("w", "after")])
     )
-    tr = await h.start()
+    tr = h.start()
     assert created(tr, TaskState.WAITING) == ["w"]
     assert h.mem.tasks["w"].wake_at == h.now + dt.timedelta(seconds=30)
     assert h.status() is RunStatus.RUNNING
     h.now += dt.timedelta(seconds=30)
-    tr = await h.fire("w")
+    tr = h.fire("w")
     assert h.mem.tasks["w"].output == {"woke_at": "2026-01-01T12:00:30Z"}
     assert dispatched(tr) == ["after"]
-    assert (await h.fire("w")).ignored  # a second firing changes nothing
+    assert (h.fire("w")).ignored  # a second firing changes nothing
 
 
 @pytest.mark.parametrize(
@@ -496,36 +526,36 @@ async def test_wait_parks_until_its_timer_fires() -> None:
     ],
     ids=["zero", "past", "templated-zero"],
 )
-async def test_wait_already_due_completes_inline(spec: dict[str, object]) -> None:
+def test_wait_already_due_completes_inline(spec: dict[str, object]) -> None:
     h = Harness(
         make_dag([node("w", "WAIT", spec), task("after")], [edge("w", "after")]), input={"delay": 0}
     )
-    tr = await h.start()
+    tr = h.start()
     assert created(tr, TaskState.COMPLETED) == ["w"]
     assert dispatched(tr) == ["after"]
 
 
-async def test_wait_until_and_templated_duration() -> None:
+def test_wait_until_and_templated_duration() -> None:
     h = Harness(make_dag([node("w", "WAIT", {"until": "2026-01-01T14:00:00+01:00"})]))
-    await h.start()
+    h.start()
     assert h.mem.tasks["w"].wake_at == dt.datetime(2026, 1, 1, 13, 0, tzinfo=dt.UTC)
     h = Harness(
         make_dag([node("w", "WAIT", {"duration_seconds": "{{input.d}}"})]), input={"d": "1.5"}
     )
-    await h.start()
+    h.start()
     assert h.mem.tasks["w"].wake_at == h.now + dt.timedelta(seconds=1.5)
 
 
-async def test_wait_with_bad_resolved_duration_fails_the_node() -> None:
+def test_wait_with_bad_resolved_duration_fails_the_node() -> None:
     h = Harness(
         make_dag([node("w", "WAIT", {"duration_seconds": "{{input.d}}"})]), input={"d": "soon"}
     )
-    tr = await h.start()
+    tr = h.start()
     assert created(tr, TaskState.FAILED) == ["w"]
     assert "duration_seconds" in (h.mem.tasks["w"].error or "")
 
 
-async def test_signal_resolves_a_waiting_node_with_its_payload() -> None:
+def test_signal_resolves_a_waiting_node_with_its_payload() -> None:
     h = Harness(
         make_dag(
             [
@@ -535,59 +565,59 @@ async def test_signal_resolves_a_waiting_node_with_its_payload() -> None:
             [edge("w", "ship")],
         )
     )
-    await h.start()
+    h.start()
     assert h.run.nodes["w"].awaited_signal == "paid"
     assert h.mem.tasks["w"].wake_at is None  # no timeout
-    tr = await h.signal("paid", {"amount": 12})
+    tr = h.signal("paid", {"amount": 12})
     assert tr.signal_delivered
     assert of_type(tr, DispatchTask)[0].input == {"amount": 12}
     assert h.mem.tasks["w"].output == {"amount": 12}
 
 
-async def test_signal_without_payload_outputs_empty_map() -> None:
+def test_signal_without_payload_outputs_empty_map() -> None:
     h = Harness(make_dag([node("w", "WAIT_FOR_EVENT", {"event": "go"})]))
-    await h.start()
-    await h.signal("go")
+    h.start()
+    h.signal("go")
     assert h.mem.tasks["w"].output == {}
     assert h.status() is RunStatus.SUCCEEDED
 
 
-async def test_wait_for_event_times_out_and_fails_the_run() -> None:
+def test_wait_for_event_times_out_and_fails_the_run() -> None:
     h = Harness(
         make_dag(
             [node("w", "WAIT_FOR_EVENT", {"event": "paid", "timeout_seconds": 60}), task("after")],
             [edge("w", "after")],
         )
     )
-    await h.start()
+    h.start()
     assert h.mem.tasks["w"].wake_at == h.now + dt.timedelta(seconds=60)
-    tr = await h.fire("w")
+    tr = h.fire("w")
     assert not dispatched(tr)
     (finish,) = of_type(tr, FinishRun)
     assert finish.status is RunStatus.FAILED
     assert finish.error == "node w failed: timed out waiting for event 'paid'"
-    assert (await h.fire("w")).ignored
+    assert (h.fire("w")).ignored
 
 
-async def test_early_signal_is_buffered_and_consumed_when_the_node_is_reached() -> None:
+def test_early_signal_is_buffered_and_consumed_when_the_node_is_reached() -> None:
     h = Harness(
         make_dag(
             [task("a"), node("w", "WAIT_FOR_EVENT", {"event": "paid"}), task("b")],
             [edge("a", "w"), edge("w", "b")],
         )
     )
-    await h.start()
-    tr = await h.signal("paid", {"n": 1})
+    h.start()
+    tr = h.signal("paid", {"n": 1})
     assert not tr.signal_delivered
     assert [s.name for s, consumed in h.mem.signals if not consumed] == ["paid"]
-    tr = await h.complete("a")
+    tr = h.complete("a")
     assert created(tr, TaskState.COMPLETED) == ["w"]
     assert dispatched(tr) == ["b"]
     assert h.mem.tasks["w"].output == {"n": 1}
     assert all(consumed for _, consumed in h.mem.signals)
 
 
-async def test_buffered_signals_are_consumed_oldest_first_once_each() -> None:
+def test_buffered_signals_are_consumed_oldest_first_once_each() -> None:
     h = Harness(
         make_dag(
             [
@@ -600,17 +630,17 @@ async def test_buffered_signals_are_consumed_oldest_first_once_each() -> None:
             [edge("a", "f"), edge("f", "w1"), edge("f", "w2"), edge("f", "w3")],
         )
     )
-    await h.start()
-    await h.signal("e", {"n": 1})
-    await h.signal("e", {"n": 2})
-    await h.complete("a")
+    h.start()
+    h.signal("e", {"n": 1})
+    h.signal("e", {"n": 2})
+    h.complete("a")
     assert (h.mem.tasks["w1"].output, h.mem.tasks["w2"].output) == ({"n": 1}, {"n": 2})
     assert h.state("w3") is TaskState.WAITING  # two signals, two consumers
-    tr = await h.signal("e", {"n": 3})
+    tr = h.signal("e", {"n": 3})
     assert tr.signal_delivered and h.mem.tasks["w3"].output == {"n": 3}
 
 
-async def test_signal_goes_to_the_oldest_waiter() -> None:
+def test_signal_goes_to_the_oldest_waiter() -> None:
     h = Harness(
         make_dag(
             [
@@ -621,95 +651,95 @@ async def test_signal_goes_to_the_oldest_waiter() -> None:
             [edge("f", "w2"), edge("f", "w1")],  # w2 parks first, so it is the oldest
         )
     )
-    await h.start()
-    await h.signal("e", {"to": "first"})
+    h.start()
+    h.signal("e", {"to": "first"})
     assert h.state("w2") is TaskState.COMPLETED and h.state("w1") is TaskState.WAITING
 
 
-async def test_signal_rules() -> None:
+def test_signal_rules() -> None:
     h = Harness(make_dag([task("a")]))
-    await h.start()
+    h.start()
     with pytest.raises(InvalidRequest):
-        await h.signal("  ")
-    await h.complete("a")
+        h.signal("  ")
+    h.complete("a")
     with pytest.raises(RunFinished):
-        await h.signal("late")
+        h.signal("late")
 
 
 # -- cancel and retry --------------------------------------------------------
 
 
-async def test_cancel_fails_active_tasks_and_ignores_late_reports() -> None:
+def test_cancel_fails_active_tasks_and_ignores_late_reports() -> None:
     h = Harness(
         make_dag(
             [node("f", "FORK"), task("a"), node("w", "WAIT", {"duration_seconds": 60}), task("b")],
             [edge("f", "a"), edge("f", "w"), edge("a", "b")],
         )
     )
-    await h.start()
-    tr = await h.cancel("customer asked")
+    h.start()
+    tr = h.cancel("customer asked")
     assert of_type(tr, FinishRun) == [FinishRun(RunStatus.CANCELLED, error="customer asked")]
     assert h.states() == {"a": "FAILED", "f": "COMPLETED", "w": "FAILED"}
     assert h.mem.tasks["a"].error == "customer asked"
     a = h.run.nodes["a"]
-    assert (await h.apply(NodeCompleted(a.task_id, "a", 0, {}))).ignored
-    assert (await h.fire("w")).ignored
+    assert (h.apply(NodeCompleted(a.task_id, "a", 0, {}))).ignored
+    assert (h.fire("w")).ignored
     with pytest.raises(RunFinished):
-        await h.cancel()
+        h.cancel()
 
 
-async def test_retry_is_refused_while_tasks_are_active() -> None:
+def test_retry_is_refused_while_tasks_are_active() -> None:
     h = Harness(make_dag([task("a")]))
-    await h.start()
+    h.start()
     with pytest.raises(RunActive, match="cancel it before retrying"):
-        await h.retry("a")
+        h.retry("a")
 
 
-async def test_retry_from_node_resets_it_and_its_descendants() -> None:
+def test_retry_from_node_resets_it_and_its_descendants() -> None:
     h = Harness(
         make_dag(
             [task("a"), task("b", retry={"max_attempts": 1}), task("c"), task("d")],
             [edge("a", "b"), edge("b", "c"), edge("a", "d")],
         )
     )
-    await h.start()
-    await h.complete("a", {"v": 1})
-    await h.complete("d")
-    await h.fail("b", "flaky")
+    h.start()
+    h.complete("a", {"v": 1})
+    h.complete("d")
+    h.fail("b", "flaky")
     assert h.status() is RunStatus.FAILED
     old_b = h.run.nodes["b"].task_id
 
-    tr = await h.retry("b")
+    tr = h.retry("b")
     assert dispatched(tr) == ["b"]
     assert h.status() is RunStatus.RUNNING
     assert h.run.nodes["b"].task_id != old_b and h.run.nodes["b"].attempt == 0
     assert h.state("a") is TaskState.COMPLETED and h.state("d") is TaskState.COMPLETED  # untouched
-    assert dispatched(await h.complete("b")) == ["c"]
-    await h.complete("c")
+    assert dispatched(h.complete("b")) == ["c"]
+    h.complete("c")
     assert h.status() is RunStatus.SUCCEEDED and h.mem.error is None
 
 
-async def test_retry_with_new_input_uses_it() -> None:
+def test_retry_with_new_input_uses_it() -> None:
     h = Harness(
         make_dag([task("a", {"n": "{{input.n}}"}, retry={"max_attempts": 1})]), input={"n": 1}
     )
-    await h.start()
-    await h.fail("a")
-    tr = await h.retry("a", input={"n": 2})
+    h.start()
+    h.fail("a")
+    tr = h.retry("a", input={"n": 2})
     assert of_type(tr, DispatchTask)[0].input == {"n": 2}
     assert h.run.input == {"n": 2}
 
 
-async def test_retry_of_a_cancelled_run_and_unknown_node() -> None:
+def test_retry_of_a_cancelled_run_and_unknown_node() -> None:
     h = Harness(make_dag([task("a")]))
-    await h.start()
-    await h.cancel()
+    h.start()
+    h.cancel()
     with pytest.raises(InvalidRequest, match="node 'zz'"):
-        await h.retry("zz")
-    assert dispatched(await h.retry("a")) == ["a"]
+        h.retry("zz")
+    assert dispatched(h.retry("a")) == ["a"]
 
 
-async def test_retry_moves_the_run_to_another_version() -> None:
+def test_retry_moves_the_run_to_another_version() -> None:
     v1 = make_dag(
         [task("a"), task("b", retry={"max_attempts": 1}), task("old")],
         [edge("a", "b"), edge("a", "old")],
@@ -720,21 +750,21 @@ async def test_retry_moves_the_run_to_another_version() -> None:
         version=2,
     )
     h = Harness(v1)
-    await h.start()
-    await h.complete("a")
-    await h.complete("old")
-    await h.fail("b")
-    tr = await h.retry("b", dag=v2)
+    h.start()
+    h.complete("a")
+    h.complete("old")
+    h.fail("b")
+    tr = h.retry("b", dag=v2)
     assert h.run.version == 2
     assert "old" not in h.run.nodes  # v2 has no such node
     assert of_type(tr, DispatchTask)[0].input == {"fixed": True}
-    assert dispatched(await h.complete("b")) == ["new"]
-    await h.complete("new")
+    assert dispatched(h.complete("b")) == ["new"]
+    h.complete("new")
     assert h.status() is RunStatus.SUCCEEDED
 
 
-async def test_events_on_a_fresh_run_that_name_no_task_are_ignored() -> None:
+def test_events_on_a_fresh_run_that_name_no_task_are_ignored() -> None:
     h = Harness(make_dag([task("a")]))
     for event in (NodeCompleted("x", "a", 0, {}), NodeFailed("x", "a", 0, "e")):
-        assert (await h.apply(event)).ignored
-    assert dispatched(await h.apply(RunStarted())) == ["a"]
+        assert (h.apply(event)).ignored
+    assert dispatched(h.apply(RunStarted())) == ["a"]

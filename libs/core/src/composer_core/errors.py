@@ -5,7 +5,6 @@ The hierarchy, so callers can catch at the depth they need::
     CoreError
     ├── DefinitionInvalid      a workflow definition failed validation (every problem listed)
     ├── TemplateError          a template failed to compile or evaluate
-    ├── StoreError             the injected Store failed: transient, retry the event
     └── EventRejected          the event cannot apply to this run; retrying gives the same answer
         ├── InvalidRequest     malformed event, unknown node, …        (API: 400)
         ├── RunFinished        the run is terminal                     (API: 409)
@@ -48,10 +47,6 @@ class DefinitionInvalid(CoreError):
 
 class TemplateError(CoreError):
     """A template could not be compiled or evaluated; the message says which and why."""
-
-
-class StoreError(CoreError):
-    """The Store failed while the machine was deciding. Transient: apply the event again."""
 
 
 class EventRejected(CoreError):

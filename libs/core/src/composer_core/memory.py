@@ -2,17 +2,19 @@
 
 It plays the engine's part without a database: persists what actions write
 (task inputs and outputs, buffered signals, the run's status and output) and
-builds a fresh Machine per event with an empty output cache, so outputs are
-reachable only through the Store, exactly as after a reload from PostgreSQL.
-Used by the unit and property tests, the benchmarks and ``make run``'s
-simulation. Clock and ids are injected like everywhere in the core.
+hands the machine a snapshot with no outputs and no signals loaded, then
+answers its ``Missing`` the way the engine does — exactly as after a reload
+from PostgreSQL. Used by the unit and property tests, the benchmarks and
+``make simulate``. Clock and ids are injected like everywhere in the core.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import assert_never
 
 from composer_core.model import RunStatus, TaskState, WorkflowDAG
 from composer_core.statemachine import (
@@ -27,7 +29,7 @@ from composer_core.statemachine import (
     FailTask,
     FinishRun,
     Machine,
-    NodeState,
+    Missing,
     ReopenRun,
     ResolveWait,
     RetryTask,
@@ -65,10 +67,10 @@ class MemoryRun:
     signals: list[tuple[Signal, bool]] = field(default_factory=list)  # (signal, consumed)
     output: Json = None
     error: str | None = None
-    #: Node ids of every Store.outputs call, in order: lets tests see lazy loading.
+    #: Node ids of every outputs load, in order: lets tests see what the machine asked for.
     loads: list[list[str]] = field(default_factory=list)
-    #: When set, every Store call raises it: a database outage in the middle of a decision.
-    fault: Exception | None = None
+    #: How many times the signals were loaded.
+    signal_loads: int = 0
 
     @classmethod
     def create(
@@ -84,35 +86,35 @@ class MemoryRun:
         run = Run(run_id, dag.workflow_id, dag.version, RunStatus.RUNNING, input, config)
         return cls(dag, run, now, new_id)
 
-    async def apply(self, event: Event, *, dag: WorkflowDAG | None = None) -> Transition:
+    def apply(self, event: Event, *, dag: WorkflowDAG | None = None) -> Transition:
         """Apply one event as the engine would; on error nothing is persisted."""
-        self.run.outputs.clear()  # a reloaded snapshot caches nothing
-        snapshot = _copy(self.run)
-        machine = Machine(dag or self.dag, snapshot, Deps(self, self.now, self.new_id))
-        transition = await machine.apply(event)
-        if transition.ignored is None:
-            self._persist(transition)
-            snapshot.outputs.clear()
-            self.run = snapshot
+        machine = Machine(dag or self.dag, Deps(self.now(), self.new_id))
+        snapshot = self.run  # stored without outputs or signals, as a reload gives it
+        for _ in range(len(self.tasks) + 2):  # each round loads something new
+            result = machine.apply(snapshot, event)
+            if isinstance(result, Transition):
+                break
+            snapshot = self._load(snapshot, result)
+        else:  # pragma: no cover - a machine that keeps asking is a bug
+            raise AssertionError(f"the machine keeps asking for data: {result}")
+        if result.ignored is None:
+            self._persist(result)
+            self.run = dataclasses.replace(result.run, outputs={}, signals=None)
             if dag is not None:
                 self.dag = dag
-        return transition
+        return result
 
-    # -- Store ---------------------------------------------------------------
-
-    async def outputs(self, node_ids: Collection[str]) -> Mapping[str, Json]:
-        if self.fault is not None:
-            raise self.fault
-        self.loads.append(sorted(node_ids))
-        return {n: self.tasks[n].output for n in node_ids if n in self.tasks}
-
-    async def pending_signal(self, name: str, exclude: Collection[str]) -> Signal | None:
-        if self.fault is not None:
-            raise self.fault
-        for signal, consumed in self.signals:
-            if signal.name == name and not consumed and signal.signal_id not in exclude:
-                return signal
-        return None
+    def _load(self, snapshot: Run, missing: Missing) -> Run:
+        outputs: dict[str, Json] = {}
+        if missing.outputs:
+            ids = sorted(missing.outputs)
+            self.loads.append(ids)
+            outputs = {n: self.tasks[n].output if n in self.tasks else None for n in ids}
+        signals = None
+        if missing.signals:
+            self.signal_loads += 1
+            signals = tuple(s for s, consumed in self.signals if not consumed)
+        return snapshot.with_data(outputs, signals)
 
     # -- persisting ----------------------------------------------------------
 
@@ -142,7 +144,7 @@ class MemoryRun:
                 case RetryTask():
                     record = self._task(action.node_id, action.task_id)
                     record.state, record.error = TaskState.PENDING, action.error
-                    record.attempt = action.attempt + 1
+                    record.attempt, record.not_before = action.next_attempt, action.not_before
                 case ResolveWait():
                     record = self._task(action.node_id, action.task_id)
                     record.state, record.output, record.error = (
@@ -173,6 +175,8 @@ class MemoryRun:
                             record.state, record.error = TaskState.FAILED, action.reason
                 case FinishRun():
                     self.output, self.error = action.output, action.error
+                case _:
+                    assert_never(action)
 
     def _task(self, node_id: str, task_id: str) -> TaskRecord:
         record = self.tasks[node_id]
@@ -181,14 +185,6 @@ class MemoryRun:
                 f"action for task {task_id} but node {node_id} has {record.task_id}"
             )
         return record
-
-
-def _copy(run: Run) -> Run:
-    nodes = {
-        k: NodeState(v.task_id, v.state, v.attempt, v.branches, v.awaited_signal, v.error)
-        for k, v in run.nodes.items()
-    }
-    return Run(run.run_id, run.workflow_id, run.version, run.status, run.input, run.config, nodes)
 
 
 def sequential_ids(prefix: str = "t") -> Callable[[], str]:

@@ -2,7 +2,14 @@
 
 from composer_engine._definitions import DefinitionCache
 from composer_engine._engine import Engine, LeaseGrant, Started, utcnow
-from composer_engine.errors import BadRequest, Conflict, EngineError, NotFound, Unavailable
+from composer_engine.errors import (
+    BadRequest,
+    Conflict,
+    EngineError,
+    Internal,
+    NotFound,
+    Unavailable,
+)
 
 __all__ = [
     "BadRequest",
@@ -10,6 +17,7 @@ __all__ = [
     "DefinitionCache",
     "Engine",
     "EngineError",
+    "Internal",
     "LeaseGrant",
     "NotFound",
     "Started",

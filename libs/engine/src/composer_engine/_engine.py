@@ -2,10 +2,15 @@
 lock → decide → persist → commit in one transaction (seed 000).
 
 The run's row lock (``load_run``) serializes the events of one run, so two
-workers finishing two branches at once cannot both miss the join. Clock and
-ids come from here (the core takes them injected); a transient database
-failure rolls the transaction back and the whole event is applied again on a
-fresh snapshot, with backoff.
+workers finishing two branches at once cannot both miss the join. The lock
+query also returns the transaction's clock: the machine decides at that time,
+so every time persisted comes from the database. Ids come from here.
+
+Errors tell the truth: a lost connection rolls the transaction back and the
+whole event is applied again on a fresh snapshot, with backoff (Unavailable
+once it keeps failing); a stale snapshot is retried once; anything else that
+is not the caller's fault — an exception from the machine, a repository error,
+a second stale snapshot — is a bug: one ALERT line, then Internal.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any, TypeVar
 
 import composer_repo as repo
 from composer_common import hints, ids
+from composer_common.logs import alert
 from composer_common.telemetry import tracer
 from composer_core import errors as core_errors
 from composer_core.model import RunStatus, WorkflowDAG
@@ -26,6 +32,7 @@ from composer_core.statemachine import (
     Deps,
     Event,
     Machine,
+    Missing,
     NodeCompleted,
     NodeFailed,
     Run,
@@ -45,10 +52,12 @@ from composer_engine.errors import (
     BadRequest,
     Conflict,
     EngineError,
+    Internal,
     NotFound,
     StaleSnapshot,
     Unavailable,
 )
+from composer_rpc.codes import ErrorCode
 
 log = logging.getLogger("composer.engine")
 T = TypeVar("T")
@@ -68,6 +77,8 @@ class LeaseGrant:
     reason: str = ""
     input: Json = None
     expires_at: dt.datetime | None = None
+    #: The node's retry policy bound: the handler knows when it runs its last attempt.
+    max_attempts: int = 0
 
 
 def utcnow() -> dt.datetime:
@@ -146,8 +157,9 @@ class Engine:
                 RunStatus.RUNNING,
                 input if input is not None else {},
                 config,
+                signals=(),
             )
-            await self._decide(tx, dag, run, RunStarted(start_node))
+            await self._decide(tx, dag, repo.LockedRun(run, started.now), RunStarted(start_node))
             tx.after_commit(
                 lambda: log.info("run %s of %s v%d started", new_run_id, workflow_id, dag.version)
             )
@@ -181,22 +193,22 @@ class Engine:
 
         async def attempt(tx: Tx) -> Transition | None:
             if skip_locked:
-                run = await repo.try_load_run(tx.conn, run_id)
-                if run is None:
+                locked = await repo.try_load_run(tx.conn, run_id)
+                if locked is None:
                     return None
             else:
-                run = await repo.load_run(tx.conn, run_id)
+                locked = await repo.load_run(tx.conn, run_id)
             if reporter is not None and isinstance(event, NodeCompleted | NodeFailed):
                 holder = await repo.lease_owner(tx.conn, run_id, event.task_id, event.attempt)
                 if holder != reporter:
                     reason = f"{reporter} does not hold the lease of {event.node_id} attempt {event.attempt}"
-                    return Transition([], ignored=reason)
+                    return Transition((), locked.run, ignored=reason)
             if guard is not None:
                 refused = await guard(tx)
                 if refused is not None:
-                    return Transition([], ignored=refused)
-            dag = await self.definitions.get(tx.conn, run.workflow_id, run.version)
-            return await self._decide(tx, dag, run, event)
+                    return Transition((), locked.run, ignored=refused)
+            dag = await self.definitions.get(tx.conn, locked.run.workflow_id, locked.run.version)
+            return await self._decide(tx, dag, locked, event)
 
         return await self._in_tx(attempt)
 
@@ -259,7 +271,7 @@ class Engine:
             return f"the lease of {node_id} attempt {attempt} was renewed, taken over or released"
 
         event = NodeFailed(
-            task_id, node_id, attempt, f"lease expired (held by {owner})", "LEASE_EXPIRED"
+            task_id, node_id, attempt, f"lease expired (held by {owner})", ErrorCode.LEASE_EXPIRED
         )
         tr = await self._handle(run_id, event, guard=still_expired)
         return tr is not None and tr.ignored is None
@@ -273,7 +285,7 @@ class Engine:
         async def attempt_tx(tx: Tx) -> bool:
             run = await repo.get_run(tx.conn, run_id)
             dag = await self.definitions.get(tx.conn, run.workflow_id, run.version)
-            again = await repo.redispatch_task(tx.conn, run_id, task_id, attempt, now=self._clock())
+            again = await repo.redispatch_task(tx.conn, run_id, task_id, attempt)
             if again is None:
                 return False
             node = dag.node(again.node_id)
@@ -323,7 +335,8 @@ class Engine:
         """
 
         async def attempt(tx: Tx) -> Transition:
-            run = await repo.load_run(tx.conn, run_id)
+            locked = await repo.load_run(tx.conn, run_id)
+            run = locked.run
             if version is None:
                 dag = await self.definitions.get(tx.conn, run.workflow_id, run.version)
             elif version == 0:
@@ -334,7 +347,7 @@ class Engine:
                 raise BadRequest(
                     f"version must be 0 (the deployed one) or a version number, not {version}"
                 )
-            return await self._decide(tx, dag, run, RunRetried(from_node, input, config))
+            return await self._decide(tx, dag, locked, RunRetried(from_node, input, config))
 
         await self._in_tx(attempt)
 
@@ -351,7 +364,14 @@ class Engine:
                 return LeaseGrant(
                     False, "stale attempt, finished task, or leased by another worker"
                 )
-            return LeaseGrant(True, input=lease.input, expires_at=lease.expires_at)
+            dag = await self.definitions.get(tx.conn, lease.workflow_id, lease.version)
+            node = dag.node(lease.node_id)
+            return LeaseGrant(
+                True,
+                input=lease.input,
+                expires_at=lease.expires_at,
+                max_attempts=node.retry_policy.max_attempts if node is not None else 0,
+            )
 
         return await self._in_tx(attempt_tx, single_statement=True)
 
@@ -365,7 +385,10 @@ class Engine:
 
     # -- the shell -------------------------------------------------------------
 
-    async def _decide(self, tx: Tx, dag: WorkflowDAG, run: Run, event: Event) -> Transition:
+    async def _decide(
+        self, tx: Tx, dag: WorkflowDAG, locked: repo.LockedRun, event: Event
+    ) -> Transition:
+        run = locked.run
         kind = type(event).__name__
         attributes = {
             "composer.run_id": run.run_id,
@@ -376,18 +399,12 @@ class Engine:
         if node_id:
             attributes["composer.node_id"] = node_id
         with tracer().start_as_current_span(f"apply {kind}", attributes=attributes) as span:
-            machine = Machine(
-                dag, run, Deps(repo.RunStore(tx.conn, run.run_id), self._clock, self._new_id)
-            )
-            try:
-                transition = await machine.apply(event)
-            except core_errors.InvalidRequest as exc:
-                raise BadRequest(str(exc)) from exc
-            except (core_errors.RunFinished, core_errors.RunActive) as exc:
-                raise Conflict(str(exc)) from exc
+            tx.deciding = f"run {run.run_id}, event {event!r}"
+            transition = await self._transition(tx, dag, locked, event)
             span.set_attribute("composer.actions", len(transition.actions))
             outcome = "applied"
             if transition.ignored is None:
+                tx.deciding = f"{tx.deciding}, actions {list(transition.actions)!r}"
                 effects = await persist(tx, dag, run, transition.actions)
                 announce(tx, effects, redis=self.redis, prefix=self.prefix, run=run)
             else:
@@ -399,33 +416,65 @@ class Engine:
             )
         return transition
 
+    async def _transition(
+        self, tx: Tx, dag: WorkflowDAG, locked: repo.LockedRun, event: Event
+    ) -> Transition:
+        """Apply the machine, loading what it asks for (one query per ask) and applying
+        again on the extended snapshot until it decides."""
+        machine = Machine(dag, Deps(locked.now, self._new_id))
+        snapshot = locked.run
+        for _ in range(len(snapshot.nodes) + 2):  # every ask loads something new
+            try:
+                result = machine.apply(snapshot, event)
+            except core_errors.InvalidRequest as exc:
+                raise BadRequest(str(exc)) from exc
+            except (core_errors.RunFinished, core_errors.RunActive) as exc:
+                raise Conflict(str(exc)) from exc
+            if not isinstance(result, Missing):
+                return result
+            snapshot = snapshot.with_data(
+                await repo.load_outputs(tx.conn, snapshot.run_id, result.outputs)
+                if result.outputs
+                else None,
+                await repo.pending_signals(tx.conn, snapshot.run_id) if result.signals else None,
+            )
+        raise AssertionError(f"the machine keeps asking for data it was given: {result}")
+
     async def _in_tx(
         self, fn: Callable[[Tx], Awaitable[T]], *, single_statement: bool = False
     ) -> T:
-        """Run ``fn`` in a transaction; on a transient failure, roll back and run it again.
+        """Run ``fn`` in a transaction and commit; map what goes wrong to an EngineError.
 
-        ``single_statement``: ``fn`` runs one statement, atomic by itself, so no
-        BEGIN/COMMIT is sent around it (two round trips fewer; leases use it).
+        A lost connection (repo.Transient) rolls back and runs ``fn`` again, with
+        backoff, then is Unavailable; a StaleSnapshot is retried once; every other
+        failure that is not the caller's (a bug) is logged once as an ALERT and
+        raised as Internal. ``single_statement``: ``fn`` runs one statement, atomic
+        by itself, so no BEGIN/COMMIT is sent around it (leases use it).
         """
         delay = 0.02
         borrow = repo.connection if single_statement else repo.transaction
+        stale = 0
         for attempt in range(1, self._attempts + 1):
+            tx: Tx | None = None
             try:
                 async with borrow(self.pool) as conn:
                     tx = Tx(conn)
                     result = await fn(tx)
                 await tx.run_after_commit()
                 return result
-            except (repo.Transient, core_errors.StoreError, StaleSnapshot) as exc:
-                if isinstance(exc, repo.Conflict) and not exc.retryable:
-                    raise
+            except repo.Transient as exc:
                 if attempt == self._attempts:
                     raise Unavailable(
                         f"database unavailable after {attempt} attempts: {exc}"
                     ) from exc
-                log.warning("transient failure (%s); retrying in %.2fs", exc, delay)
+                log.warning("database connection failed (%s); retrying in %.2fs", exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
+            except StaleSnapshot as exc:
+                stale += 1
+                if stale > 1:
+                    raise _internal(tx, f"stale snapshot twice in a row: {exc}") from exc
+                log.warning("stale snapshot (%s); applying the event once more", exc)
             except repo.NotFound as exc:
                 raise NotFound(str(exc)) from exc
             except repo.Conflict as exc:
@@ -434,4 +483,13 @@ class Engine:
                 raise BadRequest(str(exc)) from exc
             except EngineError:
                 raise
-        raise AssertionError("unreachable")  # pragma: no cover
+            except Exception as exc:  # a bug, here or below: say so once, never retry it
+                raise _internal(tx, f"{type(exc).__name__}: {exc}") from exc
+        raise Unavailable(f"gave up after {self._attempts} attempts")  # pragma: no cover
+
+
+def _internal(tx: Tx | None, problem: str) -> Internal:
+    """The Internal error of a failed event, after its one ALERT line."""
+    where = tx.deciding if tx is not None and tx.deciding else "outside a decision"
+    alert(log, "internal error (%s): %s", where, problem)
+    return Internal(f"internal error: {problem}")

@@ -7,8 +7,11 @@ for the commit — hints and logs — are registered on the Tx.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import assert_never
 
 import composer_repo as repo
 from composer_common import hints, streams
@@ -45,8 +48,6 @@ class Effects:
     wrote_webhook: bool = False
     wake_timer: bool = False
     finished: FinishRun | None = None
-    #: RetryTask actions waiting for the DispatchTask that follows each (by task id).
-    retries: dict[str, RetryTask] = field(default_factory=dict)
     #: What the metrics record once the transaction commits.
     created: list[tuple[str, str]] = field(default_factory=list)  # (node type, state)
     completed: list[tuple[str, float | None]] = field(default_factory=list)  # (node type, seconds)
@@ -55,7 +56,8 @@ class Effects:
     finished_run: repo.FinishedRun | None = None
 
 
-async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: list[Action]) -> Effects:
+async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: Sequence[Action]) -> Effects:
+    """Write ``actions`` in order; a write that matches no row raises StaleSnapshot."""
     effects = Effects()
     conn, run_id = tx.conn, run.run_id
     for action in actions:
@@ -64,7 +66,16 @@ async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: list[Action]) -> 
                 if not await repo.insert_task(
                     conn,
                     run_id,
-                    action,
+                    action.task_id,
+                    action.node_id,
+                    node_type=action.node_type,
+                    state=action.state,
+                    input=action.input,
+                    output=action.output,
+                    error=action.error,
+                    branches=action.branches,
+                    wake_at=action.wake_at,
+                    awaited_signal=action.awaited_signal,
                     queue=dag.queue(action.node_id) if action.node_type.is_worker else None,
                 ):
                     raise StaleSnapshot(f"node {action.node_id} of run {run_id} already has a task")
@@ -72,39 +83,91 @@ async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: list[Action]) -> 
                     effects.wake_timer = True
                 effects.created.append((action.node_type.value, action.state.value))
             case DispatchTask():
-                await _dispatch(tx, dag, run, action, effects)
+                await _dispatch(
+                    tx,
+                    dag,
+                    repo.TaskRef(run_id, action.task_id, action.node_id, 0),
+                    queue=action.queue,
+                    input=action.input,
+                    not_before=action.not_before,
+                    timeout_seconds=action.timeout_seconds,
+                )
+                effects.wake_enqueuer = True
             case CompleteTask():
-                done = await repo.complete_task(conn, run_id, action)
+                ref = repo.TaskRef(run_id, action.task_id, action.node_id, action.attempt)
+                done = await repo.complete_task(conn, ref, action.output)
                 if done is None:
                     raise StaleSnapshot(
                         f"task {action.task_id} attempt {action.attempt} is not active"
                     )
                 effects.completed.append((done.node_type.value, _seconds(done)))
             case FailTask():
-                done = await repo.fail_task(conn, run_id, action)
+                ref = repo.TaskRef(run_id, action.task_id, action.node_id, action.attempt)
+                done = await repo.fail_task(conn, ref, action.error, error_code=action.error_code)
                 if done is None:
                     raise StaleSnapshot(
                         f"task {action.task_id} attempt {action.attempt} is not active"
                     )
                 effects.failed.append(done.node_type.value)
             case RetryTask():
-                # written with the DispatchTask that follows it, which knows when
-                effects.retries[action.task_id] = action
+                ref = repo.TaskRef(run_id, action.task_id, action.node_id, action.attempt)
+                requeued = await repo.requeue_task(
+                    conn,
+                    ref,
+                    action.error,
+                    error_code=action.error_code,
+                    not_before=action.not_before,
+                )
+                if requeued is None:
+                    raise StaleSnapshot(
+                        f"task {action.task_id} attempt {action.attempt} cannot be retried"
+                    )
+                await _dispatch(
+                    tx,
+                    dag,
+                    repo.TaskRef(run_id, action.task_id, action.node_id, requeued.attempt),
+                    queue=action.queue,
+                    input=requeued.input,
+                    not_before=action.not_before,
+                    timeout_seconds=action.timeout_seconds,
+                )
+                effects.wake_enqueuer = True
                 effects.retried += 1
             case ResolveWait():
-                if not await repo.resolve_wait(conn, run_id, action):
+                if not await repo.resolve_wait(
+                    conn,
+                    run_id,
+                    action.task_id,
+                    action.node_id,
+                    state=action.state,
+                    output=action.output,
+                    error=action.error,
+                ):
                     raise StaleSnapshot(f"task {action.task_id} is not waiting")
             case BufferSignal():
-                await repo.buffer_signal(conn, run_id, action)
+                await repo.buffer_signal(
+                    conn, run_id, action.signal_id, action.name, action.payload
+                )
             case ConsumeSignal():
-                if not await repo.consume_signal(conn, run_id, action):
+                if not await repo.consume_signal(
+                    conn, run_id, action.signal_id, node_id=action.node_id
+                ):
                     raise StaleSnapshot(f"signal {action.signal_id} is not pending")
             case ReopenRun():
-                await repo.reopen_run(conn, run_id, action)
+                await repo.reopen_run(
+                    conn,
+                    run_id,
+                    version=action.version,
+                    input=action.input,
+                    config=action.config,
+                    reset_nodes=action.reset_nodes,
+                )
             case CancelTasks():
-                await repo.cancel_tasks(conn, run_id, action)
+                await repo.cancel_tasks(conn, run_id, action.task_ids, reason=action.reason)
             case FinishRun():
-                finished = await repo.finish_run(conn, run_id, action)
+                finished = await repo.finish_run(
+                    conn, run_id, action.status, output=action.output, error=action.error
+                )
                 if finished is None:
                     raise StaleSnapshot(f"run {run_id} is already finished")
                 effects.finished = action
@@ -124,38 +187,39 @@ async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: list[Action]) -> 
                         },
                     )
                     effects.wrote_webhook = True
+            case _:
+                assert_never(action)
     return effects
 
 
 async def _dispatch(
-    tx: Tx, dag: WorkflowDAG, run: Run, action: DispatchTask, effects: Effects
+    tx: Tx,
+    dag: WorkflowDAG,
+    ref: repo.TaskRef,
+    *,
+    queue: str,
+    input: Json,
+    not_before: dt.datetime,
+    timeout_seconds: float | None,
 ) -> None:
-    node_input: Json = action.input
-    attempt = action.attempt
-    if action.input is None:  # the retry of a failed attempt: its stored input goes again
-        retry = effects.retries.pop(action.task_id)
-        requeued = await repo.requeue_task(tx.conn, run.run_id, retry, not_before=action.not_before)
-        if requeued is None:
-            raise StaleSnapshot(f"task {action.task_id} attempt {retry.attempt} cannot be retried")
-        node_input, attempt = requeued.input, requeued.attempt
+    """The outbox row that sends attempt ``ref`` to ``queue`` from ``not_before`` on."""
     message = task_message(
         dag,
-        run.run_id,
-        task_id=action.task_id,
-        node_id=action.node_id,
-        attempt=attempt,
-        input=node_input,
-        timeout_seconds=action.timeout_seconds,
+        ref.run_id,
+        task_id=ref.task_id,
+        node_id=ref.node_id,
+        attempt=ref.attempt,
+        input=input,
+        timeout_seconds=timeout_seconds,
     )
     await repo.enqueue_dispatch(
         tx.conn,
-        run_id=run.run_id,
-        task_id=action.task_id,
-        queue=action.queue,
+        run_id=ref.run_id,
+        task_id=ref.task_id,
+        queue=queue,
         payload=message.fields(),
-        not_before=action.not_before,
+        not_before=not_before,
     )
-    effects.wake_enqueuer = True
 
 
 def task_message(

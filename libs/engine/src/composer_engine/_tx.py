@@ -20,11 +20,14 @@ AfterCommit = Callable[[], Awaitable[None] | None]
 class Tx:
     """The event's connection (inside its transaction) and what to do after commit."""
 
-    __slots__ = ("_after", "conn")
+    __slots__ = ("_after", "conn", "deciding")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self._after: list[AfterCommit] = []
+        #: What the transaction is deciding (run, event, actions so far), for the log
+        #: line of an internal error.
+        self.deciding: str | None = None
 
     def after_commit(self, fn: AfterCommit) -> None:
         self._after.append(fn)

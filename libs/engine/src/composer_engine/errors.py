@@ -5,7 +5,11 @@
     ├── NotFound          404   no such run, workflow or version
     ├── Conflict          409   the run is finished (signal, cancel) or still active (retry);
     │                           a run id or idempotency key collision
-    └── Unavailable       503   the database kept failing after retries: try again later
+    ├── Unavailable       503   the database connection kept failing after retries: try again later
+    └── Internal          500   a bug: the machine raised, a repository error that is not the
+                                caller's, a stale snapshot twice in a row. Logged once as an
+                                ALERT with the run, the event and the actions; retrying the
+                                same request gives the same answer.
 
 Workflow-level failures (a task failed, a condition broke) are not errors:
 the run records them. A stale worker report is not an error either: it is
@@ -39,6 +43,11 @@ class Unavailable(EngineError):
     status = 503
 
 
+class Internal(EngineError):
+    status = 500
+
+
 class StaleSnapshot(Exception):
     """A write matched no row although the run was locked: something changed the run
-    outside the engine. The transaction is rolled back and the event applied again."""
+    outside the engine. The transaction is rolled back and the event applied once
+    more on a fresh snapshot; a second one is an Internal error."""

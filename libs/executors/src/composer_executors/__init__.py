@@ -9,7 +9,6 @@ read by the service and passed in: nothing here reads the environment.
 """
 
 from composer_executors._errors import (
-    ErrorCode,
     ExecutionError,
     ExecutionTimeout,
     HttpStatusError,
@@ -20,6 +19,7 @@ from composer_executors._errors import (
 from composer_executors._guard import HttpPolicy, create_http_session
 from composer_executors._http import run_http
 from composer_executors._python import run_python
+from composer_rpc.codes import ErrorCode
 
 __all__ = [
     "ErrorCode",

@@ -24,26 +24,7 @@ connections) stay retryable and the node's retry policy decides.
 
 from __future__ import annotations
 
-from enum import StrEnum
-
-
-class ErrorCode(StrEnum):
-    """The fixed error codes; an HTTP status failure uses ``http_<status>`` instead."""
-
-    INVALID_SPEC = "invalid_spec"
-    TIMEOUT = "timeout"
-    TARGET_REFUSED = "target_refused"
-    CONNECTION_ERROR = "connection_error"
-    TLS_ERROR = "tls_error"
-    TOO_MANY_REDIRECTS = "too_many_redirects"
-    RESPONSE_TOO_LARGE = "response_too_large"
-    EXCEPTION = "exception"
-    SYNTAX_ERROR = "syntax_error"
-    NO_MAIN = "no_main"
-    NOT_JSON = "not_json"
-    MEMORY_LIMIT = "memory_limit"
-    RESULT_TOO_LARGE = "result_too_large"
-    CRASHED = "crashed"
+from composer_rpc.codes import ErrorCode, http_status
 
 
 class ExecutionError(Exception):
@@ -87,7 +68,9 @@ class HttpStatusError(ExecutionError):
     """The server answered with a status outside 2xx; ``excerpt`` is the start of its body."""
 
     def __init__(self, message: str, *, status: int, excerpt: str) -> None:
-        super().__init__(message, code=f"http_{status}", permanent=http_status_is_permanent(status))
+        super().__init__(
+            message, code=http_status(status), permanent=http_status_is_permanent(status)
+        )
         self.status = status
         self.excerpt = excerpt
 

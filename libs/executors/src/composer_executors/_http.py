@@ -18,13 +18,13 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from composer_executors._errors import (
-    ErrorCode,
     ExecutionError,
     ExecutionTimeout,
     HttpStatusError,
     InvalidSpec,
 )
 from composer_executors._guard import AddressGuard, GuardedConnector, HttpPolicy
+from composer_rpc.codes import ErrorCode
 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})

@@ -45,11 +45,11 @@ from pathlib import Path
 from typing import Any
 
 from composer_executors._errors import (
-    ErrorCode,
     ExecutionTimeout,
     InvalidSpec,
     PythonError,
 )
+from composer_rpc.codes import ErrorCode
 
 _CHILD_SOURCE = (Path(__file__).parent / "_child.py").read_text(encoding="utf-8")
 _STDERR_KEEP_BYTES = 64 * 1024

@@ -85,6 +85,7 @@ from composer_repo._records import (
     FinishedRun,
     FinishedTask,
     Lease,
+    LockedRun,
     LostDispatch,
     OutboxKind,
     OutboxMessage,
@@ -111,8 +112,7 @@ from composer_repo._runs import (
     try_load_run,
     uuid7_bound,
 )
-from composer_repo._signals import buffer_signal, consume_signal, pending_signal, run_signals
-from composer_repo._store import RunStore
+from composer_repo._signals import buffer_signal, consume_signal, pending_signals, run_signals
 from composer_repo._tasks import (
     acquire_lease,
     cancel_tasks,
@@ -140,6 +140,7 @@ __all__ = [
     "FinishedTask",
     "Invalid",
     "Lease",
+    "LockedRun",
     "LostDispatch",
     "Migration",
     "MigrationError",
@@ -154,7 +155,6 @@ __all__ = [
     "RunAlreadyExists",
     "RunPage",
     "RunRecord",
-    "RunStore",
     "RunSummary",
     "SchemaError",
     "SchemaOutdated",
@@ -215,7 +215,7 @@ __all__ = [
     "next_outbox_due",
     "next_wake_at",
     "outbox_size",
-    "pending_signal",
+    "pending_signals",
     "postpone_outbox",
     "redispatch_task",
     "renew_lease",

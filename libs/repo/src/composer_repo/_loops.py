@@ -82,11 +82,12 @@ async def lost_dispatches(
 
 @translated
 async def redispatch_task(
-    conn: Connection, run_id: str, task_id: str, attempt: int, *, now: dt.datetime
+    conn: Connection, run_id: str, task_id: str, attempt: int
 ) -> Redispatch | None:
-    """Make a lost attempt PENDING and due at ``now`` again; returns what its dispatch
-    (``enqueue_dispatch`` in the same transaction) needs, or None if it moved on."""
-    row = await conn.fetchrow(q("redispatch_task"), run_id, task_id, attempt, now)
+    """Make a lost attempt PENDING and due again from the transaction's clock on;
+    returns what its dispatch (``enqueue_dispatch`` in the same transaction) needs,
+    or None if it moved on."""
+    row = await conn.fetchrow(q("redispatch_task"), run_id, task_id, attempt)
     if row is None:
         return None
     return Redispatch(

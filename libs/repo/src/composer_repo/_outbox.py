@@ -90,13 +90,27 @@ async def delete_outbox(conn: Connection, ids: Sequence[int]) -> int:
 
 @translated
 async def postpone_outbox(
-    conn: Connection, outbox_id: int, *, not_before: dt.datetime, error: str
+    conn: Connection,
+    outbox_id: int,
+    *,
+    delay: float | None = None,
+    not_before: dt.datetime | None = None,
+    error: str,
 ) -> int:
-    """Publishing failed: keep the message, try again at ``not_before``.
+    """Publishing failed: keep the message, try again ``delay`` seconds from now by
+    the database's clock.
 
-    Returns the number of failed attempts so far, for the caller's give-up rule.
+    ``not_before`` is the old form (a Python clock's time, turned into a delay
+    here); pass ``delay``. Returns the number of failed attempts so far, for the
+    caller's give-up rule.
     """
-    attempts: int | None = await conn.fetchval(q("postpone_outbox"), outbox_id, not_before, error)
+    if (delay is None) == (not_before is None):
+        raise Invalid("postpone_outbox takes delay (seconds), or the older not_before, not both")
+    if not_before is not None:
+        delay = (not_before - dt.datetime.now(dt.UTC)).total_seconds()
+    attempts: int | None = await conn.fetchval(
+        q("postpone_outbox"), outbox_id, max(0.0, float(delay or 0.0)), error
+    )
     if attempts is None:
         raise NotFound(f"outbox message {outbox_id} does not exist")
     return attempts

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from composer_core.model import NodeType, RunStatus, TaskState
+from composer_core.statemachine import Run
 from composer_core.templates import Json
 
 OutboxKind = Literal["dispatch", "webhook"]
@@ -89,6 +90,17 @@ class StartedRun:
     run_id: str
     status: RunStatus
     created: bool
+    #: The inserting transaction's clock: the time the run's first decision is made at.
+    now: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class LockedRun:
+    """A run locked until its transaction ends: the machine's snapshot, and the
+    transaction's clock, from which every time the event persists is derived."""
+
+    run: Run
+    now: dt.datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +218,9 @@ class Lease:
     queue: str | None
     input: Json
     expires_at: dt.datetime
+    #: The definition version of the run, whose DAG holds the node's retry policy.
+    workflow_id: str
+    version: int
 
 
 @dataclass(frozen=True, slots=True)

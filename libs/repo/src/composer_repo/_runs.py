@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from composer_core.model import NodeType, RunStatus, TaskState
-from composer_core.statemachine import FinishRun, NodeState, ReopenRun, Run
+from composer_core.statemachine import NodeState, Run, Signal
 from composer_core.templates import Json
 from composer_repo._db import Connection, translated
 from composer_repo._errors import Invalid, NotFound, RunAlreadyExists
 from composer_repo._records import (
     FinishedRun,
+    LockedRun,
     RunPage,
     RunRecord,
     RunSummary,
     StartedRun,
     TaskRecord,
 )
+from composer_repo._signals import pending_signals
 from composer_repo._sql import q
 
 #: Sorts after every UUID text (hex digits and dashes): "no upper bound".
@@ -62,8 +64,10 @@ async def insert_run(
                     f"idempotency key {idempotency_key!r} of workflow {workflow_id!r} names a run "
                     "that no longer exists"
                 )
-            return StartedRun(existing["id"], RunStatus(existing["status"]), created=False)
-    stored = await conn.fetchval(
+            return StartedRun(
+                existing["id"], RunStatus(existing["status"]), created=False, now=existing["now"]
+            )
+    stored = await conn.fetchrow(
         q("insert_run"),
         run_id,
         workflow_id,
@@ -75,17 +79,19 @@ async def insert_run(
     )
     if stored is None:
         raise RunAlreadyExists(run_id)
-    return StartedRun(run_id, RunStatus(stored), created=True)
+    return StartedRun(run_id, RunStatus(stored["status"]), created=True, now=stored["now"])
 
 
 @translated
-async def load_run(conn: Connection, run_id: str) -> Run:
-    """Lock the run for the rest of the transaction and load the machine's snapshot.
+async def load_run(conn: Connection, run_id: str) -> LockedRun:
+    """Lock the run for the rest of the transaction and load the machine's snapshot,
+    with the transaction's clock.
 
     The first call of every event's transaction: the row lock serializes the
     events of one run, so concurrent completions see each other's writes. The
-    snapshot holds each reached node's state but no inputs or outputs; the
-    machine loads the outputs it needs through ``RunStore``. Raises NotFound.
+    snapshot holds each reached node's state and the buffered signals (read
+    only when there are any) but no inputs or outputs: ``load_outputs`` loads
+    those the machine asks for. Raises NotFound.
     """
     row = await conn.fetchrow(q("lock_run"), run_id)
     if row is None:
@@ -94,7 +100,7 @@ async def load_run(conn: Connection, run_id: str) -> Run:
 
 
 @translated
-async def try_load_run(conn: Connection, run_id: str) -> Run | None:
+async def try_load_run(conn: Connection, run_id: str) -> LockedRun | None:
     """``load_run`` for a loop that must never wait for a run's lock: None when another
     transaction holds it (or the run is gone), so the caller moves on and comes back."""
     row = await conn.fetchrow(q("try_lock_run"), run_id)
@@ -103,7 +109,7 @@ async def try_load_run(conn: Connection, run_id: str) -> Run | None:
     return await _snapshot(conn, run_id, row)
 
 
-async def _snapshot(conn: Connection, run_id: str, row: Any) -> Run:
+async def _snapshot(conn: Connection, run_id: str, row: Any) -> LockedRun:
     nodes: dict[str, NodeState] = {}
     for t in await conn.fetch(q("load_task_states"), run_id):
         state = TaskState(t["state"])
@@ -116,7 +122,10 @@ async def _snapshot(conn: Connection, run_id: str, row: Any) -> Run:
             awaited_signal=t["awaited_signal"] if state is TaskState.WAITING else None,
             error=t["error"],
         )
-    return Run(
+    signals: tuple[Signal, ...] = ()
+    if row["has_signals"]:
+        signals = await pending_signals(conn, run_id)
+    run = Run(
         run_id=run_id,
         workflow_id=row["workflow_id"],
         version=row["version"],
@@ -124,41 +133,55 @@ async def _snapshot(conn: Connection, run_id: str, row: Any) -> Run:
         input=row["input"],
         config=row["config"],
         nodes=nodes,
+        signals=signals,
     )
+    return LockedRun(run, row["now"])
 
 
 @translated
 async def load_outputs(conn: Connection, run_id: str, node_ids: Collection[str]) -> dict[str, Json]:
-    """The outputs of those of ``node_ids`` that COMPLETED (others are absent)."""
+    """The outputs of ``node_ids``: None for one that did not COMPLETE (or has no task),
+    so that every node asked for is answered."""
     rows = await conn.fetch(q("load_outputs"), run_id, list(node_ids))
-    return {r["node_id"]: r["output"] for r in rows}
+    found = {r["node_id"]: r["output"] for r in rows}
+    return {node_id: found.get(node_id) for node_id in node_ids}
 
 
 @translated
-async def reopen_run(conn: Connection, run_id: str, action: ReopenRun) -> None:
-    """Persist a retry: the run is RUNNING again on ``action.version`` with its input
-    and config, its outcome cleared, and the tasks of the reset nodes deleted."""
-    if (
-        await conn.fetchval(q("reopen_run"), run_id, action.version, action.input, action.config)
-        is None
-    ):
+async def reopen_run(
+    conn: Connection,
+    run_id: str,
+    *,
+    version: int,
+    input: Json,
+    config: Json,
+    reset_nodes: Sequence[str] = (),
+) -> None:
+    """Persist a retry: the run is RUNNING again on ``version`` with that input and
+    config, its outcome cleared, and the tasks of ``reset_nodes`` deleted."""
+    if await conn.fetchval(q("reopen_run"), run_id, version, input, config) is None:
         raise NotFound(f"workflow run {run_id} does not exist")
-    if action.reset_nodes:
-        await conn.execute(q("delete_tasks"), run_id, list(action.reset_nodes))
+    if reset_nodes:
+        await conn.execute(q("delete_tasks"), run_id, list(reset_nodes))
 
 
 @translated
-async def finish_run(conn: Connection, run_id: str, action: FinishRun) -> FinishedRun | None:
-    """Move a PENDING or RUNNING run to the terminal status of ``action``.
+async def finish_run(
+    conn: Connection,
+    run_id: str,
+    status: RunStatus,
+    *,
+    output: Json = None,
+    error: str | None = None,
+) -> FinishedRun | None:
+    """Move a PENDING or RUNNING run to the terminal ``status``.
 
     Returns None when the run was already terminal (nothing written): under
     the run lock that means the snapshot was stale.
     """
-    if not action.status.is_terminal:
-        raise Invalid(f"FinishRun needs a terminal status, not {action.status}")
-    row = await conn.fetchrow(
-        q("finish_run"), run_id, action.status.value, action.output, action.error
-    )
+    if not status.is_terminal:
+        raise Invalid(f"a run finishes with a terminal status, not {status}")
+    row = await conn.fetchrow(q("finish_run"), run_id, status.value, output, error)
     if row is None:
         return None
     return FinishedRun(

@@ -2,36 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
-
-from composer_core.statemachine import BufferSignal, ConsumeSignal, Signal
+from composer_core.statemachine import Signal
+from composer_core.templates import Json
 from composer_repo._db import Connection, translated
 from composer_repo._records import BufferedSignal
 from composer_repo._sql import q
 
 
 @translated
-async def buffer_signal(conn: Connection, run_id: str, action: BufferSignal) -> None:
+async def buffer_signal(
+    conn: Connection, run_id: str, signal_id: str, name: str, payload: Json = None
+) -> None:
     """Store a signal no node was waiting for when it arrived."""
-    await conn.execute(q("buffer_signal"), action.signal_id, run_id, action.name, action.payload)
+    await conn.execute(q("buffer_signal"), signal_id, run_id, name, payload)
 
 
 @translated
-async def pending_signal(
-    conn: Connection, run_id: str, name: str, exclude: Collection[str] = ()
-) -> Signal | None:
-    """The oldest unconsumed signal called ``name``, skipping the ids in ``exclude``
-    (those an earlier node took in the same event, not yet marked consumed)."""
-    row = await conn.fetchrow(q("pending_signal"), run_id, name, list(exclude))
-    if row is None:
-        return None
-    return Signal(signal_id=row["id"], name=row["name"], payload=row["payload"])
+async def pending_signals(conn: Connection, run_id: str) -> tuple[Signal, ...]:
+    """The run's buffered signals no node took yet, oldest first."""
+    rows = await conn.fetch(q("pending_signals"), run_id)
+    return tuple(Signal(r["id"], r["name"], r["payload"]) for r in rows)
 
 
 @translated
-async def consume_signal(conn: Connection, run_id: str, action: ConsumeSignal) -> bool:
-    """Mark a buffered signal taken by ``action.node_id``; False if it was already taken."""
-    taken = await conn.fetchval(q("consume_signal"), run_id, action.signal_id, action.node_id)
+async def consume_signal(conn: Connection, run_id: str, signal_id: str, *, node_id: str) -> bool:
+    """Mark a buffered signal taken by the node ``node_id``; False if it was already taken."""
+    taken = await conn.fetchval(q("consume_signal"), run_id, signal_id, node_id)
     return taken is not None
 
 

@@ -1,4 +1,4 @@
-"""Task rows: the writes of the machine's task actions, and the worker's lease.
+"""Task rows: the writes the engine persists for a decision, and the worker's lease.
 
 Every update is fenced: it names the task, its node and attempt and the
 states it may be in, and reports "no row matched" as None or False rather
@@ -13,14 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from composer_core.model import NodeType, TaskState
-from composer_core.statemachine import (
-    CancelTasks,
-    CompleteTask,
-    CreateTask,
-    FailTask,
-    ResolveWait,
-    RetryTask,
-)
+from composer_core.templates import Json
 from composer_repo._db import Connection, translated
 from composer_repo._errors import Invalid
 from composer_repo._records import FinishedTask, Lease, Requeued, TaskRef
@@ -29,9 +22,22 @@ from composer_repo._sql import q
 
 @translated
 async def insert_task(
-    conn: Connection, run_id: str, action: CreateTask, *, queue: str | None = None
+    conn: Connection,
+    run_id: str,
+    task_id: str,
+    node_id: str,
+    *,
+    node_type: NodeType,
+    state: TaskState,
+    input: Json = None,
+    output: Json = None,
+    error: str | None = None,
+    branches: Sequence[str] | None = None,
+    wake_at: dt.datetime | None = None,
+    awaited_signal: str | None = None,
+    queue: str | None = None,
 ) -> bool:
-    """Insert the task a CreateTask describes; ``queue`` for a task that goes to a worker.
+    """Insert a node's one task; ``queue`` for a task that goes to a worker.
 
     Returns False, without raising, when the node already has a task in this
     run (the unique (run_id, node_id) index): two decisions raced, or the
@@ -39,66 +45,67 @@ async def insert_task(
     """
     inserted = await conn.fetchval(
         q("insert_task"),
-        action.task_id,
+        task_id,
         run_id,
-        action.node_id,
-        action.node_type.value,
-        action.state.value,
-        action.input,
-        action.output,
-        action.error,
-        None if action.branches is None else list(action.branches),
-        action.wake_at,
-        action.awaited_signal,
+        node_id,
+        node_type.value,
+        state.value,
+        input,
+        output,
+        error,
+        None if branches is None else list(branches),
+        wake_at,
+        awaited_signal,
         queue,
     )
     return inserted is not None
 
 
 @translated
-async def complete_task(conn: Connection, run_id: str, action: CompleteTask) -> FinishedTask | None:
+async def complete_task(conn: Connection, ref: TaskRef, output: Json) -> FinishedTask | None:
     """Mark the attempt COMPLETED with its output and release its lease.
 
     None when the attempt is stale or the task is no longer with a worker.
     """
     row = await conn.fetchrow(
-        q("complete_task"), run_id, action.task_id, action.node_id, action.attempt, action.output
+        q("complete_task"), ref.run_id, ref.task_id, ref.node_id, ref.attempt, output
     )
     return None if row is None else _finished(row)
 
 
 @translated
-async def fail_task(conn: Connection, run_id: str, action: FailTask) -> FinishedTask | None:
+async def fail_task(
+    conn: Connection, ref: TaskRef, error: str, *, error_code: str | None = None
+) -> FinishedTask | None:
     """Mark the attempt FAILED for good and release its lease. None when stale."""
     row = await conn.fetchrow(
-        q("fail_task"),
-        run_id,
-        action.task_id,
-        action.node_id,
-        action.attempt,
-        action.error,
-        action.error_code,
+        q("fail_task"), ref.run_id, ref.task_id, ref.node_id, ref.attempt, error, error_code
     )
     return None if row is None else _finished(row)
 
 
 @translated
 async def requeue_task(
-    conn: Connection, run_id: str, action: RetryTask, *, not_before: dt.datetime | None = None
+    conn: Connection,
+    ref: TaskRef,
+    error: str,
+    *,
+    error_code: str | None = None,
+    not_before: dt.datetime,
 ) -> Requeued | None:
-    """Put a failed attempt back to PENDING with attempt + 1, due at ``not_before`` (default now).
+    """Put the failed attempt ``ref`` back to PENDING with attempt + 1, due at ``not_before``.
 
     Returns the next attempt's number, queue and the input stored at creation
-    (the retry's DispatchTask carries none), or None when stale.
+    (which the retry sends again), or None when stale.
     """
     row = await conn.fetchrow(
         q("requeue_task"),
-        run_id,
-        action.task_id,
-        action.node_id,
-        action.attempt,
-        action.error,
-        action.error_code,
+        ref.run_id,
+        ref.task_id,
+        ref.node_id,
+        ref.attempt,
+        error,
+        error_code,
         not_before,
     )
     if row is None:
@@ -112,35 +119,40 @@ async def requeue_task(
 
 
 @translated
-async def resolve_wait(conn: Connection, run_id: str, action: ResolveWait) -> bool:
+async def resolve_wait(
+    conn: Connection,
+    run_id: str,
+    task_id: str,
+    node_id: str,
+    *,
+    state: TaskState,
+    output: Json = None,
+    error: str | None = None,
+) -> bool:
     """A WAITING task completes (timer fired, signal arrived) or fails (timed out).
 
     False when the task is no longer waiting.
     """
-    if action.state not in (TaskState.COMPLETED, TaskState.FAILED):
-        raise Invalid(f"a wait resolves to COMPLETED or FAILED, not {action.state}")
+    if state not in (TaskState.COMPLETED, TaskState.FAILED):
+        raise Invalid(f"a wait resolves to COMPLETED or FAILED, not {state}")
     done = await conn.fetchval(
-        q("resolve_wait"),
-        run_id,
-        action.task_id,
-        action.node_id,
-        action.state.value,
-        action.output,
-        action.error,
+        q("resolve_wait"), run_id, task_id, node_id, state.value, output, error
     )
     return done is not None
 
 
 @translated
-async def cancel_tasks(conn: Connection, run_id: str, action: CancelTasks) -> list[str]:
-    """Fail the run's active tasks named in the action, with its reason.
+async def cancel_tasks(
+    conn: Connection, run_id: str, task_ids: Sequence[str], *, reason: str
+) -> list[str]:
+    """Fail those of the run's ``task_ids`` that are still active, with ``reason``.
 
     Their unpublished dispatches are deleted with them; a published one meets
     a FAILED task and is refused a lease. Returns the ids of the tasks failed.
     """
-    if not action.task_ids:
+    if not task_ids:
         return []
-    rows = await conn.fetch(q("cancel_tasks"), run_id, list(action.task_ids), action.reason)
+    rows = await conn.fetch(q("cancel_tasks"), run_id, list(task_ids), reason)
     cancelled = [r["id"] for r in rows]
     if cancelled:
         await conn.execute(q("delete_task_dispatches"), run_id, cancelled)
@@ -185,6 +197,8 @@ async def acquire_lease(
         queue=row["queue"],
         input=row["input"],
         expires_at=row["lease_expires_at"],
+        workflow_id=row["workflow_id"],
+        version=row["version"],
     )
 
 

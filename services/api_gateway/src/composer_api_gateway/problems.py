@@ -65,7 +65,13 @@ def not_found(detail: str) -> ApiProblem:
     return ApiProblem(404, "not-found", detail)
 
 
-_ENGINE_KINDS = {400: "invalid-request", 404: "not-found", 409: "conflict", 503: "unavailable"}
+_ENGINE_KINDS = {
+    400: "invalid-request",
+    404: "not-found",
+    409: "conflict",
+    500: "internal",  # engine.Internal: a bug, logged there as an ALERT
+    503: "unavailable",
+}
 
 
 def from_engine(exc: EngineError) -> ApiProblem:

@@ -18,7 +18,7 @@ import grpc.aio
 from opentelemetry.trace import SpanKind
 
 from composer_common.telemetry import extract, tracer
-from composer_engine import BadRequest, Engine, EngineError, NotFound, Unavailable
+from composer_engine import BadRequest, Engine, EngineError, Internal, NotFound, Unavailable
 from composer_rpc.v1 import worker_pb2 as pb
 from composer_rpc.v1.worker_pb2_grpc import WorkerServiceServicer
 
@@ -80,6 +80,7 @@ class WorkerService(WorkerServiceServicer):
             granted=True,
             input_json=json.dumps(grant.input, separators=(",", ":")),
             lease_expires_at=grant.expires_at.timestamp() if grant.expires_at else 0.0,
+            max_attempts=grant.max_attempts,
         )
 
     async def _RenewTaskLease(
@@ -178,6 +179,8 @@ async def _require(context: grpc.aio.ServicerContext[Any, Any], ok: object, mess
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: EngineError) -> None:
     if isinstance(exc, Unavailable):
         await context.abort(grpc.StatusCode.UNAVAILABLE, exc.message)
+    if isinstance(exc, Internal):  # a bug, already logged as an ALERT: retrying cannot help
+        await context.abort(grpc.StatusCode.INTERNAL, exc.message)
     if isinstance(exc, BadRequest):
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, exc.message)
     await context.abort(grpc.StatusCode.FAILED_PRECONDITION, exc.message)

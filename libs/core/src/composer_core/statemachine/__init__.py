@@ -25,8 +25,8 @@ from composer_core.statemachine._events import (
     SignalReceived,
     TimerFired,
 )
-from composer_core.statemachine._machine import Deps, Machine, Store
-from composer_core.statemachine._state import NodeState, Run, Signal
+from composer_core.statemachine._machine import Deps, Machine
+from composer_core.statemachine._state import Missing, NodeState, Run, Signal
 
 __all__ = [
     "Action",
@@ -41,6 +41,7 @@ __all__ = [
     "FailTask",
     "FinishRun",
     "Machine",
+    "Missing",
     "NodeCompleted",
     "NodeFailed",
     "NodeState",
@@ -53,7 +54,6 @@ __all__ = [
     "RunStarted",
     "Signal",
     "SignalReceived",
-    "Store",
     "TimerFired",
     "Transition",
 ]

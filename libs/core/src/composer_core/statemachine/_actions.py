@@ -1,5 +1,6 @@
-"""Actions: the changes a decision makes. The shell persists them in order;
-``apply`` evolves the in-memory snapshot the same way."""
+"""Actions: the changes a decision makes, as plain frozen values. The shell
+persists them in order; the machine evolves its snapshot the same way
+(``Transition.run``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from composer_core.model import NodeType, RunStatus, TaskState
-from composer_core.statemachine._state import NodeState, Run
+from composer_core.statemachine._state import Run
 from composer_core.templates import Json
 
 
@@ -28,34 +29,18 @@ class CreateTask:
     wake_at: dt.datetime | None = None
     awaited_signal: str | None = None
 
-    def apply(self, run: Run) -> None:
-        run.nodes[self.node_id] = NodeState(
-            task_id=self.task_id,
-            state=self.state,
-            branches=self.branches,
-            awaited_signal=self.awaited_signal,
-            error=self.error,
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class DispatchTask:
-    """Send a PENDING task attempt to its queue, no earlier than ``not_before``.
-
-    ``input`` is None after a RetryTask: the shell re-sends the input stored on the task.
-    """
+    """Send the first attempt of a new PENDING task to its queue, no earlier than ``not_before``."""
 
     task_id: str
     node_id: str
     node_type: NodeType
     queue: str
-    attempt: int
     not_before: dt.datetime
     input: Json = None
     timeout_seconds: float | None = None
-
-    def apply(self, run: Run) -> None:
-        pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +49,6 @@ class CompleteTask:
     node_id: str
     attempt: int
     output: Json = None
-
-    def apply(self, run: Run) -> None:
-        run.nodes[self.node_id].state = TaskState.COMPLETED
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,24 +61,26 @@ class FailTask:
     error: str
     error_code: str | None = None
 
-    def apply(self, run: Run) -> None:
-        node = run.nodes[self.node_id]
-        node.state, node.error = TaskState.FAILED, self.error
-
 
 @dataclass(frozen=True, slots=True)
 class RetryTask:
-    """A failed attempt will be retried: the task returns to PENDING with attempt+1."""
+    """A failed attempt will be retried: the task returns to PENDING with attempt + 1 and
+    that attempt goes to ``queue`` (with the input stored at creation) no earlier than
+    ``not_before``."""
 
     task_id: str
     node_id: str
+    node_type: NodeType
     attempt: int  # the attempt that failed
     error: str
+    queue: str
+    not_before: dt.datetime
     error_code: str | None = None
+    timeout_seconds: float | None = None
 
-    def apply(self, run: Run) -> None:
-        node = run.nodes[self.node_id]
-        node.state, node.attempt = TaskState.PENDING, self.attempt + 1
+    @property
+    def next_attempt(self) -> int:
+        return self.attempt + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,10 +93,6 @@ class ResolveWait:
     output: Json = None
     error: str | None = None
 
-    def apply(self, run: Run) -> None:
-        node = run.nodes[self.node_id]
-        node.state, node.awaited_signal, node.error = self.state, None, self.error
-
 
 @dataclass(frozen=True, slots=True)
 class BufferSignal:
@@ -122,9 +102,6 @@ class BufferSignal:
     name: str
     payload: Json = None
 
-    def apply(self, run: Run) -> None:
-        pass
-
 
 @dataclass(frozen=True, slots=True)
 class ConsumeSignal:
@@ -132,9 +109,6 @@ class ConsumeSignal:
 
     signal_id: str
     node_id: str
-
-    def apply(self, run: Run) -> None:
-        pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,13 +120,6 @@ class ReopenRun:
     config: Json
     reset_nodes: tuple[str, ...]
 
-    def apply(self, run: Run) -> None:
-        for node_id in self.reset_nodes:
-            run.nodes.pop(node_id, None)
-            run.outputs.pop(node_id, None)
-        run.version, run.input, run.config = self.version, self.input, self.config
-        run.status = RunStatus.RUNNING
-
 
 @dataclass(frozen=True, slots=True)
 class CancelTasks:
@@ -161,20 +128,12 @@ class CancelTasks:
     reason: str
     task_ids: tuple[str, ...]
 
-    def apply(self, run: Run) -> None:
-        for node in run.nodes.values():
-            if node.state.is_active:
-                node.state, node.error, node.awaited_signal = TaskState.FAILED, self.reason, None
-
 
 @dataclass(frozen=True, slots=True)
 class FinishRun:
     status: RunStatus
     error: str | None = None
     output: Json = None
-
-    def apply(self, run: Run) -> None:
-        run.status = self.status
 
 
 Action = (
@@ -192,11 +151,13 @@ Action = (
 )
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Transition:
-    """What one event decided."""
+    """What one event decided, and the snapshot after it."""
 
-    actions: list[Action]
+    actions: tuple[Action, ...]
+    #: The run with every action applied (its outputs: those given, loaded or produced).
+    run: Run
     #: Why the event changed nothing (a stale or duplicate report), else None.
     ignored: str | None = None
     #: For SignalReceived: a waiting node took the signal (False: it was buffered).

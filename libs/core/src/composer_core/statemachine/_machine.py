@@ -1,26 +1,24 @@
-"""The state machine: one event in, a Transition (a list of actions) out.
+"""The state machine: one event and a run snapshot in, a Transition out.
 
-It reads no clock, makes no ids and does no I/O: ``Deps`` brings the time,
-the id generator and a read-only Store for data it loads only when a
-template needs it. The caller serializes events per run (the engine holds
-the run's row lock) and persists the actions in one transaction.
+A pure function of its inputs: it reads no clock, makes no ids and does no
+I/O. ``Deps`` brings the time (the database clock of the event's transaction)
+and the id generator. When a template reads an output the snapshot lacks, or a
+WAIT_FOR_EVENT node needs buffered signals that were not loaded, ``apply``
+returns ``Missing`` instead of a Transition: the caller loads exactly that and
+applies the event again on the extended snapshot. The caller serializes events
+per run (the engine holds the run's row lock) and persists the actions in one
+transaction.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
+from typing import assert_never
 
-from composer_core.errors import (
-    InvalidRequest,
-    RunActive,
-    RunFinished,
-    StoreError,
-    TemplateError,
-)
+from composer_core.errors import InvalidRequest, RunActive, RunFinished, TemplateError
 from composer_core.model import Node, NodeType, RunStatus, TaskState, WorkflowDAG
 from composer_core.statemachine._actions import (
     Action,
@@ -47,27 +45,15 @@ from composer_core.statemachine._events import (
     SignalReceived,
     TimerFired,
 )
-from composer_core.statemachine._state import Run, Signal
+from composer_core.statemachine._state import Missing, NodeState, Run, Signal, _failed
 from composer_core.statemachine._waits import wait_input, woke_at
 from composer_core.templates import Json
 
 
-class Store(Protocol):
-    """Read access to run data the machine loads only on demand."""
-
-    async def outputs(self, node_ids: Collection[str]) -> Mapping[str, Json]:
-        """The outputs of the given completed nodes."""
-        ...
-
-    async def pending_signal(self, name: str, exclude: Collection[str]) -> Signal | None:
-        """The oldest buffered, unconsumed signal called ``name`` whose id is not in ``exclude``."""
-        ...
-
-
 @dataclass(frozen=True, slots=True)
 class Deps:
-    store: Store
-    now: Callable[[], dt.datetime]
+    #: The time of the decision: the database clock of the event's transaction.
+    now: dt.datetime
     new_id: Callable[[], str]
 
 
@@ -77,75 +63,204 @@ class _Readiness(Enum):
     SKIP = "skip"  # all resolved, none active
 
 
-class Machine:
-    """Decides one event for one run. Make a new one per event; not thread-safe."""
+class _Needs(Exception):
+    """Unwinds a decision that needs data it was not given (never leaves ``apply``)."""
 
-    def __init__(self, dag: WorkflowDAG, run: Run, deps: Deps) -> None:
+    def __init__(self, missing: Missing) -> None:
+        self.missing = missing
+
+
+class _Draft:
+    """The run as the decision goes: the snapshot's values in fresh containers, so
+    emitting an action never touches the caller's snapshot. Frozen NodeStates are
+    replaced, never changed; ``freeze`` makes the Transition's new Run."""
+
+    __slots__ = (
+        "config",
+        "input",
+        "nodes",
+        "outputs",
+        "run_id",
+        "signals",
+        "status",
+        "version",
+        "workflow_id",
+    )
+
+    def __init__(self, run: Run) -> None:
+        self.run_id = run.run_id
+        self.workflow_id = run.workflow_id
+        self.version = run.version
+        self.status = run.status
+        self.input = run.input
+        self.config = run.config
+        self.nodes: dict[str, NodeState] = dict(run.nodes)
+        self.outputs: dict[str, Json] = dict(run.outputs)
+        self.signals: list[Signal] | None = None if run.signals is None else list(run.signals)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status.is_terminal
+
+    def active_nodes(self) -> list[str]:
+        return [node_id for node_id, n in self.nodes.items() if n.state.is_active]
+
+    def failed_nodes(self) -> list[str]:
+        return _failed(self.nodes)
+
+    def evolve(self, action: Action) -> None:
+        """Apply one action, as persisting it will change the stored run."""
+        nodes = self.nodes
+        match action:
+            case CreateTask():
+                nodes[action.node_id] = NodeState(
+                    action.task_id,
+                    action.state,
+                    0,
+                    action.branches,
+                    action.awaited_signal,
+                    action.error,
+                )
+            case DispatchTask():
+                pass
+            case CompleteTask():
+                old = nodes[action.node_id]
+                nodes[action.node_id] = NodeState(
+                    old.task_id, TaskState.COMPLETED, old.attempt, old.branches
+                )
+            case FailTask():
+                old = nodes[action.node_id]
+                nodes[action.node_id] = NodeState(
+                    old.task_id, TaskState.FAILED, old.attempt, old.branches, None, action.error
+                )
+            case RetryTask():
+                old = nodes[action.node_id]
+                nodes[action.node_id] = NodeState(
+                    old.task_id, TaskState.PENDING, action.next_attempt, old.branches
+                )
+            case ResolveWait():
+                old = nodes[action.node_id]
+                nodes[action.node_id] = NodeState(
+                    old.task_id, action.state, old.attempt, old.branches, None, action.error
+                )
+            case BufferSignal():
+                if self.signals is not None:
+                    self.signals.append(Signal(action.signal_id, action.name, action.payload))
+            case ConsumeSignal():
+                if self.signals is not None:
+                    self.signals = [s for s in self.signals if s.signal_id != action.signal_id]
+            case ReopenRun():
+                for node_id in action.reset_nodes:
+                    nodes.pop(node_id, None)
+                    self.outputs.pop(node_id, None)
+                self.version, self.input, self.config = action.version, action.input, action.config
+                self.status = RunStatus.RUNNING
+            case CancelTasks():
+                for node_id, old in nodes.items():
+                    if old.state.is_active:
+                        nodes[node_id] = NodeState(
+                            old.task_id,
+                            TaskState.FAILED,
+                            old.attempt,
+                            old.branches,
+                            None,
+                            action.reason,
+                        )
+            case FinishRun():
+                self.status = action.status
+            case _:
+                assert_never(action)
+
+    def freeze(self) -> Run:
+        return Run(
+            self.run_id,
+            self.workflow_id,
+            self.version,
+            self.status,
+            self.input,
+            self.config,
+            self.nodes,
+            self.outputs,
+            None if self.signals is None else tuple(self.signals),
+        )
+
+
+class Machine:
+    """Decides events for runs of one definition version. Cheap to make; the engine
+    makes one per event. Not thread-safe."""
+
+    def __init__(self, dag: WorkflowDAG, deps: Deps) -> None:
         self._dag = dag
-        self._run = run
         self._deps = deps
-        self._now = dt.datetime.min.replace(tzinfo=dt.UTC)
+        self._now = deps.now
+
+    def apply(self, run: Run, event: Event) -> Transition | Missing:
+        """Decide one event on ``run``.
+
+        Returns the Transition (the actions to persist, in order, and the run
+        after them), or Missing when the snapshot lacks outputs or signals the
+        decision reads: load them and apply again on ``run.with_data(...)``.
+        Raises InvalidRequest, RunFinished or RunActive when the event cannot
+        apply (nothing to persist). Any other exception is a bug.
+        """
+        self._run = _Draft(run)
         self._actions: list[Action] = []
-        self._transition = Transition(self._actions)
-        self._consumed: set[str] = set()
+        self._ignored: str | None = None
+        self._delivered = False
         self._bound: dict[str, object] = {}
         self._bound_tasks: dict[str, object] = {}
         self._tasks_root: object | None = None
+        try:
+            self._decide(event)
+        except _Needs as needs:
+            return needs.missing
+        return Transition(
+            tuple(self._actions),
+            self._run.freeze() if self._ignored is None else run,
+            self._ignored,
+            self._delivered,
+        )
 
-    async def apply(self, event: Event) -> Transition:
-        """Consume one event.
-
-        Raises InvalidRequest, RunFinished or RunActive when the event cannot
-        apply (nothing to persist), and StoreError when the Store failed
-        (transient: apply the event again on a fresh snapshot).
-        """
-        self._now = self._deps.now()
+    def _decide(self, event: Event) -> None:
         match event:
             case RunStarted():
-                await self._on_run_started(event)
+                self._on_run_started(event)
             case NodeCompleted():
-                await self._on_node_completed(event)
+                self._on_node_completed(event)
             case NodeFailed():
                 self._on_node_failed(event)
             case TimerFired():
-                await self._on_timer_fired(event)
+                self._on_timer_fired(event)
             case SignalReceived():
-                await self._on_signal_received(event)
+                self._on_signal_received(event)
             case RunRetried():
-                await self._on_run_retried(event)
+                self._on_run_retried(event)
             case RunCancelled():
                 self._on_run_cancelled(event)
             case _:
-                raise InvalidRequest(f"unknown event {event!r}")
-        if self._transition.ignored is None:
-            await self._finish_if_done()
-        return self._transition
+                assert_never(event)
+        if self._ignored is None:
+            self._finish_if_done()
 
     # -- bookkeeping -------------------------------------------------------
 
     def _emit(self, action: Action) -> None:
         self._actions.append(action)
-        action.apply(self._run)
+        self._run.evolve(action)
 
     def _ignore(self, reason: str) -> None:
-        self._transition.ignored = reason
-
-    def _node(self, node_id: str) -> Node:
-        node = self._dag.node(node_id)
-        if node is None:  # pragma: no cover - callers pass ids from the DAG
-            raise InvalidRequest(f"node {node_id!r} is not in {self._dag!r}")
-        return node
+        self._ignored = reason
 
     # -- events ------------------------------------------------------------
 
-    async def _on_run_started(self, event: RunStarted) -> None:
+    def _on_run_started(self, event: RunStarted) -> None:
         if self._run.is_terminal:
             raise RunFinished(f"run {self._run.run_id} is {self._run.status}")
         if self._run.nodes:
             raise InvalidRequest(f"run {self._run.run_id} has already started")
-        await self._begin(self._dag.start_node(event.start_node))
+        self._begin(self._dag.start_node(event.start_node))
 
-    async def _on_node_completed(self, event: NodeCompleted) -> None:
+    def _on_node_completed(self, event: NodeCompleted) -> None:
         state = self._run.nodes.get(event.node_id)
         if (
             state is None
@@ -159,7 +274,7 @@ class Machine:
         self._emit(CompleteTask(event.task_id, event.node_id, event.attempt, event.output))
         if self._run.is_terminal:
             return  # finished meanwhile (a routing failure elsewhere): keep the output, go no further
-        await self._advance_from(event.node_id, event.output)
+        self._advance_from(event.node_id, event.output)
 
     def _on_node_failed(self, event: NodeFailed) -> None:
         state = self._run.nodes.get(event.node_id)
@@ -182,13 +297,22 @@ class Machine:
                 FailTask(event.task_id, event.node_id, event.attempt, event.error, event.error_code)
             )
             return
-        self._emit(
-            RetryTask(event.task_id, event.node_id, event.attempt, event.error, event.error_code)
-        )
         delay = node.retry_policy.delay(next_attempt)
-        self._emit(self._dispatch(node, event.task_id, next_attempt, None, delay))
+        self._emit(
+            RetryTask(
+                task_id=event.task_id,
+                node_id=event.node_id,
+                node_type=node.type,
+                attempt=event.attempt,
+                error=event.error,
+                queue=self._queue(node),
+                not_before=self._now + dt.timedelta(seconds=delay),
+                error_code=event.error_code,
+                timeout_seconds=node.timeout_seconds,
+            )
+        )
 
-    async def _on_timer_fired(self, event: TimerFired) -> None:
+    def _on_timer_fired(self, event: TimerFired) -> None:
         state = self._run.nodes.get(event.node_id)
         if (
             state is None
@@ -204,9 +328,9 @@ class Machine:
             return
         output = woke_at(self._now)
         self._emit(ResolveWait(event.task_id, event.node_id, TaskState.COMPLETED, output))
-        await self._advance_from(event.node_id, output)
+        self._advance_from(event.node_id, output)
 
-    async def _on_signal_received(self, event: SignalReceived) -> None:
+    def _on_signal_received(self, event: SignalReceived) -> None:
         if not event.name or not event.name.strip():
             raise InvalidRequest("a signal needs a name")
         if self._run.is_terminal:
@@ -220,10 +344,10 @@ class Machine:
         state = self._run.nodes[waiter]
         output = _signal_output(event.payload)
         self._emit(ResolveWait(state.task_id, waiter, TaskState.COMPLETED, output))
-        self._transition.signal_delivered = True
-        await self._advance_from(waiter, output)
+        self._delivered = True
+        self._advance_from(waiter, output)
 
-    async def _on_run_retried(self, event: RunRetried) -> None:
+    def _on_run_retried(self, event: RunRetried) -> None:
         active = self._run.active_nodes()
         if active:
             raise RunActive(
@@ -251,7 +375,7 @@ class Machine:
         self._bound.clear()
         self._bound_tasks.clear()
         self._tasks_root = None
-        await self._begin(restart)
+        self._begin(restart)
 
     def _on_run_cancelled(self, event: RunCancelled) -> None:
         if self._run.is_terminal:
@@ -261,7 +385,7 @@ class Machine:
         self._emit(CancelTasks(reason, active))
         self._emit(FinishRun(RunStatus.CANCELLED, error=reason))
 
-    async def _finish_if_done(self) -> None:
+    def _finish_if_done(self) -> None:
         """Finish the run once nothing is active: FAILED if a node failed, else SUCCEEDED."""
         if self._run.is_terminal or self._run.active_nodes():
             return
@@ -278,7 +402,7 @@ class Machine:
             self._emit(FinishRun(RunStatus.SUCCEEDED))
             return
         try:
-            await self._ensure_outputs(self._dag.output_refs)
+            self._ensure_outputs(self._dag.output_refs)
             output = template.evaluate(self._activation())
         except TemplateError as exc:
             self._emit(FinishRun(RunStatus.FAILED, error=f"run output: {exc}"))
@@ -287,15 +411,15 @@ class Machine:
 
     # -- routing -----------------------------------------------------------
 
-    async def _begin(self, node: Node) -> None:
+    def _begin(self, node: Node) -> None:
         """Activate ``node`` unconditionally (the start, or a retry's restart node)."""
-        await self._propagate(await self._activate(node))
+        self._propagate(self._activate(node))
 
-    async def _advance_from(self, node_id: str, output: Json) -> None:
+    def _advance_from(self, node_id: str, output: Json) -> None:
         self._set_output(node_id, output)
-        await self._propagate(self._dag.successors(node_id))
+        self._propagate(self._dag.successors(node_id))
 
-    async def _propagate(self, candidates: Iterable[Node]) -> None:
+    def _propagate(self, candidates: Iterable[Node]) -> None:
         """Walk forward, running or skipping each node whose incoming edges are all resolved.
 
         Skips cascade down untaken branches; control nodes and satisfied waits
@@ -311,7 +435,7 @@ class Machine:
                 self._emit(CreateTask(self._deps.new_id(), node.id, node.type, TaskState.SKIPPED))
                 queue.extend(self._dag.successors(node.id))
             elif readiness is _Readiness.RUN:
-                queue.extend(await self._activate(node))
+                queue.extend(self._activate(node))
 
     def _readiness(self, node: Node) -> _Readiness:
         """The one readiness rule.
@@ -333,10 +457,10 @@ class Machine:
                 any_active = True
         return _Readiness.RUN if any_active else _Readiness.SKIP
 
-    async def _activate(self, node: Node) -> list[Node]:
+    def _activate(self, node: Node) -> list[Node]:
         """Start a ready node; return the nodes to look at next."""
         if node.type is NodeType.SWITCH:
-            return await self._activate_switch(node)
+            return self._activate_switch(node)
         if node.type.is_control:  # FORK, JOIN
             self._emit(
                 CreateTask(self._deps.new_id(), node.id, node.type, TaskState.COMPLETED, output={})
@@ -344,15 +468,15 @@ class Machine:
             self._set_output(node.id, {})
             return list(self._dag.successors(node.id))
         if node.type.is_wait:
-            return await self._park(node)
-        await self._schedule(node)
+            return self._park(node)
+        self._schedule(node)
         return []
 
-    async def _activate_switch(self, node: Node) -> list[Node]:
+    def _activate_switch(self, node: Node) -> list[Node]:
         """Complete a SWITCH inline, passing on its predecessor's output and recording
         which branches its conditions select (a decision later events never re-make)."""
         try:
-            await self._ensure_outputs(self._dag.task_refs(node.id))
+            self._ensure_outputs(self._dag.task_refs(node.id))
             branches = self._select_branches(node)
         except TemplateError as exc:
             self._fail_node(node, f"SWITCH {node.id}: {exc}")
@@ -401,43 +525,42 @@ class Machine:
                 return self._run.outputs[edge.source]
         return {}
 
-    async def _schedule(self, node: Node) -> None:
+    def _schedule(self, node: Node) -> None:
         """Create a worker node's task with its resolved input and dispatch it.
 
         The input is resolved once, here, and stored on the task: a retry reuses
         it, and a worker never sees a template.
         """
         try:
-            node_input = await self._resolve_input(node)
+            node_input = self._resolve_input(node)
         except TemplateError as exc:
             self._fail_node(node, f"input of {node.id} could not be resolved: {exc}")
             return
         task_id = self._deps.new_id()
         self._emit(CreateTask(task_id, node.id, node.type, TaskState.PENDING, input=node_input))
-        self._emit(self._dispatch(node, task_id, 0, node_input, 0.0))
+        self._emit(
+            DispatchTask(
+                task_id=task_id,
+                node_id=node.id,
+                node_type=node.type,
+                queue=self._queue(node),
+                not_before=self._now,
+                input=node_input,
+                timeout_seconds=node.timeout_seconds,
+            )
+        )
 
-    def _dispatch(
-        self, node: Node, task_id: str, attempt: int, node_input: Json, delay: float
-    ) -> DispatchTask:
+    def _queue(self, node: Node) -> str:
         queue = self._dag.queue(node.id)
         if queue is None:  # pragma: no cover - only worker nodes are dispatched
             raise InvalidRequest(f"node {node.id} ({node.type}) has no queue")
-        return DispatchTask(
-            task_id=task_id,
-            node_id=node.id,
-            node_type=node.type,
-            queue=queue,
-            attempt=attempt,
-            not_before=self._now + dt.timedelta(seconds=delay),
-            input=node_input,
-            timeout_seconds=node.timeout_seconds,
-        )
+        return queue
 
-    async def _park(self, node: Node) -> list[Node]:
+    def _park(self, node: Node) -> list[Node]:
         """Record a wait node as WAITING, or complete it now when it is already satisfied
         (a time in the past, or a signal that arrived before the run got here)."""
         try:
-            resolved = await self._resolve_input(node)
+            resolved = self._resolve_input(node)
             wait = wait_input(node.type, resolved, self._now)
         except (TemplateError, ValueError) as exc:
             self._fail_node(node, f"{node.id}: {exc}")
@@ -458,12 +581,8 @@ class Machine:
             )
             return []
         assert wait.event is not None
-        try:
-            signal = await self._deps.store.pending_signal(wait.event, frozenset(self._consumed))
-        except Exception as exc:
-            raise StoreError(f"loading buffered signal {wait.event!r}: {exc}") from exc
+        signal = self._buffered(wait.event)
         if signal is not None:
-            self._consumed.add(signal.signal_id)
             self._emit(ConsumeSignal(signal.signal_id, node.id))
             return self._complete_now(node, task_id, resolved, _signal_output(signal.payload))
         self._emit(
@@ -495,6 +614,16 @@ class Machine:
             CreateTask(self._deps.new_id(), node.id, node.type, TaskState.FAILED, error=error)
         )
 
+    def _buffered(self, name: str) -> Signal | None:
+        """The oldest buffered signal called ``name`` not yet consumed."""
+        signals = self._run.signals
+        if signals is None:
+            raise _Needs(Missing(signals=True))
+        for signal in signals:
+            if signal.name == name:
+                return signal
+        return None
+
     def _oldest_waiter(self, name: str) -> str | None:
         best: tuple[str, str] | None = None
         for node_id, state in self._run.nodes.items():
@@ -505,8 +634,8 @@ class Machine:
 
     # -- templates and outputs -----------------------------------------------
 
-    async def _resolve_input(self, node: Node) -> Json:
-        await self._ensure_outputs(self._dag.task_refs(node.id))
+    def _resolve_input(self, node: Node) -> Json:
+        self._ensure_outputs(self._dag.task_refs(node.id))
         return self._dag.compiled_spec(node.id).evaluate(self._activation())
 
     def _set_output(self, node_id: str, output: Json) -> None:
@@ -514,24 +643,19 @@ class Machine:
         self._bound_tasks.pop(node_id, None)
         self._tasks_root = None
 
-    async def _ensure_outputs(self, refs: frozenset[str] | None) -> None:
-        """Load the outputs a template may read, once. ``None`` means any reached node."""
+    def _ensure_outputs(self, refs: frozenset[str] | None) -> None:
+        """Ask for the outputs a template may read that the snapshot lacks (``None``:
+        any reached node's)."""
         wanted = self._run.nodes.keys() if refs is None else refs
-        missing = sorted(
+        missing = frozenset(
             node_id
             for node_id in wanted
             if node_id not in self._run.outputs
             and (state := self._run.nodes.get(node_id)) is not None
             and state.state is TaskState.COMPLETED
         )
-        if not missing:
-            return
-        try:
-            loaded = await self._deps.store.outputs(missing)
-        except Exception as exc:
-            raise StoreError(f"loading outputs of {', '.join(missing)}: {exc}") from exc
-        for node_id in missing:
-            self._set_output(node_id, loaded.get(node_id))
+        if missing:
+            raise _Needs(Missing(outputs=missing))
 
     def _activation(self) -> Mapping[str, object]:
         """The values expressions see, converted for the engine once and reused."""

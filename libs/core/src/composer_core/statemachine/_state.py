@@ -1,19 +1,24 @@
-"""The run snapshot the machine decides on.
+"""The run snapshot the machine decides on, and the data it may ask for.
 
-It holds, per reached node, only what routing needs: no inputs, and outputs
-only in a cache filled on demand through the Store. Actions update it as they
-are emitted, so a later decision in the same event sees the earlier ones.
+It holds, per reached node, only what routing needs: no inputs, and only the
+outputs the caller loaded (``outputs``). The machine never loads anything: when
+a template reads an output it was not given, or a WAIT_FOR_EVENT node needs
+the buffered signals and ``signals`` is None, it answers ``Missing`` and the
+caller applies the event again on the snapshot extended ``with_data``.
+
+Everything here is frozen; a decision builds a new snapshot (``Transition.run``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from composer_core.model import RunStatus, TaskState
 from composer_core.templates import Json
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class NodeState:
     """A reached node: its one task's current state."""
 
@@ -31,17 +36,31 @@ class NodeState:
         return self.task_id == task_id and self.attempt == attempt
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """A buffered signal no node was waiting for when it arrived."""
+
+    signal_id: str
+    name: str
+    payload: Json = None
+
+
+@dataclass(frozen=True, slots=True)
 class Run:
+    """One run as the machine sees it. Treat the mappings as read-only."""
+
     run_id: str
     workflow_id: str
     version: int
     status: RunStatus
     input: Json = None
     config: Json = None
-    nodes: dict[str, NodeState] = field(default_factory=dict)
-    #: Outputs loaded so far (node id → output): a cache, never the source of truth.
-    outputs: dict[str, Json] = field(default_factory=dict)
+    nodes: Mapping[str, NodeState] = field(default_factory=dict)
+    #: Outputs the caller loaded (node id → output): never the source of truth.
+    outputs: Mapping[str, Json] = field(default_factory=dict)
+    #: The buffered, unconsumed signals, oldest first; None when the caller did not
+    #: load them (the machine then asks, if it needs them). ``()`` means none.
+    signals: tuple[Signal, ...] | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -52,16 +71,36 @@ class Run:
 
     def failed_nodes(self) -> list[str]:
         """Failed nodes, oldest task first (task ids are time-ordered)."""
-        failed = [
-            (n.task_id, node_id) for node_id, n in self.nodes.items() if n.state is TaskState.FAILED
-        ]
-        return [node_id for _, node_id in sorted(failed)]
+        return _failed(self.nodes)
+
+    def with_data(
+        self, outputs: Mapping[str, Json] | None = None, signals: tuple[Signal, ...] | None = None
+    ) -> Run:
+        """This snapshot with more loaded outputs and (when given) the buffered signals."""
+        return Run(
+            self.run_id,
+            self.workflow_id,
+            self.version,
+            self.status,
+            self.input,
+            self.config,
+            self.nodes,
+            {**self.outputs, **outputs} if outputs else self.outputs,
+            self.signals if signals is None else signals,
+        )
 
 
 @dataclass(frozen=True, slots=True)
-class Signal:
-    """A buffered signal no node was waiting for when it arrived."""
+class Missing:
+    """What the machine needs to decide and was not given: apply the event again on
+    ``run.with_data(...)`` with these loaded. Nothing was decided."""
 
-    signal_id: str
-    name: str
-    payload: Json = None
+    #: Completed nodes whose outputs a template reads.
+    outputs: frozenset[str] = frozenset()
+    #: The run's buffered signals (``Run.signals`` was None).
+    signals: bool = False
+
+
+def _failed(nodes: Mapping[str, NodeState]) -> list[str]:
+    failed = [(n.task_id, node_id) for node_id, n in nodes.items() if n.state is TaskState.FAILED]
+    return [node_id for _, node_id in sorted(failed)]

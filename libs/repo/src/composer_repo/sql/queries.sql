@@ -86,7 +86,7 @@ ON CONFLICT DO NOTHING
 RETURNING run_id;
 
 -- name: find_idempotent_run
-SELECT r.id, r.status
+SELECT r.id, r.status, now() AS now
   FROM run_idempotency_keys k
   JOIN workflow_runs r ON r.id = k.run_id
  WHERE k.workflow_id = $1 AND k.idempotency_key = $2;
@@ -95,15 +95,19 @@ SELECT r.id, r.status
 INSERT INTO workflow_runs (id, workflow_id, version, status, input, config, idempotency_key)
 VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT (id) DO NOTHING
-RETURNING status;
+RETURNING status, now() AS now;
 
 -- name: lock_run
 -- The first statement of every event's transaction: the run's row lock,
--- held until commit, serializes all events of one run.
-SELECT workflow_id, version, status, input, config
-  FROM workflow_runs
- WHERE id = $1
-   FOR UPDATE;
+-- held until commit, serializes all events of one run. It also returns the
+-- transaction's clock (every time the event persists is derived from it)
+-- and whether buffered signals wait, so they are read only when there are any.
+SELECT r.workflow_id, r.version, r.status, r.input, r.config, now() AS now,
+       EXISTS (SELECT 1 FROM workflow_events e
+                WHERE e.run_id = $1 AND e.consumed_at IS NULL) AS has_signals
+  FROM workflow_runs r
+ WHERE r.id = $1
+   FOR UPDATE OF r;
 
 -- name: load_task_states
 -- What routing needs from each reached node: no inputs, no outputs.
@@ -220,11 +224,11 @@ RETURNING node_type, started_at, finished_at;
 
 -- name: requeue_task
 -- The next attempt of a failed execution: back to PENDING with attempt + 1,
--- due for dispatch at $7 (NULL: now). Returns what the next dispatch needs, including the
--- input stored when the task was created.
+-- due for dispatch at $7. Returns the input stored when the task was created,
+-- which the next dispatch sends again.
 UPDATE task_instances
    SET state = 'PENDING', attempt = attempt + 1, error = $5, error_code = $6,
-       dispatched_at = COALESCE($7::timestamptz, now()), started_at = NULL, updated_at = now(),
+       dispatched_at = $7, started_at = NULL, updated_at = now(),
        lease_owner = NULL, lease_expires_at = NULL
  WHERE run_id = $1 AND id = $2 AND node_id = $3 AND attempt = $4
    AND state IN ('PENDING', 'QUEUED', 'RUNNING')
@@ -261,17 +265,19 @@ UPDATE task_instances t
 -- name: acquire_lease
 -- A worker takes the attempt: granted when the task is waiting for a worker,
 -- already leased by the same owner, or leased by someone whose lease expired.
-UPDATE task_instances
+-- Returns the run's definition version too: the node's retry policy is there.
+UPDATE task_instances t
    SET state = 'RUNNING', lease_owner = $4,
        lease_expires_at = statement_timestamp() + make_interval(secs => $5),
-       started_at = CASE WHEN state = 'RUNNING' AND lease_owner = $4 THEN started_at
+       started_at = CASE WHEN t.state = 'RUNNING' AND t.lease_owner = $4 THEN t.started_at
                          ELSE now() END,
        updated_at = now()
- WHERE run_id = $1 AND id = $2 AND attempt = $3
-   AND (state IN ('PENDING', 'QUEUED')
-        OR (state = 'RUNNING'
-            AND (lease_owner = $4 OR lease_expires_at < statement_timestamp())))
-RETURNING node_id, node_type, queue, input, lease_expires_at;
+  FROM workflow_runs r
+ WHERE t.run_id = $1 AND t.id = $2 AND t.attempt = $3 AND r.id = $1
+   AND (t.state IN ('PENDING', 'QUEUED')
+        OR (t.state = 'RUNNING'
+            AND (t.lease_owner = $4 OR t.lease_expires_at < statement_timestamp())))
+RETURNING t.node_id, t.node_type, t.queue, t.input, t.lease_expires_at, r.workflow_id, r.version;
 
 -- name: lease_owner
 -- Who holds the lease on a RUNNING attempt (expired or not); no row when the
@@ -293,13 +299,12 @@ RETURNING lease_expires_at;
 INSERT INTO workflow_events (id, run_id, name, payload)
 VALUES ($1, $2, $3, $4);
 
--- name: pending_signal
--- The oldest unconsumed signal of that name not already taken in this event.
+-- name: pending_signals
+-- The run's buffered signals no node took yet, oldest first (the snapshot's).
 SELECT id, name, payload
   FROM workflow_events
- WHERE run_id = $1 AND name = $2 AND consumed_at IS NULL AND id <> ALL($3::text[])
- ORDER BY created_at, id
- LIMIT 1;
+ WHERE run_id = $1 AND consumed_at IS NULL
+ ORDER BY created_at, id;
 
 -- name: consume_signal
 UPDATE workflow_events
@@ -339,9 +344,10 @@ SELECT id, kind, run_id, task_id, destination, payload, attempts, next_attempt_a
 DELETE FROM outbox WHERE id = ANY($1::bigint[]);
 
 -- name: postpone_outbox
--- Publishing failed: try again no earlier than $2.
+-- Publishing failed: try again $2 seconds from now (the database's clock).
 UPDATE outbox
-   SET attempts = attempts + 1, next_attempt_at = $2, last_error = $3
+   SET attempts = attempts + 1, last_error = $3,
+       next_attempt_at = statement_timestamp() + make_interval(secs => $2)
  WHERE id = $1
 RETURNING attempts;
 
@@ -404,10 +410,10 @@ SELECT t.run_id, t.id, t.node_id, t.attempt, t.state, t.dispatched_at, t.queue
  LIMIT $2;
 
 -- name: redispatch_task
--- The sweeper sends a lost attempt again: it is PENDING and due from $4 on.
+-- The sweeper sends a lost attempt again: it is PENDING and due from now on.
 -- Returns what the dispatch needs.
 UPDATE task_instances
-   SET state = 'PENDING', dispatched_at = $4, updated_at = now()
+   SET state = 'PENDING', dispatched_at = now(), updated_at = now()
  WHERE run_id = $1 AND id = $2 AND attempt = $3 AND state IN ('PENDING', 'QUEUED')
 RETURNING node_id, node_type, queue, input;
 
@@ -416,10 +422,12 @@ RETURNING node_id, node_type, queue, input;
 -- the same run (the timer: one busy run must not hold up every due wait
 -- behind it, and two timer replicas pass each other's runs). No row when the
 -- run is locked (or gone); the loop comes back to it on its next pass.
-SELECT workflow_id, version, status, input, config
-  FROM workflow_runs
- WHERE id = $1
-   FOR UPDATE SKIP LOCKED;
+SELECT r.workflow_id, r.version, r.status, r.input, r.config, now() AS now,
+       EXISTS (SELECT 1 FROM workflow_events e
+                WHERE e.run_id = $1 AND e.consumed_at IS NULL) AS has_signals
+  FROM workflow_runs r
+ WHERE r.id = $1
+   FOR UPDATE OF r SKIP LOCKED;
 
 -- name: lock_expired_lease
 -- Under the run lock, before the sweeper fails an attempt for its lease: the
