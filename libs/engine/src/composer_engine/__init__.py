@@ -2,6 +2,7 @@
 
 from composer_engine._definitions import DefinitionCache
 from composer_engine._engine import Engine, LeaseGrant, Started, utcnow
+from composer_engine._workflows import ValidDefinition, Workflows, validate_definition
 from composer_engine.errors import BadRequest, Conflict, EngineError, NotFound, Unavailable
 
 __all__ = [
@@ -14,5 +15,8 @@ __all__ = [
     "NotFound",
     "Started",
     "Unavailable",
+    "ValidDefinition",
+    "Workflows",
     "utcnow",
+    "validate_definition",
 ]
