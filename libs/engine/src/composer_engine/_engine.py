@@ -39,7 +39,7 @@ from composer_core.statemachine import (
 from composer_core.templates import Json
 from composer_engine._definitions import DefinitionCache
 from composer_engine._metrics import instruments
-from composer_engine._persist import announce, persist, task_message
+from composer_engine._persist import announce, persist, write_dispatch
 from composer_engine._tx import Tx
 from composer_engine.errors import (
     BadRequest,
@@ -277,20 +277,19 @@ class Engine:
             if again is None:
                 return False
             node = dag.node(again.node_id)
-            message = task_message(
+            queue = again.queue or dag.queue(again.node_id)
+            if queue is None:  # pragma: no cover - only worker nodes are dispatched
+                raise BadRequest(f"node {again.node_id} of run {run_id} has no queue")
+            await write_dispatch(
+                tx,
                 dag,
                 run_id,
                 task_id=task_id,
                 node_id=again.node_id,
                 attempt=attempt,
                 input=again.input,
+                queue=queue,
                 timeout_seconds=node.timeout_seconds if node is not None else None,
-            )
-            queue = again.queue or dag.queue(again.node_id)
-            if queue is None:  # pragma: no cover - only worker nodes are dispatched
-                raise BadRequest(f"node {again.node_id} of run {run_id} has no queue")
-            await repo.enqueue_dispatch(
-                tx.conn, run_id=run_id, task_id=task_id, queue=queue, payload=message.fields()
             )
             if self.redis is not None:
                 redis = self.redis

@@ -7,6 +7,7 @@ for the commit — hints and logs — are registered on the Tx.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from dataclasses import dataclass, field
 
@@ -138,24 +139,55 @@ async def _dispatch(
         if requeued is None:
             raise StaleSnapshot(f"task {action.task_id} attempt {retry.attempt} cannot be retried")
         node_input, attempt = requeued.input, requeued.attempt
-    message = task_message(
+    await write_dispatch(
+        tx,
         dag,
         run.run_id,
         task_id=action.task_id,
         node_id=action.node_id,
         attempt=attempt,
         input=node_input,
-        timeout_seconds=action.timeout_seconds,
-    )
-    await repo.enqueue_dispatch(
-        tx.conn,
-        run_id=run.run_id,
-        task_id=action.task_id,
         queue=action.queue,
-        payload=message.fields(),
+        timeout_seconds=action.timeout_seconds,
         not_before=action.not_before,
     )
     effects.wake_enqueuer = True
+
+
+async def write_dispatch(
+    tx: Tx,
+    dag: WorkflowDAG,
+    run_id: str,
+    *,
+    task_id: str,
+    node_id: str,
+    attempt: int,
+    input: Json,
+    queue: str,
+    timeout_seconds: float | None,
+    not_before: dt.datetime | None = None,
+) -> None:
+    """Write the outbox row that dispatches one attempt, after its task row was written
+    (inserted, requeued or made due again). Every dispatch goes through here: the
+    first, a retry's, and the sweeper's redispatch of a lost one (Engine.redispatch).
+    Waking the enqueuer after commit is the caller's."""
+    message = task_message(
+        dag,
+        run_id,
+        task_id=task_id,
+        node_id=node_id,
+        attempt=attempt,
+        input=input,
+        timeout_seconds=timeout_seconds,
+    )
+    await repo.enqueue_dispatch(
+        tx.conn,
+        run_id=run_id,
+        task_id=task_id,
+        queue=queue,
+        payload=message.fields(),
+        not_before=not_before,
+    )
 
 
 def task_message(
