@@ -1,4 +1,4 @@
-"""Recovery: nothing is ever stuck (docs: the engine's recovery policy).
+"""Recovery: nothing is ever stuck.
 
 Each sweep gathers facts, asks the engine's recovery policy
 (``composer_engine._recovery``: pure decisions) what they mean, and applies
@@ -26,7 +26,7 @@ import asyncio
 import collections
 import datetime as dt
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 import composer_repo as repo
@@ -59,10 +59,8 @@ log = logging.getLogger("composer.sweeper")
 
 #: Stream field: how many times this attempt was delivered (absent: once).
 DELIVERIES = "deliveries"
-#: A stream longer than this is not searched for a lost dispatch's entry in one sweep.
-MAX_SCAN = 100_000
 
-__all__ = ["DELIVERIES", "MAX_SCAN", "SweepReport", "Sweeper"]
+__all__ = ["DELIVERIES", "SweepReport", "Sweeper"]
 
 
 @dataclass
@@ -83,7 +81,6 @@ class Sweeper:
             lease_ttl=self.lease_ttl,
             lost_after=self.lost_after,
             max_deliveries=self.max_deliveries,
-            max_scan=MAX_SCAN,
         )
         self.totals = SweepReport()
         #: Sweeps this replica ran (it skips its turn while another replica sweeps).
@@ -129,15 +126,12 @@ class Sweeper:
                 f"task {lease.task_id} ({lease.node_id}) attempt {lease.attempt} "
                 f"of run {lease.run_id}"
             )
-            try:
-                failed = await self.engine.expire_lease(
+            failed = await _apply(
+                f"expire the lease of {what}",
+                self.engine.expire_lease(
                     lease.run_id, lease.task_id, lease.node_id, lease.attempt, owner=lease.owner
-                )
-            except Unavailable:
-                raise
-            except EngineError as exc:
-                log.error("cannot expire the lease of %s: %s", what, exc)
-                continue
+                ),
+            )
             if failed:
                 report.expired += 1
                 log.warning(
@@ -211,8 +205,9 @@ class Sweeper:
             await self.stream_ops.ack(stream, done)
 
     async def _give_up(self, msg: streams.TaskMessage, decision: GiveUp) -> None:
-        try:
-            failed = await self.engine.report_failed(
+        failed = await _apply(
+            f"fail task {msg.task_id} of run {msg.run_id}",
+            self.engine.report_failed(
                 msg.run_id,
                 msg.task_id,
                 msg.node_id,
@@ -220,12 +215,8 @@ class Sweeper:
                 decision.reason,
                 code=decision.code,
                 permanent=True,
-            )
-        except Unavailable:
-            raise
-        except EngineError as exc:
-            log.error("cannot fail task %s of run %s: %s", msg.task_id, msg.run_id, exc)
-            return
+            ),
+        )
         if failed:
             alert(
                 log,
@@ -257,7 +248,9 @@ class Sweeper:
                 live = await self.stream_ops.attempts_in(stream, {d.task_id for d in lost})
             else:
                 log.warning(
-                    "%s holds over %d entries: not searched for lost dispatches", stream, MAX_SCAN
+                    "%s holds over %d entries: not searched for lost dispatches",
+                    stream,
+                    self.limits.max_scan,
                 )
             for d in lost:
                 match lost_dispatch(d, live):
@@ -267,13 +260,10 @@ class Sweeper:
                         await self._redispatch(d, stream, report)
 
     async def _redispatch(self, d: repo.LostDispatch, stream: str, report: SweepReport) -> None:
-        try:
-            again = await self.engine.redispatch(d.run_id, d.task_id, d.attempt)
-        except Unavailable:
-            raise
-        except EngineError as exc:
-            log.error("cannot dispatch task %s again: %s", d.task_id, exc)
-            return
+        again = await _apply(
+            f"dispatch task {d.task_id} of run {d.run_id} again",
+            self.engine.redispatch(d.run_id, d.task_id, d.attempt),
+        )
         if again:
             report.redispatched += 1
             log.warning(
@@ -314,6 +304,19 @@ class Sweeper:
                     backlog.waiting,
                     (now - seen.since).total_seconds(),
                 )
+
+
+async def _apply(what: str, call: Awaitable[bool]) -> bool:
+    """Apply a decision through the engine. A run that cannot take it (deleted, a broken
+    definition) is logged and skipped, so it cannot stop the rest of the sweep; a
+    database outage (Unavailable) ends the sweep."""
+    try:
+        return await call
+    except Unavailable:
+        raise
+    except EngineError as exc:
+        log.error("cannot %s: %s", what, exc)
+        return False
 
 
 def _deliveries(fields: Mapping[str, str]) -> int:
