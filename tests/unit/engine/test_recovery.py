@@ -139,3 +139,32 @@ def test_a_served_or_empty_queue_is_forgotten(waiting: int, consumers: int) -> N
 def test_limits_that_cannot_work_are_refused(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError, match="must be"):
         RecoveryLimits(**bad)  # type: ignore[arg-type]
+
+
+def test_the_policy_does_no_io_and_reads_no_clock() -> None:
+    """Read with ``ast``: no coroutine, no await, no clock call, no I/O library."""
+    import ast
+    import inspect
+
+    from composer_engine import _recovery
+
+    tree = ast.parse(inspect.getsource(_recovery))
+    kinds = {type(node) for node in ast.walk(tree)}
+    assert not kinds & {ast.AsyncFunctionDef, ast.Await, ast.AsyncFor, ast.AsyncWith}
+    calls = {
+        node.func.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+    }
+    assert not calls & {"now", "utcnow", "today", "time", "monotonic"}
+    imported = {
+        (node.module or "").split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+    } | {
+        a.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for a in node.names
+    }
+    assert not imported & {"asyncio", "asyncpg", "redis", "time", "random", "os", "socket"}
