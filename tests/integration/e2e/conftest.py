@@ -25,10 +25,10 @@ import composer_repo as repo
 from composer_common import streams
 from composer_common.telemetry import setup_telemetry
 from composer_coordinator.server import start_server
-from composer_core.model import build_dag, parse_definition
-from composer_engine import Engine
+from composer_engine import Engine, Workflows, validate_definition
 from composer_executors import HttpPolicy, create_http_session
 from composer_lease_sweeper.loop import Sweeper
+from composer_lease_sweeper.redis_stream_ops import RedisStreamOps
 from composer_outbox_enqueuer.loop import Enqueuer
 from composer_sdk import Worker, WorkerConfig
 from composer_timer.loop import Timer
@@ -67,18 +67,9 @@ class Stack:
     stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def deploy(self, definition: dict[str, Any]) -> int:
-        """Validate and store a definition, deployed; returns its version."""
-        spec = parse_definition(definition)
-        build_dag(spec)
-        async with repo.transaction(self.pool) as conn:
-            stored = await repo.create_definition(
-                conn,
-                spec.id,
-                name=spec.name or spec.id,
-                spec=definition,
-                webhook_url=spec.webhook_url,
-                deploy=True,
-            )
+        """Validate and store a definition, deployed, as the API does; returns its version."""
+        valid = validate_definition(definition)
+        stored = await Workflows(self.pool).create(valid, deploy=True)
         return stored.version
 
     def worker(self, handlers: dict[str, Callable[..., Awaitable[Any]]], **config: Any) -> Worker:
@@ -179,7 +170,7 @@ async def open_stack(
         s.tasks.append(asyncio.create_task(s.timer.run(s.stop), name="timer"))
     if sweeper:
         options = TEST_SWEEPER | (sweeper if isinstance(sweeper, dict) else {})
-        s.sweeper = Sweeper(engine, redis, prefix=prefix, **options)
+        s.sweeper = Sweeper(engine, RedisStreamOps(redis, prefix), prefix=prefix, **options)
         s.tasks.append(asyncio.create_task(s.sweeper.run(s.stop), name="sweeper"))
     try:
         yield s

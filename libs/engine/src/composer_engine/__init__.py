@@ -2,6 +2,25 @@
 
 from composer_engine._definitions import DefinitionCache
 from composer_engine._engine import Engine, LeaseGrant, Started, utcnow
+from composer_engine._recovery import (
+    DELIVERY_LIMIT,
+    Acknowledge,
+    ClaimedEntry,
+    DispatchDecision,
+    EntryDecision,
+    GiveUp,
+    Leave,
+    RecoveryLimits,
+    Redeliver,
+    Redispatch,
+    Unserved,
+    lost_before,
+    lost_dispatch,
+    searchable,
+    settle_entry,
+    watch_queue,
+)
+from composer_engine._workflows import ValidDefinition, Workflows, validate_definition
 from composer_engine.errors import (
     BadRequest,
     Conflict,
@@ -12,15 +31,34 @@ from composer_engine.errors import (
 )
 
 __all__ = [
+    "DELIVERY_LIMIT",
+    "Acknowledge",
     "BadRequest",
+    "ClaimedEntry",
     "Conflict",
     "DefinitionCache",
+    "DispatchDecision",
     "Engine",
     "EngineError",
+    "EntryDecision",
+    "GiveUp",
     "Internal",
     "LeaseGrant",
+    "Leave",
     "NotFound",
+    "RecoveryLimits",
+    "Redeliver",
+    "Redispatch",
     "Started",
     "Unavailable",
+    "Unserved",
+    "ValidDefinition",
+    "Workflows",
+    "lost_before",
+    "lost_dispatch",
+    "searchable",
+    "settle_entry",
     "utcnow",
+    "validate_definition",
+    "watch_queue",
 ]

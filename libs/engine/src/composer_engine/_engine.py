@@ -46,7 +46,7 @@ from composer_core.statemachine import (
 from composer_core.templates import Json
 from composer_engine._definitions import DefinitionCache
 from composer_engine._metrics import instruments
-from composer_engine._persist import announce, persist, task_message
+from composer_engine._persist import announce, persist, write_dispatch
 from composer_engine._tx import Tx
 from composer_engine.errors import (
     BadRequest,
@@ -289,20 +289,17 @@ class Engine:
             if again is None:
                 return False
             node = dag.node(again.node_id)
-            message = task_message(
-                dag,
-                run_id,
-                task_id=task_id,
-                node_id=again.node_id,
-                attempt=attempt,
-                input=again.input,
-                timeout_seconds=node.timeout_seconds if node is not None else None,
-            )
             queue = again.queue or dag.queue(again.node_id)
             if queue is None:  # pragma: no cover - only worker nodes are dispatched
                 raise BadRequest(f"node {again.node_id} of run {run_id} has no queue")
-            await repo.enqueue_dispatch(
-                tx.conn, run_id=run_id, task_id=task_id, queue=queue, payload=message.fields()
+            await write_dispatch(
+                tx,
+                dag,
+                repo.TaskRef(run_id, task_id, again.node_id, attempt),
+                queue=queue,
+                input=again.input,
+                not_before=None,
+                timeout_seconds=node.timeout_seconds if node is not None else None,
             )
             if self.redis is not None:
                 redis = self.redis

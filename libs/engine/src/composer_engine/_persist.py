@@ -83,7 +83,7 @@ async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: Sequence[Action])
                     effects.wake_timer = True
                 effects.created.append((action.node_type.value, action.state.value))
             case DispatchTask():
-                await _dispatch(
+                await write_dispatch(
                     tx,
                     dag,
                     repo.TaskRef(run_id, action.task_id, action.node_id, 0),
@@ -122,7 +122,7 @@ async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: Sequence[Action])
                     raise StaleSnapshot(
                         f"task {action.task_id} attempt {action.attempt} cannot be retried"
                     )
-                await _dispatch(
+                await write_dispatch(
                     tx,
                     dag,
                     repo.TaskRef(run_id, action.task_id, action.node_id, requeued.attempt),
@@ -192,17 +192,20 @@ async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: Sequence[Action])
     return effects
 
 
-async def _dispatch(
+async def write_dispatch(
     tx: Tx,
     dag: WorkflowDAG,
     ref: repo.TaskRef,
     *,
     queue: str,
     input: Json,
-    not_before: dt.datetime,
+    not_before: dt.datetime | None,
     timeout_seconds: float | None,
 ) -> None:
-    """The outbox row that sends attempt ``ref`` to ``queue`` from ``not_before`` on."""
+    """The outbox row that sends attempt ``ref`` to ``queue`` from ``not_before`` on
+    (None: at once), written after the task row (inserted, requeued, or made due
+    again). Every dispatch goes through here: the first, a retry's, and the
+    sweeper's redispatch of a lost one (Engine.redispatch)."""
     message = task_message(
         dag,
         ref.run_id,

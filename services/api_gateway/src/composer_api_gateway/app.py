@@ -32,12 +32,13 @@ from composer_api_gateway.state import (
     REDIS,
     SPEC,
     WAITERS,
+    WORKFLOWS,
     GatewayConfig,
 )
 from composer_api_gateway.waiters import RunWaiters
 from composer_common import streams
 from composer_common.telemetry import extract, tracer
-from composer_engine import Engine, EngineError
+from composer_engine import Engine, EngineError, Workflows
 
 log = logging.getLogger("composer.api")
 
@@ -175,6 +176,7 @@ async def _redis(app: web.Application) -> AsyncIterator[None]:
 
 async def _engine(app: web.Application) -> AsyncIterator[None]:
     app[ENGINE] = Engine(app[POOL], redis=app[REDIS], redis_prefix=app[CONFIG].redis_prefix)
+    app[WORKFLOWS] = Workflows(app[POOL])
     yield
 
 

@@ -1,13 +1,12 @@
 """Handlers of /v1/workflows: create (YAML or JSON), list, show, deploy, delete.
 
-A definition is validated completely (shape, graph, templates) before it is
-stored, and a failure answers 422 with every problem and its path, so a user
-fixes them all in one go.
+Each handler parses the request, calls the engine's definitions use case
+(``composer_engine.Workflows``: validation, the write and its retries) or, for
+reads, libs/repo, and renders the answer. An invalid definition answers 422
+with every problem and its path, so a user fixes them all in one go.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from aiohttp import web
 from pydantic import BaseModel
@@ -24,17 +23,16 @@ from composer_api_gateway.models import (
     WorkflowList,
     WorkflowSummary,
 )
-from composer_api_gateway.problems import ApiProblem, from_repo
-from composer_api_gateway.state import POOL
+from composer_api_gateway.problems import ApiProblem
+from composer_api_gateway.state import POOL, WORKFLOWS
 from composer_core.errors import DefinitionInvalid, Problem
-from composer_core.model import DEFAULT_LIMITS, WorkflowSpec, build_dag, parse_definition
+from composer_core.model import DEFAULT_LIMITS
+from composer_engine import ValidDefinition, validate_definition
 
 JSON_TYPES = frozenset({"application/json"})
 YAML_TYPES = frozenset(
     {"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "text/plain", ""}
 )
-#: Times to try again when a concurrent create took the same version number.
-_CREATE_ATTEMPTS = 5
 
 
 def json_response(model: BaseModel, status: int = 200, **headers: str) -> web.Response:
@@ -57,8 +55,8 @@ def invalid(problems: list[Problem]) -> ApiProblem:
     )
 
 
-async def parse_body(request: web.Request) -> tuple[WorkflowSpec, dict[str, Any]]:
-    """The definition in the body, validated completely; and what to store (JSON)."""
+async def parse_body(request: web.Request) -> ValidDefinition:
+    """The definition in the body (YAML or JSON), validated completely by the engine."""
     raw = await bodies.read_bytes(request)
     limit = DEFAULT_LIMITS.max_definition_bytes
     if len(raw) > limit:
@@ -79,57 +77,36 @@ async def parse_body(request: web.Request) -> tuple[WorkflowSpec, dict[str, Any]
                         )
                     ]
                 )
-            spec = parse_definition(data)
+            definition = validate_definition(data)
         elif media in YAML_TYPES:
-            spec = parse_definition(raw)  # which also refuses an alias bomb before building it
+            definition = validate_definition(raw)  # which also refuses an alias bomb
         else:
             raise ApiProblem(
                 415,
                 "unsupported-media-type",
                 f"a definition is sent as application/yaml or application/json, not {media}",
             )
-        stored = spec.model_dump(mode="json", by_alias=True, exclude_unset=True)
-        problem_text = bodies.storable_problem(stored, DEFAULT_LIMITS.max_depth + 4)
+        problem_text = bodies.storable_problem(definition.document, DEFAULT_LIMITS.max_depth + 4)
         if problem_text:
             raise DefinitionInvalid([Problem("", problem_text)])
-        build_dag(spec)
     except DefinitionInvalid as exc:
         raise invalid(exc.problems) from exc
-    return spec, stored
+    return definition
 
 
 async def create(request: web.Request) -> web.Response:
     query = bodies.read_query(request, DeployQuery)
-    spec, stored = await parse_body(request)
-    last: repo.Conflict | None = None
-    for _ in range(_CREATE_ATTEMPTS):
-        try:
-            async with repo.transaction(request.app[POOL]) as conn:
-                definition = await repo.create_definition(
-                    conn,
-                    spec.id,
-                    name=spec.name or spec.id,
-                    spec=stored,
-                    webhook_url=spec.webhook_url,
-                    deploy=query.deploy,
-                )
-        except repo.Conflict as exc:
-            if not exc.retryable:
-                raise
-            last = exc
-            continue
-        return json_response(
-            DefinitionCreated(
-                id=definition.workflow_id,
-                version=definition.version,
-                name=definition.name,
-                deployed=definition.deployed,
-            ),
-            201,
-            Location=f"/v1/workflows/{definition.workflow_id}/versions/{definition.version}",
-        )
-    assert last is not None
-    raise from_repo(last)
+    definition = await request.app[WORKFLOWS].create(await parse_body(request), deploy=query.deploy)
+    return json_response(
+        DefinitionCreated(
+            id=definition.workflow_id,
+            version=definition.version,
+            name=definition.name,
+            deployed=definition.deployed,
+        ),
+        201,
+        Location=f"/v1/workflows/{definition.workflow_id}/versions/{definition.version}",
+    )
 
 
 async def list_all(request: web.Request) -> web.Response:
@@ -204,19 +181,11 @@ async def show_version(request: web.Request) -> web.Response:
 async def deploy(request: web.Request) -> web.Response:
     workflow_id = bodies.workflow_id_param(request)
     version = bodies.version_param(request, workflow_id)
-    for attempt in range(_CREATE_ATTEMPTS):
-        try:
-            async with repo.transaction(request.app[POOL]) as conn:
-                definition = await repo.deploy_definition(conn, workflow_id, version)
-            return json_response(_detail(definition))
-        except repo.Conflict as exc:
-            if not exc.retryable or attempt == _CREATE_ATTEMPTS - 1:
-                raise
-    raise AssertionError("unreachable")  # pragma: no cover
+    definition = await request.app[WORKFLOWS].deploy(workflow_id, version)
+    return json_response(_detail(definition))
 
 
 async def delete(request: web.Request) -> web.Response:
     workflow_id = bodies.workflow_id_param(request)
-    async with repo.transaction(request.app[POOL]) as conn:
-        versions = await repo.delete_definition(conn, workflow_id)
+    versions = await request.app[WORKFLOWS].delete(workflow_id)
     return json_response(WorkflowDeleted(id=workflow_id, deleted_versions=versions))

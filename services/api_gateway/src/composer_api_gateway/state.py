@@ -11,7 +11,7 @@ import composer_repo as repo
 from composer_api_gateway.auth import Authenticator
 from composer_api_gateway.metrics import Metrics
 from composer_api_gateway.waiters import RunWaiters
-from composer_engine import Engine
+from composer_engine import Engine, Workflows
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +35,8 @@ POOL = web.AppKey("pool", repo.Pool)
 #: A redis.asyncio client (RESP2, decoded; see composer_common.streams.connect).
 REDIS: web.AppKey[Any] = web.AppKey("redis")
 ENGINE = web.AppKey("engine", Engine)
+#: The definitions use case (create, deploy, delete with their retries).
+WORKFLOWS = web.AppKey("workflows", Workflows)
 WAITERS = web.AppKey("waiters", RunWaiters)
 #: The OpenAPI document and the docs page, built once from the route table.
 SPEC = web.AppKey("openapi", dict)

@@ -1,0 +1,84 @@
+"""The definitions use case: validate a workflow, store its next version, deploy, delete.
+
+A definition is validated completely (shape, graph, templates) before it is
+stored, so a stored version always builds; every write runs in a transaction
+of its own, tried again on a transient failure or a lost race for the next
+version number (``in_transaction``). The API gateway and the end-to-end
+tests both call this, so there is one way a definition gets stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import composer_repo as repo
+from composer_core.model import WorkflowSpec, build_dag, parse_definition
+from composer_engine._retry import DEFAULT_ATTEMPTS, in_transaction
+
+
+@dataclass(frozen=True, slots=True)
+class ValidDefinition:
+    """A definition that passed every check, and the document stored for it."""
+
+    spec: WorkflowSpec
+    #: The spec as JSON (aliases, only the fields the author set): what ``create`` stores.
+    document: dict[str, Any]
+
+
+def validate_definition(source: str | bytes | Mapping[str, Any]) -> ValidDefinition:
+    """Parse YAML/JSON text or a decoded mapping and build its graph.
+
+    Raises ``composer_core.errors.DefinitionInvalid`` listing every problem
+    with its path, so an author can fix them all in one go.
+    """
+    spec = parse_definition(source)
+    document = spec.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    build_dag(spec)
+    return ValidDefinition(spec, document)
+
+
+class Workflows:
+    """Writes to workflow definitions. Reads go to libs/repo directly (nothing to decide)."""
+
+    def __init__(self, pool: repo.Pool, *, attempts: int = DEFAULT_ATTEMPTS) -> None:
+        self.pool = pool
+        self._attempts = attempts
+
+    async def create(
+        self, definition: ValidDefinition, *, deploy: bool = False, created_by: str | None = None
+    ) -> repo.Definition:
+        """Store the next version (1 for a new workflow), deployed in the same transaction
+        when ``deploy`` is set, so the version never exists undeployed to others."""
+        spec = definition.spec
+
+        async def attempt(conn: repo.Connection) -> repo.Definition:
+            return await repo.create_definition(
+                conn,
+                spec.id,
+                name=spec.name or spec.id,
+                spec=definition.document,
+                webhook_url=spec.webhook_url,
+                created_by=created_by,
+                deploy=deploy,
+            )
+
+        return await in_transaction(self.pool, attempt, attempts=self._attempts)
+
+    async def deploy(self, workflow_id: str, version: int) -> repo.Definition:
+        """Make ``version`` the one new runs start on. NotFound for a missing version,
+        BadRequest for a deleted one."""
+
+        async def attempt(conn: repo.Connection) -> repo.Definition:
+            return await repo.deploy_definition(conn, workflow_id, version)
+
+        return await in_transaction(self.pool, attempt, attempts=self._attempts)
+
+    async def delete(self, workflow_id: str) -> list[int]:
+        """Soft-delete every version (runs already started finish); the versions deleted."""
+
+        async def attempt(conn: repo.Connection) -> list[int]:
+            return await repo.delete_definition(conn, workflow_id)
+
+        return await in_transaction(self.pool, attempt, attempts=self._attempts)
