@@ -67,15 +67,22 @@ async def cancel_at_random(rng: random.Random, call: Callable[[], Awaitable[None
 
 
 @pytest.mark.parametrize(
-    ("borrow", "statement_cache_size"),
+    ("borrow", "statement_cache_size", "surfaces_as"),
     [
-        pytest.param(repo.connection, 0, id="single-statement-unprepared"),
-        pytest.param(repo.connection, 100, id="single-statement-cached"),
-        pytest.param(repo.transaction, 0, id="transaction-unprepared"),
+        pytest.param(repo.connection, 0, "cancellation", id="single-statement-unprepared"),
+        pytest.param(repo.connection, 100, "cancellation", id="single-statement-cached"),
+        pytest.param(repo.transaction, 0, "cancellation", id="transaction-unprepared"),
+        # the statement is cut short inside the block, which turns that into an
+        # ordinary error: the connection is kept only if it proves idle
+        pytest.param(repo.connection, 0, "error", id="single-statement-then-an-error"),
     ],
 )
 async def test_the_transaction_after_a_cancelled_call_starts_fresh(
-    conn: repo.Connection, database_url: str, borrow: Borrow, statement_cache_size: int
+    conn: repo.Connection,
+    database_url: str,
+    borrow: Borrow,
+    statement_cache_size: int,
+    surfaces_as: str,
 ) -> None:
     run_id = await new_run(conn)
     ref = await new_worker_task(conn, run_id)
@@ -87,10 +94,26 @@ async def test_the_transaction_after_a_cancelled_call_starts_fresh(
         async with borrow(pool) as c:
             await repo.renew_lease(c, run_id, ref.task_id, 0, owner="w", ttl=600)
 
+    async def renew_then_fail() -> bool:
+        cut = False
+
+        async def renewal(c: repo.Connection) -> None:
+            await repo.renew_lease(c, run_id, ref.task_id, 0, owner="w", ttl=600)
+
+        try:
+            async with borrow(pool) as c:
+                cut = await cancel_at_random(rng, lambda: renewal(c))
+                raise LookupError("the block fails after its statement was cut short")
+        except LookupError:
+            return cut
+
     cut_short = stale = locked = 0
     async with one_connection_pool(database_url, statement_cache_size=statement_cache_size) as pool:
         for _ in range(CALLS):
-            cut_short += await cancel_at_random(rng, renew)
+            if surfaces_as == "error":
+                cut_short += await renew_then_fail()
+            else:
+                cut_short += await cancel_at_random(rng, renew)
             ended = await conn.fetchval("SELECT clock_timestamp()")
             async with repo.transaction(pool) as c:
                 began = await c.fetchval("SELECT transaction_timestamp()")

@@ -107,11 +107,13 @@ async def borrow(pool: Pool) -> AsyncIterator[Connection]:
     there. Nothing would end it (the pool sends no reset query), and the next
     BEGIN on the connection would join it: a stale ``now()`` and the statement's
     locks held while the connection sits in the pool. So after an exception the
-    connection gets a simple-query ROLLBACK, which ends any transaction, explicit
-    or implicit (one round trip, on the error path only); after a cancellation
-    (any BaseException that is not an Exception), or when that ROLLBACK fails, it
-    is terminated, which needs no await that a second cancellation could cut
-    short, and the pool opens a new one when it needs one.
+    connection gets one simple query (a round trip, on the error path only): it
+    ends such an implicit transaction (which holds no writes, only the parse's
+    locks), and its ReadyForQuery says whether a transaction is still open. Idle,
+    the connection goes back; otherwise, after a cancellation (any BaseException
+    that is not an Exception), or when that query fails, it is terminated, which
+    needs no await that a second cancellation could cut short, and the pool opens
+    a new one when it needs one.
     """
     async with pool.acquire() as conn:
         try:
@@ -126,9 +128,9 @@ async def _settle(conn: Connection, exc: BaseException) -> None:
     idle = False
     try:
         if isinstance(exc, Exception) and not conn.is_closed():
-            # "there is no transaction in progress" is only a warning; its
-            # ReadyForQuery says idle, which is the proof wanted here
-            await conn.execute("ROLLBACK")
+            # Not ROLLBACK: after transaction()'s own rollback it would put a
+            # "no transaction in progress" warning in the server's log every time.
+            await conn.execute("SELECT 1")  # no arguments: the simple-query protocol
             idle = not conn.is_in_transaction()
     except Exception:
         pass  # the block's exception is the one to raise; the connection goes
