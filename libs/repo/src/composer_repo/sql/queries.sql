@@ -7,16 +7,15 @@
 -- (task id, node id, attempt, an active state) so a write the snapshot did not
 -- expect matches no row instead of corrupting one.
 --
--- Times an event writes are read after the run lock (every event's transaction
--- takes it first), never now(), which is when the transaction began and may be
--- before it waited for the lock: a new task's times are statement_timestamp() (one
--- value for the row, later than every earlier statement of its transaction), and
--- times that end something (a run's completed_at, a task's finished_at) are
--- clock_timestamp(), read at the write, after the row's own lock too (a lease
--- taken while the statement waited). So times follow the order the run's
--- transactions committed in: nothing finishes before it starts, a successor is
--- not created before its predecessor finished, and no task reads as created
--- after its run finished unless it was.
+-- Times that end something (a run's completed_at, a task's finished_at when a
+-- later event finishes it) are clock_timestamp(), read when the row is written:
+-- after the run lock (the first statement of every event's transaction) and the
+-- row's own lock, so later than anything an earlier transaction of the run wrote,
+-- whatever order the transactions began in. Times that start something stay
+-- now(), the start of their transaction: the clock the state machine schedules
+-- from (a wait's wake_at), and no later than anything their transaction or a
+-- later one writes. So nothing finishes before it starts, and no task reads as
+-- created after its run finished unless it was.
 
 -- =============================================================================
 -- Definitions
@@ -205,11 +204,11 @@ SELECT id, workflow_id, version, status, error, idempotency_key, created_at, upd
 -- final (control nodes, satisfied waits, skips, failures) is finished now.
 INSERT INTO task_instances
        (id, run_id, node_id, node_type, state, input, output, error, branches, wake_at,
-        awaited_signal, queue, created_at, dispatched_at, started_at, finished_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, statement_timestamp(),
-        CASE WHEN $5 = 'PENDING' THEN statement_timestamp() END,
-        CASE WHEN $5 IN ('WAITING', 'COMPLETED', 'FAILED') THEN statement_timestamp() END,
-        CASE WHEN $5 IN ('COMPLETED', 'FAILED', 'SKIPPED') THEN statement_timestamp() END)
+        awaited_signal, queue, dispatched_at, started_at, finished_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
+        CASE WHEN $5 = 'PENDING' THEN now() END,
+        CASE WHEN $5 IN ('WAITING', 'COMPLETED', 'FAILED') THEN now() END,
+        CASE WHEN $5 IN ('COMPLETED', 'FAILED', 'SKIPPED') THEN now() END)
 ON CONFLICT (run_id, node_id) DO NOTHING
 RETURNING 1;
 
