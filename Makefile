@@ -12,7 +12,7 @@ VENV_STAMP := .venv/.synced
 PY_SOURCES := libs services tests examples
 COMPOSER_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/composer
 
-.PHONY: help install run demo simulate test test-unit lint fmt proto ui bench chaos migrate clean
+.PHONY: help install run demo simulate test pytest test-unit lint fmt proto ui bench chaos migrate clean
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -36,8 +36,11 @@ demo: $(VENV_STAMP)  ## with `make run` going in another terminal: apply example
 simulate: $(VENV_STAMP)  ## drive examples/order-fulfilment.yaml through the state machine in memory
 	$(UV) run --no-sync python examples/simulate.py examples/order-fulfilment.yaml
 
-test: $(VENV_STAMP)  ## the whole suite (unit; integration against the real PostgreSQL and Redis)
-	$(UV) run --no-sync pytest
+# `make test` is what CI runs (.ci/run): the linters first, so a lint error fails it.
+test: lint pytest  ## the linters, then the whole suite (unit; integration against the real PostgreSQL and Redis)
+
+pytest: $(VENV_STAMP)  ## the whole suite without the linters (quick iteration; PYTEST_ARGS="-k lease -x")
+	$(UV) run --no-sync pytest $(PYTEST_ARGS)
 
 test-unit: $(VENV_STAMP)  ## the unit suite only (no services needed)
 	$(UV) run --no-sync pytest tests/unit

@@ -2,9 +2,28 @@
 
 from __future__ import annotations
 
+import os
+
+import pytest
+
 from composer_core.model import default_engine
 
 # cel-python raises the interpreter's recursion limit (to 2500) the first time
 # its grammar is built. Build it once before any test, so that hypothesis does
 # not see the limit change in the middle of an example.
 default_engine().compile("1")
+
+#: The suite's own settings (which servers to test against, where screenshots go):
+#: they choose where the tests run, not what the code under test reads.
+TEST_SETTINGS = "COMPOSER_TEST_"
+
+
+@pytest.fixture(autouse=True)
+def _no_composer_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Strip every COMPOSER_* variable from the environment for the test (restored after),
+    so a developer's shell — a COMPOSER_DATABASE_URL, a COMPOSER_API_TOKEN — never
+    changes a test's outcome. A test that needs one sets it with monkeypatch.setenv;
+    services a test starts get only what it passes them. COMPOSER_TEST_* stay."""
+    for name in os.environ:
+        if name.startswith("COMPOSER_") and not name.startswith(TEST_SETTINGS):
+            monkeypatch.delenv(name)

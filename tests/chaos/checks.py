@@ -6,6 +6,9 @@ promises (issue 10), each printed as a figure. Any violation fails the suite.
    different owners (a valid lease: between its grant or renewal and the expiry the
    coordinator set, as the worker's ledger recorded them);
 3. one task row per (run, node), none created after its run finished, none still active;
+   nothing finished before it started (a run's or a task's times in order). Commit-order
+   safe: an ending time is the database clock read at the write, after the run lock
+   (queries.sql), so an earlier transaction of the run cannot read as later;
 4. every signal consumed exactly once, or reported undeliverable;
 5. the outbox empty and no stream entry pending for a finished task;
 6. how many tasks ran more than once, and why (allowed: at-least-once).
@@ -208,6 +211,7 @@ def check(facts: list[RunFacts], records: list[dict[str, Any]], streams_now: Str
     _check_runs(report, facts, by_run_node)
     _check_overlaps(report, by_task)
     _check_task_rows(report, facts)
+    _check_time_order(report, facts)
     _check_signals(report, facts)
     _check_streams(report, facts, streams_now)
     _reexecutions(report, by_task, len(execs))
@@ -323,6 +327,32 @@ def _check_task_rows(report: Report, facts: list[RunFacts]) -> None:
     report.figure("3. duplicate task rows", duplicates, ok=duplicates == 0)
     report.figure("3. tasks created after their run finished", late, ok=late == 0)
     report.figure("3. tasks still active in a finished run", active, ok=active == 0)
+
+
+def out_of_order(f: RunFacts) -> list[str]:
+    """Each time of the run and its tasks that comes before one it must follow."""
+    found: list[str] = []
+
+    def after(what: str, earlier: dt.datetime | None, later: dt.datetime | None) -> None:
+        if earlier is not None and later is not None and later < earlier:
+            found.append(f"{what} {(earlier - later).total_seconds():.3f}s early")
+
+    if f.run is not None:
+        after("run completed", f.run.created_at, f.run.completed_at)
+    for t in f.tasks:
+        after(f"task {t.node_id} started", t.created_at, t.started_at)
+        after(f"task {t.node_id} finished", t.created_at, t.finished_at)
+        after(f"task {t.node_id} finished", t.started_at, t.finished_at)
+    return found
+
+
+def _check_time_order(report: Report, facts: list[RunFacts]) -> None:
+    bad = 0
+    for f in facts:
+        for problem in out_of_order(f):
+            bad += 1
+            report.violation(f"run {f.run.run_id if f.run else f.driven.key}: {problem}")
+    report.figure("3. times out of order (finished before started)", bad, ok=bad == 0)
 
 
 def _check_signals(report: Report, facts: list[RunFacts]) -> None:

@@ -1,11 +1,29 @@
 """The ledger checks on hand-written ledgers: a zombie past its lease is no double
-execution, two valid leases at once are, and each re-execution gets its reason."""
+execution, two valid leases at once are, and each re-execution gets its reason. The
+row checks on hand-written rows: nothing finishes before it starts, and a task created
+after its run finished is reported."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
-from tests.chaos.checks import _overlap, executions, why_again
+import composer_repo as repo
+from composer_core.model import NodeType, RunStatus, TaskState
+from tests.chaos.checks import (
+    Report,
+    RunFacts,
+    _check_task_rows,
+    _check_time_order,
+    _overlap,
+    executions,
+    out_of_order,
+    why_again,
+)
+from tests.chaos.driver import DrivenRun
+from tests.chaos.shapes import Expect, Planned
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
 def run(
@@ -81,3 +99,83 @@ def test_each_re_execution_is_explained() -> None:
     assert "planned flake" in reasons[1]
     assert "cancelled" in reasons[2]
     assert reasons[3] == "AFTER AN ACCEPTED REPORT"
+
+
+# -- the rows -------------------------------------------------------------------------
+
+
+def at(seconds: float | None) -> dt.datetime | None:
+    return None if seconds is None else T0 + dt.timedelta(seconds=seconds)
+
+
+def run_facts(
+    completed: float | None, *tasks: tuple[str, float, float | None, float | None]
+) -> RunFacts:
+    """A finished run created at T0 and its tasks as (node, created, started, finished)."""
+    run = repo.RunRecord(
+        run_id="r", workflow_id="wf", version=1, status=RunStatus.SUCCEEDED, input=None,
+        config=None, output=None, error=None, idempotency_key=None, created_at=T0,
+        updated_at=T0, completed_at=at(completed),
+    )  # fmt: skip
+    rows = [
+        repo.TaskRecord(
+            task_id=f"t-{node}",
+            node_id=node,
+            node_type=NodeType.HTTP,
+            state=TaskState.COMPLETED,
+            attempt=0,
+            input=None,
+            output=None,
+            error=None,
+            error_code=None,
+            branches=None,
+            wake_at=None,
+            awaited_signal=None,
+            queue="http",
+            lease_owner=None,
+            lease_expires_at=None,
+            created_at=T0 + dt.timedelta(seconds=c),
+            updated_at=T0,
+            started_at=at(s),
+            finished_at=at(f),
+        )
+        for node, c, s, f in tasks
+    ]
+    driven = DrivenRun("k", Planned("wf", {}, Expect("SUCCEEDED")), run_id="r")
+    return RunFacts(driven, run, rows, [])
+
+
+def test_times_in_order_pass() -> None:
+    facts = run_facts(5.0, ("a", 0.0, 1.0, 2.0), ("b", 2.0, 2.0, 2.0), ("w", 3.0, None, 4.0))
+
+    assert out_of_order(facts) == []
+
+
+def test_a_task_that_finished_before_it_started_is_reported() -> None:
+    facts = run_facts(5.0, ("a", 0.0, 1.5, 1.0))
+
+    assert out_of_order(facts) == ["task a finished 0.500s early"]
+
+
+def test_a_task_started_before_it_was_created_is_reported() -> None:
+    facts = run_facts(5.0, ("a", 1.0, 0.75, None))
+
+    assert out_of_order(facts) == ["task a started 0.250s early"]
+
+
+def test_a_run_that_completed_before_it_was_created_is_a_violation() -> None:
+    report = Report()
+
+    _check_time_order(report, [run_facts(-0.057)])
+
+    assert report.figures["3. times out of order (finished before started)"] == 1
+    assert report.violations == ["run r: run completed 0.057s early"]
+
+
+def test_a_task_created_after_its_run_finished_is_a_violation() -> None:
+    report = Report()
+
+    _check_task_rows(report, [run_facts(5.0, ("a", 0.0, 1.0, 2.0), ("z", 5.057, None, 5.1))])
+
+    assert report.figures["3. tasks created after their run finished"] == 1
+    assert report.violations == ["run r: task z created 0.057s after the run finished"]

@@ -12,8 +12,7 @@ import os
 import random
 import signal
 import sys
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from composer_lease_sweeper.loop import DELIVERIES, Sweeper
 from composer_lease_sweeper.redis_stream_ops import RedisStreamOps
 from composer_sdk import TaskContext
 from tests.integration.e2e.conftest import TOKEN, Stack, eventually, open_stack
+from tests.integration.waits import expire_lease, until
 
 HANGING_WORKER = Path(__file__).with_name("hanging_worker.py")
 
@@ -46,32 +46,8 @@ def one_task(workflow_id: str, queue: str, **node: Any) -> dict[str, Any]:
     }
 
 
-async def until(
-    check: Callable[[], Awaitable[Any]], timeout: float = 10.0, what: str = "condition"
-) -> None:
-    """Poll an async ``check`` until it returns something truthy, failing after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        if await check():
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not hold within {timeout}s")
-        await asyncio.sleep(0.05)
-
-
 async def _empty(length: Awaitable[int]) -> bool:
     return await length == 0
-
-
-async def expire_lease(stack: Stack, run_id: str, task_id: str) -> None:
-    """Expire a lease by the database's clock, which judges leases."""
-    async with repo.transaction(stack.pool) as conn:
-        await conn.execute(
-            "UPDATE task_instances SET lease_expires_at = now() - interval '1 second' "
-            "WHERE run_id = $1 AND id = $2",
-            run_id,
-            task_id,
-        )
 
 
 async def test_a_worker_killed_mid_task_has_its_task_run_again_elsewhere(
@@ -263,11 +239,11 @@ async def test_a_renewed_lease_is_not_failed_and_an_expired_one_is(stack: Stack)
     task = (await stack.tasks_of(started.run_id))["work"]
     run_id, task_id = started.run_id, task.task_id
     assert (await stack.engine.acquire_lease(run_id, task_id, 0, owner="w1", ttl=30)).granted
-    await expire_lease(stack, run_id, task_id)
+    await expire_lease(stack.pool, run_id, task_id)
     await stack.engine.renew_lease(run_id, task_id, 0, owner="w1", ttl=30)  # just in time
 
     renewed = await stack.engine.expire_lease(run_id, task_id, "work", 0, owner="w1")
-    await expire_lease(stack, run_id, task_id)
+    await expire_lease(stack.pool, run_id, task_id)
     someone_else = await stack.engine.expire_lease(run_id, task_id, "work", 0, owner="w2")
     expired = await stack.engine.expire_lease(run_id, task_id, "work", 0, owner="w1")
     twice = await stack.engine.expire_lease(run_id, task_id, "work", 0, owner="w1")

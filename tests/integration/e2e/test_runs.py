@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,7 @@ from composer_rpc.v1 import worker_pb2 as pb
 from composer_rpc.v1.worker_pb2_grpc import WorkerServiceStub
 from composer_sdk import PermanentError, TaskContext, TaskFailed
 from tests.integration.e2e.conftest import TOKEN, Stack, eventually
+from tests.integration.waits import expire_lease, until
 
 if TYPE_CHECKING:  # the async stub's type exists only in the generated .pyi
     from composer_rpc.v1.worker_pb2_grpc import WorkerServiceAsyncStub
@@ -113,9 +115,10 @@ async def test_fork_join_with_branches_of_different_lengths(stack: Stack) -> Non
     assert tasks["j"].state is TaskState.COMPLETED
     a3_done, b1_done = tasks["a3"].finished_at, tasks["b1"].finished_at
     assert a3_done is not None and b1_done is not None
-    assert tasks["after"].created_at >= max(
-        a3_done, b1_done
-    )  # the join waited for the longer branch
+    # the join waited for the longer branch: what follows it started after both finished
+    # (created_at is its transaction's start, which may precede the finish it records)
+    after_started = tasks["after"].started_at
+    assert after_started is not None and after_started >= max(a3_done, b1_done)
 
 
 async def test_switch_skips_a_branch_and_merges(stack: Stack) -> None:
@@ -357,11 +360,11 @@ async def test_stale_and_foreign_reports_change_nothing(stack: Stack) -> None:
     task = (await stack.tasks_of(started.run_id))["a"]
     async with grpc.aio.insecure_channel(stack.grpc_target) as channel:
         raw = RawWorker(WorkerServiceStub(channel), started.run_id, task.task_id)
-        lease = await raw.lease("A", ttl=0.3)
+        lease = await raw.lease("A", ttl=60)
         assert lease.granted
         assert lease.input_json == '{"n":1}'
         assert not (await raw.lease("B")).granted  # A's lease is live
-        await asyncio.sleep(0.4)  # A stops renewing: its lease expires
+        await expire_lease(stack.pool, started.run_id, task.task_id)  # A stopped renewing
         assert not (await raw.renew("B")).ok
         assert (await raw.lease("B")).granted
         assert not await raw.report("A", output='{"from": "A"}')  # A's lease was taken over
@@ -435,6 +438,14 @@ async def test_lost_lease_cancels_the_handler_and_its_report_is_not_sent(stack: 
     assert stack.workers[0].completed == 0
 
 
+def no_webhook_left(stack: Stack) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        async with repo.transaction(stack.pool) as conn:
+            return (await repo.outbox_size(conn)).get("webhook", 0) == 0
+
+    return check
+
+
 async def test_webhook_is_retried_while_the_server_answers_503(
     stack: Stack, unused_tcp_port: int
 ) -> None:
@@ -473,8 +484,8 @@ async def test_webhook_is_retried_while_the_server_answers_503(
             }
         ]
         assert answers == []  # it took three tries
-        await asyncio.sleep(0.5)
-        assert len(received) == 1
+        await until(no_webhook_left(stack), what="the delivered webhook left the outbox")
+        assert len(received) == 1  # and, gone from the outbox, it cannot be sent again
     finally:
         await runner.cleanup()
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from composer_core.model import RunStatus
 from composer_sdk import TaskContext
-from tests.integration.e2e.conftest import Stack
+from tests.integration.e2e.conftest import Stack, eventually
 
 
 async def test_concurrency_is_a_bound_across_shards(stack: Stack) -> None:
@@ -25,7 +25,8 @@ async def test_concurrency_is_a_bound_across_shards(stack: Stack) -> None:
         return {}
 
     started = [await stack.engine.start("wide") for _ in range(40)]
-    await asyncio.sleep(0.5)  # let the enqueuer spread all 40 over the 4 shards first
+    # the enqueuer spreads all 40 over the 4 shards before a worker takes any
+    await eventually(lambda: stack.enqueuer.published >= 40, what="40 dispatches published")
     worker = stack.worker({"wide": busy}, concurrency=3)
     for s in started:
         assert (await stack.wait_run(s.run_id)).status is RunStatus.SUCCEEDED

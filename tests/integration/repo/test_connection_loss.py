@@ -4,16 +4,15 @@ Transient, whatever asyncpg raises on the way out, so callers retry instead of c
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 import composer_repo as repo
+from tests.integration.waits import backend_gone, until
 
 
 async def _terminate(conn: repo.Connection, pid: int) -> None:
     await conn.execute("SELECT pg_terminate_backend($1)", pid)
-    await asyncio.sleep(0.1)  # the backend exits; its socket closes
+    await until(lambda: backend_gone(conn, pid), what=f"backend {pid} exited")
 
 
 async def _dies_mid_block(pool: repo.Pool, killer: repo.Connection) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 import composer_repo as repo
 from composer_core.model import TaskState
+from tests.integration.waits import expire_lease, until, waiting_on_a_lock
 
 from .helpers import new_run, new_worker_task
 
@@ -18,12 +19,7 @@ UTC = dt.UTC
 
 async def expire(conn: repo.Connection, ref: repo.TaskRef) -> None:
     """Expire the attempt's lease by the database's clock, which judges leases."""
-    await conn.execute(
-        "UPDATE task_instances SET lease_expires_at = now() - interval '1 second' "
-        "WHERE run_id = $1 AND id = $2",
-        ref.run_id,
-        ref.task_id,
-    )
+    await expire_lease(conn, ref.run_id, ref.task_id)
 
 
 async def test_try_load_run_passes_a_run_another_transaction_holds(
@@ -86,8 +82,9 @@ async def test_lock_expired_lease_holds_off_a_renewal_until_commit(
             renewal = asyncio.ensure_future(
                 repo.renew_lease(worker, run_id, ref.task_id, 0, owner="w1", ttl=60)
             )
-            await asyncio.sleep(0.2)
-            assert not renewal.done()  # waits on the task row
+            pid = worker.get_server_pid()
+            await until(lambda: waiting_on_a_lock(conn, pid), what="the renewal waits on the row")
+            assert not renewal.done()
             await repo.fail_task(conn, ref, "lease expired")
         assert await asyncio.wait_for(renewal, 5) is None  # the attempt is no longer RUNNING
     finally:

@@ -7,11 +7,12 @@ from a pool both work.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, ParamSpec, TypeAlias, TypeVar
 
 import asyncpg
@@ -74,8 +75,10 @@ async def create_pool(url: str, *, min_size: int = 1, max_size: int = 10, **kwar
     (``pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL``): that is a
     round trip and a transaction of its own after every transaction the engine
     commits, for session state nothing here leaves behind. asyncpg still rolls
-    back a transaction left open. Whoever takes session state on a pooled
-    connection gives it back before releasing it (``singleton`` unlocks its lock).
+    back a transaction it knows is open; one it does not know about (a call cut
+    short mid-statement) is ``borrow``'s to end, so borrow connections through it.
+    Whoever takes session state on a pooled connection gives it back before
+    releasing it (``singleton`` unlocks its lock).
     """
     with translate_errors():
         pool: Pool = await asyncpg.create_pool(
@@ -91,6 +94,56 @@ async def create_pool(url: str, *, min_size: int = 1, max_size: int = 10, **kwar
 
 async def _keep_session(conn: asyncpg.Connection[Any]) -> None:
     """The pool's reset: nothing beyond asyncpg's own (an open transaction rolled back)."""
+
+
+@asynccontextmanager
+async def borrow(pool: Pool) -> AsyncIterator[Connection]:
+    """Borrow a pooled connection for the block. It goes back untouched when the block
+    ends cleanly, and provably idle or closed when it ends with any exception.
+
+    Why: a call cancelled inside a statement asyncpg had not prepared on this
+    connection yet, after asyncpg sent Parse/Describe/Flush and before its Sync,
+    leaves PostgreSQL in an implicit transaction that asyncpg believes is not
+    there. Nothing would end it (the pool sends no reset query), and the next
+    BEGIN on the connection would join it: a stale ``now()`` and the statement's
+    locks held while the connection sits in the pool. So after an exception the
+    connection gets one simple query (a round trip, on the error path only): it
+    ends such an implicit transaction (which holds no writes, only the parse's
+    locks), and its ReadyForQuery says whether a transaction is still open. Idle,
+    the connection goes back; otherwise, after a cancellation (any BaseException
+    that is not an Exception), or when that query fails, it is terminated, which
+    needs no await that a second cancellation could cut short, and the pool opens
+    a new one when it needs one.
+    """
+    async with pool.acquire() as conn:
+        try:
+            yield conn
+        except BaseException as exc:
+            await _settle(conn, exc)
+            raise
+
+
+async def _settle(conn: Connection, exc: BaseException) -> None:
+    """Leave ``conn`` idle with no transaction, or terminate it (see ``borrow``)."""
+    idle = False
+    try:
+        if isinstance(exc, Exception) and not conn.is_closed():
+            # Not ROLLBACK: after transaction()'s own rollback it would put a
+            # "no transaction in progress" warning in the server's log every time.
+            await conn.execute("SELECT 1")  # no arguments: the simple-query protocol
+            idle = not conn.is_in_transaction()
+    except Exception:
+        pass  # the block's exception is the one to raise; the connection goes
+    finally:
+        if not idle:
+            _terminate(conn)
+
+
+def _terminate(conn: Connection) -> None:
+    # an InterfaceError says it is back in the pool already: it was lost, and
+    # asyncpg closed and released it
+    with contextlib.suppress(asyncpg.InterfaceError):
+        conn.terminate()
 
 
 # -- driver errors -------------------------------------------------------------

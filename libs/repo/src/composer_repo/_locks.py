@@ -26,14 +26,19 @@ async def singleton(pool: Pool, name: str) -> AsyncIterator[bool]:
     """
     with translate_errors():
         conn = await pool.acquire()
-    held = False
+    held = asked = False
     try:
         with translate_errors():
             held = bool(await conn.fetchval(q("try_advisory_lock"), name))
+        asked = True
         yield held
     finally:
         try:
-            if held:
+            if not asked:
+                # cut short inside the lock's statement: it may have left a transaction
+                # open that asyncpg does not know about (see _db.borrow)
+                conn.terminate()
+            elif held:
                 # the pool does not reset connections (create_pool): unlock before release
                 with translate_errors():
                     await conn.fetchval(q("advisory_unlock"), name)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from composer_repo._db import Connection, Pool, translate_errors
+from composer_repo._db import Connection, Pool, borrow, translate_errors
 from composer_repo._migrate import require_schema
 
 
@@ -17,9 +17,10 @@ from composer_repo._migrate import require_schema
 async def transaction(pool: Pool) -> AsyncIterator[Connection]:
     """Borrow a connection and run the block in a transaction: commit on success,
     roll back on any exception. Acquire, begin and commit failures raise RepoErrors
-    (a lost connection or an unreachable server is Transient)."""
+    (a lost connection or an unreachable server is Transient). After any exception,
+    cancellation included, the connection goes back idle or not at all (``borrow``)."""
     with translate_errors():
-        async with pool.acquire() as conn, conn.transaction():
+        async with borrow(pool) as conn, conn.transaction():
             yield conn
 
 
@@ -27,9 +28,10 @@ async def transaction(pool: Pool) -> AsyncIterator[Connection]:
 async def connection(pool: Pool) -> AsyncIterator[Connection]:
     """Borrow a connection with no transaction around the block: for one statement,
     which PostgreSQL runs atomically on its own (a lease is one fenced UPDATE).
-    Saves the BEGIN and COMMIT round trips ``transaction`` costs. Errors as there."""
+    Saves the BEGIN and COMMIT round trips ``transaction`` costs. Errors as there,
+    and a cancelled statement leaves no transaction behind (``borrow``)."""
     with translate_errors():
-        async with pool.acquire() as conn:
+        async with borrow(pool) as conn:
             yield conn
 
 

@@ -6,6 +6,16 @@
 -- touches one partition. Fenced task updates repeat the state machine's check
 -- (task id, node id, attempt, an active state) so a write the snapshot did not
 -- expect matches no row instead of corrupting one.
+--
+-- Times that end something (a run's completed_at, a task's finished_at when a
+-- later event finishes it) are clock_timestamp(), read when the row is written:
+-- after the run lock (the first statement of every event's transaction) and the
+-- row's own lock, so later than anything an earlier transaction of the run wrote,
+-- whatever order the transactions began in. Times that start something stay
+-- now(), the start of their transaction: the clock the state machine schedules
+-- from (a wait's wake_at), and no later than anything their transaction or a
+-- later one writes. So nothing finishes before it starts, and no task reads as
+-- created after its run finished unless it was.
 
 -- =============================================================================
 -- Definitions
@@ -135,7 +145,7 @@ DELETE FROM task_instances
 
 -- name: finish_run
 UPDATE workflow_runs r
-   SET status = $2, output = $3, error = $4, completed_at = now(), updated_at = now()
+   SET status = $2, output = $3, error = $4, completed_at = clock_timestamp(), updated_at = now()
  WHERE id = $1 AND status IN ('PENDING', 'RUNNING')
 RETURNING workflow_id, version, created_at, completed_at,
           (SELECT d.webhook_url FROM workflow_definitions d
@@ -208,7 +218,7 @@ RETURNING 1;
 
 -- name: complete_task
 UPDATE task_instances
-   SET state = 'COMPLETED', output = $5, finished_at = now(), updated_at = now(),
+   SET state = 'COMPLETED', output = $5, finished_at = clock_timestamp(), updated_at = now(),
        dispatched_at = NULL, lease_owner = NULL, lease_expires_at = NULL
  WHERE run_id = $1 AND id = $2 AND node_id = $3 AND attempt = $4
    AND state IN ('PENDING', 'QUEUED', 'RUNNING')
@@ -216,7 +226,8 @@ RETURNING node_type, started_at, finished_at;
 
 -- name: fail_task
 UPDATE task_instances
-   SET state = 'FAILED', error = $5, error_code = $6, finished_at = now(), updated_at = now(),
+   SET state = 'FAILED', error = $5, error_code = $6, finished_at = clock_timestamp(),
+       updated_at = now(),
        dispatched_at = NULL, lease_owner = NULL, lease_expires_at = NULL
  WHERE run_id = $1 AND id = $2 AND node_id = $3 AND attempt = $4
    AND state IN ('PENDING', 'QUEUED', 'RUNNING')
@@ -236,14 +247,15 @@ RETURNING attempt, node_type, queue, input;
 
 -- name: resolve_wait
 UPDATE task_instances
-   SET state = $4, output = $5, error = $6, wake_at = NULL, finished_at = now(), updated_at = now()
+   SET state = $4, output = $5, error = $6, wake_at = NULL, finished_at = clock_timestamp(),
+       updated_at = now()
  WHERE run_id = $1 AND id = $2 AND node_id = $3 AND state = 'WAITING'
 RETURNING 1;
 
 -- name: cancel_tasks
 -- Fails the run's still-active tasks among $2, and takes them off every loop.
 UPDATE task_instances
-   SET state = 'FAILED', error = $3, finished_at = now(), updated_at = now(),
+   SET state = 'FAILED', error = $3, finished_at = clock_timestamp(), updated_at = now(),
        wake_at = NULL, dispatched_at = NULL, lease_owner = NULL, lease_expires_at = NULL
  WHERE run_id = $1 AND id = ANY($2::text[])
    AND state IN ('PENDING', 'QUEUED', 'RUNNING', 'WAITING')
