@@ -13,6 +13,9 @@ import pytest
 import composer_repo as repo
 from tests.integration.databases import new_database_name, scratch_database
 
+#: The version a new migration file would take after the real ones.
+NEXT = repo.SCHEMA_VERSION + 1
+
 
 @pytest.fixture
 def empty_database_url(pg_admin_url: str) -> Iterator[str]:
@@ -108,19 +111,20 @@ async def test_pending_files_apply_in_order_each_in_a_transaction(
     conn = await repo.connect(empty_database_url)
     try:
         await repo.migrate(conn, migrations_copy)
-        (migrations_copy / "V002__add_note.sql").write_text(
+        note, broken = NEXT, NEXT + 1
+        (migrations_copy / f"V{note:03d}__add_note.sql").write_text(
             "ALTER TABLE workflow_definitions ADD COLUMN note TEXT;"
         )
-        (migrations_copy / "V003__broken.sql").write_text(
+        (migrations_copy / f"V{broken:03d}__broken.sql").write_text(
             "ALTER TABLE workflow_definitions ADD COLUMN other TEXT;\nSELECT no_such_function();"
         )
 
         with pytest.raises(
-            repo.MigrationError, match=r"V003__broken\.sql failed and was rolled back"
+            repo.MigrationError, match=rf"V{broken:03d}__broken\.sql failed and was rolled back"
         ):
             await repo.migrate(conn, migrations_copy)
 
-        assert await repo.schema_version(conn) == 2
+        assert await repo.schema_version(conn) == note
         columns = {
             r["column_name"]
             for r in await conn.fetch(
@@ -137,7 +141,7 @@ async def test_pending_files_apply_in_order_each_in_a_transaction(
 @pytest.mark.parametrize(
     ("filename", "message"),
     [
-        ("V003__skipped_two.sql", "migration version 2 is missing"),
+        (f"V{NEXT + 1:03d}__skipped_one.sql", f"migration version {NEXT} is missing"),
         ("V2-bad.sql", "is named V<number>__<lower_snake_name>.sql"),
         ("V001__again.sql", "both claim version 1"),
     ],
@@ -155,9 +159,10 @@ async def test_a_database_ahead_of_the_files_is_refused(
 ) -> None:
     conn = await repo.connect(empty_database_url)
     try:
-        (migrations_copy / "V002__newer.sql").write_text("SELECT 1;")
+        newer = migrations_copy / f"V{NEXT:03d}__newer.sql"
+        newer.write_text("SELECT 1;")
         await repo.migrate(conn, migrations_copy)
-        (migrations_copy / "V002__newer.sql").unlink()
+        newer.unlink()
 
         with pytest.raises(repo.MigrationError, match="migrated by newer code"):
             await repo.migrate(conn, migrations_copy)

@@ -57,6 +57,16 @@ async def test_partitions_exist_for_this_month_and_three_ahead(pconn: repo.Conne
     assert await repo.ensure_partitions(pconn, months_ahead=3) == 0  # idempotent
 
 
+async def test_a_client_run_id_from_yesterday_has_a_partition(pconn: repo.Connection) -> None:
+    """Client run ids may be up to 24 h old, so on the 1st of a month the previous
+    month needs a partition even in a database migrated that day."""
+    yesterday = dt.datetime.now(UTC) - dt.timedelta(hours=23)
+
+    assert suffix(yesterday) in await repo.list_partitions(pconn)
+    version = await ensure_definition(pconn, "yesterday")
+    await repo.insert_run(pconn, uuid7(yesterday), workflow_id="yesterday", version=version)
+
+
 async def test_partition_bounds_follow_the_uuid7_time(pconn: repo.Connection) -> None:
     for moment in (
         dt.datetime(2026, 1, 1, tzinfo=UTC),
