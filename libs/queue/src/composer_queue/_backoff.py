@@ -9,8 +9,6 @@ average growth exponential.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import random
 from collections.abc import Callable
 
@@ -45,17 +43,3 @@ class Backoff:
     def reset(self) -> None:
         self._last = 0.0
         self.failures = 0
-
-    async def sleep(self) -> float:
-        """Sleep for ``next()`` seconds; returns how long."""
-        delay = self.next()
-        await asyncio.sleep(delay)
-        return delay
-
-    async def sleep_or_stop(self, stop: asyncio.Event) -> float:
-        """Sleep for ``next()`` seconds or until ``stop`` is set; returns the delay drawn."""
-        delay = self.next()
-        if not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
-        return delay

@@ -20,7 +20,7 @@ async def serve(settings: SweeperSettings) -> None:
     async with serving(settings, pool_size=4) as rt:
         sweeper = Sweeper(
             Engine(rt.pool, redis=rt.redis, redis_prefix=settings.redis_prefix),
-            rt.redis,
+            rt.queue.raw,  # removed when the sweeper moves to composer_queue
             prefix=settings.redis_prefix,
             shards=settings.shards,
             interval_seconds=settings.sweeper_interval_seconds,
