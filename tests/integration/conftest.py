@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-import composer_repo as repo
 import composer_queue
+import composer_repo as repo
 from tests.integration.databases import new_database_name, scratch_database
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+import composer_queue
 import composer_repo as repo
-from composer_common import streams
 from composer_common.telemetry import setup_telemetry
 from composer_coordinator.server import start_server
 from composer_core.model import build_dag, parse_definition
@@ -57,7 +57,7 @@ def spans() -> InMemorySpanExporter:
 class Stack:
     engine: Engine
     pool: repo.Pool
-    redis: Any
+    redis: composer_queue.RedisQueue
     redis_url: str
     prefix: str
     grpc_target: str
@@ -160,7 +160,7 @@ async def open_stack(
     """
     prefix = f"test-{uuid.uuid4().hex[:10]}"
     pool = await repo.create_pool(database_url, min_size=2, max_size=10)
-    redis = streams.connect(redis_url)
+    redis = composer_queue.connect(redis_url)
     engine = Engine(pool, redis=redis, redis_prefix=prefix)
     server, port = await start_server(engine, address="127.0.0.1:0", token=TOKEN)
     enqueuer = Enqueuer(
@@ -179,7 +179,8 @@ async def open_stack(
         s.tasks.append(asyncio.create_task(s.timer.run(s.stop), name="timer"))
     if sweeper:
         options = TEST_SWEEPER | (sweeper if isinstance(sweeper, dict) else {})
-        s.sweeper = Sweeper(engine, redis, prefix=prefix, **options)
+        # redis.raw: removed when the sweeper moves to composer_queue
+        s.sweeper = Sweeper(engine, redis.raw, prefix=prefix, **options)
         s.tasks.append(asyncio.create_task(s.sweeper.run(s.stop), name="sweeper"))
     try:
         yield s
@@ -196,10 +197,8 @@ async def open_stack(
         for close in s._closers:
             await close()
         await server.stop(0)
-        keys = [k async for k in redis.scan_iter(match=f"{prefix}:*")]
-        if keys:
-            await redis.delete(*keys)
-        await redis.aclose()
+        await redis.drop(prefix)
+        await redis.close()
         await pool.close()
 
 

@@ -159,6 +159,8 @@ async def test_streams_lists_queue_streams_and_drop_deletes_them(
     await queue.notify(cq.channel(prefix, cq.TIMER), "")  # not a key
     assert await queue.streams(prefix) == sorted(names)
     assert await queue.streams(prefix + "x") == []
+    assert await queue.delete([names[0], cq.stream_name(prefix, "none", 0)]) == 1
+    assert await queue.read([names[0]], "w", count=1, block_ms=0) == []  # recreated
     assert await queue.drop(prefix) == 3
     assert await queue.streams(prefix) == []
 

@@ -88,6 +88,10 @@ class Queue(Protocol):
         """Every queue stream under ``prefix``, sorted."""
         ...
 
+    async def delete(self, streams: Iterable[str]) -> int:
+        """Delete streams with their group and pending entries (tests: a lost stream); how many."""
+        ...
+
     async def drop(self, prefix: str) -> int:
         """Delete every key under ``prefix:`` (tests, tools); how many."""
         ...

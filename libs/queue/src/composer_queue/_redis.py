@@ -18,9 +18,18 @@ from composer_queue._errors import QueueUnavailable, is_existing_group, is_missi
 from composer_queue._messages import DELIVERIES, GROUP, Backlog, Entry, Pending, Reclaimed
 
 
-def connect(url: str) -> RedisQueue:
-    """A client for the Redis at ``url`` (connects lazily, on the first command)."""
-    client = aioredis.from_url(url, decode_responses=True, protocol=2, health_check_interval=30)
+def connect(url: str, *, connect_timeout: float | None = None) -> RedisQueue:
+    """A client for the Redis at ``url`` (connects lazily, on the first command).
+
+    ``connect_timeout`` bounds opening a connection (None: the OS's own timeout).
+    """
+    client = aioredis.from_url(
+        url,
+        decode_responses=True,
+        protocol=2,
+        health_check_interval=30,
+        socket_connect_timeout=connect_timeout,
+    )
     return RedisQueue(client)
 
 
@@ -57,6 +66,12 @@ class RedisQueue:
         with translated("INFO server"):
             info = await self._redis.info("server")
         return int(info["process_id"])
+
+    async def command_calls(self) -> dict[str, int]:
+        """Calls per command since the server started (INFO commandstats; the benchmarks)."""
+        with translated("INFO commandstats"):
+            stats = await self._redis.info("commandstats")
+        return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
 
     # -- streams -----------------------------------------------------------------
 
@@ -195,6 +210,13 @@ class RedisQueue:
                 )
             ]
         return sorted(found)
+
+    async def delete(self, streams: Iterable[str]) -> int:
+        names = list(streams)
+        if not names:
+            return 0
+        with translated(f"deleting {', '.join(names)}"):
+            return int(await self._redis.delete(*names))
 
     async def drop(self, prefix: str) -> int:
         with translated(f"deleting the keys of {prefix}"):

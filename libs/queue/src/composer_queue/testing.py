@@ -267,6 +267,11 @@ class FakeQueue:
         self._check(f"listing the streams of {prefix}")
         return sorted(n for n in self._streams if fnmatch.fnmatchcase(n, f"{prefix}:q:*"))
 
+    async def delete(self, streams: Iterable[str]) -> int:
+        names = list(streams)
+        self._check(f"deleting {', '.join(names)}")
+        return sum(self._streams.pop(n, None) is not None for n in names)
+
     async def drop(self, prefix: str) -> int:
         self._check(f"deleting the keys of {prefix}")
         names = [n for n in self._streams if n.startswith(f"{prefix}:")]
