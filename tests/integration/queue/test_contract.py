@@ -75,6 +75,20 @@ async def test_read_waits_for_an_entry_published_meanwhile(queue: cq.Queue, pref
     assert entry.message().task_id == "late"
 
 
+async def test_a_read_blocked_on_a_stream_that_is_deleted_recreates_it(
+    queue: cq.Queue, prefix: str
+) -> None:
+    names = [cq.stream_name(prefix, "q", 0)]
+    await queue.ensure_groups(names)
+    reader = asyncio.create_task(queue.read(names, "w", count=1, block_ms=5000))
+    await asyncio.sleep(0.05)  # let the read block (when it has not yet, the test still holds)
+    await queue.delete(names)  # Redis restarted empty, or was flushed
+    assert await asyncio.wait_for(reader, 5) == []
+    await queue.publish([(names[0], message("after"))])
+    [entry] = await queue.read(names, "w", count=1, block_ms=0)
+    assert entry.message().task_id == "after"
+
+
 async def test_ack_removes_the_entry_and_its_pending_record(queue: cq.Queue, prefix: str) -> None:
     stream = cq.stream_name(prefix, "q", 0)
     await queue.ensure_groups([stream])

@@ -11,8 +11,9 @@ The hierarchy, so callers can catch at the depth they need::
     │                          under our prefix; retrying will not help
     └── MalformedMessage       a stream entry is not a task message (also a ValueError)
 
-A missing consumer group (NOGROUP) or one that exists already (BUSYGROUP) is
-never raised: the stream operations recreate or ignore it themselves.
+A missing consumer group (NOGROUP; UNBLOCKED when the stream vanished under a
+blocked read) or one that exists already (BUSYGROUP) is never raised: the
+stream operations recreate or ignore it themselves.
 """
 
 from __future__ import annotations
@@ -54,8 +55,9 @@ _UNAVAILABLE = (
 
 
 def is_missing_group(exc: BaseException | None) -> bool:
-    """A NOGROUP reply: the stream or its consumer group is gone (Redis restarted, flushed)."""
-    return isinstance(exc, rex.ResponseError) and str(exc).startswith("NOGROUP")
+    """The stream or its consumer group is gone (Redis restarted, flushed): a NOGROUP
+    reply, or UNBLOCKED when the stream was deleted under a blocked XREADGROUP."""
+    return isinstance(exc, rex.ResponseError) and str(exc).startswith(("NOGROUP", "UNBLOCKED"))
 
 
 def is_existing_group(exc: BaseException | None) -> bool:

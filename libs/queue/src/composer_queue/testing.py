@@ -270,18 +270,22 @@ class FakeQueue:
     async def delete(self, streams: Iterable[str]) -> int:
         names = list(streams)
         self._check(f"deleting {', '.join(names)}")
-        return sum(self._streams.pop(n, None) is not None for n in names)
+        deleted = sum(self._streams.pop(n, None) is not None for n in names)
+        await self._notify_change()  # a blocked read on a deleted stream answers now
+        return deleted
 
     async def drop(self, prefix: str) -> int:
         self._check(f"deleting the keys of {prefix}")
         names = [n for n in self._streams if n.startswith(f"{prefix}:")]
         for name in names:
             del self._streams[name]
+        await self._notify_change()
         return len(names)
 
     async def flush_all(self) -> None:
         self._check("FLUSHALL")
         self._streams.clear()
+        await self._notify_change()
 
     # -- hints -------------------------------------------------------------------
 

@@ -205,12 +205,16 @@ class Worker:
                     names, self.owner, count=free, block_ms=cfg.read_block_ms
                 )
                 backoff.reset()
-            except cq.QueueUnavailable as exc:
+            except cq.QueueError as exc:  # a command error too: the worker keeps serving
                 for _ in range(free):
                     self._slots.release()
                 delay = backoff.next()
-                log.warning(
-                    "reading queue %s failed: %s; retrying in %.1fs", handler.queue, exc, delay
+                log.log(
+                    logging.WARNING if exc.retryable else logging.ERROR,
+                    "reading queue %s failed: %s; retrying in %.1fs",
+                    handler.queue,
+                    exc,
+                    delay,
                 )
                 await asyncio.sleep(delay)
                 continue
