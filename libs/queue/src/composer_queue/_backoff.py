@@ -29,17 +29,16 @@ class Backoff:
         self.initial = initial
         self.maximum = maximum
         self._rand = rand or random.uniform
-        self._last = 0.0
+        self._last = initial
         #: Failures since the last reset.
         self.failures = 0
 
     def next(self) -> float:
         """The delay before the next retry (seconds); counts one failure."""
         self.failures += 1
-        upper = max(self.initial, self._last * 3)
-        self._last = min(self.maximum, self._rand(self.initial, upper))
+        self._last = min(self.maximum, self._rand(self.initial, self._last * 3))
         return self._last
 
     def reset(self) -> None:
-        self._last = 0.0
+        self._last = self.initial
         self.failures = 0

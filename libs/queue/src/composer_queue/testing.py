@@ -69,6 +69,8 @@ class FakeQueue:
         self._down = False
         #: Every (channel, message) published, in order (tests assert on hints sent).
         self.notified: list[tuple[str, str]] = []
+        #: Calls refused because the fake was down (tests wait on retries with it).
+        self.refused = 0
         self.closed = False
 
     # -- faults ------------------------------------------------------------------
@@ -87,6 +89,7 @@ class FakeQueue:
 
     def _check(self, what: str) -> None:
         if self._down:
+            self.refused += 1
             raise QueueUnavailable(f"{what} failed: the fake Redis is down (is Redis up?)")
 
     # -- connection --------------------------------------------------------------
