@@ -1,4 +1,5 @@
-"""Each outside system has one room: only libs/queue imports ``redis``.
+"""Each outside system has one room: only libs/queue imports ``redis``; and libs/queue
+itself stays light (the SDK installs it on users' machines).
 
 Read with ``ast`` rather than imported, so an import in a branch no test runs
 (or under ``if TYPE_CHECKING``) is caught too. Scans every Python file of the
@@ -8,6 +9,7 @@ libraries, services, tests and examples.
 from __future__ import annotations
 
 import ast
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -65,6 +67,18 @@ def test_every_known_exception_still_exists() -> None:
     for module, path in ALLOWED:
         modules = {m for _, m in imported_modules(ast.parse(path.read_text()))}
         assert module in modules, f"{path.relative_to(ROOT)} no longer imports {module}: drop it"
+
+
+def test_libs_queue_needs_nothing_but_redis() -> None:
+    """A user's worker installs composer-queue through the SDK: no server kit in it."""
+    allowed = set(sys.stdlib_module_names) | {"redis", "composer_queue"}
+    found = {
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for path in sorted((ROOT / "libs" / "queue" / "src").rglob("*.py"))
+        for line, module in imported_modules(ast.parse(path.read_text()))
+        if module not in allowed
+    }
+    assert found == set()
 
 
 @pytest.mark.parametrize(
