@@ -86,11 +86,16 @@ class Subscriber:
             self._task = asyncio.create_task(self._listen(), name=f"{self._name}-subscriber")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        task, self._task = self._task, None
+        if task is not None:
+            # Cancel until it is done: redis-py can swallow a cancellation that lands
+            # while its blocking read is being woken (seen in the gateway's teardown),
+            # after which the task would go on reading forever.
+            while not task.done():
+                task.cancel()
+                await asyncio.wait([task], timeout=0.1)
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+                await task
         self.subscribed.clear()
 
     async def _listen(self) -> None:

@@ -144,8 +144,12 @@ class Worker:
             stop = asyncio.create_task(self._stopping.wait(), name="worker-stop")
             await asyncio.wait([*readers, stop], return_when=asyncio.FIRST_COMPLETED)
             stop.cancel()
-            for task in readers:
-                task.cancel()
+            # Cancel until done: redis-py can swallow a cancellation that lands while
+            # its blocking read is being woken, and the reader would read on.
+            while not all(task.done() for task in readers):
+                for task in readers:
+                    task.cancel()
+                await asyncio.wait(readers, timeout=0.1)
             for task in readers:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task  # a reader that died raises here, after the others stopped
