@@ -21,8 +21,8 @@ import os
 import time
 from typing import Any
 
+import composer_queue
 import composer_repo as repo
-from composer_common import streams
 from composer_sdk import TaskContext
 from tests.integration.databases import new_database_name
 from tests.integration.e2e.conftest import open_stack
@@ -75,11 +75,6 @@ async def _finished(conn: repo.Connection, run_id: str) -> None:
     raise TimeoutError(f"run {run_id} did not finish in 2 minutes")
 
 
-async def _redis_calls(client: Any) -> dict[str, int]:
-    stats = await client.info("commandstats")
-    return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()}
-
-
 async def main() -> dict[str, float]:
     name = new_database_name("composer_bench_rt")
     await repo.create_database(ADMIN_URL, name)
@@ -105,16 +100,16 @@ async def main() -> dict[str, float]:
                 setattr(engine, attr, counted)
             await stack.deploy(chain())
             stack.worker({"bench": noop}, concurrency=32, read_block_ms=100)
-            monitor = streams.connect(REDIS_URL)
-            redis0 = await _redis_calls(monitor)
+            monitor = composer_queue.connect(REDIS_URL)
+            redis0 = await monitor.command_calls()
             with CountingTransactions() as transactions:
                 t0 = time.perf_counter()
                 started = [await engine.start("bench-chain") for _ in range(RUNS)]
                 for s in started:
                     await _finished(conn, s.run_id)
                 elapsed = time.perf_counter() - t0
-            redis1 = await _redis_calls(monitor)
-            await monitor.aclose()
+            redis1 = await monitor.command_calls()
+            await monitor.close()
     finally:
         await conn.close()
         await repo.drop_database(ADMIN_URL, name)

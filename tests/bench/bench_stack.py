@@ -71,8 +71,8 @@ from typing import Any
 
 import aiohttp
 
+import composer_queue
 import composer_repo as repo
-from composer_common import streams
 from tests.bench import _sql, options
 from tests.bench._procs import (
     API_TOKEN,
@@ -513,7 +513,7 @@ async def main() -> dict[str, float]:
     url = repo.database_url(ADMIN_URL, name)
     prefix = f"bench-{uuid.uuid4().hex[:10]}"
     workdir = Path(tempfile.mkdtemp(prefix="composer-bench-"))
-    redis = streams.connect(REDIS_URL)
+    redis = composer_queue.connect(REDIS_URL)
     mon = await repo.connect(url)
     stats = await _sql.Stats.open(ADMIN_URL, name)
     stack = ProcessStack(
@@ -535,9 +535,7 @@ async def main() -> dict[str, float]:
         headers = {"Authorization": f"Bearer {API_TOKEN}"}
         connector = aiohttp.TCPConnector(limit=256)
         async with aiohttp.ClientSession(headers=headers, connector=connector) as http:
-            b = Bench(
-                args, stack, http, mon, stats, int((await redis.info("server"))["process_id"])
-            )
+            b = Bench(args, stack, http, mon, stats, await redis.server_pid())
             for definition in (chain(CHAIN_STEPS), fanout(FANOUT), ONE_NODE, ONE_WAIT):
                 await b.deploy(definition)
             b.figures |= {
@@ -570,9 +568,7 @@ async def main() -> dict[str, float]:
         await stack.stop()
         await stats.close()
         await mon.close()
-        keys = [k async for k in redis.scan_iter(match=f"{prefix}:*")]
-        if keys:
-            await redis.delete(*keys)
-        await redis.aclose()
+        await redis.drop(prefix)
+        await redis.close()
         await repo.drop_database(ADMIN_URL, name)
     return b.figures

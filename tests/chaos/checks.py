@@ -23,8 +23,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import composer_queue
 import composer_repo as repo
-from composer_common import streams
 from tests.chaos.driver import DrivenRun
 
 ACTIVE = {"PENDING", "QUEUED", "RUNNING", "WAITING"}
@@ -66,24 +66,18 @@ async def gather_runs(pool: repo.Pool, driven: Iterable[DrivenRun]) -> list[RunF
     return facts
 
 
-async def gather_streams(pool: repo.Pool, redis: Any, prefix: str) -> StreamFacts:
+async def gather_streams(pool: repo.Pool, queue: composer_queue.Queue, prefix: str) -> StreamFacts:
     async with pool.acquire() as conn:
         outbox: dict[str, int] = dict((await repo.outbox_size(conn)).items())
     pending: list[tuple[str, str, str | None]] = []
     entries = 0
-    async for stream in redis.scan_iter(match=f"{prefix}:q:*", _type="stream"):
-        entries += await redis.xlen(stream)
-        try:
-            waiting = await redis.xpending_range(stream, streams.GROUP, "-", "+", 10_000)
-        except Exception as exc:  # NOGROUP: no worker read it since the last flush
-            if "NOGROUP" in str(exc):
-                continue
-            raise
-        for p in waiting:
-            entry_id = p["message_id"]
-            found = await redis.xrange(stream, min=entry_id, max=entry_id)
-            task_id = found[0][1].get("task_id") if found else None
-            pending.append((stream, entry_id, task_id))
+    for stream in await queue.streams(prefix):
+        entries += await queue.length(stream)
+        # A stream no worker read since the last flush has no group: nothing pending.
+        for p in await queue.pending(stream, count=10_000):
+            found = await queue.entries(stream, start=p.entry_id, end=p.entry_id)
+            task_id = found[0].fields.get("task_id") if found else None
+            pending.append((stream, p.entry_id, task_id))
     return StreamFacts(outbox, pending, entries)
 
 

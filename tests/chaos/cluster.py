@@ -22,12 +22,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
+import composer_queue
 import composer_repo as repo
-from composer_common import streams
 from composer_devstack._embedded import (
     PrivatePostgres,
     PrivateRedis,
@@ -361,9 +360,9 @@ class Cluster:
     async def flush_redis(self) -> None:
         client = _redis_client(self.redis_url)
         try:
-            await client.flushall()
+            await client.flush_all()
         finally:
-            await client.aclose()
+            await client.close()
 
     def unexpected_exits(self) -> Iterator[tuple[str, int]]:
         for replica in self.services:
@@ -377,5 +376,5 @@ def _port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _redis_client(url: str) -> Any:
-    return streams.connect(url)
+def _redis_client(url: str) -> composer_queue.RedisQueue:
+    return composer_queue.connect(url)

@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import composer_queue
 import composer_repo as repo
-from composer_common import streams
 from tests.chaos.checks import Report, check, gather_runs, gather_streams
 from tests.chaos.cluster import PREFIX, Cluster, Timings
 from tests.chaos.driver import Driver
@@ -118,12 +118,12 @@ async def run_suite(cfg: Config) -> Outcome:
         )
 
         pool = await repo.create_pool(cluster.database_url, min_size=0, max_size=2)
-        redis = streams.connect(cluster.redis_url)
+        redis = composer_queue.connect(cluster.redis_url)
         try:
             facts = await gather_runs(pool, driver.driven)
             now = await gather_streams(pool, redis, PREFIX)
         finally:
-            await redis.aclose()
+            await redis.close()
             await pool.close()
         report = check(facts, read_ledger(cluster.ledger_dir), now)
         report.figure("seed", seed)
@@ -155,7 +155,7 @@ async def _quiesce(cluster: Cluster, timeout: float) -> bool:
     """Until the outbox is empty and no stream holds an entry (read or not)."""
     deadline = time.monotonic() + timeout
     pool = await repo.create_pool(cluster.database_url, min_size=0, max_size=2)
-    redis = streams.connect(cluster.redis_url)
+    redis = composer_queue.connect(cluster.redis_url)
     try:
         while time.monotonic() < deadline:
             try:
@@ -172,7 +172,7 @@ async def _quiesce(cluster: Cluster, timeout: float) -> bool:
             await asyncio.sleep(0.5)
         return False
     finally:
-        await redis.aclose()
+        await redis.close()
         await pool.close()
 
 

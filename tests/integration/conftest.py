@@ -23,10 +23,9 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from redis.exceptions import RedisError
 
+import composer_queue
 import composer_repo as repo
-from composer_common import streams
 from tests.integration.databases import new_database_name, scratch_database
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -68,15 +67,15 @@ def redis_url() -> str:
     url = os.environ.get("COMPOSER_TEST_REDIS_URL", DEFAULT_REDIS_URL)
 
     async def ping() -> None:
-        client = streams.connect(url)
+        client = composer_queue.connect(url)
         try:
             await client.ping()
         finally:
-            await client.aclose()
+            await client.close()
 
     try:
         asyncio.run(ping())
-    except (RedisError, OSError) as exc:
+    except composer_queue.QueueError as exc:
         _unavailable(f"Redis at {url} is not reachable: {exc}")
     return url
 

@@ -7,8 +7,8 @@ import time
 
 import uuid6
 
+import composer_queue as cq
 from composer_api_gateway.state import REDIS, WAITERS
-from composer_common import hints
 from tests.integration.api.conftest import Gateway, Live, deploy, open_gateway, waiting_workflow
 from tests.integration.e2e.conftest import eventually
 
@@ -83,9 +83,7 @@ async def test_many_waiters_share_one_subscription(gateway: Gateway) -> None:
     waiters = gateway.app[WAITERS]
     await eventually(lambda: waiters.waiting == 40, what="40 long-polls registered")
     redis = gateway.app[REDIS]
-    channel = hints.channel(gateway.prefix, hints.RUN_FINISHED)
-    [(_, subscribers)] = await redis.pubsub_numsub(channel)
-    assert subscribers == 1
+    assert await redis.subscribers(cq.channel(gateway.prefix, cq.RUN_FINISHED)) == 1
     t0 = time.monotonic()
     for run_id in run_ids:
         await gateway.call("POST", f"/v1/runs/{run_id}/signals/go", role="operator")

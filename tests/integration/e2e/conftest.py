@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+import composer_queue
 import composer_repo as repo
-from composer_common import streams
 from composer_common.telemetry import setup_telemetry
 from composer_coordinator.server import start_server
 from composer_engine import Engine, Workflows, validate_definition
@@ -57,7 +57,7 @@ def spans() -> InMemorySpanExporter:
 class Stack:
     engine: Engine
     pool: repo.Pool
-    redis: Any
+    redis: composer_queue.RedisQueue
     redis_url: str
     prefix: str
     grpc_target: str
@@ -151,7 +151,7 @@ async def open_stack(
     """
     prefix = f"test-{uuid.uuid4().hex[:10]}"
     pool = await repo.create_pool(database_url, min_size=2, max_size=10)
-    redis = streams.connect(redis_url)
+    redis = composer_queue.connect(redis_url)
     engine = Engine(pool, redis=redis, redis_prefix=prefix)
     server, port = await start_server(engine, address="127.0.0.1:0", token=TOKEN)
     enqueuer = Enqueuer(
@@ -170,7 +170,7 @@ async def open_stack(
         s.tasks.append(asyncio.create_task(s.timer.run(s.stop), name="timer"))
     if sweeper:
         options = TEST_SWEEPER | (sweeper if isinstance(sweeper, dict) else {})
-        s.sweeper = Sweeper(engine, RedisStreamOps(redis, prefix), prefix=prefix, **options)
+        s.sweeper = Sweeper(engine, RedisStreamOps(redis.raw, prefix), prefix=prefix, **options)
         s.tasks.append(asyncio.create_task(s.sweeper.run(s.stop), name="sweeper"))
     try:
         yield s
@@ -187,10 +187,8 @@ async def open_stack(
         for close in s._closers:
             await close()
         await server.stop(0)
-        keys = [k async for k in redis.scan_iter(match=f"{prefix}:*")]
-        if keys:
-            await redis.delete(*keys)
-        await redis.aclose()
+        await redis.drop(prefix)
+        await redis.close()
         await pool.close()
 
 

@@ -8,8 +8,8 @@ import socket
 import grpc.aio
 import pytest
 
+import composer_queue as cq
 import composer_repo as repo
-from composer_common import streams
 from composer_coordinator.server import start_server
 from composer_engine import Engine
 from composer_outbox_enqueuer.loop import Enqueuer
@@ -65,7 +65,7 @@ async def test_enqueuer_keeps_dispatches_while_redis_is_down(stack: Stack) -> No
     stack.stop.set()  # stop the stack's own enqueuer: this test drives one
     await asyncio.wait_for(asyncio.gather(*stack.tasks, return_exceptions=True), 10)
     started = await stack.engine.start("held")
-    broken = streams.connect(f"redis://127.0.0.1:{closed_port()}/0")
+    broken = cq.connect(f"redis://127.0.0.1:{closed_port()}/0")
     enqueuer = Enqueuer(stack.pool, broken, prefix=stack.prefix, poll_seconds=0.1)
     stop = asyncio.Event()
     loop = asyncio.create_task(enqueuer.run(stop))
@@ -79,14 +79,13 @@ async def test_enqueuer_keeps_dispatches_while_redis_is_down(stack: Stack) -> No
     finally:
         stop.set()
         await asyncio.wait_for(loop, 10)
-        await broken.aclose()
-    entries = await stack.redis.xrange(
-        streams.stream_name(
+        await broken.close()
+    entries = await stack.redis.entries(
+        cq.task_stream(
             stack.prefix,
             "held",
-            streams.shard_of(
-                (await stack.tasks_of(started.run_id))["a"].task_id, streams.DEFAULT_SHARDS
-            ),
+            (await stack.tasks_of(started.run_id))["a"].task_id,
+            cq.DEFAULT_SHARDS,
         )
     )
     assert len(entries) == 1

@@ -17,13 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from redis.exceptions import ResponseError
 
+import composer_queue as cq
 import composer_repo as repo
-from composer_common import streams
 from composer_common.logs import ALERT
 from composer_core.model import RunStatus, TaskState
-from composer_lease_sweeper.loop import DELIVERIES, Sweeper
+from composer_lease_sweeper.loop import Sweeper
 from composer_lease_sweeper.redis_stream_ops import RedisStreamOps
 from composer_sdk import TaskContext
 from tests.integration.e2e.conftest import TOKEN, Stack, eventually, open_stack
@@ -128,11 +127,9 @@ async def flush_redis(stack: Stack) -> None:
     """FLUSHALL on a Redis of the tests' own (COMPOSER_TEST_REDIS_FLUSHALL=1); otherwise
     the same for this stack's keys only, since test runs share the server."""
     if os.environ.get("COMPOSER_TEST_REDIS_FLUSHALL") == "1":
-        await stack.redis.flushall()
+        await stack.redis.flush_all()
         return
-    keys = [k async for k in stack.redis.scan_iter(match=f"{stack.prefix}:*")]
-    if keys:
-        await stack.redis.delete(*keys)
+    await stack.redis.drop(stack.prefix)
 
 
 async def test_a_queued_task_whose_stream_was_lost_is_dispatched_again(
@@ -145,12 +142,14 @@ async def test_a_queued_task_whose_stream_was_lost_is_dispatched_again(
         lambda: s.enqueuer.published >= 1, timeout=5, what="the dispatch was published"
     )
     task = (await s.tasks_of(started.run_id))["work"]
-    stream = streams.stream_name(s.prefix, "nobody", streams.shard_of(task.task_id, 4))
-    [(_, first)] = await s.redis.xrange(stream)
-    await s.redis.delete(stream)  # Redis restarted without it
+    stream = cq.task_stream(s.prefix, "nobody", task.task_id, 4)
+    [first_entry] = await s.redis.entries(stream)
+    first = first_entry.fields
+    await s.redis.delete([stream])  # Redis restarted without it
 
-    await until(lambda: s.redis.xlen(stream), what="the dispatch is in its stream again")
-    [(_, fields)] = await s.redis.xrange(stream)
+    await until(lambda: s.redis.length(stream), what="the dispatch is in its stream again")
+    [entry] = await s.redis.entries(stream)
+    fields = entry.fields
     again = (await s.tasks_of(started.run_id))["work"]
     assert (fields["task_id"], fields["attempt"]) == (task.task_id, "0")  # the same attempt
     # written by the same persist path as the first dispatch: the same message
@@ -166,19 +165,16 @@ async def test_a_task_delivered_too_often_fails_for_good(database_url: str, redi
     options = {"lease_ttl": 0.3, "max_deliveries": 3}
     async with open_stack(database_url, redis_url, sweeper=options) as s:
         await s.deploy(one_task("poison", "poison"))
-        for stream in streams.queue_streams(s.prefix, "poison", 4):
-            await s.redis.xgroup_create(stream, streams.GROUP, id="0", mkstream=True)
+        await s.redis.ensure_groups(cq.queue_streams(s.prefix, "poison", 4))
         started = await s.engine.start("poison")
         deliveries: list[str] = []
 
         async def crashing_consumer() -> None:
             """Takes every entry and dies before leasing it (never acknowledges)."""
-            names = streams.queue_streams(s.prefix, "poison", 4)
+            names = cq.queue_streams(s.prefix, "poison", 4)
             while True:
-                reply = await s.redis.xreadgroup(
-                    streams.GROUP, "crashes", dict.fromkeys(names, ">"), count=10, block=100
-                )
-                deliveries.extend(f.get(DELIVERIES, "1") for _, _, f in streams.read_entries(reply))
+                read = await s.redis.read(names, "crashes", count=10, block_ms=100)
+                deliveries.extend(e.fields.get(cq.DELIVERIES, "1") for e in read)
 
         consumer = asyncio.create_task(crashing_consumer())
         try:
@@ -193,8 +189,8 @@ async def test_a_task_delivered_too_often_fails_for_good(database_url: str, redi
         assert task.state is TaskState.FAILED and task.error_code == "DELIVERY_LIMIT"
         assert "delivered 3 times" in (task.error or "")
         assert deliveries == ["1", "2", "3"]
-        stream = streams.stream_name(s.prefix, "poison", streams.shard_of(task.task_id, 4))
-        assert await s.redis.xlen(stream) == 0  # the last entry was acknowledged away
+        stream = cq.task_stream(s.prefix, "poison", task.task_id, 4)
+        assert await s.redis.length(stream) == 0  # the last entry was acknowledged away
 
 
 async def test_a_dead_consumers_entry_for_a_task_that_moved_on_is_acknowledged_away(
@@ -202,19 +198,14 @@ async def test_a_dead_consumers_entry_for_a_task_that_moved_on_is_acknowledged_a
 ) -> None:
     async with open_stack(database_url, redis_url, sweeper={"lease_ttl": 0.3}) as s:
         await s.deploy(one_task("moved-on", "elsewhere"))
-        names = streams.queue_streams(s.prefix, "elsewhere", 4)
-        for stream in names:
-            await s.redis.xgroup_create(stream, streams.GROUP, id="0", mkstream=True)
+        names = cq.queue_streams(s.prefix, "elsewhere", 4)
+        await s.redis.ensure_groups(names)
         started = await s.engine.start("moved-on")
-        entries: list[streams.Entry] = []
+        entries: list[cq.Entry] = []
         while not entries:  # a consumer takes the entry, then goes away
-            entries = streams.read_entries(
-                await s.redis.xreadgroup(
-                    streams.GROUP, "gone", dict.fromkeys(names, ">"), count=1, block=100
-                )
-            )
-        [(stream, _, fields)] = entries
-        msg = streams.TaskMessage.from_fields(fields)
+            entries = await s.redis.read(names, "gone", count=1, block_ms=100)
+        [entry] = entries
+        stream, msg = entry.stream, entry.message()
         # Meanwhile the task finished another way (a duplicate delivery ran it).
         lease = await s.engine.acquire_lease(
             msg.run_id, msg.task_id, msg.attempt, owner="other", ttl=30
@@ -224,8 +215,8 @@ async def test_a_dead_consumers_entry_for_a_task_that_moved_on_is_acknowledged_a
             msg.run_id, msg.task_id, msg.node_id, msg.attempt, {"ok": True}, owner="other"
         )
 
-        await until(lambda: _empty(s.redis.xlen(stream)), what="the entry was acknowledged away")
-        assert (await s.redis.xpending(stream, streams.GROUP))["pending"] == 0
+        await until(lambda: _empty(s.redis.length(stream)), what="the entry was acknowledged away")
+        assert await s.redis.pending(stream) == []
         assert (await s.wait_run(started.run_id, timeout=5)).status is RunStatus.SUCCEEDED
         assert s.sweeper is not None
         sweeper = s.sweeper
@@ -256,7 +247,9 @@ async def test_a_renewed_lease_is_not_failed_and_an_expired_one_is(stack: Stack)
 
 
 async def test_one_replica_sweeps_at_a_time(stack: Stack) -> None:
-    sweeper = Sweeper(stack.engine, RedisStreamOps(stack.redis, stack.prefix), prefix=stack.prefix)
+    sweeper = Sweeper(
+        stack.engine, RedisStreamOps(stack.redis.raw, stack.prefix), prefix=stack.prefix
+    )
     async with repo.singleton(stack.pool, f"composer-lease-sweeper:{stack.prefix}") as held:
         assert held
         assert await sweeper.sweep() is None  # another replica is sweeping
@@ -287,18 +280,11 @@ async def test_queue_that_no_worker_serves_raises_an_alert(
     await stack.engine.start("orphan")
     await eventually(lambda: stack.enqueuer.published >= 1, what="the dispatch was published")
     # the group exists (a worker of this queue once started) but no consumer ever read
-    for shard in range(streams.DEFAULT_SHARDS):
-        with contextlib.suppress(ResponseError):
-            await stack.redis.xgroup_create(
-                streams.stream_name(stack.prefix, "nobody", shard),
-                streams.GROUP,
-                id="0",
-                mkstream=True,
-            )
+    await stack.redis.ensure_groups(cq.queue_streams(stack.prefix, "nobody", cq.DEFAULT_SHARDS))
     now = [dt.datetime.now(dt.UTC)]
     sweeper = Sweeper(
         stack.engine,
-        RedisStreamOps(stack.redis, stack.prefix),
+        RedisStreamOps(stack.redis.raw, stack.prefix),
         prefix=stack.prefix,
         lost_after=60,
         clock=lambda: now[0],

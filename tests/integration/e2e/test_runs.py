@@ -15,8 +15,8 @@ import pytest
 import yaml
 from aiohttp import web
 
+import composer_queue as cq
 import composer_repo as repo
-from composer_common import streams
 from composer_core.model import RunStatus, TaskState
 from composer_rpc.v1 import worker_pb2 as pb
 from composer_rpc.v1.worker_pb2_grpc import WorkerServiceStub
@@ -302,14 +302,9 @@ async def test_duplicate_stream_message_runs_the_handler_once(stack: Stack) -> N
     await eventually(lambda: bool(calls), what="the handler started")
     # deliver the same task attempt again, to both workers: neither runs it a second time
     task = (await stack.tasks_of(started.run_id))["once"]
-    message = streams.TaskMessage(
-        task.task_id, started.run_id, "once", "TASK", 0, "one-once", 1, "{}"
-    )
-    stream = streams.stream_name(
-        stack.prefix, "dup", streams.shard_of(task.task_id, streams.DEFAULT_SHARDS)
-    )
-    for _ in range(3):
-        await stack.redis.xadd(stream, message.fields())
+    message = cq.TaskMessage(task.task_id, started.run_id, "once", "TASK", 0, "one-once", 1, "{}")
+    stream = cq.task_stream(stack.prefix, "dup", task.task_id, cq.DEFAULT_SHARDS)
+    await stack.redis.publish([(stream, message.fields())] * 3)
     await eventually(
         lambda: sum(w.skipped for w in stack.workers) >= 3, what="three duplicates skipped"
     )

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+import composer_queue as cq
 from composer_common import streams
 from composer_lease_sweeper.redis_stream_ops import CONSUMER, RedisStreamOps
 from composer_lease_sweeper.stream_ops import Backlog, StreamsUnavailable
@@ -16,7 +17,7 @@ from composer_lease_sweeper.stream_ops import Backlog, StreamsUnavailable
 @pytest.fixture
 async def ops(redis_url: str) -> AsyncIterator[RedisStreamOps]:
     prefix = f"test-{uuid.uuid4().hex[:10]}"
-    client = streams.connect(redis_url)
+    client = cq.connect(redis_url).raw
     try:
         yield RedisStreamOps(client, prefix)
     finally:
@@ -107,7 +108,7 @@ async def test_attempts_in_finds_the_wanted_attempts_past_one_page(ops: RedisStr
 
 
 async def test_an_unreachable_redis_is_streams_unavailable() -> None:
-    client = streams.connect("redis://127.0.0.1:1/0")
+    client = cq.connect("redis://127.0.0.1:1/0").raw
     try:
         with pytest.raises(StreamsUnavailable, match="cannot list the streams"):
             await RedisStreamOps(client, "nowhere").queue_streams()

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from composer_common import ids, streams
+import composer_queue as streams
+from composer_common import ids
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -13,13 +13,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from composer_common import streams
+import composer_queue as cq
 from composer_sdk import Outcome, TaskContext, Worker, WorkerConfig
 from composer_sdk._client import Lease
 from composer_sdk._handler import Handler
 
 TTL = 0.3
-MSG = streams.TaskMessage("t1", "r1", "n1", "TASK", 0, "wf", 1, input_json="{}")
+MSG = cq.TaskMessage("t1", "r1", "n1", "TASK", 0, "wf", 1, input_json="{}")
 
 
 class FakeCoordinator:
@@ -55,12 +55,12 @@ async def run_one(
     worker = Worker(WorkerConfig(lease_ttl=TTL))
     acked: list[str] = []
 
-    async def ack(stream: str, entry_id: str) -> None:
-        acked.append(entry_id)
+    async def ack(entry: cq.Entry) -> None:
+        acked.append(entry.entry_id)
 
     worker._client = coordinator  # type: ignore[assignment]
     worker._ack = ack  # type: ignore[method-assign]
-    await worker._run_leased(Handler.of("q", handler), "s", "1-0", MSG)
+    await worker._run_leased(Handler.of("q", handler), cq.Entry("s", "1-0", MSG.fields()), MSG)
     return worker, acked
 
 

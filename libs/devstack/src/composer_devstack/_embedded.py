@@ -19,9 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
-
+import composer_queue
 import composer_repo as repo
 
 
@@ -45,13 +43,13 @@ async def postgres_answers(url: str) -> bool:
 
 
 async def redis_answers(url: str) -> bool:
-    client = aioredis.from_url(url, socket_connect_timeout=2)
+    client = composer_queue.connect(url, connect_timeout=2)
     try:
         await client.ping()
-    except (RedisError, OSError):
+    except composer_queue.QueueError:
         return False
     finally:
-        await client.aclose()
+        await client.close()
     return True
 
 

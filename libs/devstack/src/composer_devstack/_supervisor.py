@@ -12,6 +12,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from composer_queue import Backoff
+
 _COLOURS = (36, 32, 33, 35, 34, 96, 92, 93, 95, 94)
 
 
@@ -68,7 +70,7 @@ class Supervisor:
                 await watcher
 
     async def _watch(self, service: Service) -> None:
-        delay = 1.0
+        backoff = Backoff(1.0, 30.0)
         while not self._stopping.is_set():
             await self._start(service)
             assert service.process is not None
@@ -79,7 +81,8 @@ class Supervisor:
             if self._stopping.is_set():
                 return
             if time.monotonic() - service.started_at > 60:
-                delay = 1.0  # it ran a good while: a fresh failure, not a crash loop
+                backoff.reset()  # it ran a good while: a fresh failure, not a crash loop
+            delay = backoff.next()
             service.restarts += 1
             self.say(
                 service.name,
@@ -88,7 +91,6 @@ class Supervisor:
             )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), delay)
-            delay = min(delay * 2, 30.0)
 
     async def _start(self, service: Service) -> None:
         service.process = await asyncio.create_subprocess_exec(

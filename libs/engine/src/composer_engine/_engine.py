@@ -20,10 +20,11 @@ import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
+import composer_queue as cq
 import composer_repo as repo
-from composer_common import hints, ids
+from composer_common import ids
 from composer_common.logs import alert
 from composer_common.telemetry import tracer
 from composer_core import errors as core_errors
@@ -92,7 +93,7 @@ class Engine:
         self,
         pool: repo.Pool,
         *,
-        redis: Any = None,
+        redis: cq.Queue | None = None,
         redis_prefix: str = "composer",
         definitions: DefinitionCache | None = None,
         clock: Callable[[], dt.datetime] = utcnow,
@@ -303,7 +304,7 @@ class Engine:
             )
             if self.redis is not None:
                 redis = self.redis
-                tx.after_commit(lambda: hints.send(redis, self.prefix, hints.ENQUEUER))
+                tx.after_commit(lambda: cq.send_hint(redis, self.prefix, cq.ENQUEUER))
             return True
 
         return await self._in_tx(attempt_tx)

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import assert_never
 
+import composer_queue as cq
 import composer_repo as repo
-from composer_common import hints, streams
 from composer_common.telemetry import inject
 from composer_core.model import WorkflowDAG
 from composer_core.statemachine import (
@@ -234,12 +234,12 @@ def task_message(
     attempt: int,
     input: Json,
     timeout_seconds: float | None,
-) -> streams.TaskMessage:
+) -> cq.TaskMessage:
     """The stream message of one task attempt (DESIGN.md §5)."""
     node = dag.node(node_id)
     if node is None:  # pragma: no cover - tasks only exist for nodes of their version
         raise StaleSnapshot(f"node {node_id} is not in {dag.workflow_id} v{dag.version}")
-    return streams.TaskMessage(
+    return cq.TaskMessage(
         task_id=task_id,
         run_id=run_id,
         node_id=node_id,
@@ -247,7 +247,7 @@ def task_message(
         attempt=attempt,
         workflow_id=dag.workflow_id,
         workflow_version=dag.version,
-        input_json=streams.TaskMessage.encode_input(input),
+        input_json=cq.TaskMessage.encode_input(input),
         timeout_seconds=timeout_seconds,
         max_attempts=node.retry_policy.max_attempts,
         traceparent=inject({}).get(
@@ -256,17 +256,17 @@ def task_message(
     )
 
 
-def announce(tx: Tx, effects: Effects, *, redis: object | None, prefix: str, run: Run) -> None:
+def announce(tx: Tx, effects: Effects, *, redis: cq.Queue | None, prefix: str, run: Run) -> None:
     """After commit: wake the loops that have new work, and log a finished run."""
     if redis is not None:
         if effects.wrote_webhook:
-            tx.after_commit(lambda: hints.send(redis, prefix, hints.ENQUEUER, hints.WEBHOOK))  # type: ignore[arg-type]
+            tx.after_commit(lambda: cq.send_hint(redis, prefix, cq.ENQUEUER, cq.WEBHOOK))
         elif effects.wake_enqueuer:
-            tx.after_commit(lambda: hints.send(redis, prefix, hints.ENQUEUER))  # type: ignore[arg-type]
+            tx.after_commit(lambda: cq.send_hint(redis, prefix, cq.ENQUEUER))
         if effects.wake_timer:
-            tx.after_commit(lambda: hints.send(redis, prefix, hints.TIMER))  # type: ignore[arg-type]
+            tx.after_commit(lambda: cq.send_hint(redis, prefix, cq.TIMER))
         if effects.finished is not None:
-            tx.after_commit(lambda: hints.send(redis, prefix, hints.RUN_FINISHED, run.run_id))  # type: ignore[arg-type]
+            tx.after_commit(lambda: cq.send_hint(redis, prefix, cq.RUN_FINISHED, run.run_id))
     tx.after_commit(lambda: _record(effects))
     finished = effects.finished
     if finished is not None:

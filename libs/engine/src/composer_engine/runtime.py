@@ -11,10 +11,10 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
 
+import composer_queue
 import composer_repo as repo
-from composer_common import service, streams
+from composer_common import service
 from composer_common.admin import Check, serve_admin
 from composer_common.settings import CommonSettings
 
@@ -23,9 +23,16 @@ from composer_common.settings import CommonSettings
 class Runtime:
     pool: repo.Pool
     #: None for a service that was opened without Redis.
-    redis: Any
+    redis: composer_queue.RedisQueue | None
     #: Set by SIGTERM or SIGINT: the service's loop returns when it is.
     stop: asyncio.Event
+
+    @property
+    def queue(self) -> composer_queue.RedisQueue:
+        """The Redis client; only for a service opened with Redis."""
+        if self.redis is None:
+            raise RuntimeError("this service was opened without Redis: serving(..., redis=True)")
+        return self.redis
 
 
 @asynccontextmanager
@@ -34,16 +41,16 @@ async def serving(
 ) -> AsyncIterator[Runtime]:
     """Open the service's resources for the block; raises SchemaOutdated before serving."""
     pool = await repo.create_pool(settings.database_url, min_size=1, max_size=pool_size)
-    client = streams.connect(settings.redis_url) if redis else None
+    client = composer_queue.connect(settings.redis_url) if redis else None
     try:
         await repo.check_ready(pool)
         checks: dict[str, Check] = {"database": lambda: repo.check_ready(pool)}
         if client is not None:
-            checks["redis"] = lambda: streams.ping(client)
+            checks["redis"] = client.ping
         stop = service.stop_on_signals()
         async with serve_admin(settings.admin_port, checks, host=settings.admin_host):
             yield Runtime(pool, client, stop)
     finally:
         if client is not None:
-            await client.aclose()
+            await client.close()
         await pool.close()

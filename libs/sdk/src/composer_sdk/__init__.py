@@ -13,10 +13,11 @@ await worker.run()
 
 from composer_sdk._handler import Outcome, TaskContext
 from composer_sdk._worker import Worker, WorkerConfig
-from composer_sdk.errors import PermanentError, SdkError, TaskFailed
+from composer_sdk.errors import CoordinatorUnavailable, PermanentError, SdkError, TaskFailed
 from composer_sdk.testing import run_handler
 
 __all__ = [
+    "CoordinatorUnavailable",
     "Outcome",
     "PermanentError",
     "SdkError",

@@ -7,16 +7,20 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import grpc
 import grpc.aio
 
 from composer_common.telemetry import inject
+from composer_queue import Backoff
 from composer_rpc.v1 import worker_pb2 as pb
 from composer_rpc.v1.worker_pb2_grpc import WorkerServiceStub
 from composer_sdk._handler import Outcome
-from composer_sdk.errors import SdkError
+from composer_sdk.errors import CoordinatorUnavailable, SdkError
+
+if TYPE_CHECKING:  # the async stub's class exists only in the generated type stubs
+    from composer_rpc.v1.worker_pb2_grpc import WorkerServiceAsyncStub
 
 log = logging.getLogger("composer.sdk")
 T = TypeVar("T")
@@ -41,12 +45,70 @@ class Lease:
     asked_at: float = 0.0
 
 
+class Coordinator(Protocol):
+    """What the worker asks of the coordinator (``CoordinatorClient``; tests give a fake)."""
+
+    async def acquire(
+        self,
+        task_id: str,
+        run_id: str,
+        attempt: int,
+        owner: str,
+        ttl: float,
+        *,
+        until: Callable[[], bool],
+    ) -> Lease | None: ...
+
+    async def renew(
+        self, task_id: str, run_id: str, attempt: int, owner: str, ttl: float
+    ) -> bool | None: ...
+
+    async def report(
+        self,
+        task_id: str,
+        run_id: str,
+        node_id: str,
+        attempt: int,
+        owner: str,
+        outcome: Outcome,
+        *,
+        until: Callable[[], bool],
+    ) -> bool | None: ...
+
+    async def close(self) -> None: ...
+
+
 class CoordinatorClient:
-    def __init__(self, target: str, token: str, *, call_timeout: float = 10.0) -> None:
-        self._channel = grpc.aio.insecure_channel(target)
-        self._stub = WorkerServiceStub(self._channel)
+    """The coordinator over gRPC.
+
+    A transient status (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED) is
+    retried with jittered backoff, at most ``attempts`` times per call, then
+    ``CoordinatorUnavailable`` is raised; any other status raises ``SdkError``
+    at once (INTERNAL is a server bug: asking again in a loop only adds load).
+    ``stub`` replaces the gRPC stub (tests).
+    """
+
+    def __init__(
+        self,
+        target: str,
+        token: str,
+        *,
+        call_timeout: float = 10.0,
+        attempts: int = 10,
+        backoff: Callable[[], Backoff] = lambda: Backoff(0.05, 5.0),
+        stub: WorkerServiceAsyncStub | None = None,
+    ) -> None:
+        if attempts < 1:
+            raise ValueError(f"attempts must be at least 1, got {attempts}")
+        self._channel: grpc.aio.Channel | None = None
+        if stub is None:
+            self._channel = grpc.aio.insecure_channel(target)
+            stub = WorkerServiceStub(self._channel)
+        self._stub = stub
         self._metadata = (("authorization", f"Bearer {token}"),)
         self._timeout = call_timeout
+        self._attempts = attempts
+        self._backoff = backoff
         self.target = target
 
     def _md(self) -> tuple[tuple[str, str], ...]:
@@ -54,7 +116,8 @@ class CoordinatorClient:
         return self._metadata + tuple(inject({}).items())
 
     async def close(self) -> None:
-        await self._channel.close()
+        if self._channel is not None:
+            await self._channel.close()
 
     async def acquire(
         self,
@@ -66,7 +129,10 @@ class CoordinatorClient:
         *,
         until: Callable[[], bool],
     ) -> Lease | None:
-        """Take the lease; None if ``until()`` turned true while the coordinator was unreachable."""
+        """Take the lease; None if ``until()`` turned true while the coordinator was unreachable.
+
+        Raises CoordinatorUnavailable when every attempt failed transiently.
+        """
         request = pb.AcquireTaskLeaseRequest(
             task_id=task_id, run_id=run_id, attempt=attempt, owner=owner, ttl_seconds=ttl
         )
@@ -118,7 +184,12 @@ class CoordinatorClient:
         *,
         until: Callable[[], bool],
     ) -> bool | None:
-        """Report an outcome, retrying until it is recorded; True accepted, False stale, None gave up."""
+        """Report an outcome; True accepted, False stale, None if ``until()`` turned true
+        while the coordinator was unreachable.
+
+        Raises CoordinatorUnavailable when every attempt failed transiently,
+        SdkError when the coordinator answered with an error (INTERNAL, ...).
+        """
         request = pb.ReportTaskResultRequest(
             task_id=task_id,
             run_id=run_id,
@@ -145,8 +216,8 @@ class CoordinatorClient:
     async def _retry(
         self, name: str, call: Callable[[], Awaitable[T]], until: Callable[[], bool]
     ) -> T | None:
-        delay = 0.05
-        while True:
+        backoff = self._backoff()
+        for attempt in range(1, self._attempts + 1):
             try:
                 return await call()
             except grpc.aio.AioRpcError as exc:
@@ -154,20 +225,33 @@ class CoordinatorClient:
                     raise _fatal(exc) from exc
                 if until():
                     return None
+                if attempt == self._attempts:
+                    raise CoordinatorUnavailable(
+                        f"{name} to {self.target} failed {attempt} times "
+                        f"({exc.code().name}: {exc.details()}); giving up on this call "
+                        "(WorkerConfig.coordinator_attempts sets how many tries)",
+                        code=exc.code().name,
+                    ) from exc
+                delay = backoff.next()
                 log.warning(
-                    "%s to %s failed (%s): retrying in %.2fs",
+                    "%s to %s failed (%s, attempt %d of %d): retrying in %.2fs",
                     name,
                     self.target,
                     exc.details(),
+                    attempt,
+                    self._attempts,
                     delay,
                 )
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def _fatal(exc: grpc.aio.AioRpcError) -> SdkError:
     if exc.code() is grpc.StatusCode.UNAUTHENTICATED:
         return SdkError(
-            f"the coordinator refused the worker token: {exc.details()} (check COMPOSER_WORKER_TOKEN)"
+            f"the coordinator refused the worker token: {exc.details()} (check COMPOSER_WORKER_TOKEN)",
+            code=exc.code().name,
         )
-    return SdkError(f"coordinator call failed with {exc.code().name}: {exc.details()}")
+    return SdkError(
+        f"coordinator call failed with {exc.code().name}: {exc.details()}", code=exc.code().name
+    )

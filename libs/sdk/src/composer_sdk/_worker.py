@@ -5,10 +5,12 @@ with bounded concurrency. For every message: take the lease from the
 coordinator (a duplicate delivery or a stale attempt is not granted and is
 just acknowledged), run the handler under the node's timeout while renewing
 the lease every ttl/3 (a lost lease cancels the handler and reports
-nothing), report the outcome (retried until the coordinator records it,
-never dropped), and only then XACK. On SIGTERM it stops reading and lets
-in-flight tasks finish for a grace period; a message whose report could not
-be delivered stays pending in its stream for the lease-sweeper to reclaim.
+nothing), report the outcome, and only then acknowledge the message. A report
+the coordinator cannot take (unreachable after ``coordinator_attempts`` tries,
+or an INTERNAL error) is given up and the message is NOT acknowledged: it
+stays pending in its stream, and the lease-sweeper recovers the attempt. On
+SIGTERM it stops reading and lets in-flight tasks finish for a grace period.
+All Redis work goes through composer_queue.
 """
 
 from __future__ import annotations
@@ -24,17 +26,15 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from opentelemetry.trace import SpanKind
-from redis.exceptions import RedisError, ResponseError
 
-from composer_common import streams
+import composer_queue as cq
 from composer_common.logs import alert, log_context
 from composer_common.telemetry import extract, tracer
-from composer_sdk._client import CoordinatorClient
+from composer_sdk._client import Coordinator, CoordinatorClient
 from composer_sdk._handler import Handler, HandlerFn, Outcome, TaskContext
-from composer_sdk.errors import SdkError
+from composer_sdk.errors import CoordinatorUnavailable, SdkError
 
 log = logging.getLogger("composer.sdk")
 
@@ -45,7 +45,7 @@ class WorkerConfig:
     coordinator: str = "127.0.0.1:50051"
     token: str = ""
     redis_prefix: str = "composer"
-    shards: int = streams.DEFAULT_SHARDS
+    shards: int = cq.DEFAULT_SHARDS
     #: Tasks run at once by this process, across its queues.
     concurrency: int = 16
     lease_ttl: float = 30.0
@@ -56,12 +56,22 @@ class WorkerConfig:
     read_block_ms: int = 1000
     #: Lease owner and consumer name; unique per process by default.
     owner: str | None = None
+    #: Tries per coordinator call while it answers UNAVAILABLE (jittered backoff between,
+    #: 0.05s growing to 5s); then the message is left unacknowledged for the sweeper.
+    coordinator_attempts: int = 10
 
 
 class Worker:
     """Runs registered handlers. ``worker.handler("payments")`` decorates ``async def f(ctx, input)``."""
 
-    def __init__(self, config: WorkerConfig) -> None:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        *,
+        queue: cq.Queue | None = None,
+        coordinator: Coordinator | None = None,
+    ) -> None:
+        """``queue`` and ``coordinator`` replace the clients built from ``config`` (tests)."""
         self.config = config
         self.owner = config.owner or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._handlers: dict[str, Handler] = {}
@@ -71,12 +81,16 @@ class Worker:
         #: since the coordinator re-grants a lease to the owner that holds it.
         self._running: set[tuple[str, int]] = set()
         self._slots = asyncio.Semaphore(config.concurrency)
-        self._redis: Any = None
-        self._client: CoordinatorClient | None = None
+        self._given_queue = queue
+        self._given_coordinator = coordinator
+        self._queue: cq.Queue | None = queue
+        self._client: Coordinator | None = coordinator
         #: Counters for tests, metrics and logs.
         self.completed = 0
         self.failed = 0
         self.skipped = 0
+        #: Messages left unacknowledged because their report could not be delivered.
+        self.abandoned = 0
 
     # -- registration ----------------------------------------------------------
 
@@ -110,8 +124,10 @@ class Worker:
         if not self._handlers:
             raise SdkError("no handlers registered: add one with worker.handler(queue)")
         cfg = self.config
-        self._redis = streams.connect(cfg.redis_url)
-        self._client = CoordinatorClient(cfg.coordinator, cfg.token)
+        self._queue = queue_client = self._given_queue or cq.connect(cfg.redis_url)
+        self._client = client = self._given_coordinator or CoordinatorClient(
+            cfg.coordinator, cfg.token, attempts=cfg.coordinator_attempts
+        )
         try:
             for queue in self._handlers:
                 await self._ensure_groups(queue)
@@ -128,15 +144,21 @@ class Worker:
             stop = asyncio.create_task(self._stopping.wait(), name="worker-stop")
             await asyncio.wait([*readers, stop], return_when=asyncio.FIRST_COMPLETED)
             stop.cancel()
-            for task in readers:
-                task.cancel()
+            # Cancel until done: redis-py can swallow a cancellation that lands while
+            # its blocking read is being woken, and the reader would read on.
+            while not all(task.done() for task in readers):
+                for task in readers:
+                    task.cancel()
+                await asyncio.wait(readers, timeout=0.1)
             for task in readers:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task  # a reader that died raises here, after the others stopped
             await self._drain()
         finally:
-            await self._client.close()
-            await self._redis.aclose()
+            if self._given_coordinator is None:
+                await client.close()
+            if self._given_queue is None:
+                await queue_client.close()
 
     async def _drain(self) -> None:
         if not self._in_flight:
@@ -157,17 +179,25 @@ class Worker:
             )
 
     async def _ensure_groups(self, queue: str) -> None:
-        for stream in streams.queue_streams(self.config.redis_prefix, queue, self.config.shards):
+        assert self._queue is not None
+        names = cq.queue_streams(self.config.redis_prefix, queue, self.config.shards)
+        backoff = cq.Backoff(0.1, 5.0)
+        while True:
             try:
-                await self._redis.xgroup_create(stream, streams.GROUP, id="0", mkstream=True)
-            except ResponseError as exc:
-                if "BUSYGROUP" not in str(exc):
+                await self._queue.ensure_groups(names)
+                return
+            except cq.QueueUnavailable as exc:
+                if self._stopping.is_set():
                     raise
+                delay = backoff.next()
+                log.warning("cannot prepare queue %s: %s; retrying in %.1fs", queue, exc, delay)
+                await asyncio.sleep(delay)
 
     async def _read(self, handler: Handler) -> None:
+        assert self._queue is not None
         cfg = self.config
-        names = streams.queue_streams(cfg.redis_prefix, handler.queue, cfg.shards)
-        delay = 0.1
+        names = cq.queue_streams(cfg.redis_prefix, handler.queue, cfg.shards)
+        backoff = cq.Backoff(0.1, 5.0)
         while not self._stopping.is_set():
             await self._slots.acquire()
             free = 1
@@ -175,37 +205,33 @@ class Worker:
                 await self._slots.acquire()
                 free += 1
             try:
-                reply = await self._redis.xreadgroup(
-                    streams.GROUP,
-                    self.owner,
-                    dict.fromkeys(names, ">"),
-                    count=free,
-                    block=cfg.read_block_ms,
+                entries = await self._queue.read(
+                    names, self.owner, count=free, block_ms=cfg.read_block_ms
                 )
-                delay = 0.1
-            except (RedisError, OSError) as exc:
+                backoff.reset()
+            except cq.QueueError as exc:  # a command error too: the worker keeps serving
                 for _ in range(free):
                     self._slots.release()
-                if "NOGROUP" in str(exc):
-                    await self._ensure_groups(handler.queue)
-                    continue
-                log.warning(
-                    "reading queue %s failed: %s; retrying in %.1fs", handler.queue, exc, delay
+                delay = backoff.next()
+                log.log(
+                    logging.WARNING if exc.retryable else logging.ERROR,
+                    "reading queue %s failed: %s; retrying in %.1fs",
+                    handler.queue,
+                    exc,
+                    delay,
                 )
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
                 continue
-            entries = streams.read_entries(reply)
             for _ in range(free - len(entries)):
                 self._slots.release()
             # COUNT applies to each stream, so up to shards x free entries can come
             # back: each one past the slots held waits for a slot of its own, which
             # keeps the tasks running at once within the concurrency.
-            for i, (stream, entry_id, fields) in enumerate(entries):
+            for i, entry in enumerate(entries):
                 if i >= free:
                     await self._slots.acquire()
                 task = asyncio.create_task(
-                    self._process(handler, stream, entry_id, fields), name=f"task:{entry_id}"
+                    self._process(handler, entry), name=f"task:{entry.entry_id}"
                 )
                 self._in_flight.add(task)
                 task.add_done_callback(self._done)
@@ -216,20 +242,18 @@ class Worker:
         if not task.cancelled() and task.exception() is not None:
             log.error("processing a message crashed", exc_info=task.exception())
 
-    async def _process(
-        self, handler: Handler, stream: str, entry_id: str, fields: dict[str, str]
-    ) -> None:
+    async def _process(self, handler: Handler, entry: cq.Entry) -> None:
         try:
-            msg = streams.TaskMessage.from_fields(fields)
-        except ValueError as exc:
+            msg = entry.message()
+        except cq.MalformedMessage as exc:
             alert(
                 log,
                 "dropping malformed message %s on %s (its task will be recovered by the sweeper): %s",
-                entry_id,
-                stream,
+                entry.entry_id,
+                entry.stream,
                 exc,
             )
-            await self._ack(stream, entry_id)
+            await self._ack(entry)
             return
         key = (msg.task_id, msg.attempt)
         if key in self._running:
@@ -239,7 +263,7 @@ class Worker:
                 msg.attempt,
             )
             self.skipped += 1
-            await self._ack(stream, entry_id)
+            await self._ack(entry)
             return
         self._running.add(key)
         parent = extract({"traceparent": msg.traceparent} if msg.traceparent else {})
@@ -259,23 +283,25 @@ class Worker:
                 ),
                 log_context(run_id=msg.run_id, task_id=msg.task_id, node_id=msg.node_id),
             ):
-                await self._run_leased(handler, stream, entry_id, msg)
+                await self._run_leased(handler, entry, msg)
         finally:
             self._running.discard(key)
 
-    async def _run_leased(
-        self, handler: Handler, stream: str, entry_id: str, msg: streams.TaskMessage
-    ) -> None:
+    async def _run_leased(self, handler: Handler, entry: cq.Entry, msg: cq.TaskMessage) -> None:
         assert self._client is not None
         cfg = self.config
-        lease = await self._client.acquire(
-            msg.task_id,
-            msg.run_id,
-            msg.attempt,
-            self.owner,
-            cfg.lease_ttl,
-            until=self._stopping.is_set,
-        )
+        try:
+            lease = await self._client.acquire(
+                msg.task_id,
+                msg.run_id,
+                msg.attempt,
+                self.owner,
+                cfg.lease_ttl,
+                until=self._stopping.is_set,
+            )
+        except SdkError as exc:
+            self._abandon(msg, "taking the lease", exc)
+            return
         if lease is None:
             return  # shutting down with the coordinator away: the message stays pending
         if not lease.granted:
@@ -286,7 +312,7 @@ class Worker:
                 lease.reason,
             )
             self.skipped += 1
-            await self._ack(stream, entry_id)
+            await self._ack(entry)
             return
         # Until when this process knows it holds the lease: it was granted no earlier
         # than the request was sent. A grant that arrives after that (this process
@@ -303,7 +329,7 @@ class Worker:
                     msg.attempt,
                 )
                 self.skipped += 1
-                await self._ack(stream, entry_id)
+                await self._ack(entry)
                 return
             valid_until = asked + cfg.lease_ttl
         raw = msg.input_json if msg.input_json is not None else lease.input_json
@@ -333,18 +359,22 @@ class Worker:
                 msg.task_id,
                 msg.attempt,
             )
-            await self._ack(stream, entry_id)
+            await self._ack(entry)
             return
         outcome: Outcome = run.result()
-        accepted = await self._client.report(
-            msg.task_id,
-            msg.run_id,
-            msg.node_id,
-            msg.attempt,
-            self.owner,
-            outcome,
-            until=self._stopping.is_set,
-        )
+        try:
+            accepted = await self._client.report(
+                msg.task_id,
+                msg.run_id,
+                msg.node_id,
+                msg.attempt,
+                self.owner,
+                outcome,
+                until=self._stopping.is_set,
+            )
+        except SdkError as exc:
+            self._abandon(msg, "reporting the outcome", exc)
+            return
         if accepted is None:
             log.warning(
                 "could not report task %s before shutdown: it stays pending for recovery",
@@ -355,10 +385,10 @@ class Worker:
             self.completed += 1
         else:
             self.failed += 1
-        await self._ack(stream, entry_id)
+        await self._ack(entry)
 
     async def _renew_until_done(
-        self, run: asyncio.Task[Outcome], msg: streams.TaskMessage, valid_until: float
+        self, run: asyncio.Task[Outcome], msg: cq.TaskMessage, valid_until: float
     ) -> bool:
         """Renew every ttl/3 while the handler runs; True if the lease was lost.
 
@@ -391,7 +421,7 @@ class Worker:
             raise
 
     async def _renew(
-        self, msg: streams.TaskMessage, asked: float, *, deadline: float | None = None
+        self, msg: cq.TaskMessage, asked: float, *, deadline: float | None = None
     ) -> bool | None:
         """One renewal; None when it did not get an answer (by ``deadline``, if given)."""
         assert self._client is not None
@@ -405,18 +435,46 @@ class Worker:
         except TimeoutError:
             return None
 
-    async def _ack(self, stream: str, entry_id: str) -> None:
-        delay = 0.1
+    def _abandon(self, msg: cq.TaskMessage, doing: str, exc: SdkError) -> None:
+        """Leave the message unacknowledged: the lease-sweeper recovers its attempt."""
+        self.abandoned += 1
+        if isinstance(exc, CoordinatorUnavailable):
+            log.warning(
+                "task %s attempt %d: %s: %s; its message is left pending for the lease-sweeper",
+                msg.task_id,
+                msg.attempt,
+                doing,
+                exc,
+            )
+        else:
+            log.error(
+                "task %s attempt %d: %s was refused (%s); not retried, its message is left "
+                "pending for the lease-sweeper",
+                msg.task_id,
+                msg.attempt,
+                doing,
+                exc,
+            )
+
+    async def _ack(self, entry: cq.Entry) -> None:
+        assert self._queue is not None
+        backoff = cq.Backoff(0.1, 2.0)
         for _ in range(20):
             try:
-                # Acknowledge, then delete: a handled entry is never read again,
-                # and deleting keeps the stream from growing without bound.
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    pipe.xack(stream, streams.GROUP, entry_id)
-                    pipe.xdel(stream, entry_id)
-                    await pipe.execute()
+                await self._queue.ack([entry.ref])
                 return
-            except (RedisError, OSError) as exc:
-                log.warning("XACK %s on %s failed: %s", entry_id, stream, exc)
+            except cq.QueueUnavailable as exc:
+                delay = backoff.next()
+                log.warning(
+                    "acknowledging %s on %s failed: %s; retrying in %.1fs",
+                    entry.entry_id,
+                    entry.stream,
+                    exc,
+                    delay,
+                )
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+        log.warning(
+            "gave up acknowledging %s on %s: the sweeper will find its task finished",
+            entry.entry_id,
+            entry.stream,
+        )

@@ -16,7 +16,7 @@ import composer_repo as repo
 from composer_api_gateway.app import create_app
 from composer_api_gateway.settings import GatewaySettings
 from composer_api_gateway.state import POOL, REDIS, GatewayConfig
-from composer_common import service, streams
+from composer_common import service
 from composer_common.admin import serve_admin
 
 log = logging.getLogger("composer.api")
@@ -44,7 +44,7 @@ async def serve(settings: GatewaySettings) -> None:
     await runner.setup()  # the cleanup contexts' setup: pool (schema checked), Redis, waiters
     try:
         pool, redis = app[POOL], app[REDIS]
-        checks = {"database": lambda: repo.check_ready(pool), "redis": lambda: streams.ping(redis)}
+        checks = {"database": lambda: repo.check_ready(pool), "redis": redis.ping}
         stop = service.stop_on_signals()
         async with serve_admin(settings.admin_port, checks, host=settings.admin_host):
             site = web.TCPSite(runner, settings.api_host, settings.api_port)

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from opentelemetry.trace import SpanKind
 
+import composer_queue
 import composer_repo as repo
 from composer_api_gateway import ui
 from composer_api_gateway.auth import Authenticator, parse_tokens
@@ -36,7 +37,6 @@ from composer_api_gateway.state import (
     GatewayConfig,
 )
 from composer_api_gateway.waiters import RunWaiters
-from composer_common import streams
 from composer_common.telemetry import extract, tracer
 from composer_engine import Engine, EngineError, Workflows
 
@@ -166,12 +166,12 @@ async def _pool(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _redis(app: web.Application) -> AsyncIterator[None]:
-    client = streams.connect(app[CONFIG].redis_url)
+    client = composer_queue.connect(app[CONFIG].redis_url)
     app[REDIS] = client
     try:
         yield
     finally:
-        await client.aclose()
+        await client.close()
 
 
 async def _engine(app: web.Application) -> AsyncIterator[None]:

@@ -6,8 +6,8 @@ import asyncio
 import json
 
 from aiohttp import web
-from redis.exceptions import RedisError
 
+import composer_queue
 import composer_repo as repo
 from composer_api_gateway.definitions import json_response
 from composer_api_gateway.models import Health, Identity, Readiness
@@ -47,7 +47,7 @@ async def readyz(request: web.Request) -> web.Response:
         async with asyncio.timeout(_CHECK_SECONDS):
             await request.app[REDIS].ping()
         checks["redis"] = "ok"
-    except (RedisError, TimeoutError, OSError) as exc:
+    except (composer_queue.QueueError, TimeoutError) as exc:
         checks["redis"] = f"unreachable: {exc or 'timed out'}"
     ready = all(v == "ok" for v in checks.values())
     return json_response(

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from aiohttp import web
 
+import composer_queue
 import composer_repo as repo
 from composer_api_gateway.auth import Authenticator
 from composer_api_gateway.metrics import Metrics
@@ -32,8 +32,8 @@ CONFIG = web.AppKey("config", GatewayConfig)
 AUTH = web.AppKey("auth", Authenticator)
 METRICS = web.AppKey("metrics", Metrics)
 POOL = web.AppKey("pool", repo.Pool)
-#: A redis.asyncio client (RESP2, decoded; see composer_common.streams.connect).
-REDIS: web.AppKey[Any] = web.AppKey("redis")
+#: The Redis client (composer_queue.connect).
+REDIS = web.AppKey("redis", composer_queue.RedisQueue)
 ENGINE = web.AppKey("engine", Engine)
 #: The definitions use case (create, deploy, delete with their retries).
 WORKFLOWS = web.AppKey("workflows", Workflows)

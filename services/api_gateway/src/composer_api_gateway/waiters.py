@@ -1,9 +1,9 @@
-"""Long-poll waiters for finished runs, all woken through ONE Redis subscription.
+"""Long-poll waiters for finished runs, all woken through ONE hint subscription.
 
-The engine publishes the run id on ``<prefix>:wake:run-finished`` after the
-commit that finished a run (DESIGN.md §5). One subscriber task per process
-routes each message to the waiters of that run, however many requests wait:
-a subscription per request would cost a Redis connection each.
+The engine publishes the run id on the run-finished hint channel after the
+commit that finished a run (docs/architecture.md). One ``composer_queue.Subscriber``
+per process routes each message to the waiters of that run, however many
+requests wait: a subscription per request would cost a Redis connection each.
 
 Hints can be lost (Redis restarting, a subscriber reconnecting), so a waiter
 also re-reads the run every ``poll_seconds``; and when the subscription
@@ -17,41 +17,46 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from redis.exceptions import RedisError
-
-from composer_common import hints
+import composer_queue as cq
 
 log = logging.getLogger("composer.api.waiters")
 T = TypeVar("T")
 
 
 class RunWaiters:
-    def __init__(self, redis: Any, prefix: str, *, poll_seconds: float = 2.0) -> None:
-        self._redis = redis
-        self._channel = hints.channel(prefix, hints.RUN_FINISHED)
+    def __init__(self, queue: cq.Queue, prefix: str, *, poll_seconds: float = 2.0) -> None:
         self._poll = poll_seconds
         self._waiting: dict[str, set[asyncio.Event]] = {}
-        self._task: asyncio.Task[None] | None = None
         self._closing = False
-        #: Set while the subscription is live (readiness and tests look at it).
-        self.subscribed = asyncio.Event()
-        self.hints_received = 0
+        self._subscriber = cq.Subscriber(
+            queue,
+            [cq.channel(prefix, cq.RUN_FINISHED)],
+            lambda _channel, run_id: self._wake(run_id),
+            on_gap=self._wake_all,
+            name="run-finished",
+        )
+
+    @property
+    def subscribed(self) -> asyncio.Event:
+        """Set while the subscription is live (readiness and tests look at it)."""
+        return self._subscriber.subscribed
+
+    @property
+    def hints_received(self) -> int:
+        return self._subscriber.received
 
     @property
     def waiting(self) -> int:
         return sum(len(events) for events in self._waiting.values())
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._listen(), name="run-finished-subscriber")
+        self._subscriber.start()
 
     async def close(self) -> None:
         self._closing = True
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._subscriber.close()
         self._wake_all()  # shutting down: let every long-poll answer now
 
     async def wait(
@@ -97,32 +102,3 @@ class RunWaiters:
         for events in self._waiting.values():
             for event in events:
                 event.set()
-
-    async def _listen(self) -> None:
-        delay = 0.1
-        while True:
-            try:
-                async with self._redis.pubsub() as pubsub:
-                    await pubsub.subscribe(self._channel)
-                    self.subscribed.set()
-                    delay = 0.1
-                    async for item in pubsub.listen():
-                        if item.get("type") != "message":
-                            continue
-                        data = item.get("data")
-                        run_id = data.decode() if isinstance(data, bytes) else str(data or "")
-                        self.hints_received += 1
-                        self._wake(run_id)
-            except Exception as exc:  # Redis gone, or a bug: either way, keep hints coming
-                self.subscribed.clear()
-                if isinstance(exc, RedisError | OSError):
-                    log.warning(
-                        "run-finished subscription lost: %s; retrying in %.1fs (long-polls poll meanwhile)",
-                        exc,
-                        delay,
-                    )
-                else:
-                    log.exception("run-finished subscriber failed; restarting in %.1fs", delay)
-                self._wake_all()
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)

@@ -21,7 +21,7 @@ async def serve(settings: SweeperSettings) -> None:
     async with serving(settings, pool_size=4) as rt:
         sweeper = Sweeper(
             Engine(rt.pool, redis=rt.redis, redis_prefix=settings.redis_prefix),
-            RedisStreamOps(rt.redis, settings.redis_prefix),
+            RedisStreamOps(rt.queue.raw, settings.redis_prefix),
             prefix=settings.redis_prefix,
             shards=settings.shards,
             interval_seconds=settings.sweeper_interval_seconds,

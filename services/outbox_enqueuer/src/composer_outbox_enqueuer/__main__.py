@@ -19,7 +19,7 @@ async def serve(settings: EnqueuerSettings) -> None:
     async with serving(settings, pool_size=4) as rt:
         enqueuer = Enqueuer(
             rt.pool,
-            rt.redis,
+            rt.queue,
             prefix=settings.redis_prefix,
             shards=settings.shards,
             batch_size=settings.batch_size,

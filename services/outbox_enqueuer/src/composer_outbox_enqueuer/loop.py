@@ -21,14 +21,12 @@ import datetime as dt
 import functools
 import logging
 from dataclasses import dataclass, field
-from typing import Any
 
 import aiohttp
 from opentelemetry.metrics import Histogram
-from redis.exceptions import RedisError
 
+import composer_queue as cq
 import composer_repo as repo
-from composer_common import hints, streams
 from composer_common.service import sleep_or_stop
 from composer_common.telemetry import meter
 from composer_executors import ExecutionError, HttpPolicy, create_http_session, run_http
@@ -39,9 +37,9 @@ log = logging.getLogger("composer.outbox")
 @dataclass
 class Enqueuer:
     pool: repo.Pool
-    redis: Any
+    redis: cq.Queue
     prefix: str = "composer"
-    shards: int = streams.DEFAULT_SHARDS
+    shards: int = cq.DEFAULT_SHARDS
     batch_size: int = 200
     poll_seconds: float = 1.0
     webhook_batch_size: int = 20
@@ -60,25 +58,25 @@ class Enqueuer:
         asks when the next dispatch is due. Webhooks are looked at when a hint
         says one was written, when one is due, or once per poll interval.
         """
-        backoff = 0.1
+        backoff = cq.Backoff(0.1, 5.0)
         loop = asyncio.get_running_loop()
         webhooks_at = 0.0  # loop time when webhooks are next looked at
         async with (
-            hints.Waker(self.redis, self.prefix, hints.ENQUEUER) as waker,
+            cq.Waker(self.redis, self.prefix, cq.ENQUEUER) as waker,
             create_http_session(self.http_policy) as session,
         ):
             while not stop.is_set():
                 try:
                     published, next_due = await self.publish_dispatches()
                     delivered = 0
-                    if hints.WEBHOOK in waker.take_messages() or loop.time() >= webhooks_at:
+                    if cq.WEBHOOK in waker.take_messages() or loop.time() >= webhooks_at:
                         delivered, webhook_due = await self.deliver_webhooks(session)
                         webhooks_at = loop.time() + _until(webhook_due, self.poll_seconds)
-                    backoff = 0.1
-                except (RedisError, OSError, repo.Transient) as exc:
-                    log.warning("publishing paused: %s; retrying in %.1fs", exc, backoff)
-                    await sleep_or_stop(stop, backoff)
-                    backoff = min(backoff * 2, 5.0)
+                    backoff.reset()
+                except (cq.QueueUnavailable, repo.Transient) as exc:
+                    delay = backoff.next()
+                    log.warning("publishing paused: %s; retrying in %.1fs", exc, delay)
+                    await sleep_or_stop(stop, delay)
                     continue
                 if published >= self.batch_size or delivered >= self.webhook_batch_size:
                     continue  # more is waiting
@@ -93,17 +91,17 @@ class Enqueuer:
             if not messages:
                 return 0, await repo.next_outbox_due(conn, "dispatch")
             refs: list[repo.TaskRef] = []
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for m in messages:
-                    fields = {str(k): str(v) for k, v in m.payload.items()}
-                    shard = streams.shard_of(fields["task_id"], self.shards)
-                    pipe.xadd(streams.stream_name(self.prefix, m.destination, shard), fields)
-                    refs.append(
-                        repo.TaskRef(
-                            m.run_id, fields["task_id"], fields["node_id"], int(fields["attempt"])
-                        )
+            batch: list[tuple[str, dict[str, str]]] = []
+            for m in messages:
+                fields = {str(k): str(v) for k, v in m.payload.items()}
+                stream = cq.task_stream(self.prefix, m.destination, fields["task_id"], self.shards)
+                batch.append((stream, fields))
+                refs.append(
+                    repo.TaskRef(
+                        m.run_id, fields["task_id"], fields["node_id"], int(fields["attempt"])
                     )
-                await pipe.execute()  # raises on a Redis failure: the transaction rolls back
+                )
+            await self.redis.publish(batch)  # raises on a Redis failure: the transaction rolls back
             next_due = await repo.mark_published(conn, [m.id for m in messages], refs)
             if len(messages) >= self.batch_size:
                 next_due = None  # a full batch: look again at once

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from composer_common import streams
+import composer_queue as cq
 from composer_common.settings import CommonSettings
 
 
 class EnqueuerSettings(CommonSettings):
-    shards: int = streams.DEFAULT_SHARDS
+    shards: int = cq.DEFAULT_SHARDS
     batch_size: int = 200
     #: The poll interval: how long a lost hint can delay a dispatch at most.
     poll_seconds: float = 1.0

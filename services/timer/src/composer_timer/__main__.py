@@ -19,7 +19,7 @@ async def serve(settings: TimerSettings) -> None:
     async with serving(settings, pool_size=settings.timer_concurrency + 2) as rt:
         timer = Timer(
             Engine(rt.pool, redis=rt.redis, redis_prefix=settings.redis_prefix),
-            rt.redis,
+            rt.queue,
             prefix=settings.redis_prefix,
             batch_size=settings.timer_batch_size,
             concurrency=settings.timer_concurrency,

@@ -29,12 +29,11 @@ import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from opentelemetry.metrics import Histogram
 
+import composer_queue as cq
 import composer_repo as repo
-from composer_common import hints
 from composer_common.service import sleep_or_stop
 from composer_common.telemetry import meter
 from composer_engine import Engine, EngineError, Unavailable, utcnow
@@ -56,7 +55,7 @@ class Pass:
 @dataclass
 class Timer:
     engine: Engine
-    redis: Any
+    redis: cq.Queue
     prefix: str = "composer"
     batch_size: int = 200
     concurrency: int = 8
@@ -73,16 +72,16 @@ class Timer:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Fire due waits until ``stop`` is set."""
-        backoff = 0.1
-        async with hints.Waker(self.redis, self.prefix, hints.TIMER) as waker:
+        backoff = cq.Backoff(0.1, 5.0)
+        async with cq.Waker(self.redis, self.prefix, cq.TIMER) as waker:
             while not stop.is_set():
                 try:
                     result = await self.fire_due()
-                    backoff = 0.1
+                    backoff.reset()
                 except (repo.Transient, Unavailable, OSError) as exc:
-                    log.warning("timers paused: %s; retrying in %.1fs", exc, backoff)
-                    await sleep_or_stop(stop, backoff)
-                    backoff = min(backoff * 2, 5.0)
+                    delay = backoff.next()
+                    log.warning("timers paused: %s; retrying in %.1fs", exc, delay)
+                    await sleep_or_stop(stop, delay)
                     continue
                 if result.due >= self.batch_size and result.busy == 0:
                     continue  # more is due

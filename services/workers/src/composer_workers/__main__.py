@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import sys
 
-from composer_common import service, streams
+import composer_queue
+from composer_common import service
 from composer_common.admin import serve_admin
 from composer_executors import HttpPolicy, create_http_session
 from composer_sdk import SdkError, Worker, WorkerConfig
@@ -37,13 +38,13 @@ async def serve(settings: WorkersSettings) -> None:
         allow_private=settings.http_allow_private,
         max_response_bytes=settings.http_max_response_bytes,
     )
-    redis = streams.connect(settings.redis_url)
+    redis = composer_queue.connect(settings.redis_url)
     try:
         async with (
             create_http_session(policy) as session,
             serve_admin(
                 settings.admin_port,
-                {"redis": lambda: streams.ping(redis)},
+                {"redis": redis.ping},
                 host=settings.admin_host,
             ),
         ):
@@ -54,7 +55,7 @@ async def serve(settings: WorkersSettings) -> None:
             worker.install_signal_handlers()
             await worker.run()
     finally:
-        await redis.aclose()
+        await redis.close()
 
 
 def main() -> int:

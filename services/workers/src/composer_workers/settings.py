@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from composer_common import streams
+import composer_queue as cq
 from composer_common.settings import CommonSettings
 
 
 class WorkersSettings(CommonSettings):
     grpc_addr: str = "127.0.0.1:50051"
     worker_token: str = ""
-    shards: int = streams.DEFAULT_SHARDS
+    shards: int = cq.DEFAULT_SHARDS
     concurrency: int = 32
     lease_ttl_seconds: float = 30.0
     #: Which built-in queues this process serves (comma-separated).

@@ -1,0 +1,80 @@
+"""composer_queue: the only room where Composer talks to Redis.
+
+Streams carry task messages from the outbox-enqueuer to the workers; pub/sub
+carries wake-up hints. Code above this library types its client as
+``Queue``, catches ``QueueError`` subclasses, and retries with ``Backoff``;
+``composer_queue.testing.FakeQueue`` stands in for Redis in unit tests.
+"""
+
+from composer_queue._backoff import Backoff
+from composer_queue._errors import (
+    MalformedMessage,
+    QueueCommandError,
+    QueueError,
+    QueueUnavailable,
+)
+from composer_queue._find import MAX_SCAN, find_attempts
+from composer_queue._hints import (
+    ENQUEUER,
+    RUN_FINISHED,
+    TIMER,
+    WEBHOOK,
+    Subscriber,
+    Waker,
+    channel,
+    send_hint,
+)
+from composer_queue._messages import (
+    DEFAULT_SHARDS,
+    DELIVERIES,
+    GROUP,
+    MAX_INLINE_INPUT_BYTES,
+    Backlog,
+    Entry,
+    Pending,
+    Reclaimed,
+    TaskMessage,
+    queue_streams,
+    shard_of,
+    stream_name,
+    streams_pattern,
+    task_stream,
+)
+from composer_queue._port import Queue, Subscription
+from composer_queue._redis import RedisQueue, connect
+
+__all__ = [
+    "DEFAULT_SHARDS",
+    "DELIVERIES",
+    "ENQUEUER",
+    "GROUP",
+    "MAX_INLINE_INPUT_BYTES",
+    "MAX_SCAN",
+    "RUN_FINISHED",
+    "TIMER",
+    "WEBHOOK",
+    "Backlog",
+    "Backoff",
+    "Entry",
+    "MalformedMessage",
+    "Pending",
+    "Queue",
+    "QueueCommandError",
+    "QueueError",
+    "QueueUnavailable",
+    "Reclaimed",
+    "RedisQueue",
+    "Subscriber",
+    "Subscription",
+    "TaskMessage",
+    "Waker",
+    "channel",
+    "connect",
+    "find_attempts",
+    "queue_streams",
+    "send_hint",
+    "shard_of",
+    "stream_name",
+    "streams_pattern",
+    "task_stream",
+]

@@ -1,0 +1,178 @@
+"""The stream contract between the outbox-enqueuer and the workers (docs/architecture.md).
+
+One stream per queue and shard, ``<prefix>:q:<queue>:<shard>``; a task goes
+to shard crc32(task_id) mod N; one consumer group per stream. A message
+carries the task attempt and, when it is small, the resolved input (else the
+worker gets it with its lease). Every field is UTF-8 text: a non-UTF-8 field
+would make XREADGROUP with decoded responses fail and leave a poison entry.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from composer_queue._errors import MalformedMessage
+
+GROUP = "composer-workers"
+DEFAULT_SHARDS = 4
+#: Inputs larger than this are not copied into the stream; the lease carries them.
+MAX_INLINE_INPUT_BYTES = 32 * 1024
+#: Stream field: how many times this attempt was delivered (absent: once). The
+#: lease-sweeper counts redeliveries with it to give up on a poison task.
+DELIVERIES = "deliveries"
+
+
+def stream_name(prefix: str, queue: str, shard: int) -> str:
+    return f"{prefix}:q:{queue}:{shard}"
+
+
+def queue_streams(prefix: str, queue: str, shards: int) -> list[str]:
+    return [stream_name(prefix, queue, s) for s in range(shards)]
+
+
+def shard_of(task_id: str, shards: int) -> int:
+    return zlib.crc32(task_id.encode()) % shards
+
+
+def task_stream(prefix: str, queue: str, task_id: str, shards: int) -> str:
+    """The stream a task's messages go to."""
+    return stream_name(prefix, queue, shard_of(task_id, shards))
+
+
+def streams_pattern(prefix: str) -> str:
+    """A SCAN pattern matching every queue stream under ``prefix``."""
+    return f"{prefix}:q:*"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskMessage:
+    task_id: str
+    run_id: str
+    node_id: str
+    node_type: str
+    attempt: int
+    workflow_id: str
+    workflow_version: int
+    #: The input as JSON text, or None when the worker must take it from the lease.
+    input_json: str | None = None
+    timeout_seconds: float | None = None
+    #: The node's retry bound, so a handler knows when it runs its last attempt.
+    max_attempts: int = 1
+    #: W3C trace context of the decision that dispatched it, so the handler's span joins the trace.
+    traceparent: str | None = None
+
+    def fields(self) -> dict[str, str]:
+        out = {
+            "task_id": self.task_id,
+            "run_id": self.run_id,
+            "node_id": self.node_id,
+            "node_type": self.node_type,
+            "attempt": str(self.attempt),
+            "workflow_id": self.workflow_id,
+            "workflow_version": str(self.workflow_version),
+            "max_attempts": str(self.max_attempts),
+        }
+        if self.input_json is not None:
+            out["input"] = self.input_json
+        if self.timeout_seconds is not None:
+            out["timeout_seconds"] = repr(float(self.timeout_seconds))
+        if self.traceparent:
+            out["traceparent"] = self.traceparent
+        return out
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[str, str]) -> TaskMessage:
+        """Decode a stream entry; raise MalformedMessage naming what is missing or malformed."""
+        try:
+            timeout = fields.get("timeout_seconds")
+            return cls(
+                task_id=fields["task_id"],
+                run_id=fields["run_id"],
+                node_id=fields["node_id"],
+                node_type=fields["node_type"],
+                attempt=int(fields["attempt"]),
+                workflow_id=fields["workflow_id"],
+                workflow_version=int(fields["workflow_version"]),
+                input_json=fields.get("input"),
+                timeout_seconds=float(timeout) if timeout else None,
+                max_attempts=int(fields.get("max_attempts", "1")),
+                traceparent=fields.get("traceparent"),
+            )
+        except (KeyError, ValueError) as exc:
+            raise MalformedMessage(f"malformed task message {dict(fields)!r}: {exc}") from exc
+
+    @staticmethod
+    def encode_input(value: Any) -> str | None:
+        """The input as JSON text, or None when it is too large to inline."""
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        return text if len(text.encode()) <= MAX_INLINE_INPUT_BYTES else None
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One stream entry as read or claimed: where it is, its id, its fields."""
+
+    stream: str
+    entry_id: str
+    fields: Mapping[str, str]
+
+    def message(self) -> TaskMessage:
+        """The task message it carries; MalformedMessage if it carries none."""
+        return TaskMessage.from_fields(self.fields)
+
+    @property
+    def deliveries(self) -> int:
+        """How many times this attempt was delivered (the ``deliveries`` field; at least 1)."""
+        try:
+            return max(1, int(self.fields.get(DELIVERIES, "1")))
+        except ValueError:
+            return 1
+
+    @property
+    def ref(self) -> tuple[str, str]:
+        """(stream, entry id), what ``ack`` takes."""
+        return (self.stream, self.entry_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaimed:
+    """One page of XAUTOCLAIM: the entries claimed, and where the next page starts."""
+
+    entries: list[Entry]
+    #: The start of the next page; "0-0" when the scan is complete.
+    next_start: str
+
+    @property
+    def done(self) -> bool:
+        return self.next_start == "0-0"
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """An entry delivered and not yet acknowledged (one row of XPENDING)."""
+
+    entry_id: str
+    consumer: str
+    idle_ms: int
+    #: Times the group delivered it (reads and claims).
+    times_delivered: int
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """How much waits on one stream's consumer group (XINFO GROUPS)."""
+
+    #: Entries added and not yet read by any consumer (0 when Redis cannot tell).
+    lag: int
+    #: Entries read and not yet acknowledged.
+    pending: int
+    #: Consumers the group has ever seen (0: no worker ever read this stream).
+    consumers: int
+
+    @property
+    def waiting(self) -> int:
+        return self.lag + self.pending

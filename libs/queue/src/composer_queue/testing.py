@@ -1,0 +1,333 @@
+"""In-memory fakes of ``Queue``, for unit tests without a Redis server.
+
+``FakeQueue`` keeps streams with one consumer group each (pending entries,
+delivery counts, idle times, XAUTOCLAIM) and pub/sub channels. It passes the
+same contract test as the real adapter (tests/queue/test_contract.py), so
+code tested on it behaves the same on Redis. Faults: set ``down`` to make
+every call raise ``QueueUnavailable`` (and drop every subscription), as a
+Redis outage would.
+
+Idle times come from ``clock`` (seconds, default ``time.monotonic``), so a
+test can age pending entries without sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fnmatch
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from composer_queue._errors import QueueUnavailable
+from composer_queue._messages import DELIVERIES, Backlog, Entry, Pending, Reclaimed
+
+__all__ = ["FakeQueue"]
+
+_Id = tuple[int, int]
+
+
+def _parse(entry_id: str) -> _Id:
+    ms, _, seq = entry_id.partition("-")
+    return (int(ms), int(seq or 0))
+
+
+def _text(entry_id: _Id) -> str:
+    return f"{entry_id[0]}-{entry_id[1]}"
+
+
+@dataclass
+class _Delivery:
+    consumer: str
+    delivered_at: float
+    times: int
+
+
+@dataclass
+class _Group:
+    last_delivered: _Id = (0, 0)
+    pel: dict[_Id, _Delivery] = field(default_factory=dict)
+    consumers: set[str] = field(default_factory=set)
+
+
+@dataclass
+class _Stream:
+    entries: dict[_Id, dict[str, str]] = field(default_factory=dict)
+    group: _Group | None = None
+
+
+class FakeQueue:
+    """A ``Queue`` held in memory. One instance is one Redis server."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._streams: dict[str, _Stream] = {}
+        self._seq = 0
+        self._changed = asyncio.Condition()
+        self._subscriptions: dict[str, set[asyncio.Queue[tuple[str, str] | None]]] = {}
+        self._down = False
+        #: Every (channel, message) published, in order (tests assert on hints sent).
+        self.notified: list[tuple[str, str]] = []
+        #: Calls refused because the fake was down (tests wait on retries with it).
+        self.refused = 0
+        self.closed = False
+
+    # -- faults ------------------------------------------------------------------
+
+    @property
+    def down(self) -> bool:
+        return self._down
+
+    @down.setter
+    def down(self, value: bool) -> None:
+        self._down = value
+        if value:
+            for queues in self._subscriptions.values():
+                for q in queues:
+                    q.put_nowait(None)
+
+    def _check(self, what: str) -> None:
+        if self._down:
+            self.refused += 1
+            raise QueueUnavailable(f"{what} failed: the fake Redis is down (is Redis up?)")
+
+    # -- connection --------------------------------------------------------------
+
+    async def __aenter__(self) -> FakeQueue:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def ping(self) -> None:
+        self._check("PING")
+
+    async def close(self) -> None:
+        self.closed = True
+
+    # -- streams -----------------------------------------------------------------
+
+    def _new_id(self) -> _Id:
+        self._seq += 1
+        return (self._seq, 0)
+
+    async def _notify_change(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def publish(self, entries: Sequence[tuple[str, Mapping[str, str]]]) -> list[str]:
+        self._check(f"publishing {len(entries)} message(s)")
+        ids = []
+        for stream, fields in entries:
+            new = self._new_id()
+            self._streams.setdefault(stream, _Stream()).entries[new] = dict(fields)
+            ids.append(_text(new))
+        await self._notify_change()
+        return ids
+
+    async def ensure_groups(self, streams: Iterable[str]) -> None:
+        self._check("creating consumer groups")
+        for name in streams:
+            stream = self._streams.setdefault(name, _Stream())
+            if stream.group is None:
+                stream.group = _Group()
+
+    def _new_entries(self, name: str, consumer: str, count: int) -> list[Entry] | None:
+        stream = self._streams.get(name)
+        if stream is None or stream.group is None:
+            return None
+        group = stream.group
+        group.consumers.add(consumer)
+        out = []
+        for entry_id in sorted(i for i in stream.entries if i > group.last_delivered)[:count]:
+            group.last_delivered = entry_id
+            group.pel[entry_id] = _Delivery(consumer, self._clock(), 1)
+            out.append(Entry(name, _text(entry_id), dict(stream.entries[entry_id])))
+        return out
+
+    async def read(
+        self, streams: Sequence[str], consumer: str, *, count: int, block_ms: int
+    ) -> list[Entry]:
+        self._check(f"reading {', '.join(streams)}")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + block_ms / 1000
+        while True:
+            found: list[Entry] = []
+            for name in streams:
+                new = self._new_entries(name, consumer, count)
+                if new is None:  # NOGROUP: recreate, answer nothing, the caller reads again
+                    await self.ensure_groups(streams)
+                    return []
+                found.extend(new)
+            remaining = deadline - loop.time()
+            if found or remaining <= 0:
+                return found
+            async with self._changed:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), remaining)
+            self._check(f"reading {', '.join(streams)}")
+
+    def _remove(self, name: str, entry_id: _Id) -> None:
+        stream = self._streams.get(name)
+        if stream is None:
+            return
+        if stream.group is not None:
+            stream.group.pel.pop(entry_id, None)
+        stream.entries.pop(entry_id, None)
+
+    async def ack(self, refs: Iterable[tuple[str, str]]) -> None:
+        refs = list(refs)
+        self._check(f"acknowledging {len(refs)} entries")
+        for name, entry_id in refs:
+            self._remove(name, _parse(entry_id))
+
+    async def redeliver(self, entry: Entry) -> str:
+        self._check(f"delivering {entry.entry_id} on {entry.stream} again")
+        fields = dict(entry.fields) | {DELIVERIES: str(entry.deliveries + 1)}
+        new = self._new_id()
+        self._streams.setdefault(entry.stream, _Stream()).entries[new] = fields
+        self._remove(entry.stream, _parse(entry.entry_id))
+        await self._notify_change()
+        return _text(new)
+
+    async def reclaim(
+        self, stream: str, consumer: str, *, min_idle_ms: int, start: str = "0-0", count: int = 100
+    ) -> Reclaimed:
+        self._check(f"claiming idle entries of {stream}")
+        s = self._streams.get(stream)
+        if s is None or s.group is None:
+            return Reclaimed([], "0-0")
+        group = s.group
+        group.consumers.add(consumer)
+        now = self._clock()
+        ids = sorted(i for i in group.pel if i >= _parse(start))
+        claimed: list[Entry] = []
+        for n, entry_id in enumerate(ids):
+            if len(claimed) >= count:
+                return Reclaimed(claimed, _text(ids[n]))
+            delivery = group.pel[entry_id]
+            if (now - delivery.delivered_at) * 1000 < min_idle_ms:
+                continue
+            if entry_id not in s.entries:  # deleted while pending: dropped, as Redis 7 does
+                del group.pel[entry_id]
+                continue
+            group.pel[entry_id] = _Delivery(consumer, now, delivery.times + 1)
+            claimed.append(Entry(stream, _text(entry_id), dict(s.entries[entry_id])))
+        return Reclaimed(claimed, "0-0")
+
+    async def pending(self, stream: str, *, count: int = 1000) -> list[Pending]:
+        self._check(f"XPENDING {stream}")
+        s = self._streams.get(stream)
+        if s is None or s.group is None:
+            return []
+        now = self._clock()
+        return [
+            Pending(_text(i), d.consumer, int((now - d.delivered_at) * 1000), d.times)
+            for i, d in sorted(s.group.pel.items())[:count]
+        ]
+
+    async def backlog(self, stream: str) -> Backlog | None:
+        self._check(f"XINFO GROUPS {stream}")
+        s = self._streams.get(stream)
+        if s is None or s.group is None:
+            return None
+        g = s.group
+        lag = sum(1 for i in s.entries if i > g.last_delivered)
+        return Backlog(lag, len(g.pel), len(g.consumers))
+
+    async def length(self, stream: str) -> int:
+        self._check(f"XLEN {stream}")
+        s = self._streams.get(stream)
+        return 0 if s is None else len(s.entries)
+
+    async def entries(
+        self, stream: str, *, start: str = "-", end: str = "+", count: int = 1000
+    ) -> list[Entry]:
+        self._check(f"XRANGE {stream}")
+        s = self._streams.get(stream)
+        if s is None:
+            return []
+        if start == "-":
+            low, exclusive = (0, 0), False
+        elif start.startswith("("):
+            low, exclusive = _parse(start[1:]), True
+        else:
+            low, exclusive = _parse(start), False
+        high = None if end == "+" else _parse(end)
+        out = []
+        for entry_id in sorted(s.entries):
+            if entry_id < low or (exclusive and entry_id == low):
+                continue
+            if high is not None and entry_id > high:
+                break
+            out.append(Entry(stream, _text(entry_id), dict(s.entries[entry_id])))
+            if len(out) >= count:
+                break
+        return out
+
+    async def streams(self, prefix: str) -> list[str]:
+        self._check(f"listing the streams of {prefix}")
+        return sorted(n for n in self._streams if fnmatch.fnmatchcase(n, f"{prefix}:q:*"))
+
+    async def delete(self, streams: Iterable[str]) -> int:
+        names = list(streams)
+        self._check(f"deleting {', '.join(names)}")
+        deleted = sum(self._streams.pop(n, None) is not None for n in names)
+        await self._notify_change()  # a blocked read on a deleted stream answers now
+        return deleted
+
+    async def drop(self, prefix: str) -> int:
+        self._check(f"deleting the keys of {prefix}")
+        names = [n for n in self._streams if n.startswith(f"{prefix}:")]
+        for name in names:
+            del self._streams[name]
+        await self._notify_change()
+        return len(names)
+
+    async def flush_all(self) -> None:
+        self._check("FLUSHALL")
+        self._streams.clear()
+        await self._notify_change()
+
+    # -- hints -------------------------------------------------------------------
+
+    async def notify(self, channel: str, message: str) -> None:
+        self._check(f"publishing on {channel}")
+        self.notified.append((channel, message))
+        for q in self._subscriptions.get(channel, ()):
+            q.put_nowait((channel, message))
+
+    @contextlib.asynccontextmanager
+    async def subscribe(self, channels: Sequence[str]) -> AsyncIterator[_FakeSubscription]:
+        self._check(f"subscribing to {', '.join(channels)}")
+        inbox: asyncio.Queue[tuple[str, str] | None] = asyncio.Queue()
+        for name in channels:
+            self._subscriptions.setdefault(name, set()).add(inbox)
+        try:
+            yield _FakeSubscription(inbox)
+        finally:
+            for name in channels:
+                self._subscriptions.get(name, set()).discard(inbox)
+
+    async def subscribers(self, channel: str) -> int:
+        self._check(f"PUBSUB NUMSUB {channel}")
+        return len(self._subscriptions.get(channel, ()))
+
+    def drop_subscriptions(self) -> None:
+        """End every live subscription, as a Redis restart does (without going down)."""
+        for queues in self._subscriptions.values():
+            for q in queues:
+                q.put_nowait(None)
+
+
+class _FakeSubscription:
+    def __init__(self, inbox: asyncio.Queue[tuple[str, str] | None]) -> None:
+        self._inbox = inbox
+
+    async def messages(self) -> AsyncIterator[tuple[str, str]]:
+        while True:
+            item = await self._inbox.get()
+            if item is None:
+                raise QueueUnavailable("the hint subscription was dropped (fake Redis restart)")
+            yield item

@@ -1,0 +1,131 @@
+"""The outbox-enqueuer: real PostgreSQL for the outbox, the queue fake for Redis.
+
+The loop's database side (claim, delete, mark QUEUED, in one transaction) is
+what makes publishing at-least-once; its Redis side only needs a queue that
+accepts a batch or fails. FakeQueue passes the same contract test as Redis
+(tests/integration/queue), so these tests need no Redis server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import composer_queue as cq
+import composer_repo as repo
+from composer_core.model import TaskState
+from composer_engine import Engine
+from composer_outbox_enqueuer.loop import Enqueuer
+from composer_queue.testing import FakeQueue
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"enq-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def queue() -> FakeQueue:
+    return FakeQueue()
+
+
+@pytest.fixture
+def engine(pool: repo.Pool, queue: FakeQueue, prefix: str) -> Engine:
+    return Engine(pool, redis=queue, redis_prefix=prefix)
+
+
+async def deploy_one_task(pool: repo.Pool, workflow_id: str, queue_name: str) -> None:
+    spec: dict[str, Any] = {
+        "id": workflow_id,
+        "nodes": [{"id": "a", "type": "TASK", "queue": queue_name, "spec": {}}],
+    }
+    async with repo.transaction(pool) as conn:
+        await repo.create_definition(conn, workflow_id, name=workflow_id, spec=spec, deploy=True)
+
+
+async def task_of(pool: repo.Pool, run_id: str) -> repo.TaskRecord:
+    async with repo.transaction(pool) as conn:
+        [task] = await repo.get_run_tasks(conn, run_id)
+    return task
+
+
+async def until(check: Callable[[], bool], what: str) -> None:
+    deadline = asyncio.get_running_loop().time() + 10
+    while not check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        await asyncio.sleep(0.01)
+
+
+async def test_due_dispatches_are_published_to_their_shard_and_marked_queued(
+    pool: repo.Pool, engine: Engine, queue: FakeQueue, prefix: str
+) -> None:
+    await deploy_one_task(pool, "pub", "pub")
+    started = await engine.start("pub")
+    # the engine hinted the enqueuer after its commit
+    assert (cq.channel(prefix, cq.ENQUEUER), "") in queue.notified
+
+    published, _ = await Enqueuer(pool, queue, prefix=prefix).publish_dispatches()
+
+    assert published >= 1
+    task = await task_of(pool, started.run_id)
+    stream = cq.task_stream(prefix, "pub", task.task_id, cq.DEFAULT_SHARDS)
+    [entry] = await queue.entries(stream)
+    message = entry.message()
+    assert (message.run_id, message.task_id, message.attempt) == (started.run_id, task.task_id, 0)
+    assert task.state is TaskState.QUEUED
+    assert (await Enqueuer(pool, queue, prefix=prefix).publish_dispatches())[0] == 0
+
+
+async def test_a_queue_outage_rolls_the_claim_back_and_keeps_the_rows(
+    pool: repo.Pool, engine: Engine, queue: FakeQueue, prefix: str
+) -> None:
+    await deploy_one_task(pool, "held", "held")
+    started = await engine.start("held")
+    enqueuer = Enqueuer(pool, queue, prefix=prefix)
+
+    queue.down = True
+    with pytest.raises(cq.QueueUnavailable):
+        await enqueuer.publish_dispatches()
+    task = await task_of(pool, started.run_id)
+    assert task.state is TaskState.PENDING and enqueuer.published == 0
+
+    queue.down = False
+    assert (await enqueuer.publish_dispatches())[0] >= 1
+    stream = cq.task_stream(prefix, "held", task.task_id, cq.DEFAULT_SHARDS)
+    assert await queue.length(stream) == 1
+    assert (await task_of(pool, started.run_id)).state is TaskState.QUEUED
+
+
+async def test_the_loop_backs_off_through_an_outage_and_is_woken_by_hints(
+    pool: repo.Pool, engine: Engine, queue: FakeQueue, prefix: str
+) -> None:
+    await deploy_one_task(pool, "woken", "woken")
+    # A long poll: only the engine's hint can make the publish prompt.
+    enqueuer = Enqueuer(pool, queue, prefix=prefix, poll_seconds=60)
+    stop = asyncio.Event()
+    loop = asyncio.create_task(enqueuer.run(stop))
+    try:
+        queue.down = True
+        await until(lambda: queue.refused >= 3, "the loop retried while the queue was down")
+        assert not loop.done()
+        queue.down = False
+        # Hints sent before the subscription is back would be lost (the poll covers those).
+        channel = cq.channel(prefix, cq.ENQUEUER)
+        deadline = asyncio.get_running_loop().time() + 10
+        while await queue.subscribers(channel) == 0:
+            assert asyncio.get_running_loop().time() < deadline, "the hint subscription is back"
+            await asyncio.sleep(0.01)
+        before = enqueuer.published
+        started = await engine.start("woken")
+        await until(lambda: enqueuer.published > before, "the hinted dispatch was published")
+    finally:
+        stop.set()
+        await asyncio.wait_for(loop, 10)
+    task = await task_of(pool, started.run_id)
+    stream = cq.task_stream(prefix, "woken", task.task_id, cq.DEFAULT_SHARDS)
+    assert await queue.length(stream) == 1

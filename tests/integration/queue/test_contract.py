@@ -1,0 +1,206 @@
+"""One contract for both ``Queue`` implementations: the Redis adapter and the fake.
+
+Every test here runs twice, on ``RedisQueue`` against the real server (a key
+prefix of its own, deleted after) and on ``testing.FakeQueue``. Code
+unit-tested on the fake relies on exactly these behaviours, so the fake
+cannot drift from Redis without one of these failing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+import composer_queue as cq
+from composer_queue.testing import FakeQueue
+
+
+@pytest.fixture(params=["redis", "fake"])
+def backend(request: pytest.FixtureRequest) -> str | None:
+    """The Redis URL to test against, or None for the fake."""
+    return str(request.getfixturevalue("redis_url")) if request.param == "redis" else None
+
+
+@pytest.fixture
+async def queue(backend: str | None, prefix: str) -> AsyncIterator[cq.Queue]:
+    if backend is None:
+        yield FakeQueue()
+        return
+    client = cq.connect(backend)
+    yield client
+    await client.drop(prefix)
+    await client.close()
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"contract-{uuid.uuid4().hex[:10]}"
+
+
+def message(task_id: str, attempt: int = 1) -> dict[str, str]:
+    return cq.TaskMessage(task_id, "run", "node", "TASK", attempt, "wf", 1).fields()
+
+
+async def test_a_published_entry_is_read_once_by_the_group(queue: cq.Queue, prefix: str) -> None:
+    names = cq.queue_streams(prefix, "q", 2)
+    await queue.ensure_groups(names)
+    await queue.ensure_groups(names)  # BUSYGROUP is handled inside
+    ids = await queue.publish([(names[0], message("a")), (names[1], message("b"))])
+    assert len(ids) == 2
+    got = await queue.read(names, "w1", count=10, block_ms=0)
+    assert sorted(e.message().task_id for e in got) == ["a", "b"]
+    assert {e.entry_id for e in got} == set(ids)
+    assert await queue.read(names, "w2", count=10, block_ms=0) == []
+
+
+async def test_read_recreates_a_vanished_group(queue: cq.Queue, prefix: str) -> None:
+    names = [cq.stream_name(prefix, "q", 0)]
+    assert await queue.read(names, "w", count=1, block_ms=0) == []  # NOGROUP: recreated
+    await queue.publish([(names[0], message("a"))])
+    [entry] = await queue.read(names, "w", count=1, block_ms=0)
+    assert entry.message().task_id == "a"
+    assert entry.deliveries == 1
+
+
+async def test_read_waits_for_an_entry_published_meanwhile(queue: cq.Queue, prefix: str) -> None:
+    names = [cq.stream_name(prefix, "q", 0)]
+    await queue.ensure_groups(names)
+    reader = asyncio.create_task(queue.read(names, "w", count=1, block_ms=5000))
+    await asyncio.sleep(0.05)  # let the read block (it must then be woken, not time out)
+    await queue.publish([(names[0], message("late"))])
+    [entry] = await asyncio.wait_for(reader, 5)
+    assert entry.message().task_id == "late"
+
+
+async def test_a_read_blocked_on_a_stream_that_is_deleted_recreates_it(
+    queue: cq.Queue, prefix: str
+) -> None:
+    names = [cq.stream_name(prefix, "q", 0)]
+    await queue.ensure_groups(names)
+    reader = asyncio.create_task(queue.read(names, "w", count=1, block_ms=5000))
+    await asyncio.sleep(0.05)  # let the read block (when it has not yet, the test still holds)
+    await queue.delete(names)  # Redis restarted empty, or was flushed
+    assert await asyncio.wait_for(reader, 5) == []
+    await queue.publish([(names[0], message("after"))])
+    [entry] = await queue.read(names, "w", count=1, block_ms=0)
+    assert entry.message().task_id == "after"
+
+
+async def test_ack_removes_the_entry_and_its_pending_record(queue: cq.Queue, prefix: str) -> None:
+    stream = cq.stream_name(prefix, "q", 0)
+    await queue.ensure_groups([stream])
+    await queue.publish([(stream, message("a")), (stream, message("b"))])
+    a, b = await queue.read([stream], "w", count=10, block_ms=0)
+    [pa, _] = await queue.pending(stream)
+    assert (pa.entry_id, pa.consumer, pa.times_delivered) == (a.entry_id, "w", 1)
+    await queue.ack([a.ref, b.ref])
+    assert await queue.pending(stream) == []
+    assert await queue.length(stream) == 0
+    await queue.ack([a.ref])  # acknowledging twice is harmless
+    assert await queue.pending(cq.stream_name(prefix, "none", 0)) == []
+
+
+async def test_reclaim_claims_idle_entries_and_counts_deliveries(
+    queue: cq.Queue, prefix: str
+) -> None:
+    stream = cq.stream_name(prefix, "q", 0)
+    assert (await queue.reclaim(stream, "sweeper", min_idle_ms=0)).done  # no group yet
+    await queue.ensure_groups([stream])
+    await queue.publish([(stream, message(f"t{i}")) for i in range(5)])
+    await queue.read([stream], "dead", count=10, block_ms=0)
+    assert (await queue.reclaim(stream, "sweeper", min_idle_ms=60_000)).entries == []
+    claimed: list[cq.Entry] = []
+    start = "0-0"
+    while True:
+        page = await queue.reclaim(stream, "sweeper", min_idle_ms=0, start=start, count=2)
+        claimed.extend(page.entries)
+        if page.done:
+            break
+        start = page.next_start
+    assert [e.message().task_id for e in claimed] == [f"t{i}" for i in range(5)]
+    pending = await queue.pending(stream)
+    assert {(p.consumer, p.times_delivered) for p in pending} == {("sweeper", 2)}
+
+
+async def test_redeliver_adds_it_anew_with_one_more_delivery(queue: cq.Queue, prefix: str) -> None:
+    stream = cq.stream_name(prefix, "q", 0)
+    await queue.ensure_groups([stream])
+    await queue.publish([(stream, message("a"))])
+    [first] = await queue.read([stream], "dead", count=1, block_ms=0)
+    new_id = await queue.redeliver(first)
+    assert new_id != first.entry_id
+    assert await queue.pending(stream) == []
+    [again] = await queue.read([stream], "alive", count=1, block_ms=0)
+    assert (again.entry_id, again.deliveries) == (new_id, 2)
+    assert again.message() == first.message()
+    assert await queue.length(stream) == 1
+
+
+async def test_backlog_counts_waiting_and_pending_entries(queue: cq.Queue, prefix: str) -> None:
+    stream = cq.stream_name(prefix, "q", 0)
+    assert await queue.backlog(stream) is None
+    await queue.publish([(stream, message("a")), (stream, message("b"))])
+    assert await queue.backlog(stream) is None  # a stream, but no group yet
+    await queue.ensure_groups([stream])
+    assert await queue.backlog(stream) == cq.Backlog(lag=2, pending=0, consumers=0)
+    await queue.read([stream], "w", count=1, block_ms=0)
+    backlog = await queue.backlog(stream)
+    assert backlog == cq.Backlog(lag=1, pending=1, consumers=1)
+    assert backlog is not None and backlog.waiting == 2
+
+
+async def test_entries_page_and_find_attempts(queue: cq.Queue, prefix: str) -> None:
+    stream = cq.stream_name(prefix, "q", 0)
+    ids = await queue.publish([(stream, message(f"t{i}", attempt=i)) for i in range(5)])
+    assert [e.entry_id for e in await queue.entries(stream, count=2)] == ids[:2]
+    after = await queue.entries(stream, start="(" + ids[1], count=2)
+    assert [e.entry_id for e in after] == ids[2:4]
+    assert [e.entry_id for e in await queue.entries(stream, start=ids[4], end=ids[4])] == ids[4:]
+    found = await cq.find_attempts(queue, stream, {"t1", "t3", "other"})
+    assert found == {("t1", 1), ("t3", 3)}
+    assert await cq.find_attempts(queue, stream, {"t1"}, max_scan=4) is None
+    assert await queue.entries(cq.stream_name(prefix, "none", 0)) == []
+
+
+async def test_streams_lists_queue_streams_and_drop_deletes_them(
+    queue: cq.Queue, prefix: str
+) -> None:
+    names = cq.queue_streams(prefix, "q", 3)
+    await queue.ensure_groups(reversed(names))
+    await queue.notify(cq.channel(prefix, cq.TIMER), "")  # not a key
+    assert await queue.streams(prefix) == sorted(names)
+    assert await queue.streams(prefix + "x") == []
+    assert await queue.delete([names[0], cq.stream_name(prefix, "none", 0)]) == 1
+    assert await queue.read([names[0]], "w", count=1, block_ms=0) == []  # recreated
+    assert await queue.drop(prefix) == 3
+    assert await queue.streams(prefix) == []
+
+
+async def test_hints_reach_every_subscriber(queue: cq.Queue, prefix: str) -> None:
+    chan = cq.channel(prefix, cq.RUN_FINISHED)
+    got: list[tuple[str, str]] = []
+    done = asyncio.Event()
+
+    def on_message(channel: str, message: str) -> None:
+        got.append((channel, message))
+        done.set()
+
+    async with cq.Subscriber(queue, [chan], on_message) as subscriber:
+        await asyncio.wait_for(subscriber.subscribed.wait(), 5)
+        assert await queue.subscribers(chan) == 1
+        await cq.send_hint(queue, prefix, cq.RUN_FINISHED, "run-1")
+        await asyncio.wait_for(done.wait(), 5)
+    assert got == [(chan, "run-1")]
+    assert await queue.subscribers(chan) == 0
+
+
+async def test_a_waker_wakes_on_a_hint_and_keeps_its_message(queue: cq.Queue, prefix: str) -> None:
+    async with cq.Waker(queue, prefix, cq.ENQUEUER) as waker:
+        await asyncio.wait_for(waker.subscribed.wait(), 5)
+        assert await waker.wait(0.01) is False
+        await cq.send_hint(queue, prefix, cq.ENQUEUER, cq.WEBHOOK)
+        assert await waker.wait(5) is True
+        assert waker.take_messages() == {cq.WEBHOOK}

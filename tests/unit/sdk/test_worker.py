@@ -1,0 +1,218 @@
+"""The worker on the queue fake and a fake coordinator stub: read, lease, run, report, ack.
+
+The CoordinatorClient is the real one (its retries and caps are under test);
+only the gRPC stub underneath and Redis (composer_queue.testing) are fakes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import grpc
+import pytest
+
+import composer_queue as cq
+from composer_queue.testing import FakeQueue
+from composer_rpc.v1 import worker_pb2 as pb
+from composer_sdk import TaskContext, Worker, WorkerConfig
+from tests.unit.sdk.fakes import FakeStub, client
+
+PREFIX = "unit"
+SHARDS = 2
+
+
+def message(task_id: str = "t1", attempt: int = 0) -> cq.TaskMessage:
+    return cq.TaskMessage(task_id, "r1", "n1", "TASK", attempt, "wf", 1, input_json='{"x": 1}')
+
+
+async def publish(queue: FakeQueue, *messages: cq.TaskMessage) -> None:
+    await queue.publish(
+        [(cq.task_stream(PREFIX, "q", m.task_id, SHARDS), m.fields()) for m in messages]
+    )
+
+
+async def until(check: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        await asyncio.sleep(0.005)
+
+
+async def pending(queue: FakeQueue) -> int:
+    return sum([len(await queue.pending(s)) for s in cq.queue_streams(PREFIX, "q", SHARDS)])
+
+
+async def stored(queue: FakeQueue) -> int:
+    return sum([await queue.length(s) for s in cq.queue_streams(PREFIX, "q", SHARDS)])
+
+
+@asynccontextmanager
+async def running(
+    handler: Callable[[TaskContext, Any], Awaitable[Any]],
+    stub: FakeStub,
+    queue: FakeQueue,
+    *,
+    attempts: int = 3,
+    lease_ttl: float = 5.0,
+) -> AsyncIterator[Worker]:
+    config = WorkerConfig(
+        redis_prefix=PREFIX,
+        shards=SHARDS,
+        read_block_ms=20,
+        lease_ttl=lease_ttl,
+        drain_seconds=1.0,
+        owner="w1",
+    )
+    worker = Worker(config, queue=queue, coordinator=client(stub, attempts=attempts))
+    worker.add_handler("q", handler)
+    task = asyncio.create_task(worker.run())
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 5)
+
+
+async def echo(ctx: TaskContext, input: Any) -> dict[str, Any]:
+    return {"got": input, "attempt": ctx.attempt}
+
+
+async def test_a_message_is_leased_run_reported_and_acknowledged() -> None:
+    queue, stub = FakeQueue(), FakeStub()
+    async with running(echo, stub, queue) as worker:
+        await publish(queue, message("t1", attempt=2))
+        await until(lambda: worker.completed == 1, "the task completed")
+    [lease] = stub.lease_requests
+    assert (lease.task_id, lease.attempt, lease.owner) == ("t1", 2, "w1")
+    [report] = stub.report_requests
+    assert report.status == pb.TASK_STATUS_COMPLETED
+    assert report.output_json == '{"got":{"x":1},"attempt":2}'
+    assert await stored(queue) == 0 and await pending(queue) == 0
+
+
+async def test_a_lease_that_is_not_granted_is_acknowledged_without_running() -> None:
+    queue = FakeQueue()
+    stub = FakeStub(leases=[pb.AcquireTaskLeaseResponse(granted=False, reason="stale attempt")])
+    ran: list[str] = []
+
+    async def handler(ctx: TaskContext, input: Any) -> None:
+        ran.append(ctx.task_id)
+
+    async with running(handler, stub, queue) as worker:
+        await publish(queue, message())
+        await until(lambda: worker.skipped == 1, "the message was skipped")
+    assert ran == [] and stub.report_requests == []
+    assert await stored(queue) == 0
+
+
+async def test_a_lost_lease_cancels_the_handler_reports_nothing_and_acknowledges() -> None:
+    queue = FakeQueue()
+    stub = FakeStub(renewals=[pb.RenewTaskLeaseResponse(ok=False)])
+    started, cancelled = asyncio.Event(), asyncio.Event()
+
+    async def forever(ctx: TaskContext, input: Any) -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    async with running(forever, stub, queue, lease_ttl=0.06):  # renewals every 20 ms
+        await publish(queue, message())
+        await asyncio.wait_for(cancelled.wait(), 5)
+        await until_async(lambda: stored(queue), 0, "the message was acknowledged")
+    assert started.is_set() and stub.report_requests == []
+
+
+async def until_async(read: Callable[[], Awaitable[int]], want: int, what: str) -> None:
+    deadline = asyncio.get_running_loop().time() + 5
+    while await read() != want:
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        await asyncio.sleep(0.005)
+
+
+async def test_an_unavailable_coordinator_is_retried_then_the_message_is_left_pending(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    queue = FakeQueue()
+    stub = FakeStub(reports=[grpc.StatusCode.UNAVAILABLE])
+    with caplog.at_level(logging.WARNING, logger="composer.sdk"):
+        async with running(echo, stub, queue, attempts=4) as worker:
+            await publish(queue, message())
+            await until(lambda: worker.abandoned == 1, "the worker gave the message up")
+            assert len(stub.report_requests) == 4  # the cap, not forever
+            # not acknowledged: it stays pending for the lease-sweeper's reclaim
+            assert await pending(queue) == 1
+            # ...and the worker goes on serving other messages
+            stub.reports = [pb.ReportTaskResultResponse(accepted=True)]
+            await publish(queue, message("t2"))
+            await until(lambda: worker.completed == 1, "the next task completed")
+    assert "left pending for the lease-sweeper" in caplog.text
+    assert "attempt 3 of 4" in caplog.text
+
+
+async def test_a_transient_failure_then_success_is_acknowledged() -> None:
+    queue = FakeQueue()
+    stub = FakeStub(
+        reports=[
+            grpc.StatusCode.UNAVAILABLE,
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            pb.ReportTaskResultResponse(accepted=True),
+        ]
+    )
+    async with running(echo, stub, queue, attempts=5) as worker:
+        await publish(queue, message())
+        await until(lambda: worker.completed == 1, "the task completed")
+    assert len(stub.report_requests) == 3
+    assert await stored(queue) == 0 and worker.abandoned == 0
+
+
+async def test_an_internal_error_is_not_retried_and_leaves_the_message_pending(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    queue = FakeQueue()
+    stub = FakeStub(reports=[grpc.StatusCode.INTERNAL])
+    with caplog.at_level(logging.ERROR, logger="composer.sdk"):
+        async with running(echo, stub, queue, attempts=5) as worker:
+            await publish(queue, message())
+            await until(lambda: worker.abandoned == 1, "the worker gave the message up")
+            assert len(stub.report_requests) == 1
+            assert await pending(queue) == 1
+    assert "INTERNAL" in caplog.text and "not retried" in caplog.text
+
+
+async def test_an_unavailable_lease_is_capped_too() -> None:
+    queue = FakeQueue()
+    stub = FakeStub(leases=[grpc.StatusCode.UNAVAILABLE])
+    async with running(echo, stub, queue, attempts=2) as worker:
+        await publish(queue, message())
+        await until(lambda: worker.abandoned == 1, "the worker gave the message up")
+        assert len(stub.lease_requests) == 2 and await pending(queue) == 1
+
+
+async def test_the_worker_rides_out_a_queue_outage() -> None:
+    queue, stub = FakeQueue(), FakeStub()
+    async with running(echo, stub, queue) as worker:
+        await publish(queue, message("before"))
+        await until(lambda: worker.completed == 1, "the first task completed")
+        queue.down = True
+        failed = queue.refused
+        await until(lambda: queue.refused >= failed + 2, "reads failed twice and were retried")
+        queue.down = False
+        await publish(queue, message("after"))
+        await until(lambda: worker.completed == 2, "a task after the outage completed")
+
+
+async def test_a_malformed_message_is_dropped() -> None:
+    queue, stub = FakeQueue(), FakeStub()
+    async with running(echo, stub, queue):
+        await queue.publish([(cq.stream_name(PREFIX, "q", 0), {"task_id": "t"})])
+        await until_async(lambda: stored(queue), 0, "the malformed entry was dropped")
+    assert stub.lease_requests == []
