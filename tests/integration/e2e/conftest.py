@@ -23,7 +23,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import composer_repo as repo
 from composer_common import streams
-from composer_common.telemetry import setup_telemetry
 from composer_coordinator.server import start_server
 from composer_core.model import build_dag, parse_definition
 from composer_engine import Engine
@@ -31,6 +30,7 @@ from composer_executors import HttpPolicy, create_http_session
 from composer_lease_sweeper.loop import Sweeper
 from composer_outbox_enqueuer.loop import Enqueuer
 from composer_sdk import Worker, WorkerConfig
+from composer_service.telemetry import setup_telemetry
 from composer_timer.loop import Timer
 from composer_workers.handlers import http_handler, python_handler
 

@@ -1,6 +1,10 @@
-"""What every Composer service shares: ids, the stream and hint contracts, settings,
-logging, telemetry, the admin port and the entry-point boilerplate."""
+"""Light helpers every Composer package shares, the public SDK included: ids, the
+stream and hint contracts, the log context, the OpenTelemetry API handles.
 
-from composer_common import admin, hints, ids, logs, service, settings, streams, telemetry
+Nothing here pulls in a server: the process runtime (settings, the admin port,
+the OpenTelemetry SDK and exporters, logging set-up) is composer_service.
+"""
 
-__all__ = ["admin", "hints", "ids", "logs", "service", "settings", "streams", "telemetry"]
+from composer_common import hints, ids, logs, streams, telemetry
+
+__all__ = ["hints", "ids", "logs", "streams", "telemetry"]

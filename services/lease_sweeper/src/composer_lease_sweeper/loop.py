@@ -52,10 +52,10 @@ from redis.exceptions import RedisError, ResponseError
 import composer_repo as repo
 from composer_common import streams
 from composer_common.logs import alert
-from composer_common.service import sleep_or_stop
 from composer_common.telemetry import meter
 from composer_core.model import TaskState
 from composer_engine import Engine, EngineError, Unavailable, utcnow
+from composer_service import sleep_or_stop
 
 log = logging.getLogger("composer.sweeper")
 
