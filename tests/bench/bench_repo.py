@@ -187,7 +187,7 @@ async def _worker_lifecycle(pool: repo.Pool, run_id: str, node_id: str) -> None:
     async with pool.acquire() as conn:
         create = CreateTask(task_id, node_id, NodeType.HTTP, TaskState.PENDING, input={"a": 1})
         await repo.insert_task(conn, run_id, create, queue="http")
-        await repo.mark_queued(conn, [ref])
+        await repo.mark_published(conn, [], [ref])
         await repo.acquire_lease(conn, run_id, task_id, 0, owner="bench", ttl=30)
         await repo.renew_lease(conn, run_id, task_id, 0, owner="bench", ttl=30)
         await repo.renew_lease(conn, run_id, task_id, 0, owner="bench", ttl=30)

@@ -9,7 +9,6 @@ a worker's report or lease is for an old attempt): the caller decides.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
 from typing import Any
 
 from composer_core.model import NodeType, TaskState
@@ -23,7 +22,7 @@ from composer_core.statemachine import (
 )
 from composer_repo._db import Connection, translated
 from composer_repo._errors import Invalid
-from composer_repo._records import FinishedTask, Lease, Requeued, TaskRef
+from composer_repo._records import FinishedTask, Lease, Requeued
 from composer_repo._sql import q
 
 
@@ -148,20 +147,6 @@ async def cancel_tasks(conn: Connection, run_id: str, action: CancelTasks) -> li
 
 
 @translated
-async def mark_queued(conn: Connection, refs: Sequence[TaskRef]) -> int:
-    """After publishing: these attempts are QUEUED (those still PENDING). Returns how many."""
-    if not refs:
-        return 0
-    status = await conn.execute(
-        q("mark_queued"),
-        [r.run_id for r in refs],
-        [r.task_id for r in refs],
-        [r.attempt for r in refs],
-    )
-    return _count(status)
-
-
-@translated
 async def acquire_lease(
     conn: Connection, run_id: str, task_id: str, attempt: int, *, owner: str, ttl: float
 ) -> Lease | None:
@@ -222,8 +207,3 @@ def _finished(row: Any) -> FinishedTask:
         started_at=row["started_at"],
         finished_at=row["finished_at"],
     )
-
-
-def _count(status: str) -> int:
-    """Rows affected, from a command status such as ``UPDATE 3``."""
-    return int(status.rsplit(" ", 1)[-1])
