@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from composer_common import streams
+from composer_service._redis import DEFAULT_SHARDS
 from composer_service.runtime import RuntimeConfig
 
 
@@ -27,7 +27,7 @@ class ServiceSettings(BaseSettings):
     #: Every Redis key and channel starts with it, so stacks can share one Redis.
     redis_prefix: str = "composer"
     #: Streams per queue: the outbox-enqueuer writes, the workers read, the sweeper reclaims.
-    shards: int = streams.DEFAULT_SHARDS
+    shards: int = DEFAULT_SHARDS
     #: The coordinator's worker protocol address (it listens there; workers dial it).
     grpc_addr: str = "127.0.0.1:50051"
     #: The token workers present to the coordinator (``authorization: Bearer <token>``).
