@@ -21,3 +21,7 @@ def connect(url: str) -> Any:
 
 async def ping(client: Any) -> None:
     await streams.ping(client)
+
+
+async def close(client: Any) -> None:
+    await client.aclose()

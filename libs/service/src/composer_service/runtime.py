@@ -103,7 +103,7 @@ async def serving(
         client: Any = None
         if config.redis_url is not None:
             client = _redis.connect(config.redis_url)
-            opened.push_async_callback(client.aclose)
+            opened.push_async_callback(_redis.close, client)
             ready["redis"] = _redis_check(client)
         ready |= checks or {}
         stop = opened.enter_context(stop_on_signals())
