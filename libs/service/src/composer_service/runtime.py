@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,8 +22,6 @@ from composer_service.admin import Check, serve_admin
 from composer_service.logs import setup_logging
 from composer_service.signals import stop_on_signals
 from composer_service.telemetry import setup_telemetry
-
-log = logging.getLogger("composer.service")
 
 
 @dataclass(frozen=True, slots=True)
