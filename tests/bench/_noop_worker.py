@@ -17,8 +17,8 @@ import sys
 import time
 from typing import Any, TextIO
 
-from composer_common.logs import setup_logging
 from composer_sdk import TaskContext, Worker, WorkerConfig
+from composer_service.logs import setup_logging
 
 
 async def serve(out: TextIO, queues: list[str]) -> None:

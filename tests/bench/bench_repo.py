@@ -202,7 +202,7 @@ async def _worker_lifecycle(pool: repo.Pool, run_id: str, node_id: str) -> None:
             input={"a": 1},
             queue="http",
         )
-        await repo.mark_queued(conn, [ref])
+        await repo.mark_published(conn, [], [ref])
         await repo.acquire_lease(conn, run_id, task_id, 0, owner="bench", ttl=30)
         await repo.renew_lease(conn, run_id, task_id, 0, owner="bench", ttl=30)
         await repo.renew_lease(conn, run_id, task_id, 0, owner="bench", ttl=30)

@@ -203,7 +203,7 @@ class Cluster:
                 ok = all(_port_open(p) for p in ports)
                 if ok:
                     try:
-                        async with http.get(f"{self.api_url}/readyz") as resp:
+                        async with http.get(f"{self.api_url}/healthz") as resp:
                             ok = resp.status == 200
                     except aiohttp.ClientError:
                         ok = False

@@ -28,12 +28,12 @@ from typing import Any
 
 import grpc.aio
 
-from composer_common.logs import setup_logging
 from composer_rpc.v1 import worker_pb2 as pb
 from composer_sdk import Outcome, PermanentError, TaskContext, TaskFailed, Worker, WorkerConfig
 from composer_sdk import _client as sdk_client
 from composer_sdk import _worker as sdk_worker
 from composer_sdk._client import CoordinatorClient, Lease
+from composer_service.logs import setup_logging
 from composer_workers.settings import WorkersSettings
 from tests.chaos.ledger import LedgerWriter
 

@@ -20,6 +20,7 @@ import pytest
 from aiohttp import web
 
 from composer_api_gateway import GatewayConfig, create_app
+from composer_service import RuntimeConfig, serving
 from tests.integration.e2e.conftest import Stack, open_stack
 
 TOKENS = {"admin": "adm-secret", "operator": "op-secret", "viewer": "view-secret"}
@@ -40,6 +41,15 @@ class Gateway:
     app: web.Application
     prefix: str
     session: aiohttp.ClientSession
+    #: The admin port's base URL (/healthz, /readyz, /metrics), as composer_service serves it.
+    admin_url: str
+
+    async def admin(self, path: str) -> Answer:
+        """GET ``path`` on the admin port."""
+        async with self.session.get(self.admin_url + path) as response:
+            text = await response.text()
+            body: Any = await response.json() if response.content_type.endswith("json") else text
+            return Answer(response.status, body, response.headers, response.content_type)
 
     async def call(
         self,
@@ -78,23 +88,37 @@ async def open_gateway(
 ) -> AsyncIterator[Gateway]:
     """Serve the gateway on a free port until the block ends."""
     prefix = prefix or f"test-{uuid.uuid4().hex[:10]}"
-    settings: dict[str, Any] = {"tokens": TOKENS_ENV, "pool_size": 8, "result_poll_seconds": 5.0}
+    settings: dict[str, Any] = {"tokens": TOKENS_ENV, "result_poll_seconds": 5.0}
     settings |= config
-    app = create_app(
-        GatewayConfig(
-            database_url=database_url, redis_url=redis_url, redis_prefix=prefix, **settings
-        )
+    runtime = RuntimeConfig(
+        "api-gateway",
+        database_url=database_url,
+        pool_size=8,
+        redis_url=redis_url,
+        admin_port=0,
+        logs=False,  # the test's log capture stays
+        telemetry=False,  # tests/integration/e2e installs its own
     )
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = runner.addresses[0][:2]
-        async with aiohttp.ClientSession() as session:
-            yield Gateway(f"http://{host}:{port}", app, prefix, session)
-    finally:
-        await runner.cleanup()
+    async with serving(runtime) as rt:
+        app = create_app(
+            GatewayConfig(redis_prefix=prefix, **settings), pool=rt.pool, redis=rt.queue
+        )
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            host, port = runner.addresses[0][:2]
+            async with aiohttp.ClientSession() as session:
+                yield Gateway(
+                    f"http://{host}:{port}",
+                    app,
+                    prefix,
+                    session,
+                    admin_url=f"http://127.0.0.1:{rt.admin_port}",
+                )
+        finally:
+            await runner.cleanup()
 
 
 @pytest.fixture

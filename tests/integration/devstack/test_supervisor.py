@@ -121,7 +121,7 @@ async def test_stack_runs_a_workflow_and_stops_cleanly(running_stack: Stack) -> 
     stack = running_stack
     auth = {"Authorization": f"Bearer {TOKEN}"}
     async with aiohttp.ClientSession() as session:
-        await ready(session, f"{stack.api}/readyz")
+        await ready(session, f"{stack.api}/healthz")
         for i in range(len(SERVICES)):
             await ready(session, f"http://127.0.0.1:{stack.admin_base + i}/readyz")
         definition = {
@@ -168,6 +168,15 @@ async def test_stack_runs_a_workflow_and_stops_cleanly(running_stack: Stack) -> 
             if line.startswith("composer_tasks_completed_total")
         ]
         assert completed and sum(float(line.rsplit(" ", 1)[1]) for line in completed) >= 1, metrics[
+            :2000
+        ]
+        gateway_admin = (
+            f"http://127.0.0.1:{stack.admin_base + SERVICES.index('api-gateway')}/metrics"
+        )
+        async with session.get(gateway_admin) as r:
+            metrics = await r.text()
+        # the gateway's request metrics are on its admin port with every other metric
+        assert 'route="/v1/runs"' in metrics and "composer_api_requests_total" in metrics, metrics[
             :2000
         ]
 

@@ -23,7 +23,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import composer_queue
 import composer_repo as repo
-from composer_common.telemetry import setup_telemetry
 from composer_coordinator.server import start_server
 from composer_engine import Engine, Workflows, validate_definition
 from composer_executors import HttpPolicy, create_http_session
@@ -31,6 +30,7 @@ from composer_lease_sweeper.loop import Sweeper
 from composer_lease_sweeper.redis_stream_ops import RedisStreamOps
 from composer_outbox_enqueuer.loop import Enqueuer
 from composer_sdk import Worker, WorkerConfig
+from composer_service.telemetry import setup_telemetry
 from composer_timer.loop import Timer
 from composer_workers.handlers import http_handler, python_handler
 

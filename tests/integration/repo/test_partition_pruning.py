@@ -54,7 +54,6 @@ WIDER = {
     "insert_task": "INSERT: the row is routed to its partition",
     "buffer_signal": "INSERT: the row is routed to its partition",
     "find_idempotent_run": "joins from the key row: pruned at run time",
-    "mark_queued": "a batch of (run id, task id) pairs",
     "mark_published": "a batch of (run id, task id) pairs",
     "list_runs": "an id range (cursor, created range), which prunes when bounded",
     "list_runs_by_workflow": "an id range",

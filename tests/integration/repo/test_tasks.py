@@ -254,26 +254,13 @@ async def test_cancel_fails_only_active_tasks_and_drops_their_dispatches(
     assert await repo.acquire_lease(conn, run_id, pending.task_id, 0, owner="w", ttl=30) is None
 
 
-async def test_mark_queued_moves_only_pending_attempts(conn: repo.Connection) -> None:
-    run_id = await new_run(conn)
-    a = await new_worker_task(conn, run_id, "a")
-    b = await new_worker_task(conn, run_id, "b")
-    await repo.acquire_lease(conn, run_id, b.task_id, 0, owner="fast-worker", ttl=30)
-    stale = dataclasses.replace(await new_worker_task(conn, run_id, "c"), attempt=5)
-
-    assert await repo.mark_queued(conn, [a, b, stale]) == 1
-
-    states = {t.node_id: t.state for t in await repo.get_run_tasks(conn, run_id)}
-    assert states == {"a": TaskState.QUEUED, "b": TaskState.RUNNING, "c": TaskState.PENDING}
-
-
 # -- leases --------------------------------------------------------------------
 
 
 async def test_lease_is_granted_once_and_returns_the_input(conn: repo.Connection) -> None:
     run_id = await new_run(conn)
     ref = await new_worker_task(conn, run_id, input={"n": 7})
-    await repo.mark_queued(conn, [ref])
+    await repo.mark_published(conn, [], [ref])
 
     lease = await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=30)
     other = await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w2", ttl=30)

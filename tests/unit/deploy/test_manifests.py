@@ -27,7 +27,7 @@ import pytest
 import yaml
 from pydantic_settings import BaseSettings
 
-from composer_common.admin import serve_admin
+from composer_service import serve_admin
 
 ROOT = Path(__file__).resolve().parents[3]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -238,29 +238,29 @@ def _serves_admin_port(path: Path) -> bool:
 
 
 def _opens_runtime(path: Path) -> bool:
-    """Whether a module opens composer_engine.runtime.serving(settings, …)."""
+    """Whether a module opens composer_service.serving(<settings>.runtime(…))."""
     return any(
         isinstance(node, ast.Call)
         and getattr(node.func, "id", getattr(node.func, "attr", None)) == "serving"
         and node.args
+        and isinstance(node.args[0], ast.Call)
+        and getattr(node.args[0].func, "attr", None) == "runtime"
         for node in ast.walk(ast.parse(path.read_text(), str(path)))
     )
 
 
-RUNTIME = ROOT / "libs" / "engine" / "src" / "composer_engine" / "runtime.py"
+RUNTIME = ROOT / "libs" / "service" / "src" / "composer_service" / "runtime.py"
 
 
 def test_each_service_serves_the_admin_port_its_probes_ask() -> None:
-    """Probes hit COMPOSER_ADMIN_PORT: every service passes ``settings.admin_port`` to serve_admin,
-    itself or through composer_engine.runtime.serving (which does)."""
-    assert _serves_admin_port(RUNTIME), (
-        "composer_engine.runtime.serving no longer serves the admin port"
-    )
+    """Probes hit COMPOSER_ADMIN_PORT: every service opens composer_service.serving with its
+    settings' runtime (which carries ``admin_port``), and serving passes it to serve_admin."""
+    assert _serves_admin_port(RUNTIME), "composer_service.serving no longer serves the admin port"
     for name, folder in services().items():
         sources = list((folder / "src").rglob("*.py"))
-        assert any(_serves_admin_port(p) or _opens_runtime(p) for p in sources), (
-            f"services/{name} never serves its admin port (serve_admin(settings.admin_port, …) "
-            "or composer_engine.runtime.serving(settings, …))"
+        assert any(_opens_runtime(p) for p in sources), (
+            f"services/{name} never serves its admin port "
+            "(composer_service.serving(settings.runtime(…)))"
         )
 
 

@@ -1,6 +1,11 @@
-"""What every Composer service shares: ids, settings, logging, telemetry, the admin
-port and the entry-point boilerplate. (Streams and hints live in composer_queue.)"""
+"""Light helpers every Composer package shares, the public SDK included: ids, the
+log context, the OpenTelemetry API handles.
 
-from composer_common import admin, ids, logs, service, settings, telemetry
+Nothing here pulls in a server: the process runtime (settings, the admin port,
+the OpenTelemetry SDK and exporters, logging set-up) is composer_service, and
+streams and hints are composer_queue.
+"""
 
-__all__ = ["admin", "ids", "logs", "service", "settings", "telemetry"]
+from composer_common import ids, logs, streams, telemetry
+
+__all__ = ["ids", "logs", "streams", "telemetry"]

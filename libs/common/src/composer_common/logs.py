@@ -1,25 +1,29 @@
-"""Logs for every service: JSON lines for machines, readable lines on a terminal.
+"""What a log record says about the run it is for, and the ALERT level.
 
-Each record carries the service and, when set, the run and task it is about
-(``log_context(run_id=…, task_id=…)``), so one run can be followed across
-services. ALERT sits above ERROR: it is for a run that cannot go on by
-itself (a queue with no worker for too long, attempts spent, an input that no
-longer decodes), the one level an on-call person must be paged for.
+Each record logged inside ``log_context(run_id=…, task_id=…)`` carries those
+fields, so one run can be followed across services. ALERT sits above ERROR:
+it is for a run that cannot go on by itself (a queue with no worker for too
+long, attempts spent, an input that no longer decodes), the one level an
+on-call person must be paged for.
+
+Dependency-free on purpose: the SDK logs through it. How records are
+written (JSON lines or readable ones) is a process's choice, made at its
+entry point by ``composer_service.logs.setup_logging``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import datetime as dt
-import json
 import logging
-import sys
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 
 ALERT = 60
 logging.addLevelName(ALERT, "ALERT")
+
+#: The record attributes ``log_context`` may set, in the order formatters print them.
+CONTEXT_FIELDS = ("run_id", "task_id", "node_id")
 
 _context: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
     "composer_log_context", default=MappingProxyType({})
@@ -41,59 +45,11 @@ def alert(logger: logging.Logger, message: str, *args: object) -> None:
     logger.log(ALERT, message, *args)
 
 
-class _ContextFilter(logging.Filter):
+class ContextFilter(logging.Filter):
+    """Copies the current ``log_context`` fields onto each record a handler sees."""
+
     def filter(self, record: logging.LogRecord) -> bool:
         for key, value in _context.get().items():
             if not hasattr(record, key):
                 setattr(record, key, value)
         return True
-
-
-class JsonFormatter(logging.Formatter):
-    def __init__(self, service: str) -> None:
-        super().__init__()
-        self.service = service
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry = {
-            "time": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(
-                timespec="milliseconds"
-            ),
-            "level": record.levelname,
-            "service": self.service,
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        for key in ("run_id", "task_id", "node_id"):
-            if hasattr(record, key):
-                entry[key] = getattr(record, key)
-        if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, ensure_ascii=False)
-
-
-class HumanFormatter(logging.Formatter):
-    def __init__(self, service: str) -> None:
-        super().__init__(f"%(asctime)s %(levelname)-5s {service} %(name)s: %(message)s", "%H:%M:%S")
-
-    def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
-        ids = " ".join(
-            f"{k}={getattr(record, k)}" for k in ("run_id", "task_id") if hasattr(record, k)
-        )
-        return f"{line} [{ids}]" if ids else line
-
-
-def setup_logging(service: str, level: str = "INFO", *, json_lines: bool | None = None) -> None:
-    """Configure the root logger once, at a service's entry point.
-
-    ``json_lines`` None picks JSON unless stderr is a terminal (COMPOSER_LOG_FORMAT
-    can force either; the dev stack asks for human lines).
-    """
-    handler = logging.StreamHandler(sys.stderr)
-    use_json = (not sys.stderr.isatty()) if json_lines is None else json_lines
-    handler.setFormatter(JsonFormatter(service) if use_json else HumanFormatter(service))
-    handler.addFilter(_ContextFilter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())

@@ -122,8 +122,7 @@ async def mark_published(
 ) -> dt.datetime | None:
     """Dispatches were published: delete their outbox rows, mark their attempts
     QUEUED (those still PENDING), and return when the next dispatch is due (None:
-    none waiting) — ``delete_outbox``, ``mark_queued`` and ``next_outbox_due`` in
-    one round trip. Run it in the claiming transaction."""
+    none waiting), in one round trip. Run it in the claiming transaction."""
     due: dt.datetime | None = await conn.fetchval(
         q("mark_published"),
         list(outbox_ids),

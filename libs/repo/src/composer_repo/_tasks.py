@@ -160,20 +160,6 @@ async def cancel_tasks(
 
 
 @translated
-async def mark_queued(conn: Connection, refs: Sequence[TaskRef]) -> int:
-    """After publishing: these attempts are QUEUED (those still PENDING). Returns how many."""
-    if not refs:
-        return 0
-    status = await conn.execute(
-        q("mark_queued"),
-        [r.run_id for r in refs],
-        [r.task_id for r in refs],
-        [r.attempt for r in refs],
-    )
-    return _count(status)
-
-
-@translated
 async def acquire_lease(
     conn: Connection, run_id: str, task_id: str, attempt: int, *, owner: str, ttl: float
 ) -> Lease | None:
@@ -236,8 +222,3 @@ def _finished(row: Any) -> FinishedTask:
         started_at=row["started_at"],
         finished_at=row["finished_at"],
     )
-
-
-def _count(status: str) -> int:
-    """Rows affected, from a command status such as ``UPDATE 3``."""
-    return int(status.rsplit(" ", 1)[-1])

@@ -1,6 +1,6 @@
 """Composer api-gateway: the REST API (DESIGN.md §6) on aiohttp.
 
-``create_app(GatewayConfig(...))`` builds the application; the console
+``create_app(GatewayConfig(...), pool=…, redis=…)`` builds the application; the console
 script ``composer-api-gateway`` serves it with settings from ``COMPOSER_*``.
 """
 

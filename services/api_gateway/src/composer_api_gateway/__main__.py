@@ -1,8 +1,7 @@
 """``composer-api-gateway``: serve the REST API until SIGTERM, then drain.
 
-Besides the API port (which has its own /healthz, /readyz and /metrics, as
-DESIGN.md §6 lists them), the gateway serves the admin port every service
-has when COMPOSER_ADMIN_PORT is set, so a supervisor checks all services alike.
+The API port serves the API, its documents and a liveness /healthz; readiness
+and metrics are on the admin port (COMPOSER_ADMIN_PORT) like every service's.
 """
 
 from __future__ import annotations
@@ -12,63 +11,53 @@ import sys
 
 from aiohttp import web
 
-import composer_repo as repo
 from composer_api_gateway.app import create_app
 from composer_api_gateway.settings import GatewaySettings
-from composer_api_gateway.state import POOL, REDIS, GatewayConfig
-from composer_common import service
-from composer_common.admin import serve_admin
+from composer_api_gateway.state import GatewayConfig
+from composer_service import StartupError, run, serving
 
 log = logging.getLogger("composer.api")
 
 
 def config_from(settings: GatewaySettings) -> GatewayConfig:
     return GatewayConfig(
-        database_url=settings.database_url,
-        redis_url=settings.redis_url,
         redis_prefix=settings.redis_prefix,
         tokens=settings.api_tokens,
         max_body_bytes=settings.api_max_body_bytes,
         max_wait_seconds=settings.api_max_wait_seconds,
         result_poll_seconds=settings.api_result_poll_seconds,
-        pool_size=settings.pool_size,
     )
 
 
 async def serve(settings: GatewaySettings) -> None:
-    try:
-        app = create_app(config_from(settings))
-    except ValueError as exc:  # a malformed COMPOSER_API_TOKENS
-        raise service.StartupError(str(exc)) from exc
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=settings.drain_seconds)
-    await runner.setup()  # the cleanup contexts' setup: pool (schema checked), Redis, waiters
-    try:
-        pool, redis = app[POOL], app[REDIS]
-        checks = {"database": lambda: repo.check_ready(pool), "redis": redis.ping}
-        stop = service.stop_on_signals()
-        async with serve_admin(settings.admin_port, checks, host=settings.admin_host):
+    async with serving(settings.runtime("api-gateway", pool_size=settings.pool_size)) as rt:
+        try:
+            app = create_app(config_from(settings), pool=rt.pool, redis=rt.queue)
+        except ValueError as exc:  # a malformed COMPOSER_API_TOKENS
+            raise StartupError(str(exc)) from exc
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=settings.drain_seconds)
+        await runner.setup()
+        try:
             site = web.TCPSite(runner, settings.api_host, settings.api_port)
             try:
                 await site.start()
             except OSError as exc:
-                raise service.StartupError(
+                raise StartupError(
                     f"cannot listen on {settings.api_host}:{settings.api_port} ({exc.strerror}); "
                     "set COMPOSER_API_PORT to a free port"
                 ) from exc
             log.info("serving the REST API on http://%s:%d", settings.api_host, settings.api_port)
-            await stop.wait()
+            await rt.stop.wait()
             log.info(
                 "stopping: draining in-flight requests for up to %.0fs", settings.drain_seconds
             )
-    finally:
-        await runner.cleanup()
+        finally:
+            await runner.cleanup()
 
 
 def main() -> int:
     settings = GatewaySettings()
-    return service.run(
-        "api-gateway", settings, lambda: serve(settings), startup_errors=(repo.SchemaError,)
-    )
+    return run("api-gateway", lambda: serve(settings))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
-"""The aiohttp application: resources, routes, auth and the error middleware.
+"""The aiohttp application: routes, auth and the error middleware, on a pool and a Redis
+client the caller opened (``composer_service.serving`` in ``__main__``, which also
+checked the schema).
 
-Each resource has its own cleanup context (set up before ``yield``, torn
-down after, in reverse order): the database pool (checked for the schema
-version this code needs), the Redis client, the engine, the long-poll
-waiters.
+The long-poll waiters have a cleanup context (started before the app
+serves, closed after).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import composer_queue
 import composer_repo as repo
 from composer_api_gateway import ui
 from composer_api_gateway.auth import Authenticator, parse_tokens
-from composer_api_gateway.metrics import Metrics
+from composer_api_gateway.instruments import instruments
 from composer_api_gateway.openapi import build_spec, render_docs
 from composer_api_gateway.problems import ApiProblem, from_engine, from_repo
 from composer_api_gateway.routes import ROUTES, Handler, Route
@@ -28,7 +28,6 @@ from composer_api_gateway.state import (
     CONFIG,
     DOCS,
     ENGINE,
-    METRICS,
     POOL,
     REDIS,
     SPEC,
@@ -43,21 +42,27 @@ from composer_engine import Engine, EngineError, Workflows
 log = logging.getLogger("composer.api")
 
 
-def create_app(config: GatewayConfig) -> web.Application:
-    """Build the app; raises ValueError for a malformed COMPOSER_API_TOKENS."""
+def create_app(
+    config: GatewayConfig, *, pool: repo.Pool, redis: composer_queue.RedisQueue
+) -> web.Application:
+    """Build the app on ``pool`` and the queue client ``redis`` (both stay the caller's
+    to close); raises ValueError for a malformed COMPOSER_API_TOKENS."""
     authenticator = Authenticator(parse_tokens(config.tokens))
     app = web.Application(
         client_max_size=config.max_body_bytes, middlewares=[tracing_middleware, problems_middleware]
     )
     app[CONFIG] = config
     app[AUTH] = authenticator
-    app[METRICS] = Metrics()
+    app[POOL] = pool
+    app[REDIS] = redis
+    app[ENGINE] = Engine(pool, redis=redis, redis_prefix=config.redis_prefix)
+    app[WORKFLOWS] = Workflows(pool)
     app[SPEC] = build_spec(ROUTES)
     app[DOCS] = render_docs(app[SPEC])
     for route in ROUTES:
         app.router.add_route(route.method, route.path, guarded(route, authenticator), name=None)
     ui.add_routes(app)  # static files, not part of the API (nor of its OpenAPI document)
-    app.cleanup_ctx.extend([_pool, _redis, _engine, _waiters])
+    app.cleanup_ctx.append(_waiters)
     if not authenticator.configured:
         log.warning("COMPOSER_API_TOKENS is empty: every /v1 request will be refused (401)")
     return app
@@ -150,34 +155,7 @@ async def problems_middleware(request: web.Request, handler: Handler) -> web.Str
             request.path
         )
     finally:
-        request.app[METRICS].observe(request.method, route, status, time.perf_counter() - started)
-
-
-async def _pool(app: web.Application) -> AsyncIterator[None]:
-    config = app[CONFIG]
-    pool = await repo.create_pool(config.database_url, max_size=config.pool_size)
-    try:
-        async with repo.transaction(pool) as conn:
-            await repo.require_schema(conn)
-        app[POOL] = pool
-        yield
-    finally:
-        await pool.close()
-
-
-async def _redis(app: web.Application) -> AsyncIterator[None]:
-    client = composer_queue.connect(app[CONFIG].redis_url)
-    app[REDIS] = client
-    try:
-        yield
-    finally:
-        await client.close()
-
-
-async def _engine(app: web.Application) -> AsyncIterator[None]:
-    app[ENGINE] = Engine(app[POOL], redis=app[REDIS], redis_prefix=app[CONFIG].redis_prefix)
-    app[WORKFLOWS] = Workflows(app[POOL])
-    yield
+        instruments().observe(request.method, route, status, time.perf_counter() - started)
 
 
 async def _waiters(app: web.Application) -> AsyncIterator[None]:
@@ -185,16 +163,9 @@ async def _waiters(app: web.Application) -> AsyncIterator[None]:
     waiters = RunWaiters(app[REDIS], config.redis_prefix, poll_seconds=config.result_poll_seconds)
     await waiters.start()
     app[WAITERS] = waiters
-    metrics = app[METRICS]
-    metrics.gauges["composer_api_result_waiters"] = (
-        "Requests long-polling for a run's result now.",
-        lambda: float(waiters.waiting),
-    )
-    metrics.gauges["composer_api_run_finished_hints_total"] = (
-        "Run-finished hints received over the shared subscription.",
-        lambda: float(waiters.hints_received),
-    )
+    instruments().waiters.add(waiters)
     try:
         yield
     finally:
+        instruments().waiters.discard(waiters)
         await waiters.close()

@@ -242,10 +242,3 @@ class Identity(Response):
 
 class Health(Response):
     status: str
-
-
-class Readiness(Response):
-    status: str
-    checks: dict[str, str]
-    schema_version: int | None = None
-    expected_schema_version: int

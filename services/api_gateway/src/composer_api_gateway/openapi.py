@@ -138,7 +138,7 @@ def build_spec(routes: tuple[Route, ...] = ROUTES, *, version: str = "0.1.0") ->
         "tags": [
             {"name": "workflows", "description": "Workflow definitions and their versions"},
             {"name": "runs", "description": "Runs of workflows"},
-            {"name": "operations", "description": "Health, metrics and this document"},
+            {"name": "operations", "description": "Liveness, the caller's role and this document"},
         ],
         "paths": paths,
         "components": {

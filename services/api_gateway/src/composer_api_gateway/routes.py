@@ -22,7 +22,6 @@ from composer_api_gateway.models import (
     DeployQuery,
     Health,
     Identity,
-    Readiness,
     ResultQuery,
     RetryRun,
     Run,
@@ -51,7 +50,7 @@ class Route:
     handler: Handler
     summary: str
     tag: str
-    #: None: open to everyone (health, metrics, the spec).
+    #: None: open to everyone (liveness, the spec, the docs).
     role: Role | None
     responses: Mapping[int, Answer]
     body: Body = None
@@ -227,24 +226,6 @@ ROUTES: tuple[Route, ...] = (
         description="The web UI asks it after sign-in to show only the actions the role allows.",
     ),
     Route("GET", "/healthz", ops.healthz, "Liveness", "operations", None, {200: Health}),
-    Route(
-        "GET",
-        "/readyz",
-        ops.readyz,
-        "Readiness: database, schema version, Redis",
-        "operations",
-        None,
-        {200: Readiness, 503: Readiness},
-    ),
-    Route(
-        "GET",
-        "/metrics",
-        ops.metrics,
-        "Prometheus metrics",
-        "operations",
-        None,
-        {200: "text/plain"},
-    ),
     Route(
         "GET",
         "/openapi.json",

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from composer_common.settings import CommonSettings
+from composer_service import ServerSettings
 
 
-class GatewaySettings(CommonSettings):
+class GatewaySettings(ServerSettings):
     #: Bind address; containers set 0.0.0.0.
     api_host: str = "127.0.0.1"
     api_port: int = 8080
@@ -17,6 +17,3 @@ class GatewaySettings(CommonSettings):
     api_max_wait_seconds: float = 60.0
     #: How often a long-poll re-reads the run when no run-finished hint comes.
     api_result_poll_seconds: float = 2.0
-    pool_size: int = 16
-    #: How long SIGTERM waits for in-flight requests.
-    drain_seconds: float = 10.0

@@ -9,7 +9,6 @@ from aiohttp import web
 import composer_queue
 import composer_repo as repo
 from composer_api_gateway.auth import Authenticator
-from composer_api_gateway.metrics import Metrics
 from composer_api_gateway.waiters import RunWaiters
 from composer_engine import Engine, Workflows
 
@@ -18,21 +17,17 @@ from composer_engine import Engine, Workflows
 class GatewayConfig:
     """What the app needs, read from the environment once by ``__main__`` (or given by tests)."""
 
-    database_url: str
-    redis_url: str
     redis_prefix: str = "composer"
     tokens: str = ""
     max_body_bytes: int = 2 * 1024 * 1024
     max_wait_seconds: float = 60.0
     result_poll_seconds: float = 2.0
-    pool_size: int = 16
 
 
 CONFIG = web.AppKey("config", GatewayConfig)
 AUTH = web.AppKey("auth", Authenticator)
-METRICS = web.AppKey("metrics", Metrics)
 POOL = web.AppKey("pool", repo.Pool)
-#: The Redis client (composer_queue.connect).
+#: The Redis client, opened by composer_service.serving.
 REDIS = web.AppKey("redis", composer_queue.RedisQueue)
 ENGINE = web.AppKey("engine", Engine)
 #: The definitions use case (create, deploy, delete with their retries).

@@ -5,23 +5,21 @@ from __future__ import annotations
 import logging
 import sys
 
-import composer_repo as repo
-from composer_common import service
 from composer_coordinator.server import start_server
 from composer_coordinator.settings import CoordinatorSettings
 from composer_engine import Engine
-from composer_engine.runtime import serving
+from composer_service import StartupError, run, serving
 
 log = logging.getLogger("composer.coordinator")
 
 
 async def serve(settings: CoordinatorSettings) -> None:
     if not settings.worker_token:
-        raise service.StartupError(
+        raise StartupError(
             "no worker token configured: set COMPOSER_WORKER_TOKEN (workers present it)"
         )
-    async with serving(settings, pool_size=settings.pool_size) as rt:
-        engine = Engine(rt.pool, redis=rt.redis, redis_prefix=settings.redis_prefix)
+    async with serving(settings.runtime("coordinator", pool_size=settings.pool_size)) as rt:
+        engine = Engine(rt.pool, redis=rt.queue, redis_prefix=settings.redis_prefix)
         server, port = await start_server(
             engine, address=settings.grpc_addr, token=settings.worker_token
         )
@@ -33,9 +31,7 @@ async def serve(settings: CoordinatorSettings) -> None:
 
 def main() -> int:
     settings = CoordinatorSettings()
-    return service.run(
-        "coordinator", settings, lambda: serve(settings), startup_errors=(repo.SchemaOutdated,)
-    )
+    return run("coordinator", lambda: serve(settings))
 
 
 if __name__ == "__main__":

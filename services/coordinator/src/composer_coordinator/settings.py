@@ -1,14 +1,13 @@
-"""The coordinator's settings, from ``COMPOSER_*`` environment variables."""
+"""The coordinator's settings, from ``COMPOSER_*`` environment variables.
+
+Its address (COMPOSER_GRPC_ADDR), the workers' token, the pool size and the
+drain time are the shared ones of ``composer_service.ServerSettings``.
+"""
 
 from __future__ import annotations
 
-from composer_common.settings import CommonSettings
+from composer_service import ServerSettings
 
 
-class CoordinatorSettings(CommonSettings):
-    grpc_addr: str = "127.0.0.1:50051"
-    #: The token workers present (``authorization: Bearer <token>``).
-    worker_token: str = ""
-    pool_size: int = 16
-    #: How long SIGTERM waits for in-flight calls.
-    drain_seconds: float = 10.0
+class CoordinatorSettings(ServerSettings):
+    pass

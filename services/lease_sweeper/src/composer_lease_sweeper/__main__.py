@@ -5,22 +5,20 @@ from __future__ import annotations
 import logging
 import sys
 
-import composer_repo as repo
-from composer_common import service
 from composer_engine import Engine
-from composer_engine.runtime import serving
 from composer_lease_sweeper.loop import Sweeper
 from composer_lease_sweeper.redis_stream_ops import RedisStreamOps
 from composer_lease_sweeper.settings import SweeperSettings
+from composer_service import run, serving
 
 log = logging.getLogger("composer.sweeper")
 
 
 async def serve(settings: SweeperSettings) -> None:
     # One connection holds the singleton lock through a sweep; the rest apply events.
-    async with serving(settings, pool_size=4) as rt:
+    async with serving(settings.runtime("lease-sweeper", pool_size=4)) as rt:
         sweeper = Sweeper(
-            Engine(rt.pool, redis=rt.redis, redis_prefix=settings.redis_prefix),
+            Engine(rt.pool, redis=rt.queue, redis_prefix=settings.redis_prefix),
             RedisStreamOps(rt.queue.raw, settings.redis_prefix),
             prefix=settings.redis_prefix,
             shards=settings.shards,
@@ -43,9 +41,7 @@ async def serve(settings: SweeperSettings) -> None:
 
 def main() -> int:
     settings = SweeperSettings()
-    return service.run(
-        "lease-sweeper", settings, lambda: serve(settings), startup_errors=(repo.SchemaOutdated,)
-    )
+    return run("lease-sweeper", lambda: serve(settings))
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 import composer_repo as repo
 from composer_common import streams
 from composer_common.logs import alert
-from composer_common.service import sleep_or_stop
 from composer_engine import (
     Acknowledge,
     ClaimedEntry,
@@ -54,6 +53,7 @@ from composer_engine import (
 )
 from composer_lease_sweeper.report import PENDING, SweepReport, record
 from composer_lease_sweeper.stream_ops import StreamEntry, StreamOps, StreamsUnavailable
+from composer_service import sleep_or_stop
 
 log = logging.getLogger("composer.sweeper")
 

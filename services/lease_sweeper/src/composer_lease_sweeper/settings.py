@@ -1,18 +1,16 @@
-"""The lease-sweeper's settings, from ``COMPOSER_*`` environment variables."""
+"""The lease-sweeper's settings, from ``COMPOSER_*`` environment variables.
+
+The shards and the lease TTL are the shared ones of ``composer_service.ServiceSettings``.
+"""
 
 from __future__ import annotations
 
-from composer_common import streams
-from composer_common.settings import CommonSettings
+from composer_service import ServiceSettings
 
 
-class SweeperSettings(CommonSettings):
-    shards: int = streams.DEFAULT_SHARDS
+class SweeperSettings(ServiceSettings):
     #: Seconds between sweeps (one replica sweeps at a time).
     sweeper_interval_seconds: float = 5.0
-    #: The workers' lease TTL (the same variable they read): a stream entry pending
-    #: longer than this on a consumer is on a dead one and is claimed back.
-    lease_ttl_seconds: float = 30.0
     #: A PENDING/QUEUED attempt with no outbox row and no stream entry for this long
     #: lost its dispatch (Redis lost its streams, say) and is dispatched again.
     sweeper_lost_after_seconds: float = 60.0

@@ -5,18 +5,16 @@ from __future__ import annotations
 import logging
 import sys
 
-import composer_repo as repo
-from composer_common import service
-from composer_engine.runtime import serving
 from composer_executors import HttpPolicy
 from composer_outbox_enqueuer.loop import Enqueuer
 from composer_outbox_enqueuer.settings import EnqueuerSettings
+from composer_service import run, serving
 
 log = logging.getLogger("composer.outbox")
 
 
 async def serve(settings: EnqueuerSettings) -> None:
-    async with serving(settings, pool_size=4) as rt:
+    async with serving(settings.runtime("outbox-enqueuer", pool_size=4)) as rt:
         enqueuer = Enqueuer(
             rt.pool,
             rt.queue,
@@ -40,9 +38,7 @@ async def serve(settings: EnqueuerSettings) -> None:
 
 def main() -> int:
     settings = EnqueuerSettings()
-    return service.run(
-        "outbox-enqueuer", settings, lambda: serve(settings), startup_errors=(repo.SchemaOutdated,)
-    )
+    return run("outbox-enqueuer", lambda: serve(settings))
 
 
 if __name__ == "__main__":

@@ -27,9 +27,9 @@ from opentelemetry.metrics import Histogram
 
 import composer_queue as cq
 import composer_repo as repo
-from composer_common.service import sleep_or_stop
 from composer_common.telemetry import meter
 from composer_executors import ExecutionError, HttpPolicy, create_http_session, run_http
+from composer_service import sleep_or_stop
 
 log = logging.getLogger("composer.outbox")
 

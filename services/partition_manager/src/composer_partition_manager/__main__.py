@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 
-import composer_repo as repo
-from composer_common import service
-from composer_engine.runtime import serving
 from composer_partition_manager.loop import PartitionManager
 from composer_partition_manager.settings import PartitionSettings
-
-log = logging.getLogger("composer.partitions")
+from composer_service import run, serving
 
 
 async def serve(settings: PartitionSettings) -> None:
-    async with serving(settings, pool_size=2, redis=False) as rt:
+    async with serving(settings.runtime("partition-manager", pool_size=2, redis=False)) as rt:
         manager = PartitionManager(
             rt.pool,
             months_ahead=settings.partitions_months_ahead,
@@ -27,12 +22,7 @@ async def serve(settings: PartitionSettings) -> None:
 
 def main() -> int:
     settings = PartitionSettings()
-    return service.run(
-        "partition-manager",
-        settings,
-        lambda: serve(settings),
-        startup_errors=(repo.SchemaOutdated,),
-    )
+    return run("partition-manager", lambda: serve(settings))
 
 
 if __name__ == "__main__":

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from composer_common.settings import CommonSettings
+from composer_service import ServiceSettings
 
 
-class PartitionSettings(CommonSettings):
+class PartitionSettings(ServiceSettings):
     #: Months created ahead of the current one (runs of a month need its partition).
     partitions_months_ahead: int = 3
     #: Run data is kept this many days after its month ends, then the month is dropped

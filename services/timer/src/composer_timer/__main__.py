@@ -5,10 +5,8 @@ from __future__ import annotations
 import logging
 import sys
 
-import composer_repo as repo
-from composer_common import service
 from composer_engine import Engine
-from composer_engine.runtime import serving
+from composer_service import run, serving
 from composer_timer.loop import Timer
 from composer_timer.settings import TimerSettings
 
@@ -16,9 +14,9 @@ log = logging.getLogger("composer.timer")
 
 
 async def serve(settings: TimerSettings) -> None:
-    async with serving(settings, pool_size=settings.timer_concurrency + 2) as rt:
+    async with serving(settings.runtime("timer", pool_size=settings.timer_concurrency + 2)) as rt:
         timer = Timer(
-            Engine(rt.pool, redis=rt.redis, redis_prefix=settings.redis_prefix),
+            Engine(rt.pool, redis=rt.queue, redis_prefix=settings.redis_prefix),
             rt.queue,
             prefix=settings.redis_prefix,
             batch_size=settings.timer_batch_size,
@@ -37,9 +35,7 @@ async def serve(settings: TimerSettings) -> None:
 
 def main() -> int:
     settings = TimerSettings()
-    return service.run(
-        "timer", settings, lambda: serve(settings), startup_errors=(repo.SchemaOutdated,)
-    )
+    return run("timer", lambda: serve(settings))
 
 
 if __name__ == "__main__":

@@ -34,9 +34,9 @@ from opentelemetry.metrics import Histogram
 
 import composer_queue as cq
 import composer_repo as repo
-from composer_common.service import sleep_or_stop
 from composer_common.telemetry import meter
 from composer_engine import Engine, EngineError, Unavailable, utcnow
+from composer_service import sleep_or_stop
 
 log = logging.getLogger("composer.timer")
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from composer_common.settings import CommonSettings
+from composer_service import ServiceSettings
 
 
-class TimerSettings(CommonSettings):
+class TimerSettings(ServiceSettings):
     #: Due waits read per pass, oldest first.
     timer_batch_size: int = 200
     #: Waits fired at once (each is its own transaction on its own run).

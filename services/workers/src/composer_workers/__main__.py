@@ -2,25 +2,22 @@
 
 from __future__ import annotations
 
-import logging
+import asyncio
 import sys
 
-import composer_queue
-from composer_common import service
-from composer_common.admin import serve_admin
 from composer_executors import HttpPolicy, create_http_session
 from composer_sdk import SdkError, Worker, WorkerConfig
+from composer_service import StartupError, run, serving
 from composer_workers.handlers import http_handler, python_handler
 from composer_workers.settings import WorkersSettings
 
-log = logging.getLogger("composer.workers")
+BUILT_IN = frozenset({"http", "python"})
 
 
 async def serve(settings: WorkersSettings) -> None:
     queues = {q.strip() for q in settings.queues.split(",") if q.strip()}
-    unknown = queues - {"http", "python"}
-    if unknown:
-        raise service.StartupError(
+    if unknown := queues - BUILT_IN:
+        raise StartupError(
             f"COMPOSER_QUEUES names unknown built-in queues: {', '.join(sorted(unknown))} (http, python)"
         )
     worker = Worker(
@@ -38,29 +35,29 @@ async def serve(settings: WorkersSettings) -> None:
         allow_private=settings.http_allow_private,
         max_response_bytes=settings.http_max_response_bytes,
     )
-    redis = composer_queue.connect(settings.redis_url)
-    try:
-        async with (
-            create_http_session(policy) as session,
-            serve_admin(
-                settings.admin_port,
-                {"redis": redis.ping},
-                host=settings.admin_host,
-            ),
-        ):
-            if "http" in queues:
-                worker.add_handler("http", http_handler(session, policy))
-            if "python" in queues:
-                worker.add_handler("python", python_handler(settings.python_memory_limit_bytes))
-            worker.install_signal_handlers()
+    async with (
+        serving(settings.runtime("workers")) as rt,
+        create_http_session(policy) as session,
+    ):
+        if "http" in queues:
+            worker.add_handler("http", http_handler(session, policy))
+        if "python" in queues:
+            worker.add_handler("python", python_handler(settings.python_memory_limit_bytes))
+        stopper = asyncio.create_task(_stop_on(rt.stop, worker))
+        try:
             await worker.run()
-    finally:
-        await redis.close()
+        finally:
+            stopper.cancel()
+
+
+async def _stop_on(stop: asyncio.Event, worker: Worker) -> None:
+    await stop.wait()
+    worker.stop()
 
 
 def main() -> int:
     settings = WorkersSettings()
-    return service.run("workers", settings, lambda: serve(settings), startup_errors=(SdkError,))
+    return run("workers", lambda: serve(settings), startup_errors=(SdkError,))
 
 
 if __name__ == "__main__":

@@ -266,14 +266,6 @@ RETURNING id;
 DELETE FROM outbox
  WHERE kind = 'dispatch' AND run_id = $1 AND task_id = ANY($2::text[]);
 
--- name: mark_queued
--- The outbox-enqueuer published these attempts: PENDING becomes QUEUED. A
--- task a worker already leased (RUNNING) or that moved on is left alone.
-UPDATE task_instances t
-   SET state = 'QUEUED', updated_at = now()
-  FROM unnest($1::text[], $2::text[], $3::int[]) AS u(run_id, id, attempt)
- WHERE t.run_id = u.run_id AND t.id = u.id AND t.attempt = u.attempt AND t.state = 'PENDING';
-
 -- name: acquire_lease
 -- A worker takes the attempt: granted when the task is waiting for a worker,
 -- already leased by the same owner, or leased by someone whose lease expired.

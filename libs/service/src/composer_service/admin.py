@@ -1,6 +1,7 @@
 """Every service's admin port: /healthz (alive), /readyz (its dependencies answer), /metrics.
 
-Readiness checks are named coroutines (database, Redis, schema version);
+Readiness checks are named coroutines (the database with its schema version,
+Redis, and any a service adds); ``serving()`` serves them for every service.
 /readyz answers 503 listing the ones that failed, so an orchestrator stops
 sending traffic without killing a process that is merely waiting.
 """
@@ -58,7 +59,7 @@ async def serve_admin(
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
-    bound = int(runner.addresses[0][1]) if runner.addresses else port
+    bound = int(runner.addresses[0][1])  # the port 0 became
     log.info("admin port %d: /healthz /readyz /metrics", bound)
     try:
         yield bound

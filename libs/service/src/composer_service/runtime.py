@@ -1,0 +1,113 @@
+"""``serving()``: what a service holds while it serves, opened and closed in one place.
+
+Every service's entry point reads its settings, opens ``serving(config)`` and
+runs its loop inside the block. ``serving`` sets up the logs and telemetry,
+opens the database pool and refuses an outdated schema (the fix named) before
+anything runs, opens the Redis client, installs the stop signals and serves the
+admin port with a readiness check for each of them; it closes them in reverse
+order, whichever way the block ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+
+import composer_queue
+import composer_repo as repo
+from composer_service.admin import Check, serve_admin
+from composer_service.logs import setup_logging
+from composer_service.signals import stop_on_signals
+from composer_service.telemetry import setup_telemetry
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeConfig:
+    """What ``serving()`` opens, as plain values (``ServiceSettings.runtime`` builds it)."""
+
+    #: The service's name in logs and telemetry (``api-gateway``, ``timer`` …).
+    name: str
+    #: None: the service needs no database.
+    database_url: str | None = None
+    pool_size: int = 4
+    #: None: the service needs no Redis.
+    redis_url: str | None = None
+    #: None: no admin port; 0: any free port (tests).
+    admin_port: int | None = None
+    admin_host: str = "127.0.0.1"
+    log_level: str = "INFO"
+    #: None: JSON unless stderr is a terminal.
+    json_logs: bool | None = None
+    otlp_endpoint: str | None = None
+    #: Set up the root logger (a test that reads its own log capture says False).
+    logs: bool = True
+    #: Install the OpenTelemetry SDK's providers (once per process).
+    telemetry: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """What is open inside ``serving()``."""
+
+    name: str
+    #: Set by SIGTERM or SIGINT: the service's loop returns when it is.
+    stop: asyncio.Event
+    #: The admin port bound (None: none was asked for).
+    admin_port: int | None
+    _pool: repo.Pool | None
+    _queue: composer_queue.RedisQueue | None
+
+    @property
+    def pool(self) -> repo.Pool:
+        if self._pool is None:
+            raise RuntimeError(f"{self.name} was served without a database: give database_url")
+        return self._pool
+
+    @property
+    def queue(self) -> composer_queue.RedisQueue:
+        """The queue client: streams and hints on Redis."""
+        if self._queue is None:
+            raise RuntimeError(f"{self.name} was served without Redis: give redis_url")
+        return self._queue
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    config: RuntimeConfig, *, checks: Mapping[str, Check] | None = None
+) -> AsyncIterator[Runtime]:
+    """Open what ``config`` asks for, for the block; ``checks`` are readiness checks of the
+    service's own, served on /readyz beside the database's and Redis's.
+
+    Raises ``repo.SchemaOutdated`` before serving when the database is behind this code.
+    """
+    if config.logs:
+        setup_logging(config.name, config.log_level, json_lines=config.json_logs)
+    if config.telemetry:
+        setup_telemetry(config.name, otlp_endpoint=config.otlp_endpoint)
+    ready: dict[str, Check] = {}
+    async with contextlib.AsyncExitStack() as opened:
+        pool: repo.Pool | None = None
+        if config.database_url is not None:
+            pool = await repo.create_pool(
+                config.database_url, min_size=1, max_size=config.pool_size
+            )
+            opened.push_async_callback(pool.close)
+            await repo.check_ready(pool)
+            ready["database"] = _database_check(pool)
+        client: composer_queue.RedisQueue | None = None
+        if config.redis_url is not None:
+            client = composer_queue.connect(config.redis_url)
+            opened.push_async_callback(client.close)
+            ready["redis"] = client.ping
+        ready |= checks or {}
+        stop = opened.enter_context(stop_on_signals())
+        port = await opened.enter_async_context(
+            serve_admin(config.admin_port, ready, host=config.admin_host)
+        )
+        yield Runtime(config.name, stop, port, pool, client)
+
+
+def _database_check(pool: repo.Pool) -> Check:
+    return lambda: repo.check_ready(pool)

@@ -1,0 +1,80 @@
+"""The settings several services share, read from ``COMPOSER_*`` environment variables.
+
+Read once, at a service's entry point (its ``__main__``, through its own
+subclass in ``services/*/settings.py``), and passed down as plain values:
+libraries never read the environment themselves. A variable that more than
+one service reads is defined here, once, so its name, default and meaning
+cannot drift between them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from composer_queue import DEFAULT_SHARDS
+from composer_service.runtime import RuntimeConfig
+
+
+class ServiceSettings(BaseSettings):
+    """What every service reads (each service's own settings class extends this)."""
+
+    model_config = SettingsConfigDict(env_prefix="COMPOSER_", extra="ignore")
+
+    database_url: str = "postgresql://postgres@127.0.0.1:5432/composer"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    #: Every Redis key and channel starts with it, so stacks can share one Redis.
+    redis_prefix: str = "composer"
+    #: Streams per queue: the outbox-enqueuer writes, the workers read, the sweeper reclaims.
+    shards: int = DEFAULT_SHARDS
+    #: The coordinator's worker protocol address (it listens there; workers dial it).
+    grpc_addr: str = "127.0.0.1:50051"
+    #: The token workers present to the coordinator (``authorization: Bearer <token>``).
+    worker_token: str = ""
+    #: The workers' lease TTL: they renew within it, and the sweeper takes back a stream
+    #: entry pending longer than this on a consumer (it is on a dead one).
+    lease_ttl_seconds: float = 30.0
+    #: COMPOSER_HTTP_ALLOW_PRIVATE: HTTP nodes and webhooks may call loopback and private
+    #: addresses (local development).
+    http_allow_private: bool = False
+    log_level: str = "INFO"
+    #: json, human, or auto (JSON unless stderr is a terminal).
+    log_format: Literal["auto", "json", "human"] = "auto"
+    #: The service's admin port (/healthz, /readyz, /metrics); unset: none.
+    admin_port: int | None = None
+    #: Where the admin port listens: containers set 0.0.0.0 so probes and Prometheus reach it.
+    admin_host: str = "127.0.0.1"
+    #: Where to push traces and metrics over OTLP/gRPC (e.g. http://otel-collector:4317); unset: nowhere.
+    otlp_endpoint: str | None = None
+
+    @property
+    def json_logs(self) -> bool | None:
+        return None if self.log_format == "auto" else self.log_format == "json"
+
+    def runtime(
+        self, name: str, *, pool_size: int | None = None, redis: bool = True
+    ) -> RuntimeConfig:
+        """What ``serving()`` opens for service ``name``: a pool of ``pool_size``
+        connections (None: no database), a Redis client if ``redis``, and the admin
+        port, logs and telemetry these settings describe."""
+        return RuntimeConfig(
+            name=name,
+            database_url=self.database_url if pool_size is not None else None,
+            pool_size=pool_size or 1,
+            redis_url=self.redis_url if redis else None,
+            admin_port=self.admin_port,
+            admin_host=self.admin_host,
+            log_level=self.log_level,
+            json_logs=self.json_logs,
+            otlp_endpoint=self.otlp_endpoint,
+        )
+
+
+class ServerSettings(ServiceSettings):
+    """What the two request-serving services (api-gateway, coordinator) add."""
+
+    #: Database connections in the pool (the loops size theirs from their own concurrency).
+    pool_size: int = 16
+    #: How long SIGTERM waits for in-flight requests or calls.
+    drain_seconds: float = 10.0
