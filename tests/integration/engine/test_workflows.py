@@ -13,6 +13,7 @@ import composer_repo as repo
 from composer_core.errors import DefinitionInvalid
 from composer_engine import BadRequest, NotFound, Unavailable, Workflows, validate_definition
 from composer_engine._retry import in_transaction
+from composer_engine._tx import Tx
 
 
 def definition(workflow_id: str = "wf", **extra: Any) -> dict[str, Any]:
@@ -67,11 +68,11 @@ async def test_a_transient_failure_is_tried_again_in_a_fresh_transaction(
 ) -> None:
     calls: list[bool] = []
 
-    async def flaky(conn: repo.Connection) -> int:
-        calls.append(conn.is_in_transaction())
+    async def flaky(tx: Tx) -> int:
+        calls.append(tx.conn.is_in_transaction())
         if len(calls) < 3:
             raise repo.Transient("connection lost (injected)")
-        value: int = await conn.fetchval("SELECT 42")
+        value: int = await tx.conn.fetchval("SELECT 42")
         return value
 
     assert await in_transaction(pool, flaky, first_delay=0.001) == 42
@@ -83,12 +84,12 @@ async def test_a_database_that_stays_down_is_unavailable_not_an_endless_loop(
 ) -> None:
     calls = 0
 
-    async def down(conn: repo.Connection) -> None:
+    async def down(tx: Tx) -> None:
         nonlocal calls
         calls += 1
         raise repo.Transient("connection refused (injected)")
 
-    with pytest.raises(Unavailable, match="gave up after 3 attempts"):
+    with pytest.raises(Unavailable, match="unavailable after 3 attempts"):
         await in_transaction(pool, down, attempts=3, first_delay=0.001)
     assert calls == 3
 
@@ -96,7 +97,7 @@ async def test_a_database_that_stays_down_is_unavailable_not_an_endless_loop(
 async def test_a_conflict_that_cannot_resolve_itself_is_not_retried(pool: repo.Pool) -> None:
     calls = 0
 
-    async def taken(conn: repo.Connection) -> None:
+    async def taken(tx: Tx) -> None:
         nonlocal calls
         calls += 1
         raise repo.RunAlreadyExists("r1")

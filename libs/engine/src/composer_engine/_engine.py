@@ -15,7 +15,6 @@ a second stale snapshot — is a bug: one ALERT line, then Internal.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable
@@ -25,7 +24,6 @@ from typing import TypeVar
 import composer_queue as cq
 import composer_repo as repo
 from composer_common import ids
-from composer_common.logs import alert
 from composer_common.telemetry import tracer
 from composer_core import errors as core_errors
 from composer_core.model import RunStatus, WorkflowDAG
@@ -48,15 +46,11 @@ from composer_core.templates import Json
 from composer_engine._definitions import DefinitionCache
 from composer_engine._metrics import instruments
 from composer_engine._persist import announce, persist, write_dispatch
+from composer_engine._retry import in_transaction
 from composer_engine._tx import Tx
 from composer_engine.errors import (
     BadRequest,
     Conflict,
-    EngineError,
-    Internal,
-    NotFound,
-    StaleSnapshot,
-    Unavailable,
 )
 from composer_rpc.codes import ErrorCode
 
@@ -441,53 +435,6 @@ class Engine:
     async def _in_tx(
         self, fn: Callable[[Tx], Awaitable[T]], *, single_statement: bool = False
     ) -> T:
-        """Run ``fn`` in a transaction and commit; map what goes wrong to an EngineError.
-
-        A lost connection (repo.Transient) rolls back and runs ``fn`` again, with
-        backoff, then is Unavailable; a StaleSnapshot is retried once; every other
-        failure that is not the caller's (a bug) is logged once as an ALERT and
-        raised as Internal. ``single_statement``: ``fn`` runs one statement, atomic
-        by itself, so no BEGIN/COMMIT is sent around it (leases use it).
-        """
-        delay = 0.02
-        borrow = repo.connection if single_statement else repo.transaction
-        stale = 0
-        for attempt in range(1, self._attempts + 1):
-            tx: Tx | None = None
-            try:
-                async with borrow(self.pool) as conn:
-                    tx = Tx(conn)
-                    result = await fn(tx)
-                await tx.run_after_commit()
-                return result
-            except repo.Transient as exc:
-                if attempt == self._attempts:
-                    raise Unavailable(
-                        f"database unavailable after {attempt} attempts: {exc}"
-                    ) from exc
-                log.warning("database connection failed (%s); retrying in %.2fs", exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
-            except StaleSnapshot as exc:
-                stale += 1
-                if stale > 1:
-                    raise _internal(tx, f"stale snapshot twice in a row: {exc}") from exc
-                log.warning("stale snapshot (%s); applying the event once more", exc)
-            except repo.NotFound as exc:
-                raise NotFound(str(exc)) from exc
-            except repo.Conflict as exc:
-                raise Conflict(str(exc)) from exc
-            except (repo.Invalid, core_errors.TemplateError) as exc:
-                raise BadRequest(str(exc)) from exc
-            except EngineError:
-                raise
-            except Exception as exc:  # a bug, here or below: say so once, never retry it
-                raise _internal(tx, f"{type(exc).__name__}: {exc}") from exc
-        raise Unavailable(f"gave up after {self._attempts} attempts")  # pragma: no cover
-
-
-def _internal(tx: Tx | None, problem: str) -> Internal:
-    """The Internal error of a failed event, after its one ALERT line."""
-    where = tx.deciding if tx is not None and tx.deciding else "outside a decision"
-    alert(log, "internal error (%s): %s", where, problem)
-    return Internal(f"internal error: {problem}")
+        return await in_transaction(
+            self.pool, fn, attempts=self._attempts, single_statement=single_statement
+        )

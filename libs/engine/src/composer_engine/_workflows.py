@@ -16,6 +16,7 @@ from typing import Any
 import composer_repo as repo
 from composer_core.model import WorkflowSpec, build_dag, parse_definition
 from composer_engine._retry import DEFAULT_ATTEMPTS, in_transaction
+from composer_engine._tx import Tx
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,9 +54,9 @@ class Workflows:
         when ``deploy`` is set, so the version never exists undeployed to others."""
         spec = definition.spec
 
-        async def attempt(conn: repo.Connection) -> repo.Definition:
+        async def attempt(tx: Tx) -> repo.Definition:
             return await repo.create_definition(
-                conn,
+                tx.conn,
                 spec.id,
                 name=spec.name or spec.id,
                 spec=definition.document,
@@ -70,15 +71,15 @@ class Workflows:
         """Make ``version`` the one new runs start on. NotFound for a missing version,
         BadRequest for a deleted one."""
 
-        async def attempt(conn: repo.Connection) -> repo.Definition:
-            return await repo.deploy_definition(conn, workflow_id, version)
+        async def attempt(tx: Tx) -> repo.Definition:
+            return await repo.deploy_definition(tx.conn, workflow_id, version)
 
         return await in_transaction(self.pool, attempt, attempts=self._attempts)
 
     async def delete(self, workflow_id: str) -> list[int]:
         """Soft-delete every version (runs already started finish); the versions deleted."""
 
-        async def attempt(conn: repo.Connection) -> list[int]:
-            return await repo.delete_definition(conn, workflow_id)
+        async def attempt(tx: Tx) -> list[int]:
+            return await repo.delete_definition(tx.conn, workflow_id)
 
         return await in_transaction(self.pool, attempt, attempts=self._attempts)
