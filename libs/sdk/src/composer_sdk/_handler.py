@@ -12,6 +12,7 @@ from typing import Any, Literal, get_type_hints
 
 from pydantic import BaseModel, ValidationError
 
+from composer_rpc.codes import ErrorCode
 from composer_sdk.errors import TaskFailed
 
 HandlerFn = Callable[..., Awaitable[Any]]
@@ -90,7 +91,7 @@ class Handler:
                 return Outcome(
                     "FAILED",
                     error=f"input does not match {self.input_model.__name__}: {exc}",
-                    code="bad_input",
+                    code=ErrorCode.BAD_INPUT,
                     permanent=True,
                 )
         try:
@@ -100,10 +101,12 @@ class Handler:
             return Outcome("FAILED", error=exc.message, code=exc.code, permanent=exc.permanent)
         except TimeoutError:
             return Outcome(
-                "FAILED", error=f"handler ran past its timeout of {timeout:g}s", code="timeout"
+                "FAILED",
+                error=f"handler ran past its timeout of {timeout:g}s",
+                code=ErrorCode.TIMEOUT,
             )
         except Exception as exc:
-            return Outcome("FAILED", error=f"{type(exc).__name__}: {exc}", code="exception")
+            return Outcome("FAILED", error=f"{type(exc).__name__}: {exc}", code=ErrorCode.EXCEPTION)
         if isinstance(result, BaseModel):
             result = result.model_dump(mode="json")
         try:
@@ -112,7 +115,7 @@ class Handler:
             return Outcome(
                 "FAILED",
                 error=f"handler returned a value that is not JSON: {exc}",
-                code="bad_output",
+                code=ErrorCode.BAD_OUTPUT,
                 permanent=True,
             )
         return Outcome("COMPLETED", output=result)
