@@ -1,4 +1,4 @@
-"""Fixtures for tests against a real PostgreSQL (DESIGN.md §8).
+"""Fixtures for tests against a real PostgreSQL (docs/architecture.md §7).
 
 The server comes from COMPOSER_TEST_DATABASE_URL (default: the local one,
 its ``postgres`` database, used only for creating and dropping databases).

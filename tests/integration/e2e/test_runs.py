@@ -1,5 +1,5 @@
 """Runs driven end to end: engine, coordinator gRPC, outbox-enqueuer, SDK workers,
-real PostgreSQL and Redis (DESIGN.md §1)."""
+real PostgreSQL and Redis (docs/architecture.md §1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""libs/core is pure: no I/O library, no clock, no id generation (DESIGN.md §2), and
+"""libs/core is pure: no I/O library, no clock, no id generation (docs/architecture.md §1), and
 synchronous: nothing in it can wait, so nothing can hold a connection mid-decision.
 
 Read with ``ast`` rather than imported, so a forbidden import is caught even in

@@ -1,4 +1,4 @@
-"""Every routing rule of the state machine (seed 001 §10 and the rules around it).
+"""Every routing rule of the state machine (docs/architecture.md §3).
 
 Each test drives a run through MemoryRun, which gives the machine a snapshot
 with no outputs or signals loaded and answers what it asks for, as the engine

@@ -1,4 +1,4 @@
-"""``{{ }}`` templates and the CEL engine behind them (DESIGN.md §3)."""
+"""``{{ }}`` templates and the CEL engine behind them (docs/architecture.md §8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The ``composer`` command line (DESIGN.md §6).
+"""The ``composer`` command line (docs/architecture.md §9).
 
 It talks to the api-gateway over HTTP only (COMPOSER_API_URL,
 COMPOSER_API_TOKEN); ``composer migrate`` alone goes to PostgreSQL, through

@@ -1,4 +1,4 @@
-"""``composer``: apply definitions and drive runs from a shell (DESIGN.md §6).
+"""``composer``: apply definitions and drive runs from a shell (docs/architecture.md §9).
 
 Every command but ``migrate`` talks to the api-gateway over HTTP
 (COMPOSER_API_URL, COMPOSER_API_TOKEN). Exit codes: 0 done; 1 an error, or

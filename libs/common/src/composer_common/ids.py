@@ -1,6 +1,6 @@
 """Run and task ids: UUIDv7 strings, ordered by creation time.
 
-Run ids are the partition key (seed 002), so a client-chosen run id must be
+Run ids are the partition key (docs/architecture.md §5), so a client-chosen run id must be
 a UUIDv7 from a plausible time: a month's partition must exist for it, and
 a far-future id would sort after every real run.
 """

@@ -36,7 +36,7 @@ from composer_devstack._embedded import (
 from composer_devstack._supervisor import Supervisor
 
 DEV_API_TOKEN = "dev-token"
-#: (name, module): every service of DESIGN.md §1, in start order.
+#: (name, module): every service of docs/architecture.md §1, in start order.
 SERVICES = (
     ("coordinator", "composer_coordinator"),
     ("outbox-enqueuer", "composer_outbox_enqueuer"),

@@ -1,5 +1,5 @@
 """The engine: every input becomes an event, and every event goes through
-lock → decide → persist → commit in one transaction (seed 000).
+lock → decide → persist → commit in one transaction (docs/architecture.md §3).
 
 The run's row lock (``load_run``) serializes the events of one run, so two
 workers finishing two branches at once cannot both miss the join. The lock

@@ -1,7 +1,7 @@
 """Actions to SQL: one repository call per action, in the order the machine emitted them.
 
 Any write that matches no row raises StaleSnapshot, which rolls the whole
-transaction back (seed 000's errStaleSnapshot). Side effects that must wait
+transaction back (docs/architecture.md §3). Side effects that must wait
 for the commit — hints and logs — are registered on the Tx.
 """
 
@@ -235,7 +235,7 @@ def task_message(
     input: Json,
     timeout_seconds: float | None,
 ) -> cq.TaskMessage:
-    """The stream message of one task attempt (DESIGN.md §5)."""
+    """The stream message of one task attempt (docs/architecture.md §6)."""
     node = dag.node(node_id)
     if node is None:  # pragma: no cover - tasks only exist for nodes of their version
         raise StaleSnapshot(f"node {node_id} is not in {dag.workflow_id} v{dag.version}")

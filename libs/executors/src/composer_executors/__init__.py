@@ -2,8 +2,8 @@
 
 The workers service wraps them into handlers for the ``http`` and ``python``
 queues; they know nothing of the SDK, leases or streams. Each takes the
-node's resolved spec and its timeout, returns the node's output (DESIGN.md
-§6) and raises :class:`ExecutionError` (with ``code`` and ``permanent``)
+node's resolved spec and its timeout, returns the node's output (docs/architecture.md
+§8) and raises :class:`ExecutionError` (with ``code`` and ``permanent``)
 when the attempt fails. Settings (COMPOSER_HTTP_ALLOW_PRIVATE, limits) are
 read by the service and passed in: nothing here reads the environment.
 """

@@ -1,4 +1,4 @@
-"""Run a handler with no engine, no Redis and no coordinator (seed 003's NewTaskRun).
+"""Run a handler with no engine, no Redis and no coordinator.
 
 outcome = await run_handler(charge, {"amount": 5}, attempt=2, max_attempts=3)
 assert outcome.status == "FAILED" and outcome.permanent

@@ -1,4 +1,4 @@
-"""Composer api-gateway: the REST API (DESIGN.md §6) on aiohttp.
+"""Composer api-gateway: the REST API (docs/architecture.md §9) on aiohttp.
 
 ``create_app(GatewayConfig(...), pool=…, redis=…)`` builds the application; the console
 script ``composer-api-gateway`` serves it with settings from ``COMPOSER_*``.

@@ -1,4 +1,4 @@
-"""Request and response bodies of the REST API (DESIGN.md §6).
+"""Request and response bodies of the REST API (docs/architecture.md §9).
 
 The same models validate requests, serialize answers and become the
 OpenAPI document's schemas, so the spec cannot drift from the code.

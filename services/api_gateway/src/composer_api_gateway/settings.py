@@ -1,4 +1,4 @@
-"""The api-gateway's settings, from ``COMPOSER_*`` environment variables (DESIGN.md §7)."""
+"""The api-gateway's settings, from ``COMPOSER_*`` environment variables (docs/architecture.md §10)."""
 
 from __future__ import annotations
 

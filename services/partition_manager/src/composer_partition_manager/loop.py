@@ -1,4 +1,4 @@
-"""Monthly partitions: created ahead, dropped when expired (seed 002, step 5).
+"""Monthly partitions: created ahead, dropped when expired (docs/architecture.md §5).
 
 Runs land in the partition of their UUIDv7's month, and there is no default
 partition, so a month must exist before its first run: each pass creates

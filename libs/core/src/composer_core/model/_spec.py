@@ -1,4 +1,4 @@
-"""The workflow definition format (DESIGN.md §3) as pydantic models.
+"""The workflow definition format (docs/architecture.md §8) as pydantic models.
 
 These models check shape only (types, unknown keys). Graph rules, per-type
 spec rules and templates are checked by ``_validate`` so that every problem
@@ -23,7 +23,7 @@ class _Strict(BaseModel):
 
 
 class RetryPolicy(_Strict):
-    """How a failed worker attempt is retried. Defaults are DESIGN.md §6's."""
+    """How a failed worker attempt is retried. Defaults: docs/architecture.md §8."""
 
     max_attempts: int = Field(default=3, ge=1, le=1000)
     initial_seconds: float = Field(default=1.0, ge=0, le=MAX_SECONDS)

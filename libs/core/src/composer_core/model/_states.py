@@ -1,4 +1,4 @@
-"""Statuses of runs and tasks, and the kinds of node (DESIGN.md §4)."""
+"""Statuses of runs and tasks, and the kinds of node (docs/architecture.md §2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The pure workflow state machine: events in, actions out (seed 001)."""
+"""The pure workflow state machine: events in, actions out (docs/architecture.md §3)."""
 
 from composer_core.statemachine._actions import (
     Action,

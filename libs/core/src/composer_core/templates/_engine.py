@@ -13,7 +13,7 @@ from typing import Any, Protocol
 #: A JSON value as Python holds it: None, bool, int, float, str, list, dict.
 Json = Any
 
-#: The names an expression may start from (DESIGN.md §3).
+#: The names an expression may start from (docs/architecture.md §8).
 ROOTS = frozenset({"input", "config", "tasks", "system", "run"})
 
 

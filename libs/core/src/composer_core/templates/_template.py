@@ -1,4 +1,4 @@
-"""``{{ expr }}`` templates inside JSON values (DESIGN.md §3).
+"""``{{ expr }}`` templates inside JSON values (docs/architecture.md §8).
 
 A string that is exactly one template keeps the expression's type
 (``"{{input.n}}"`` → 3); a string with text around templates interpolates to
