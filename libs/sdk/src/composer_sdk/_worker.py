@@ -344,12 +344,21 @@ class Worker:
             msg.timeout_seconds or cfg.default_timeout,
             logging.getLogger(f"composer.task.{handler.queue}"),
         )
-        run = asyncio.create_task(
-            handler.invoke(
-                ctx, json.loads(raw) if raw else None, msg.timeout_seconds or cfg.default_timeout
-            )
-        )
+        task_input = json.loads(raw) if raw else None
+        timeout = msg.timeout_seconds or cfg.default_timeout
+
+        async def run_while_ours() -> Outcome | None:
+            # Checked again as the handler's task starts, with no await before the call:
+            # a process frozen after the check above must not start a handler on a
+            # lease that may be another worker's by now.
+            if time.monotonic() >= valid_until:
+                return None
+            return await handler.invoke(ctx, task_input, timeout)
+
+        run = asyncio.create_task(run_while_ours())
         lost = await self._renew_until_done(run, msg, valid_until)
+        if not lost and run.result() is None:
+            lost = True
         if lost:
             run.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -361,7 +370,8 @@ class Worker:
             )
             await self._ack(entry)
             return
-        outcome: Outcome = run.result()
+        outcome = run.result()
+        assert outcome is not None  # None is a lost lease, handled above
         try:
             accepted = await self._client.report(
                 msg.task_id,
@@ -388,7 +398,7 @@ class Worker:
         await self._ack(entry)
 
     async def _renew_until_done(
-        self, run: asyncio.Task[Outcome], msg: cq.TaskMessage, valid_until: float
+        self, run: asyncio.Task[Outcome | None], msg: cq.TaskMessage, valid_until: float
     ) -> bool:
         """Renew every ttl/3 while the handler runs; True if the lease was lost.
 
