@@ -23,7 +23,6 @@ import composer_repo as repo
 from composer_common.logs import ALERT
 from composer_core.model import RunStatus, TaskState
 from composer_lease_sweeper.loop import Sweeper
-from composer_lease_sweeper.redis_stream_ops import RedisStreamOps
 from composer_sdk import TaskContext
 from tests.integration.e2e.conftest import TOKEN, Stack, eventually, open_stack
 from tests.integration.waits import expire_lease, until
@@ -247,9 +246,7 @@ async def test_a_renewed_lease_is_not_failed_and_an_expired_one_is(stack: Stack)
 
 
 async def test_one_replica_sweeps_at_a_time(stack: Stack) -> None:
-    sweeper = Sweeper(
-        stack.engine, RedisStreamOps(stack.redis.raw, stack.prefix), prefix=stack.prefix
-    )
+    sweeper = Sweeper(stack.engine, stack.redis, prefix=stack.prefix)
     async with repo.singleton(stack.pool, f"composer-lease-sweeper:{stack.prefix}") as held:
         assert held
         assert await sweeper.sweep() is None  # another replica is sweeping
@@ -284,7 +281,7 @@ async def test_queue_that_no_worker_serves_raises_an_alert(
     now = [dt.datetime.now(dt.UTC)]
     sweeper = Sweeper(
         stack.engine,
-        RedisStreamOps(stack.redis.raw, stack.prefix),
+        stack.redis,
         prefix=stack.prefix,
         lost_after=60,
         clock=lambda: now[0],

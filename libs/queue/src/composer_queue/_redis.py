@@ -45,12 +45,6 @@ class RedisQueue:
     def __init__(self, client: aioredis.Redis) -> None:
         self._redis = client
 
-    @property
-    def raw(self) -> aioredis.Redis:
-        """The redis-py client underneath. Only for the lease-sweeper, which still drives
-        Redis itself; removed when the sweeper moves to composer_queue."""
-        return self._redis
-
     async def __aenter__(self) -> RedisQueue:
         return self
 

@@ -10,7 +10,6 @@ from composer_common import service
 from composer_engine import Engine
 from composer_engine.runtime import serving
 from composer_lease_sweeper.loop import Sweeper
-from composer_lease_sweeper.redis_stream_ops import RedisStreamOps
 from composer_lease_sweeper.settings import SweeperSettings
 
 log = logging.getLogger("composer.sweeper")
@@ -21,7 +20,7 @@ async def serve(settings: SweeperSettings) -> None:
     async with serving(settings, pool_size=4) as rt:
         sweeper = Sweeper(
             Engine(rt.pool, redis=rt.redis, redis_prefix=settings.redis_prefix),
-            RedisStreamOps(rt.queue.raw, settings.redis_prefix),
+            rt.queue,
             prefix=settings.redis_prefix,
             shards=settings.shards,
             interval_seconds=settings.sweeper_interval_seconds,

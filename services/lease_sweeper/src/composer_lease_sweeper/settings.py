@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from composer_common import streams
+import composer_queue as cq
 from composer_common.settings import CommonSettings
 
 
 class SweeperSettings(CommonSettings):
-    shards: int = streams.DEFAULT_SHARDS
+    shards: int = cq.DEFAULT_SHARDS
     #: Seconds between sweeps (one replica sweeps at a time).
     sweeper_interval_seconds: float = 5.0
     #: The workers' lease TTL (the same variable they read): a stream entry pending
