@@ -290,3 +290,27 @@ async def test_a_served_queue_is_not_paged_for(
     await setup.sweeper.sweep()
 
     assert not [r for r in caplog.records if r.levelno == ALERT]
+
+
+async def test_the_sweepers_own_consumer_does_not_hide_a_queue_nobody_serves(
+    setup: Setup, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Claiming an entry back makes the sweeper a consumer of its stream (XAUTOCLAIM);
+    it is no worker. Here the queue's one worker died, its entry was delivered again,
+    and its consumer was deleted (as an operator cleans up a worker gone for good):
+    nobody serves the queue, and the sweeper's consumer must not say otherwise."""
+    _, fields, stream = await started(setup)
+    await setup.stuck(stream, fields)
+    now = [utcnow()]
+    setup.sweeper.clock = lambda: now[0]
+    report = await setup.sweeper.sweep()
+    assert report is not None and report.redelivered == 1
+    assert await setup.queue.delete_consumer(stream, "dead") == 0
+
+    await setup.sweeper.sweep()
+    now[0] += dt.timedelta(minutes=2)
+    await setup.sweeper.sweep()
+
+    pages = [r for r in caplog.records if r.levelno == ALERT]
+    assert len(pages) == 1
+    assert f"queue stream {stream} has 1 task(s) waiting" in pages[0].getMessage()

@@ -280,10 +280,14 @@ class Sweeper:
     # -- queues nobody serves ----------------------------------------------------
 
     async def _watch_queues(self) -> None:
-        """Pending counts per stream (a gauge), and an ALERT for a queue nobody serves."""
+        """Pending counts per stream (a gauge), and an ALERT for a queue nobody serves.
+
+        The sweeper's own consumer, which XAUTOCLAIM registered on each stream it
+        claimed entries from, is no worker: it is left out, or it would hide such a queue.
+        """
         now = self.clock()
         for stream in await self.queue.streams(self.prefix):
-            backlog = await self.queue.backlog(stream)
+            backlog = await self.queue.backlog(stream, ignore_consumer=CONSUMER)
             if backlog is None:
                 continue
             PENDING[stream] = backlog.waiting
@@ -297,8 +301,8 @@ class Sweeper:
             if page:
                 alert(
                     log,
-                    "queue stream %s has %d task(s) waiting and no worker has ever read it for "
-                    "%.0fs: start a worker for this queue (runs there cannot go on)",
+                    "queue stream %s has %d task(s) waiting and no worker in its consumer group "
+                    "for %.0fs: start a worker for this queue (runs there cannot go on)",
                     stream,
                     backlog.waiting,
                     (now - seen.since).total_seconds(),
