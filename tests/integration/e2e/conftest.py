@@ -27,7 +27,6 @@ from composer_coordinator.server import start_server
 from composer_engine import Engine, Workflows, validate_definition
 from composer_executors import HttpPolicy, create_http_session
 from composer_lease_sweeper.loop import Sweeper
-from composer_lease_sweeper.redis_stream_ops import RedisStreamOps
 from composer_outbox_enqueuer.loop import Enqueuer
 from composer_sdk import Worker, WorkerConfig
 from composer_service.telemetry import setup_telemetry
@@ -170,7 +169,7 @@ async def open_stack(
         s.tasks.append(asyncio.create_task(s.timer.run(s.stop), name="timer"))
     if sweeper:
         options = TEST_SWEEPER | (sweeper if isinstance(sweeper, dict) else {})
-        s.sweeper = Sweeper(engine, RedisStreamOps(redis.raw, prefix), prefix=prefix, **options)
+        s.sweeper = Sweeper(engine, redis, prefix=prefix, **options)
         s.tasks.append(asyncio.create_task(s.sweeper.run(s.stop), name="sweeper"))
     try:
         yield s

@@ -23,7 +23,6 @@ import composer_repo as repo
 from composer_common.logs import ALERT
 from composer_core.model import RunStatus, TaskState
 from composer_lease_sweeper.loop import Sweeper
-from composer_lease_sweeper.redis_stream_ops import RedisStreamOps
 from composer_sdk import TaskContext
 from tests.integration.e2e.conftest import TOKEN, Stack, eventually, open_stack
 from tests.integration.waits import expire_lease, until
@@ -247,9 +246,7 @@ async def test_a_renewed_lease_is_not_failed_and_an_expired_one_is(stack: Stack)
 
 
 async def test_one_replica_sweeps_at_a_time(stack: Stack) -> None:
-    sweeper = Sweeper(
-        stack.engine, RedisStreamOps(stack.redis.raw, stack.prefix), prefix=stack.prefix
-    )
+    sweeper = Sweeper(stack.engine, stack.redis, prefix=stack.prefix)
     async with repo.singleton(stack.pool, f"composer-lease-sweeper:{stack.prefix}") as held:
         assert held
         assert await sweeper.sweep() is None  # another replica is sweeping
@@ -284,7 +281,7 @@ async def test_queue_that_no_worker_serves_raises_an_alert(
     now = [dt.datetime.now(dt.UTC)]
     sweeper = Sweeper(
         stack.engine,
-        RedisStreamOps(stack.redis.raw, stack.prefix),
+        stack.redis,
         prefix=stack.prefix,
         lost_after=60,
         clock=lambda: now[0],
@@ -298,6 +295,46 @@ async def test_queue_that_no_worker_serves_raises_an_alert(
     alerts = [r for r in caplog.records if r.levelno == ALERT]
     assert len(alerts) == 1
     assert "has 1 task(s) waiting and no worker" in alerts[0].getMessage()
+
+
+async def test_the_sweepers_own_claims_do_not_hide_a_queue_nobody_serves(
+    stack: Stack, caplog: pytest.LogCaptureFixture
+) -> None:
+    """XAUTOCLAIM makes the sweeper a consumer of each stream it claims entries from.
+    The queue's one worker took the entry and died; once the sweeper delivered it again
+    and the dead worker's consumer was deleted, only the sweeper's is left: no worker."""
+    await stack.deploy(one_task("abandoned", "abandoned"))
+    names = cq.queue_streams(stack.prefix, "abandoned", cq.DEFAULT_SHARDS)
+    await stack.redis.ensure_groups(names)
+    await stack.engine.start("abandoned")
+    entries: list[cq.Entry] = []
+    while not entries:  # the worker takes the entry, then dies
+        entries = await stack.redis.read(names, "gone", count=1, block_ms=100)
+    [entry] = entries
+    now = [dt.datetime.now(dt.UTC)]
+    sweeper = Sweeper(
+        stack.engine,
+        stack.redis,
+        prefix=stack.prefix,
+        lease_ttl=0.05,
+        lost_after=60,
+        clock=lambda: now[0],
+    )
+
+    async def idle_past_the_ttl() -> bool:
+        return all(p.idle_ms >= 50 for p in await stack.redis.pending(entry.stream))
+
+    await until(idle_past_the_ttl, what="the dead worker's entry idle past the lease TTL")
+    report = await sweeper.sweep()
+    assert report is not None and report.redelivered == 1
+    assert await stack.redis.delete_consumer(entry.stream, "gone") == 0
+    with caplog.at_level(logging.WARNING, logger="composer.sweeper"):
+        await sweeper.sweep()
+        now[0] += dt.timedelta(seconds=61)
+        await sweeper.sweep()
+    alerts = [r for r in caplog.records if r.levelno == ALERT]
+    assert len(alerts) == 1
+    assert f"{entry.stream} has 1 task(s) waiting and no worker" in alerts[0].getMessage()
 
 
 async def test_leases_and_renewals_are_single_statements_without_a_transaction(

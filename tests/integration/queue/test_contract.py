@@ -125,6 +125,66 @@ async def test_reclaim_claims_idle_entries_and_counts_deliveries(
     assert {(p.consumer, p.times_delivered) for p in pending} == {("sweeper", 2)}
 
 
+async def test_a_stream_no_worker_ever_read_has_nothing_to_reclaim(
+    queue: cq.Queue, prefix: str
+) -> None:
+    stream = cq.stream_name(prefix, "q", 0)
+    await queue.publish([(stream, message("a"))])  # a stream, but no group (NOGROUP inside)
+    page = await queue.reclaim(stream, "sweeper", min_idle_ms=0)
+    assert (page.entries, page.done) == ([], True)
+    assert await queue.backlog(stream) is None
+    assert await queue.streams(prefix) == [stream]
+
+
+async def test_reclaim_goes_on_past_entries_acknowledged_between_pages(
+    queue: cq.Queue, prefix: str
+) -> None:
+    """The sweeper settles each page (ack, redeliver) before it asks for the next."""
+    stream = cq.stream_name(prefix, "q", 0)
+    await queue.ensure_groups([stream])
+    await queue.publish([(stream, message(f"t{i}")) for i in range(5)])
+    await queue.read([stream], "dead", count=10, block_ms=0)
+    seen: list[str] = []
+    start = "0-0"
+    while True:
+        page = await queue.reclaim(stream, "sweeper", min_idle_ms=0, start=start, count=2)
+        seen += [e.message().task_id for e in page.entries]
+        await queue.ack(e.ref for e in page.entries)
+        if page.done:
+            break
+        start = page.next_start
+    assert seen == [f"t{i}" for i in range(5)]
+    assert await queue.pending(stream) == []
+    assert await queue.length(stream) == 0
+
+
+async def test_only_a_claim_makes_a_consumer_and_backlog_can_leave_one_out(
+    queue: cq.Queue, prefix: str
+) -> None:
+    """The lease-sweeper's consumer is no worker: ``ignore_consumer`` leaves it out."""
+    stream = cq.stream_name(prefix, "q", 0)
+    await queue.ensure_groups([stream])
+    await queue.publish([(stream, message("a")), (stream, message("b"))])
+    assert (await queue.reclaim(stream, "sweeper", min_idle_ms=0)).entries == []
+    assert await queue.backlog(stream) == cq.Backlog(lag=2, pending=0, consumers=0)
+
+    await queue.read([stream], "dead", count=1, block_ms=0)
+    [claimed] = (await queue.reclaim(stream, "sweeper", min_idle_ms=0)).entries
+    assert await queue.backlog(stream) == cq.Backlog(lag=1, pending=1, consumers=2)
+    assert await queue.backlog(stream, ignore_consumer="sweeper") == cq.Backlog(1, 1, 1)
+
+    assert await queue.delete_consumer(stream, "dead") == 0  # it holds nothing now
+    assert await queue.backlog(stream, ignore_consumer="sweeper") == cq.Backlog(1, 1, 0)
+    assert await queue.backlog(stream, ignore_consumer="nobody") == cq.Backlog(1, 1, 1)
+    assert await queue.delete_consumer(stream, "sweeper") == 1  # what it held goes with it
+    assert await queue.pending(stream) == []
+    assert await queue.backlog(stream) == cq.Backlog(lag=1, pending=0, consumers=0)
+    assert await queue.length(stream) == 2  # the entries themselves stay
+    assert claimed.message().task_id == "a"
+    assert await queue.delete_consumer(stream, "never-seen") == 0
+    assert await queue.delete_consumer(cq.stream_name(prefix, "none", 0), "dead") == 0
+
+
 async def test_redeliver_adds_it_anew_with_one_more_delivery(queue: cq.Queue, prefix: str) -> None:
     stream = cq.stream_name(prefix, "q", 0)
     await queue.ensure_groups([stream])
@@ -163,6 +223,13 @@ async def test_entries_page_and_find_attempts(queue: cq.Queue, prefix: str) -> N
     assert found == {("t1", 1), ("t3", 3)}
     assert await cq.find_attempts(queue, stream, {"t1"}, max_scan=4) is None
     assert await queue.entries(cq.stream_name(prefix, "none", 0)) == []
+
+
+async def test_find_attempts_searches_past_one_page(queue: cq.Queue, prefix: str) -> None:
+    stream = cq.stream_name(prefix, "long", 0)
+    await queue.publish([(stream, message(f"t{i}", attempt=i % 3)) for i in range(2500)])
+    found = await cq.find_attempts(queue, stream, {"t5", "t2499", "absent"})
+    assert found == {("t5", 2), ("t2499", 0)}
 
 
 async def test_streams_lists_queue_streams_and_drop_deletes_them(
@@ -204,3 +271,34 @@ async def test_a_waker_wakes_on_a_hint_and_keeps_its_message(queue: cq.Queue, pr
         await cq.send_hint(queue, prefix, cq.ENQUEUER, cq.WEBHOOK)
         assert await waker.wait(5) is True
         assert waker.take_messages() == {cq.WEBHOOK}
+
+
+@pytest.fixture
+async def unreachable(backend: str | None) -> AsyncIterator[cq.Queue]:
+    """A server that cannot be reached: nothing listens on port 1; the fake is down."""
+    if backend is None:
+        fake = FakeQueue()
+        fake.down = True
+        yield fake
+        return
+    client = cq.connect("redis://127.0.0.1:1/0")
+    yield client
+    await client.close()
+
+
+async def test_an_unreachable_server_is_queue_unavailable(unreachable: cq.Queue) -> None:
+    stream = "nowhere:q:q:0"
+    entry = cq.Entry(stream, "1-0", message("a"))
+    calls = {
+        "listing the streams": unreachable.streams("nowhere"),
+        "claiming idle entries": unreachable.reclaim(stream, "sweeper", min_idle_ms=0),
+        "acknowledging": unreachable.ack([entry.ref]),
+        "again": unreachable.redeliver(entry),
+        "XLEN": unreachable.length(stream),
+        "XRANGE": unreachable.entries(stream),
+        "XINFO GROUPS": unreachable.backlog(stream, ignore_consumer="sweeper"),
+        "deleting consumer": unreachable.delete_consumer(stream, "dead"),
+    }
+    for what, call in calls.items():
+        with pytest.raises(cq.QueueUnavailable, match=what):
+            await call

@@ -1,111 +1,61 @@
-"""The lease-sweeper's loop on a real database and in-memory streams (no Redis).
+"""The lease-sweeper's loop on a real database and composer_queue's ``FakeQueue`` (no Redis).
 
-``FakeStreams`` is an in-memory model of ``StreamOps``: each stream an
-ordered set of entries, some of them pending on a consumer that went away
-(what ``reclaim`` hands back). The tests check that the loop gathers the
-facts, asks the engine's recovery policy and applies its decisions — the
-policy's own rules are unit-tested in tests/unit/engine/test_recovery.py, and
-tests/integration/e2e/test_recovery.py runs the same loop on real Redis.
+The fake keeps consumer groups, pending entries, delivery counts and idle times
+as Redis does (tests/integration/queue/test_contract.py holds it to that), and
+its clock is the test's: an entry is left on a dead consumer by reading it as
+"dead" and moving the clock past the lease TTL. The tests check that the loop
+gathers the facts, asks the engine's recovery policy and applies its decisions;
+the policy's own rules are unit-tested in tests/unit/engine/test_recovery.py,
+and tests/integration/e2e/test_recovery.py runs the same loop on real Redis.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
-import itertools
-from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 
 import pytest
 
+import composer_queue as cq
 import composer_repo as repo
-from composer_common import streams
+from composer_common.logs import ALERT
 from composer_core.model import RunStatus, TaskState
-from composer_engine import Engine, RecoveryLimits, Workflows, utcnow, validate_definition
-from composer_lease_sweeper.loop import DELIVERIES, Sweeper
-from composer_lease_sweeper.stream_ops import (
-    Backlog,
-    Reclaimed,
-    StreamEntry,
-    StreamOps,
-    StreamsUnavailable,
-)
+from composer_engine import Engine, Workflows, utcnow, validate_definition
+from composer_lease_sweeper.loop import Sweeper
+from composer_queue.testing import FakeQueue
 from tests.integration.databases import scratch_database
+from tests.integration.waits import until
 
 PREFIX = "sweeper-test"
-
-
-@dataclass
-class FakeStreams:
-    """Queue streams in memory: entries per stream, and which of them sit pending on a
-    dead consumer (idle for longer than any threshold)."""
-
-    entries: dict[str, dict[str, Mapping[str, str]]] = field(default_factory=dict)
-    stuck: dict[str, list[str]] = field(default_factory=dict)
-    backlogs: dict[str, Backlog] = field(default_factory=dict)
-    failures: list[Exception] = field(default_factory=list)
-    acked: list[str] = field(default_factory=list)
-    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
-
-    def add(self, stream: str, fields: Mapping[str, str], *, stuck: bool = False) -> str:
-        entry_id = f"{next(self._ids)}-0"
-        self.entries.setdefault(stream, {})[entry_id] = dict(fields)
-        if stuck:
-            self.stuck.setdefault(stream, []).append(entry_id)
-        return entry_id
-
-    async def queue_streams(self) -> list[str]:
-        if self.failures:
-            raise self.failures.pop(0)
-        return sorted(self.entries)
-
-    async def reclaim(
-        self, stream: str, *, min_idle_seconds: float, count: int, cursor: str | None = None
-    ) -> Reclaimed:
-        # Like XAUTOCLAIM: the cursor is the id to go on from, so entries acknowledged
-        # meanwhile do not shift the scan.
-        ids = [i for i in self.stuck.get(stream, []) if _seq(i) >= _seq(cursor or "0-0")]
-        page, rest = ids[:count], ids[count:]
-        entries = [StreamEntry(i, self.entries[stream][i]) for i in page]
-        return Reclaimed(entries, rest[0] if rest else None)
-
-    async def ack(self, stream: str, entry_ids: Sequence[str]) -> None:
-        for entry_id in entry_ids:
-            self.entries.get(stream, {}).pop(entry_id, None)
-            self.acked.append(entry_id)
-        self.stuck[stream] = [i for i in self.stuck.get(stream, []) if i not in entry_ids]
-
-    async def redeliver(self, stream: str, entry_id: str, fields: Mapping[str, str]) -> None:
-        self.add(stream, fields)
-        await self.ack(stream, [entry_id])
-
-    async def length(self, stream: str) -> int:
-        return len(self.entries.get(stream, {}))
-
-    async def attempts_in(self, stream: str, task_ids: Collection[str]) -> set[tuple[str, int]]:
-        return {
-            (f["task_id"], int(f["attempt"]))
-            for f in self.entries.get(stream, {}).values()
-            if f["task_id"] in task_ids
-        }
-
-    async def backlog(self, stream: str) -> Backlog | None:
-        return self.backlogs.get(stream)
-
-
-def _seq(entry_id: str) -> int:
-    return int(entry_id.split("-")[0])
-
-
-def _fake_is_stream_ops(fake: FakeStreams) -> StreamOps:
-    return fake  # mypy checks that the fake implements the Protocol
+#: The sweeper's default lease TTL is 30s: a pending entry this much older is on a dead consumer.
+PAST_THE_TTL = 31.0
 
 
 @dataclass
 class Setup:
     engine: Engine
-    fake: FakeStreams
+    queue: FakeQueue
     sweeper: Sweeper
+    #: The fake queue's clock (seconds): what idle times are measured by.
+    now: list[float]
+
+    async def stuck(self, stream: str, fields: Mapping[str, str]) -> cq.Entry:
+        """An entry taken by a consumer that then died: pending, idle past the lease TTL."""
+        await self.queue.ensure_groups([stream])
+        await self.queue.publish([(stream, fields)])
+        [entry] = await self.queue.read([stream], "dead", count=1, block_ms=0)
+        self.now[0] += PAST_THE_TTL
+        return entry
+
+    async def redeliver_to_a_dead_worker(self, stream: str) -> cq.Entry:
+        """The dead consumer takes the entry that was delivered again, and dies too."""
+        [entry] = await self.queue.read([stream], "dead", count=1, block_ms=0)
+        self.now[0] += PAST_THE_TTL
+        return entry
 
 
 @pytest.fixture
@@ -120,9 +70,10 @@ async def setup(pool: repo.Pool) -> Setup:
     engine = Engine(pool, redis_prefix=PREFIX)
     definition = {"id": "one", "nodes": [{"id": "work", "type": "TASK", "queue": "q", "spec": {}}]}
     await Workflows(pool).create(validate_definition(definition), deploy=True)
-    fake = FakeStreams()
-    sweeper = Sweeper(engine, fake, prefix=PREFIX, max_deliveries=3, batch_size=2)
-    return Setup(engine, fake, sweeper)
+    now = [1000.0]
+    queue = FakeQueue(clock=lambda: now[0])
+    sweeper = Sweeper(engine, queue, prefix=PREFIX, max_deliveries=3, batch_size=2)
+    return Setup(engine, queue, sweeper, now)
 
 
 async def publish(pool: repo.Pool) -> list[repo.OutboxMessage]:
@@ -142,7 +93,7 @@ async def started(s: Setup) -> tuple[str, dict[str, str], str]:
     run = await s.engine.start("one")
     [message] = await publish(s.engine.pool)
     fields = dict(message.payload)
-    stream = streams.stream_name(PREFIX, "q", streams.shard_of(fields["task_id"], 4))
+    stream = cq.task_stream(PREFIX, "q", fields["task_id"], cq.DEFAULT_SHARDS)
     return run.run_id, fields, stream
 
 
@@ -154,19 +105,42 @@ async def task_of(s: Setup, run_id: str) -> repo.TaskRecord:
 
 async def test_a_stuck_entry_of_a_waiting_attempt_is_delivered_again(setup: Setup) -> None:
     _, fields, stream = await started(setup)
-    old = setup.fake.add(stream, fields, stuck=True)
+    old = await setup.stuck(stream, fields)
 
     report = await setup.sweeper.sweep()
 
     assert report is not None and report.redelivered == 1
-    [(new, again)] = setup.fake.entries[stream].items()
-    assert new != old and again == fields | {DELIVERIES: "2"}
-    assert setup.fake.stuck[stream] == []  # the old one acknowledged away
+    [again] = await setup.queue.entries(stream)
+    assert again.entry_id != old.entry_id
+    assert again.fields == fields | {cq.DELIVERIES: "2"}
+    assert await setup.queue.pending(stream) == []  # the old one acknowledged away
+    [read] = await setup.queue.read([stream], "alive", count=1, block_ms=0)
+    assert read.entry_id == again.entry_id  # new to the group: the next worker reads it
+
+
+async def test_each_redelivery_counts_until_the_limit_fails_the_task(setup: Setup) -> None:
+    """The policy's Redeliver(n) and the DELIVERIES field the queue writes agree, sweep
+    after sweep, and the entry delivered ``max_deliveries`` (3) times is the last."""
+    run_id, fields, stream = await started(setup)
+    await setup.stuck(stream, fields)
+    seen = []
+    for _ in range(2):
+        assert (await setup.sweeper.sweep()) is not None
+        entry = await setup.redeliver_to_a_dead_worker(stream)
+        seen.append(entry.deliveries)
+
+    report = await setup.sweeper.sweep()
+
+    assert seen == [2, 3]
+    assert report is not None and (report.given_up, report.redelivered) == (1, 0)
+    assert (await task_of(setup, run_id)).state is TaskState.FAILED
+    assert setup.sweeper.totals.redelivered == 2
+    assert await setup.queue.length(stream) == 0
 
 
 async def test_an_entry_delivered_too_often_fails_its_task_for_good(setup: Setup) -> None:
     run_id, fields, stream = await started(setup)
-    setup.fake.add(stream, fields | {DELIVERIES: "3"}, stuck=True)
+    await setup.stuck(stream, fields | {cq.DELIVERIES: "3"})
 
     report = await setup.sweeper.sweep()
 
@@ -174,7 +148,8 @@ async def test_an_entry_delivered_too_often_fails_its_task_for_good(setup: Setup
     assert report is not None and report.given_up == 1
     assert task.state is TaskState.FAILED and task.error_code == "DELIVERY_LIMIT"
     assert "delivered 3 times" in (task.error or "")
-    assert setup.fake.entries[stream] == {}  # acknowledged after the failure
+    assert await setup.queue.length(stream) == 0  # acknowledged after the failure
+    assert await setup.queue.pending(stream) == []
     async with repo.transaction(setup.engine.pool) as conn:
         assert (await repo.get_run(conn, run_id)).status is RunStatus.FAILED
 
@@ -185,14 +160,33 @@ async def test_entries_that_mean_nothing_any_more_are_acknowledged_in_pages(
     run_id, fields, stream = await started(setup)
     lease = await setup.engine.acquire_lease(run_id, fields["task_id"], 0, owner="w", ttl=30)
     assert lease.granted  # RUNNING now: its lease covers it
-    for _ in range(4):  # more than one page (batch_size=2)
-        setup.fake.add(stream, fields, stuck=True)
-    setup.fake.add(stream, {"task_id": "broken"}, stuck=True)  # malformed
+    await setup.queue.ensure_groups([stream])
+    # more than one page (batch_size=2), and one entry that is no task message
+    await setup.queue.publish([(stream, fields)] * 4 + [(stream, {"task_id": "broken"})])
+    assert len(await setup.queue.read([stream], "dead", count=10, block_ms=0)) == 5
+    setup.now[0] += PAST_THE_TTL
 
     report = await setup.sweeper.sweep()
 
     assert report is not None and (report.acked, report.redelivered) == (5, 0)
-    assert setup.fake.entries[stream] == {}
+    assert await setup.queue.length(stream) == 0
+    assert await setup.queue.pending(stream) == []
+
+
+async def test_an_entry_idle_for_less_than_the_lease_ttl_is_left_to_its_worker(
+    setup: Setup,
+) -> None:
+    _, fields, stream = await started(setup)
+    await setup.queue.ensure_groups([stream])
+    await setup.queue.publish([(stream, fields)])
+    await setup.queue.read([stream], "busy", count=1, block_ms=0)
+    setup.now[0] += 29  # within the 30s TTL
+
+    report = await setup.sweeper.sweep()
+
+    assert report is not None and not report
+    [pending] = await setup.queue.pending(stream)
+    assert (pending.consumer, pending.times_delivered) == ("busy", 1)
 
 
 async def test_a_lost_dispatch_is_dispatched_again_unless_its_entry_is_live(
@@ -201,12 +195,12 @@ async def test_a_lost_dispatch_is_dispatched_again_unless_its_entry_is_live(
     _, fields, stream = await started(setup)
     later = utcnow() + dt.timedelta(minutes=2)
     setup.sweeper.clock = lambda: later  # the dispatch is older than lost_after
-    live = setup.fake.add(stream, fields)  # still in its stream: a backlog
+    [live] = await setup.queue.publish([(stream, fields)])  # still in its stream: a backlog
 
     report = await setup.sweeper.sweep()
     assert report is not None and report.redispatched == 0
 
-    await setup.fake.ack(stream, [live])  # Redis lost it
+    await setup.queue.ack([(stream, live)])  # Redis lost it
     report = await setup.sweeper.sweep()
     assert report is not None and report.redispatched == 1
     [again] = await publish(setup.engine.pool)
@@ -221,37 +215,53 @@ async def test_a_stream_too_long_to_search_is_taken_as_holding_its_dispatches(
     _, fields, stream = await started(setup)
     later = utcnow() + dt.timedelta(minutes=2)
     setup.sweeper.clock = lambda: later
-    setup.sweeper.limits = RecoveryLimits(max_scan=1)
-    for _ in range(2):
-        setup.fake.add(stream, {**fields, "task_id": "someone-else"})
+    await setup.queue.publish([(stream, {**fields, "task_id": "someone-else"})] * 2)
+    limits = setup.sweeper.limits
 
+    setup.sweeper.limits = dataclasses.replace(limits, max_scan=1)
     report = await setup.sweeper.sweep()
     assert report is not None and report.redispatched == 0
 
+    setup.sweeper.limits = dataclasses.replace(limits, max_scan=2)  # searched: not there
+    report = await setup.sweeper.sweep()
+    assert report is not None and report.redispatched == 1
 
-async def test_a_streams_outage_skips_a_sweep_and_the_loop_goes_on(setup: Setup) -> None:
-    setup.fake.failures.append(StreamsUnavailable("cannot list the streams: injected"))
+
+async def test_a_redis_outage_skips_a_sweep_and_the_loop_goes_on(
+    setup: Setup, caplog: pytest.LogCaptureFixture
+) -> None:
+    setup.queue.down = True
     setup.sweeper.interval_seconds = 0.01
     stop = asyncio.Event()
     task = asyncio.create_task(setup.sweeper.run(stop))
+
+    async def refused() -> bool:
+        assert not task.done(), "the loop stopped on a Redis outage"
+        return setup.queue.refused > 0
+
+    async def swept_twice() -> bool:
+        assert not task.done(), "the loop stopped after a Redis outage"
+        return setup.sweeper.sweeps >= 2
+
     try:
-        deadline = asyncio.get_running_loop().time() + 10
-        while setup.sweeper.sweeps < 2:
-            assert not task.done(), "the loop stopped on a streams outage"
-            assert asyncio.get_running_loop().time() < deadline, "no sweep after the outage"
-            await asyncio.sleep(0.01)
+        await until(refused, what="a sweep reached the queue while Redis was down")
+        assert setup.sweeper.sweeps == 0  # that sweep did not count
+        setup.queue.down = False
+        await until(swept_twice, what="two sweeps after the outage")
     finally:
         stop.set()
         await asyncio.wait_for(task, 5)
-    assert not setup.fake.failures
+    failed = [r for r in caplog.records if "sweep failed" in r.getMessage()]
+    assert failed and "is Redis up?" in failed[0].getMessage()
+    assert all(r.levelno == logging.WARNING for r in failed)
 
 
 async def test_a_queue_nobody_serves_is_paged_for_once(
     setup: Setup, caplog: pytest.LogCaptureFixture
 ) -> None:
     _, fields, stream = await started(setup)
-    setup.fake.add(stream, fields)
-    setup.fake.backlogs[stream] = Backlog(waiting=1, consumers=0)
+    await setup.queue.publish([(stream, fields)])
+    await setup.queue.ensure_groups([stream])  # a worker of this queue once started
     now = [utcnow()]
     setup.sweeper.clock = lambda: now[0]
 
@@ -260,5 +270,47 @@ async def test_a_queue_nobody_serves_is_paged_for_once(
     await setup.sweeper.sweep()
     await setup.sweeper.sweep()
 
-    pages = [r for r in caplog.records if "no worker has ever read it" in r.getMessage()]
+    pages = [r for r in caplog.records if r.levelno == ALERT]
     assert len(pages) == 1
+    assert f"queue stream {stream} has 1 task(s) waiting" in pages[0].getMessage()
+
+
+async def test_a_served_queue_is_not_paged_for(
+    setup: Setup, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, fields, stream = await started(setup)
+    await setup.queue.ensure_groups([stream])
+    await setup.queue.publish([(stream, fields), (stream, fields)])
+    await setup.queue.read([stream], "worker", count=1, block_ms=0)  # busy with the first
+    now = [utcnow()]
+    setup.sweeper.clock = lambda: now[0]
+
+    await setup.sweeper.sweep()
+    now[0] += dt.timedelta(minutes=2)
+    await setup.sweeper.sweep()
+
+    assert not [r for r in caplog.records if r.levelno == ALERT]
+
+
+async def test_the_sweepers_own_consumer_does_not_hide_a_queue_nobody_serves(
+    setup: Setup, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Claiming an entry back makes the sweeper a consumer of its stream (XAUTOCLAIM);
+    it is no worker. Here the queue's one worker died, its entry was delivered again,
+    and its consumer was deleted (as an operator cleans up a worker gone for good):
+    nobody serves the queue, and the sweeper's consumer must not say otherwise."""
+    _, fields, stream = await started(setup)
+    await setup.stuck(stream, fields)
+    now = [utcnow()]
+    setup.sweeper.clock = lambda: now[0]
+    report = await setup.sweeper.sweep()
+    assert report is not None and report.redelivered == 1
+    assert await setup.queue.delete_consumer(stream, "dead") == 0
+
+    await setup.sweeper.sweep()
+    now[0] += dt.timedelta(minutes=2)
+    await setup.sweeper.sweep()
+
+    pages = [r for r in caplog.records if r.levelno == ALERT]
+    assert len(pages) == 1
+    assert f"queue stream {stream} has 1 task(s) waiting" in pages[0].getMessage()

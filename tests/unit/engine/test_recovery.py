@@ -20,7 +20,6 @@ from composer_engine import (
     Unserved,
     lost_before,
     lost_dispatch,
-    searchable,
     settle_entry,
     watch_queue,
 )
@@ -98,7 +97,6 @@ def test_a_candidate_still_in_its_stream_is_left_alone() -> None:
 
 def test_a_stream_too_long_to_search_counts_as_holding_every_candidate() -> None:
     assert isinstance(lost_dispatch(candidate(), live=None), Leave)
-    assert searchable(1000, LIMITS) and not searchable(1001, LIMITS)
 
 
 def test_lost_means_dispatched_longer_ago_than_lost_after() -> None:

@@ -6,6 +6,6 @@ the OpenTelemetry SDK and exporters, logging set-up) is composer_service, and
 streams and hints are composer_queue.
 """
 
-from composer_common import ids, logs, streams, telemetry
+from composer_common import ids, logs, telemetry
 
-__all__ = ["ids", "logs", "streams", "telemetry"]
+__all__ = ["ids", "logs", "telemetry"]

@@ -16,7 +16,6 @@ from composer_engine._recovery import (
     Unserved,
     lost_before,
     lost_dispatch,
-    searchable,
     settle_entry,
     watch_queue,
 )
@@ -56,7 +55,6 @@ __all__ = [
     "Workflows",
     "lost_before",
     "lost_dispatch",
-    "searchable",
     "settle_entry",
     "utcnow",
     "validate_definition",

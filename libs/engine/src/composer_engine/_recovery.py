@@ -151,11 +151,6 @@ def lost_before(now: dt.datetime, limits: RecoveryLimits) -> dt.datetime:
     return now - dt.timedelta(seconds=limits.lost_after)
 
 
-def searchable(stream_length: int, limits: RecoveryLimits) -> bool:
-    """Whether a stream is short enough to search for lost dispatches this sweep."""
-    return stream_length <= limits.max_scan
-
-
 def lost_dispatch(
     candidate: repo.LostDispatch, live: Collection[tuple[str, int]] | None
 ) -> DispatchDecision:

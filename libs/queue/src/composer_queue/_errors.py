@@ -12,8 +12,8 @@ The hierarchy, so callers can catch at the depth they need::
     └── MalformedMessage       a stream entry is not a task message (also a ValueError)
 
 A missing consumer group (NOGROUP; UNBLOCKED when the stream vanished under a
-blocked read) or one that exists already (BUSYGROUP) is never raised: the
-stream operations recreate or ignore it themselves.
+blocked read), a missing stream, or a group that exists already (BUSYGROUP) is
+never raised: the stream operations recreate or ignore it themselves.
 """
 
 from __future__ import annotations
@@ -58,6 +58,15 @@ def is_missing_group(exc: BaseException | None) -> bool:
     """The stream or its consumer group is gone (Redis restarted, flushed): a NOGROUP
     reply, or UNBLOCKED when the stream was deleted under a blocked XREADGROUP."""
     return isinstance(exc, rex.ResponseError) and str(exc).startswith(("NOGROUP", "UNBLOCKED"))
+
+
+def is_missing_stream(exc: BaseException | None) -> bool:
+    """The stream does not exist, as XINFO ("no such key") and XGROUP ("requires the key
+    to exist") say it."""
+    text = str(exc)
+    return isinstance(exc, rex.ResponseError) and (
+        "no such key" in text or "requires the key to exist" in text
+    )
 
 
 def is_existing_group(exc: BaseException | None) -> bool:

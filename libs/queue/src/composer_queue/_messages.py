@@ -170,7 +170,8 @@ class Backlog:
     lag: int
     #: Entries read and not yet acknowledged.
     pending: int
-    #: Consumers the group has ever seen (0: no worker ever read this stream).
+    #: Consumers the group knows: each one that read or claimed an entry stays until
+    #: deleted (0: no worker ever read this stream), less the one ``backlog`` ignored.
     consumers: int
 
     @property

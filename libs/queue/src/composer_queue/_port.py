@@ -70,8 +70,21 @@ class Queue(Protocol):
         """Up to ``count`` entries delivered and not acknowledged, oldest first."""
         ...
 
-    async def backlog(self, stream: str) -> Backlog | None:
-        """What waits on the stream's group; None when the stream or the group does not exist."""
+    async def backlog(self, stream: str, *, ignore_consumer: str | None = None) -> Backlog | None:
+        """What waits on the stream's group; None when the stream or the group does not exist.
+
+        ``ignore_consumer`` is left out of ``consumers``: the lease-sweeper's own, which
+        XAUTOCLAIM registered when it claimed entries back, is no worker.
+        """
+        ...
+
+    async def delete_consumer(self, stream: str, consumer: str) -> int:
+        """Remove ``consumer`` from the stream's group (XGROUP DELCONSUMER), as an operator
+        does for a worker gone for good; how many entries it still held (0 without a group).
+
+        Those entries leave the pending list with it and no one can claim them any
+        more, so delete only a consumer that holds none.
+        """
         ...
 
     async def length(self, stream: str) -> int:

@@ -14,7 +14,13 @@ from typing import Any, cast
 import redis.asyncio as aioredis
 from redis.asyncio.client import PubSub
 
-from composer_queue._errors import QueueUnavailable, is_existing_group, is_missing_group, translated
+from composer_queue._errors import (
+    QueueUnavailable,
+    is_existing_group,
+    is_missing_group,
+    is_missing_stream,
+    translated,
+)
 from composer_queue._messages import DELIVERIES, GROUP, Backlog, Entry, Pending, Reclaimed
 
 
@@ -38,12 +44,6 @@ class RedisQueue:
 
     def __init__(self, client: aioredis.Redis) -> None:
         self._redis = client
-
-    @property
-    def raw(self) -> aioredis.Redis:
-        """The redis-py client underneath. Only for the lease-sweeper, which still drives
-        Redis itself; removed when the sweeper moves to composer_queue."""
-        return self._redis
 
     async def __aenter__(self) -> RedisQueue:
         return self
@@ -172,23 +172,38 @@ class RedisQueue:
             for r in rows
         ]
 
-    async def backlog(self, stream: str) -> Backlog | None:
+    async def backlog(self, stream: str, *, ignore_consumer: str | None = None) -> Backlog | None:
         try:
             with translated(f"XINFO GROUPS {stream}"):
                 groups = await self._redis.xinfo_groups(stream)
         except Exception as exc:
-            cause = exc.__cause__
-            if cause is not None and "no such key" in str(cause):
+            if is_missing_stream(exc.__cause__):
                 return None
             raise
-        for group in groups:
-            if group.get("name") == GROUP:
-                return Backlog(
-                    int(group.get("lag") or 0),
-                    int(group.get("pending") or 0),
-                    int(group.get("consumers") or 0),
-                )
-        return None
+        found = [g for g in groups if g.get("name") == GROUP]
+        if not found:
+            return None
+        [group] = found
+        consumers = int(group.get("consumers") or 0)
+        if ignore_consumer is not None and consumers:
+            try:
+                with translated(f"XINFO CONSUMERS {stream}"):
+                    rows = await self._redis.xinfo_consumers(stream, GROUP)
+            except Exception as exc:
+                if is_missing_group(exc.__cause__) or is_missing_stream(exc.__cause__):
+                    return None  # deleted between the two calls
+                raise
+            consumers = sum(1 for row in rows if row.get("name") != ignore_consumer)
+        return Backlog(int(group.get("lag") or 0), int(group.get("pending") or 0), consumers)
+
+    async def delete_consumer(self, stream: str, consumer: str) -> int:
+        try:
+            with translated(f"deleting consumer {consumer} of {stream}"):
+                return int(await self._redis.xgroup_delconsumer(stream, GROUP, consumer))
+        except Exception as exc:
+            if is_missing_group(exc.__cause__) or is_missing_stream(exc.__cause__):
+                return 0
+            raise
 
     async def length(self, stream: str) -> int:
         with translated(f"XLEN {stream}"):

@@ -2,7 +2,7 @@
 
 ``FakeQueue`` keeps streams with one consumer group each (pending entries,
 delivery counts, idle times, XAUTOCLAIM) and pub/sub channels. It passes the
-same contract test as the real adapter (tests/queue/test_contract.py), so
+same contract test as the real adapter (tests/integration/queue/test_contract.py), so
 code tested on it behaves the same on Redis. Faults: set ``down`` to make
 every call raise ``QueueUnavailable`` (and drop every subscription), as a
 Redis outage would.
@@ -199,7 +199,6 @@ class FakeQueue:
         if s is None or s.group is None:
             return Reclaimed([], "0-0")
         group = s.group
-        group.consumers.add(consumer)
         now = self._clock()
         ids = sorted(i for i in group.pel if i >= _parse(start))
         claimed: list[Entry] = []
@@ -212,6 +211,7 @@ class FakeQueue:
             if entry_id not in s.entries:  # deleted while pending: dropped, as Redis 7 does
                 del group.pel[entry_id]
                 continue
+            group.consumers.add(consumer)  # as Redis 7: only once it claims something
             group.pel[entry_id] = _Delivery(consumer, now, delivery.times + 1)
             claimed.append(Entry(stream, _text(entry_id), dict(s.entries[entry_id])))
         return Reclaimed(claimed, "0-0")
@@ -227,14 +227,26 @@ class FakeQueue:
             for i, d in sorted(s.group.pel.items())[:count]
         ]
 
-    async def backlog(self, stream: str) -> Backlog | None:
+    async def backlog(self, stream: str, *, ignore_consumer: str | None = None) -> Backlog | None:
         self._check(f"XINFO GROUPS {stream}")
         s = self._streams.get(stream)
         if s is None or s.group is None:
             return None
         g = s.group
         lag = sum(1 for i in s.entries if i > g.last_delivered)
-        return Backlog(lag, len(g.pel), len(g.consumers))
+        return Backlog(lag, len(g.pel), len(g.consumers - {ignore_consumer}))
+
+    async def delete_consumer(self, stream: str, consumer: str) -> int:
+        self._check(f"deleting consumer {consumer} of {stream}")
+        s = self._streams.get(stream)
+        if s is None or s.group is None:
+            return 0
+        g = s.group
+        g.consumers.discard(consumer)
+        held = [i for i, d in g.pel.items() if d.consumer == consumer]
+        for entry_id in held:
+            del g.pel[entry_id]
+        return len(held)
 
     async def length(self, stream: str) -> int:
         self._check(f"XLEN {stream}")

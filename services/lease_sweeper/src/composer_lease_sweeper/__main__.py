@@ -7,7 +7,6 @@ import sys
 
 from composer_engine import Engine
 from composer_lease_sweeper.loop import Sweeper
-from composer_lease_sweeper.redis_stream_ops import RedisStreamOps
 from composer_lease_sweeper.settings import SweeperSettings
 from composer_service import run, serving
 
@@ -19,7 +18,7 @@ async def serve(settings: SweeperSettings) -> None:
     async with serving(settings.runtime("lease-sweeper", pool_size=4)) as rt:
         sweeper = Sweeper(
             Engine(rt.pool, redis=rt.queue, redis_prefix=settings.redis_prefix),
-            RedisStreamOps(rt.queue.raw, settings.redis_prefix),
+            rt.queue,
             prefix=settings.redis_prefix,
             shards=settings.shards,
             interval_seconds=settings.sweeper_interval_seconds,

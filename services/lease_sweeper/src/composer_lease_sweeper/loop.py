@@ -11,11 +11,12 @@ the answer through the Engine, in this order:
     acknowledged away, or their attempt is given up (delivered too often).
 (b) Attempts dispatched long ago with no worker, no outbox row and, by
     ``lost_dispatch``, no entry left in their stream are dispatched again.
-And queues with work and no consumer are paged for (``watch_queue``).
+And queues with work and no worker are paged for (``watch_queue``).
 
-The streams are reached only through ``StreamOps``. One replica sweeps at a
-time (a PostgreSQL advisory lock per Redis prefix, held for the sweep; a
-replica that does not get it skips its turn), so two sweepers never
+The streams are reached through a ``composer_queue.Queue`` (tested on its
+``FakeQueue``); a Redis outage (``QueueError``) skips one sweep. One replica
+sweeps at a time (a PostgreSQL advisory lock per Redis prefix, held for the
+sweep; a replica that does not get it skips its turn), so two sweepers never
 redeliver or redispatch the same attempt twice over; each step is also
 fenced on its own, so a sweep that dies halfway is harmless.
 """
@@ -26,11 +27,11 @@ import asyncio
 import collections
 import datetime as dt
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+import composer_queue as cq
 import composer_repo as repo
-from composer_common import streams
 from composer_common.logs import alert
 from composer_engine import (
     Acknowledge,
@@ -46,29 +47,27 @@ from composer_engine import (
     Unserved,
     lost_before,
     lost_dispatch,
-    searchable,
     settle_entry,
     utcnow,
     watch_queue,
 )
 from composer_lease_sweeper.report import PENDING, SweepReport, record
-from composer_lease_sweeper.stream_ops import StreamEntry, StreamOps, StreamsUnavailable
 from composer_service import sleep_or_stop
 
 log = logging.getLogger("composer.sweeper")
 
-#: Stream field: how many times this attempt was delivered (absent: once).
-DELIVERIES = "deliveries"
+#: The consumer that reclaimed entries belong to while the sweeper decides on them.
+CONSUMER = "composer-lease-sweeper"
 
-__all__ = ["DELIVERIES", "SweepReport", "Sweeper"]
+__all__ = ["CONSUMER", "SweepReport", "Sweeper"]
 
 
 @dataclass
 class Sweeper:
     engine: Engine
-    stream_ops: StreamOps
+    queue: cq.Queue
     prefix: str = "composer"
-    shards: int = streams.DEFAULT_SHARDS
+    shards: int = cq.DEFAULT_SHARDS
     interval_seconds: float = 5.0
     lease_ttl: float = 30.0
     lost_after: float = 60.0
@@ -93,7 +92,7 @@ class Sweeper:
         while not stop.is_set():
             try:
                 await self.sweep()
-            except (repo.Transient, Unavailable, StreamsUnavailable) as exc:
+            except (repo.Transient, Unavailable, cq.QueueError) as exc:
                 log.warning("sweep failed: %s; next one in %.1fs", exc, self.interval_seconds)
             await sleep_or_stop(stop, self.interval_seconds)
 
@@ -145,49 +144,50 @@ class Sweeper:
     # -- (c) and (d): entries pending on dead consumers --------------------------
 
     async def _reclaim_entries(self, report: SweepReport) -> None:
-        for stream in await self.stream_ops.queue_streams():
-            cursor: str | None = None
+        for stream in await self.queue.streams(self.prefix):
+            start = "0-0"
             while True:
-                page = await self.stream_ops.reclaim(
+                page = await self.queue.reclaim(
                     stream,
-                    min_idle_seconds=self.lease_ttl,
+                    CONSUMER,
+                    min_idle_ms=int(self.lease_ttl * 1000),
+                    start=start,
                     count=self.batch_size,
-                    cursor=cursor,
                 )
                 if page.entries:
-                    await self._settle(stream, page.entries, report)
-                if page.cursor is None:
+                    await self._settle(page.entries, report)
+                if page.done:
                     break
-                cursor = page.cursor
+                start = page.next_start
 
-    async def _settle(self, stream: str, claimed: list[StreamEntry], report: SweepReport) -> None:
+    async def _settle(self, claimed: list[cq.Entry], report: SweepReport) -> None:
         """Ask the policy what each claimed entry still means, and do it."""
-        done: list[str] = []  # acknowledged away, in one step at the end
-        entries: list[tuple[StreamEntry, streams.TaskMessage]] = []
+        done: list[tuple[str, str]] = []  # acknowledged away, in one step at the end
+        entries: list[tuple[cq.Entry, cq.TaskMessage]] = []
         for entry in claimed:
             try:
-                entries.append((entry, streams.TaskMessage.from_fields(dict(entry.fields))))
-            except ValueError as exc:
-                log.error("dropping malformed entry %s on %s: %s", entry.id, stream, exc)
-                done.append(entry.id)
+                entries.append((entry, entry.message()))
+            except cq.MalformedMessage as exc:
+                log.error("dropping entry %s on %s: %s", entry.entry_id, entry.stream, exc)
+                done.append(entry.ref)
                 report.acked += 1
         try:
             async with repo.transaction(self.engine.pool) as conn:
                 tasks = await repo.task_attempts(conn, [(m.run_id, m.task_id) for _, m in entries])
             for entry, msg in entries:
-                deliveries = _deliveries(entry.fields)
-                facts = ClaimedEntry(msg.task_id, msg.attempt, deliveries)
+                facts = ClaimedEntry(msg.task_id, msg.attempt, entry.deliveries)
                 match settle_entry(facts, tasks.get(msg.task_id), self.limits):
                     case Acknowledge():
-                        done.append(entry.id)
+                        done.append(entry.ref)
                         report.acked += 1
                     case GiveUp() as give_up:
                         await self._give_up(msg, give_up)
-                        done.append(entry.id)
+                        done.append(entry.ref)
                         report.given_up += 1
                     case Redeliver(deliveries=again):
-                        fields = {**entry.fields, DELIVERIES: str(again)}
-                        await self.stream_ops.redeliver(stream, entry.id, fields)
+                        # The policy counts from entry.deliveries, as redeliver does when
+                        # it writes the DELIVERIES field: the new entry carries ``again``.
+                        await self.queue.redeliver(entry)
                         report.redelivered += 1
                         log.warning(
                             "task %s (%s) attempt %d of run %s: its entry sat unacknowledged "
@@ -202,9 +202,9 @@ class Sweeper:
                             self.max_deliveries,
                         )
         finally:
-            await self.stream_ops.ack(stream, done)
+            await self.queue.ack(done)
 
-    async def _give_up(self, msg: streams.TaskMessage, decision: GiveUp) -> None:
+    async def _give_up(self, msg: cq.TaskMessage, decision: GiveUp) -> None:
         failed = await _apply(
             f"fail task {msg.task_id} of run {msg.run_id}",
             self.engine.report_failed(
@@ -240,13 +240,12 @@ class Sweeper:
             if d.queue is None:  # pragma: no cover - every dispatched task has a queue
                 log.error("task %s of run %s has no queue; cannot dispatch it", d.task_id, d.run_id)
                 continue
-            shard = streams.shard_of(d.task_id, self.shards)
-            by_stream[streams.stream_name(self.prefix, d.queue, shard)].append(d)
+            by_stream[cq.task_stream(self.prefix, d.queue, d.task_id, self.shards)].append(d)
         for stream, lost in by_stream.items():
-            live: set[tuple[str, int]] | None = None
-            if searchable(await self.stream_ops.length(stream), self.limits):
-                live = await self.stream_ops.attempts_in(stream, {d.task_id for d in lost})
-            else:
+            live = await cq.find_attempts(
+                self.queue, stream, {d.task_id for d in lost}, max_scan=self.limits.max_scan
+            )
+            if live is None:
                 log.warning(
                     "%s holds over %d entries: not searched for lost dispatches",
                     stream,
@@ -281,10 +280,14 @@ class Sweeper:
     # -- queues nobody serves ----------------------------------------------------
 
     async def _watch_queues(self) -> None:
-        """Pending counts per stream (a gauge), and an ALERT for a queue nobody serves."""
+        """Pending counts per stream (a gauge), and an ALERT for a queue nobody serves.
+
+        The sweeper's own consumer, which XAUTOCLAIM registered on each stream it
+        claimed entries from, is no worker: it is left out, or it would hide such a queue.
+        """
         now = self.clock()
-        for stream in await self.stream_ops.queue_streams():
-            backlog = await self.stream_ops.backlog(stream)
+        for stream in await self.queue.streams(self.prefix):
+            backlog = await self.queue.backlog(stream, ignore_consumer=CONSUMER)
             if backlog is None:
                 continue
             PENDING[stream] = backlog.waiting
@@ -298,8 +301,8 @@ class Sweeper:
             if page:
                 alert(
                     log,
-                    "queue stream %s has %d task(s) waiting and no worker has ever read it for "
-                    "%.0fs: start a worker for this queue (runs there cannot go on)",
+                    "queue stream %s has %d task(s) waiting and no worker in its consumer group "
+                    "for %.0fs: start a worker for this queue (runs there cannot go on)",
                     stream,
                     backlog.waiting,
                     (now - seen.since).total_seconds(),
@@ -317,10 +320,3 @@ async def _apply(what: str, call: Awaitable[bool]) -> bool:
     except EngineError as exc:
         log.error("cannot %s: %s", what, exc)
         return False
-
-
-def _deliveries(fields: Mapping[str, str]) -> int:
-    try:
-        return max(1, int(fields.get(DELIVERIES, "1")))
-    except ValueError:
-        return 1
