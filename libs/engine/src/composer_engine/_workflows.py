@@ -15,7 +15,7 @@ from typing import Any
 
 import composer_repo as repo
 from composer_core.model import WorkflowSpec, build_dag, parse_definition
-from composer_engine._retry import DEFAULT_ATTEMPTS, in_transaction
+from composer_engine._engine import DEFAULT_ATTEMPTS, in_transaction
 from composer_engine._tx import Tx
 
 
