@@ -9,7 +9,6 @@ import pytest
 import composer_repo as repo
 from composer_core.model import TaskState
 from composer_engine import (
-    DELIVERY_LIMIT,
     Acknowledge,
     ClaimedEntry,
     GiveUp,
@@ -23,6 +22,7 @@ from composer_engine import (
     settle_entry,
     watch_queue,
 )
+from composer_rpc.codes import ErrorCode
 
 LIMITS = RecoveryLimits(lease_ttl=30, lost_after=60, max_deliveries=3, max_scan=1000)
 NOW = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
@@ -72,7 +72,7 @@ def test_an_entry_of_an_earlier_attempt_or_a_vanished_task_is_acknowledged_away(
 def test_an_attempt_delivered_max_deliveries_times_is_given_up_with_the_reason() -> None:
     decision = settle_entry(entry(deliveries=3), task(TaskState.QUEUED), LIMITS)
     assert isinstance(decision, GiveUp)
-    assert decision.code == DELIVERY_LIMIT
+    assert decision.code == ErrorCode.DELIVERY_LIMIT
     assert "delivered 3 times" in decision.reason and "the limit is 3" in decision.reason
     # past the limit too (the limit was lowered between sweeps)
     assert isinstance(settle_entry(entry(deliveries=7), task(TaskState.PENDING), LIMITS), GiveUp)

@@ -3,7 +3,6 @@
 from composer_engine._definitions import DefinitionCache
 from composer_engine._engine import Engine, LeaseGrant, Started, utcnow
 from composer_engine._recovery import (
-    DELIVERY_LIMIT,
     Acknowledge,
     ClaimedEntry,
     DispatchDecision,
@@ -30,7 +29,6 @@ from composer_engine.errors import (
 )
 
 __all__ = [
-    "DELIVERY_LIMIT",
     "Acknowledge",
     "BadRequest",
     "ClaimedEntry",

@@ -35,9 +35,8 @@ from dataclasses import dataclass
 
 import composer_repo as repo
 from composer_core.model import TaskState
+from composer_rpc.codes import ErrorCode
 
-#: The error code of an attempt failed for good for being delivered too often.
-DELIVERY_LIMIT = "DELIVERY_LIMIT"
 _WAITING_FOR_WORKER = frozenset({TaskState.PENDING, TaskState.QUEUED})
 
 
@@ -101,7 +100,7 @@ class GiveUp:
     """Fail the attempt for good (permanent, with ``code``), then acknowledge the entry."""
 
     reason: str
-    code: str = DELIVERY_LIMIT
+    code: str = ErrorCode.DELIVERY_LIMIT
 
 
 EntryDecision = Acknowledge | Redeliver | GiveUp
