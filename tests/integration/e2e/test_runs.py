@@ -115,10 +115,11 @@ async def test_fork_join_with_branches_of_different_lengths(stack: Stack) -> Non
     assert tasks["j"].state is TaskState.COMPLETED
     a3_done, b1_done = tasks["a3"].finished_at, tasks["b1"].finished_at
     assert a3_done is not None and b1_done is not None
-    # the join waited for the longer branch: what follows it started after both finished
-    # (created_at is its transaction's start, which may precede the finish it records)
-    after_started = tasks["after"].started_at
-    assert after_started is not None and after_started >= max(a3_done, b1_done)
+    # the join waited for the longer branch: it, and what follows it, were created no
+    # earlier than both finished (one event's rows carry one time, read after the lock)
+    assert tasks["j"].finished_at is not None
+    assert tasks["j"].finished_at >= max(a3_done, b1_done)
+    assert tasks["after"].created_at >= max(a3_done, b1_done)
 
 
 async def test_switch_skips_a_branch_and_merges(stack: Stack) -> None:

@@ -131,8 +131,10 @@ async def test_load_run_locks_and_returns_the_routing_snapshot(conn: repo.Connec
 
     async with conn.transaction():
         locked = await repo.load_run(conn, run_id)
-        # The snapshot comes with the transaction's clock: the one every write uses.
-        assert locked.now == await conn.fetchval("SELECT now()")
+        # The snapshot comes with the event's clock, read after the lock: the one
+        # every write of the transaction uses.
+        assert locked.now == await conn.fetchval("SELECT composer_now()")
+        assert locked.now >= await conn.fetchval("SELECT now()")
     run = locked.run
 
     assert (run.run_id, run.workflow_id, run.status, run.input) == (
@@ -263,3 +265,37 @@ async def test_list_runs_by_creation_time(conn: repo.Connection) -> None:
     assert [r.run_id for r in earlier.runs] == [old]
     with pytest.raises(repo.Invalid):
         await repo.list_runs(conn, limit=0)
+
+
+async def test_an_event_that_waited_for_the_lock_writes_times_after_the_one_it_waited_for(
+    pool: repo.Pool,
+) -> None:
+    """Transaction B began before A committed (its now() is earlier than A's times),
+    but every time B writes is read after it got the run lock: later than A's."""
+    async with pool.acquire() as setup:
+        run_id = await new_run(setup)
+        ref = await new_worker_task(setup, run_id, node_id="a")
+    async with pool.acquire() as a, pool.acquire() as b:
+        b_tx = b.transaction()
+        await b_tx.start()
+        b_began = await b.fetchval("SELECT now()")
+        async with a.transaction():
+            await repo.load_run(a, run_id)
+            b_lock = asyncio.ensure_future(repo.load_run(b, run_id))
+            done = await repo.complete_task(a, ref, {"ok": True})
+            assert done is not None
+        locked = await asyncio.wait_for(b_lock, 5)
+        await repo.insert_task(
+            b, run_id, uuid7(), "j", node_type=NodeType.JOIN, state=TaskState.COMPLETED
+        )
+        await b_tx.commit()
+    async with pool.acquire() as check:
+        times = {
+            r["node_id"]: r
+            for r in await check.fetch(
+                "SELECT node_id, created_at, finished_at FROM task_instances WHERE run_id = $1",
+                run_id,
+            )
+        }
+    assert b_began < times["a"]["finished_at"] <= locked.now
+    assert times["j"]["created_at"] == times["j"]["finished_at"] == locked.now

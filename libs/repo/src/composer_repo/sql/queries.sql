@@ -7,15 +7,13 @@
 -- (task id, node id, attempt, an active state) so a write the snapshot did not
 -- expect matches no row instead of corrupting one.
 --
--- Times that end something (a run's completed_at, a task's finished_at when a
--- later event finishes it) are clock_timestamp(), read when the row is written:
--- after the run lock (the first statement of every event's transaction) and the
--- row's own lock, so later than anything an earlier transaction of the run wrote,
--- whatever order the transactions began in. Times that start something stay
--- now(), the start of their transaction: the clock the state machine schedules
--- from (a wait's wake_at), and no later than anything their transaction or a
--- later one writes. So nothing finishes before it starts, and no task reads as
--- created after its run finished unless it was.
+-- Every time an event's transaction writes is composer_now() (migration V003):
+-- clock_timestamp() read once by the lock query, after the run lock was
+-- granted, and kept for the transaction. So each event's rows carry one time,
+-- later than anything an earlier transaction of the run wrote, whatever order
+-- the transactions began in: nothing finishes before it starts, and no task
+-- reads as created after its run finished unless it was. Statements outside an
+-- event (a start, a lease, the enqueuer, a definition change) use now().
 
 -- =============================================================================
 -- Definitions
@@ -112,12 +110,15 @@ RETURNING status, now() AS now;
 -- held until commit, serializes all events of one run. It also returns the
 -- transaction's clock (every time the event persists is derived from it)
 -- and whether buffered signals wait, so they are read only when there are any.
-SELECT r.workflow_id, r.version, r.status, r.input, r.config, now() AS now,
-       EXISTS (SELECT 1 FROM workflow_events e
-                WHERE e.run_id = $1 AND e.consumed_at IS NULL) AS has_signals
-  FROM workflow_runs r
- WHERE r.id = $1
-   FOR UPDATE OF r;
+SELECT s.workflow_id, s.version, s.status, s.input, s.config, s.has_signals,
+       -- evaluated above the row lock (a subquery with FOR UPDATE is not flattened)
+       set_config('composer.now', clock_timestamp()::text, true)::timestamptz AS now
+  FROM (SELECT r.workflow_id, r.version, r.status, r.input, r.config,
+               EXISTS (SELECT 1 FROM workflow_events e
+                        WHERE e.run_id = $1 AND e.consumed_at IS NULL) AS has_signals
+          FROM workflow_runs r
+         WHERE r.id = $1
+           FOR UPDATE OF r) s;
 
 -- name: load_task_states
 -- What routing needs from each reached node: no inputs, no outputs.
@@ -135,7 +136,7 @@ SELECT node_id, output
 -- new input or config; its previous outcome is cleared.
 UPDATE workflow_runs
    SET status = 'RUNNING', version = $2, input = $3, config = $4,
-       output = NULL, error = NULL, completed_at = NULL, updated_at = now()
+       output = NULL, error = NULL, completed_at = NULL, updated_at = composer_now()
  WHERE id = $1
 RETURNING 1;
 
@@ -145,7 +146,7 @@ DELETE FROM task_instances
 
 -- name: finish_run
 UPDATE workflow_runs r
-   SET status = $2, output = $3, error = $4, completed_at = clock_timestamp(), updated_at = now()
+   SET status = $2, output = $3, error = $4, completed_at = composer_now(), updated_at = composer_now()
  WHERE id = $1 AND status IN ('PENDING', 'RUNNING')
 RETURNING workflow_id, version, created_at, completed_at,
           (SELECT d.webhook_url FROM workflow_definitions d
@@ -208,17 +209,17 @@ SELECT id, workflow_id, version, status, error, idempotency_key, created_at, upd
 -- final (control nodes, satisfied waits, skips, failures) is finished now.
 INSERT INTO task_instances
        (id, run_id, node_id, node_type, state, input, output, error, branches, wake_at,
-        awaited_signal, queue, dispatched_at, started_at, finished_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
-        CASE WHEN $5 = 'PENDING' THEN now() END,
-        CASE WHEN $5 IN ('WAITING', 'COMPLETED', 'FAILED') THEN now() END,
-        CASE WHEN $5 IN ('COMPLETED', 'FAILED', 'SKIPPED') THEN now() END)
+        awaited_signal, queue, created_at, updated_at, dispatched_at, started_at, finished_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, composer_now(), composer_now(),
+        CASE WHEN $5 = 'PENDING' THEN composer_now() END,
+        CASE WHEN $5 IN ('WAITING', 'COMPLETED', 'FAILED') THEN composer_now() END,
+        CASE WHEN $5 IN ('COMPLETED', 'FAILED', 'SKIPPED') THEN composer_now() END)
 ON CONFLICT (run_id, node_id) DO NOTHING
 RETURNING 1;
 
 -- name: complete_task
 UPDATE task_instances
-   SET state = 'COMPLETED', output = $5, finished_at = clock_timestamp(), updated_at = now(),
+   SET state = 'COMPLETED', output = $5, finished_at = composer_now(), updated_at = composer_now(),
        dispatched_at = NULL, lease_owner = NULL, lease_expires_at = NULL
  WHERE run_id = $1 AND id = $2 AND node_id = $3 AND attempt = $4
    AND state IN ('PENDING', 'QUEUED', 'RUNNING')
@@ -226,8 +227,8 @@ RETURNING node_type, started_at, finished_at;
 
 -- name: fail_task
 UPDATE task_instances
-   SET state = 'FAILED', error = $5, error_code = $6, finished_at = clock_timestamp(),
-       updated_at = now(),
+   SET state = 'FAILED', error = $5, error_code = $6, finished_at = composer_now(),
+       updated_at = composer_now(),
        dispatched_at = NULL, lease_owner = NULL, lease_expires_at = NULL
  WHERE run_id = $1 AND id = $2 AND node_id = $3 AND attempt = $4
    AND state IN ('PENDING', 'QUEUED', 'RUNNING')
@@ -239,7 +240,7 @@ RETURNING node_type, started_at, finished_at;
 -- which the next dispatch sends again.
 UPDATE task_instances
    SET state = 'PENDING', attempt = attempt + 1, error = $5, error_code = $6,
-       dispatched_at = $7, started_at = NULL, updated_at = now(),
+       dispatched_at = $7, started_at = NULL, updated_at = composer_now(),
        lease_owner = NULL, lease_expires_at = NULL
  WHERE run_id = $1 AND id = $2 AND node_id = $3 AND attempt = $4
    AND state IN ('PENDING', 'QUEUED', 'RUNNING')
@@ -247,15 +248,15 @@ RETURNING attempt, node_type, queue, input;
 
 -- name: resolve_wait
 UPDATE task_instances
-   SET state = $4, output = $5, error = $6, wake_at = NULL, finished_at = clock_timestamp(),
-       updated_at = now()
+   SET state = $4, output = $5, error = $6, wake_at = NULL, finished_at = composer_now(),
+       updated_at = composer_now()
  WHERE run_id = $1 AND id = $2 AND node_id = $3 AND state = 'WAITING'
 RETURNING 1;
 
 -- name: cancel_tasks
 -- Fails the run's still-active tasks among $2, and takes them off every loop.
 UPDATE task_instances
-   SET state = 'FAILED', error = $3, finished_at = clock_timestamp(), updated_at = now(),
+   SET state = 'FAILED', error = $3, finished_at = composer_now(), updated_at = composer_now(),
        wake_at = NULL, dispatched_at = NULL, lease_owner = NULL, lease_expires_at = NULL
  WHERE run_id = $1 AND id = ANY($2::text[])
    AND state IN ('PENDING', 'QUEUED', 'RUNNING', 'WAITING')
@@ -300,8 +301,8 @@ RETURNING lease_expires_at;
 -- =============================================================================
 
 -- name: buffer_signal
-INSERT INTO workflow_events (id, run_id, name, payload)
-VALUES ($1, $2, $3, $4);
+INSERT INTO workflow_events (id, run_id, name, payload, created_at)
+VALUES ($1, $2, $3, $4, composer_now());
 
 -- name: pending_signals
 -- The run's buffered signals no node took yet, oldest first (the snapshot's).
@@ -312,7 +313,7 @@ SELECT id, name, payload
 
 -- name: consume_signal
 UPDATE workflow_events
-   SET consumed_at = now(), consumed_by = $3
+   SET consumed_at = composer_now(), consumed_by = $3
  WHERE run_id = $1 AND id = $2 AND consumed_at IS NULL
 RETURNING 1;
 
@@ -330,7 +331,7 @@ SELECT id, name, payload, created_at, consumed_at, consumed_by
 
 -- name: enqueue
 INSERT INTO outbox (kind, run_id, task_id, destination, payload, next_attempt_at)
-VALUES ($1, $2, $3, $4, $5, COALESCE($6::timestamptz, now()))
+VALUES ($1, $2, $3, $4, $5, COALESCE($6::timestamptz, composer_now()))
 RETURNING id;
 
 -- name: claim_outbox
@@ -426,12 +427,15 @@ RETURNING node_id, node_type, queue, input;
 -- the same run (the timer: one busy run must not hold up every due wait
 -- behind it, and two timer replicas pass each other's runs). No row when the
 -- run is locked (or gone); the loop comes back to it on its next pass.
-SELECT r.workflow_id, r.version, r.status, r.input, r.config, now() AS now,
-       EXISTS (SELECT 1 FROM workflow_events e
-                WHERE e.run_id = $1 AND e.consumed_at IS NULL) AS has_signals
-  FROM workflow_runs r
- WHERE r.id = $1
-   FOR UPDATE OF r SKIP LOCKED;
+SELECT s.workflow_id, s.version, s.status, s.input, s.config, s.has_signals,
+       -- evaluated above the row lock (a subquery with FOR UPDATE is not flattened)
+       set_config('composer.now', clock_timestamp()::text, true)::timestamptz AS now
+  FROM (SELECT r.workflow_id, r.version, r.status, r.input, r.config,
+               EXISTS (SELECT 1 FROM workflow_events e
+                        WHERE e.run_id = $1 AND e.consumed_at IS NULL) AS has_signals
+          FROM workflow_runs r
+         WHERE r.id = $1
+           FOR UPDATE OF r SKIP LOCKED) s;
 
 -- name: lock_expired_lease
 -- Under the run lock, before the sweeper fails an attempt for its lease: the
