@@ -363,13 +363,11 @@ class Engine:
                 return LeaseGrant(
                     False, "stale attempt, finished task, or leased by another worker"
                 )
-            dag = await self.definitions.get(tx.conn, lease.workflow_id, lease.version)
-            node = dag.node(lease.node_id)
             return LeaseGrant(
                 True,
                 input=lease.input,
                 expires_at=lease.expires_at,
-                max_attempts=node.retry_policy.max_attempts if node is not None else 0,
+                max_attempts=lease.max_attempts or 0,
             )
 
         return await self._in_tx(attempt_tx, single_statement=True)

@@ -63,6 +63,7 @@ async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: Sequence[Action])
     for action in actions:
         match action:
             case CreateTask():
+                worker = action.node_type.is_worker
                 if not await repo.insert_task(
                     conn,
                     run_id,
@@ -76,7 +77,8 @@ async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: Sequence[Action])
                     branches=action.branches,
                     wake_at=action.wake_at,
                     awaited_signal=action.awaited_signal,
-                    queue=dag.queue(action.node_id) if action.node_type.is_worker else None,
+                    queue=dag.queue(action.node_id) if worker else None,
+                    max_attempts=dag.retry_policy(action.node_id).max_attempts if worker else None,
                 ):
                     raise StaleSnapshot(f"node {action.node_id} of run {run_id} already has a task")
                 if action.wake_at is not None:

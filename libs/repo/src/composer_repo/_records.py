@@ -218,9 +218,9 @@ class Lease:
     queue: str | None
     input: Json
     expires_at: dt.datetime
-    #: The definition version of the run, whose DAG holds the node's retry policy.
-    workflow_id: str
-    version: int
+    #: The node's attempt budget (its retry policy's max_attempts); None for a task
+    #: written before the schema kept it.
+    max_attempts: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

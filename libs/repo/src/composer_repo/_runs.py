@@ -7,7 +7,7 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from composer_core.model import NodeType, RunStatus, TaskState
-from composer_core.statemachine import NodeState, Run, Signal
+from composer_core.statemachine import NodeState, Run
 from composer_core.templates import Json
 from composer_repo._db import Connection, translated
 from composer_repo._errors import Invalid, NotFound, RunAlreadyExists
@@ -20,7 +20,6 @@ from composer_repo._records import (
     StartedRun,
     TaskRecord,
 )
-from composer_repo._signals import pending_signals
 from composer_repo._sql import q
 
 #: Sorts after every UUID text (hex digits and dashes): "no upper bound".
@@ -89,9 +88,9 @@ async def load_run(conn: Connection, run_id: str) -> LockedRun:
 
     The first call of every event's transaction: the row lock serializes the
     events of one run, so concurrent completions see each other's writes. The
-    snapshot holds each reached node's state and the buffered signals (read
-    only when there are any) but no inputs or outputs: ``load_outputs`` loads
-    those the machine asks for. Raises NotFound.
+    snapshot holds each reached node's state but no inputs, outputs or buffered
+    signals: ``load_outputs`` and ``pending_signals`` load those the machine asks
+    for. Raises NotFound.
     """
     row = await conn.fetchrow(q("lock_run"), run_id)
     if row is None:
@@ -122,9 +121,6 @@ async def _snapshot(conn: Connection, run_id: str, row: Any) -> LockedRun:
             awaited_signal=t["awaited_signal"] if state is TaskState.WAITING else None,
             error=t["error"],
         )
-    signals: tuple[Signal, ...] = ()
-    if row["has_signals"]:
-        signals = await pending_signals(conn, run_id)
     run = Run(
         run_id=run_id,
         workflow_id=row["workflow_id"],
@@ -133,7 +129,7 @@ async def _snapshot(conn: Connection, run_id: str, row: Any) -> LockedRun:
         input=row["input"],
         config=row["config"],
         nodes=nodes,
-        signals=signals,
+        signals=None,  # loaded when the machine asks (pending_signals)
     )
     return LockedRun(run, row["now"])
 

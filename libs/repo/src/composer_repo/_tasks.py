@@ -36,8 +36,10 @@ async def insert_task(
     wake_at: dt.datetime | None = None,
     awaited_signal: str | None = None,
     queue: str | None = None,
+    max_attempts: int | None = None,
 ) -> bool:
-    """Insert a node's one task; ``queue`` for a task that goes to a worker.
+    """Insert a node's one task; ``queue`` and ``max_attempts`` (its node's attempt
+    budget, handed out with each lease) for a task that goes to a worker.
 
     Returns False, without raising, when the node already has a task in this
     run (the unique (run_id, node_id) index): two decisions raced, or the
@@ -57,6 +59,7 @@ async def insert_task(
         wake_at,
         awaited_signal,
         queue,
+        max_attempts,
     )
     return inserted is not None
 
@@ -183,8 +186,7 @@ async def acquire_lease(
         queue=row["queue"],
         input=row["input"],
         expires_at=row["lease_expires_at"],
-        workflow_id=row["workflow_id"],
-        version=row["version"],
+        max_attempts=row["max_attempts"],
     )
 
 

@@ -108,17 +108,15 @@ RETURNING status, now() AS now;
 -- name: lock_run
 -- The first statement of every event's transaction: the run's row lock,
 -- held until commit, serializes all events of one run. It also returns the
--- transaction's clock (every time the event persists is derived from it)
--- and whether buffered signals wait, so they are read only when there are any.
-SELECT s.workflow_id, s.version, s.status, s.input, s.config, s.has_signals,
+-- event's clock, read after the lock (every time the event persists is it).
+-- Buffered signals are read only when the machine asks (a WAIT_FOR_EVENT parks).
+SELECT s.workflow_id, s.version, s.status, s.input, s.config,
        -- evaluated above the row lock (a subquery with FOR UPDATE is not flattened)
        set_config('composer.now', clock_timestamp()::text, true)::timestamptz AS now
-  FROM (SELECT r.workflow_id, r.version, r.status, r.input, r.config,
-               EXISTS (SELECT 1 FROM workflow_events e
-                        WHERE e.run_id = $1 AND e.consumed_at IS NULL) AS has_signals
+  FROM (SELECT r.workflow_id, r.version, r.status, r.input, r.config
           FROM workflow_runs r
          WHERE r.id = $1
-           FOR UPDATE OF r) s;
+           FOR UPDATE) s;
 
 -- name: load_task_states
 -- What routing needs from each reached node: no inputs, no outputs.
@@ -209,8 +207,9 @@ SELECT id, workflow_id, version, status, error, idempotency_key, created_at, upd
 -- final (control nodes, satisfied waits, skips, failures) is finished now.
 INSERT INTO task_instances
        (id, run_id, node_id, node_type, state, input, output, error, branches, wake_at,
-        awaited_signal, queue, created_at, updated_at, dispatched_at, started_at, finished_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, composer_now(), composer_now(),
+        awaited_signal, queue, max_attempts, created_at, updated_at, dispatched_at, started_at,
+        finished_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, composer_now(), composer_now(),
         CASE WHEN $5 = 'PENDING' THEN composer_now() END,
         CASE WHEN $5 IN ('WAITING', 'COMPLETED', 'FAILED') THEN composer_now() END,
         CASE WHEN $5 IN ('COMPLETED', 'FAILED', 'SKIPPED') THEN composer_now() END)
@@ -270,19 +269,18 @@ DELETE FROM outbox
 -- name: acquire_lease
 -- A worker takes the attempt: granted when the task is waiting for a worker,
 -- already leased by the same owner, or leased by someone whose lease expired.
--- Returns the run's definition version too: the node's retry policy is there.
-UPDATE task_instances t
+-- Returns the node's attempt budget too (kept on the task: no join to the run).
+UPDATE task_instances
    SET state = 'RUNNING', lease_owner = $4,
        lease_expires_at = statement_timestamp() + make_interval(secs => $5),
-       started_at = CASE WHEN t.state = 'RUNNING' AND t.lease_owner = $4 THEN t.started_at
+       started_at = CASE WHEN state = 'RUNNING' AND lease_owner = $4 THEN started_at
                          ELSE now() END,
        updated_at = now()
-  FROM workflow_runs r
- WHERE t.run_id = $1 AND t.id = $2 AND t.attempt = $3 AND r.id = $1
-   AND (t.state IN ('PENDING', 'QUEUED')
-        OR (t.state = 'RUNNING'
-            AND (t.lease_owner = $4 OR t.lease_expires_at < statement_timestamp())))
-RETURNING t.node_id, t.node_type, t.queue, t.input, t.lease_expires_at, r.workflow_id, r.version;
+ WHERE run_id = $1 AND id = $2 AND attempt = $3
+   AND (state IN ('PENDING', 'QUEUED')
+        OR (state = 'RUNNING'
+            AND (lease_owner = $4 OR lease_expires_at < statement_timestamp())))
+RETURNING node_id, node_type, queue, input, lease_expires_at, max_attempts;
 
 -- name: lease_owner
 -- Who holds the lease on a RUNNING attempt (expired or not); no row when the
@@ -427,15 +425,13 @@ RETURNING node_id, node_type, queue, input;
 -- the same run (the timer: one busy run must not hold up every due wait
 -- behind it, and two timer replicas pass each other's runs). No row when the
 -- run is locked (or gone); the loop comes back to it on its next pass.
-SELECT s.workflow_id, s.version, s.status, s.input, s.config, s.has_signals,
+SELECT s.workflow_id, s.version, s.status, s.input, s.config,
        -- evaluated above the row lock (a subquery with FOR UPDATE is not flattened)
        set_config('composer.now', clock_timestamp()::text, true)::timestamptz AS now
-  FROM (SELECT r.workflow_id, r.version, r.status, r.input, r.config,
-               EXISTS (SELECT 1 FROM workflow_events e
-                        WHERE e.run_id = $1 AND e.consumed_at IS NULL) AS has_signals
+  FROM (SELECT r.workflow_id, r.version, r.status, r.input, r.config
           FROM workflow_runs r
          WHERE r.id = $1
-           FOR UPDATE OF r SKIP LOCKED) s;
+           FOR UPDATE SKIP LOCKED) s;
 
 -- name: lock_expired_lease
 -- Under the run lock, before the sweeper fails an attempt for its lease: the
