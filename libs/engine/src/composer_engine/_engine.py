@@ -396,12 +396,15 @@ class Engine:
         if node_id:
             attributes["composer.node_id"] = node_id
         with tracer().start_as_current_span(f"apply {kind}", attributes=attributes) as span:
-            tx.deciding = f"run {run.run_id}, event {event!r}"
+            tx.deciding = lambda: f"run {run.run_id}, event {event!r}"
             transition = await self._transition(tx, dag, locked, event)
             span.set_attribute("composer.actions", len(transition.actions))
             outcome = "applied"
             if transition.ignored is None:
-                tx.deciding = f"{tx.deciding}, actions {list(transition.actions)!r}"
+                actions = transition.actions
+                tx.deciding = lambda: (
+                    f"run {run.run_id}, event {event!r}, actions {list(actions)!r}"
+                )
                 effects = await persist(tx, dag, run, transition.actions)
                 announce(tx, effects, redis=self.redis, prefix=self.prefix, run=run)
             else:
@@ -523,6 +526,6 @@ async def in_transaction(
 
 def _internal(tx: Tx | None, problem: str) -> Internal:
     """The Internal error of a failed transaction, after its one ALERT line."""
-    where = tx.deciding if tx is not None and tx.deciding else "outside a decision"
+    where = tx.deciding() if tx is not None and tx.deciding else "outside a decision"
     alert(log, "internal error (%s): %s", where, problem)
     return Internal(f"internal error: {problem}")

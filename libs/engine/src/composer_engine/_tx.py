@@ -26,8 +26,8 @@ class Tx:
         self.conn = conn
         self._after: list[AfterCommit] = []
         #: What the transaction is deciding (run, event, actions so far), for the log
-        #: line of an internal error.
-        self.deciding: str | None = None
+        #: line of an internal error: formatted only then, never on the hot path.
+        self.deciding: Callable[[], str] | None = None
 
     def after_commit(self, fn: AfterCommit) -> None:
         self._after.append(fn)
