@@ -1,6 +1,6 @@
 """The state machine decides, the repository persists: one workflow end to end.
 
-A minimal shell (lock and load, decide, persist each action, commit) drives
+A minimal shell (lock and load, decide, the engine's persist, commit) drives
 a run through a retry, a signal that arrives before its waiter, a SWITCH, a
 skip, the run output, a stale report, a retry of the finished run and a
 cancel. It proves every action has its write and that the snapshot, and the
@@ -10,36 +10,25 @@ machine needs — the contract the engine builds on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, assert_never
+from typing import Any
 
 import composer_repo as repo
 from composer_core.model import RunStatus, TaskState, WorkflowDAG, build_dag, parse_definition
 from composer_core.statemachine import (
-    Action,
-    BufferSignal,
-    CancelTasks,
-    CompleteTask,
-    ConsumeSignal,
-    CreateTask,
     Deps,
-    DispatchTask,
     Event,
-    FailTask,
-    FinishRun,
     Machine,
     Missing,
     NodeCompleted,
     NodeFailed,
-    ReopenRun,
-    ResolveWait,
-    RetryTask,
     RunCancelled,
     RunRetried,
     RunStarted,
     SignalReceived,
     Transition,
 )
+from composer_engine._persist import persist
+from composer_engine._tx import Tx
 
 from .helpers import uuid7
 
@@ -73,103 +62,6 @@ DEFINITION: dict[str, Any] = {
 }
 
 
-async def persist(
-    conn: repo.Connection, dag: WorkflowDAG, run: str, actions: Sequence[Action]
-) -> None:
-    """The engine's action → SQL table, as plainly as possible."""
-    for action in actions:
-        match action:
-            case CreateTask():
-                queue = dag.queue(action.node_id) if action.state is TaskState.PENDING else None
-                assert await repo.insert_task(
-                    conn,
-                    run,
-                    action.task_id,
-                    action.node_id,
-                    node_type=action.node_type,
-                    state=action.state,
-                    input=action.input,
-                    output=action.output,
-                    error=action.error,
-                    branches=action.branches,
-                    wake_at=action.wake_at,
-                    awaited_signal=action.awaited_signal,
-                    queue=queue,
-                )
-            case DispatchTask():
-                await repo.enqueue_dispatch(
-                    conn,
-                    run_id=run,
-                    task_id=action.task_id,
-                    queue=action.queue,
-                    payload={"task_id": action.task_id, "attempt": 0, "input": action.input},
-                    not_before=action.not_before,
-                )
-            case CompleteTask():
-                ref = repo.TaskRef(run, action.task_id, action.node_id, action.attempt)
-                assert await repo.complete_task(conn, ref, action.output) is not None
-            case FailTask():
-                ref = repo.TaskRef(run, action.task_id, action.node_id, action.attempt)
-                failed = await repo.fail_task(conn, ref, action.error, error_code=action.error_code)
-                assert failed is not None
-            case RetryTask():
-                ref = repo.TaskRef(run, action.task_id, action.node_id, action.attempt)
-                result = await repo.requeue_task(
-                    conn,
-                    ref,
-                    action.error,
-                    error_code=action.error_code,
-                    not_before=action.not_before,
-                )
-                assert result is not None and result.attempt == action.next_attempt
-                await repo.enqueue_dispatch(
-                    conn,
-                    run_id=run,
-                    task_id=action.task_id,
-                    queue=action.queue,
-                    payload={
-                        "task_id": action.task_id,
-                        "attempt": result.attempt,
-                        "input": result.input,
-                    },
-                    not_before=action.not_before,
-                )
-            case ResolveWait():
-                assert await repo.resolve_wait(
-                    conn,
-                    run,
-                    action.task_id,
-                    action.node_id,
-                    state=action.state,
-                    output=action.output,
-                    error=action.error,
-                )
-            case BufferSignal():
-                await repo.buffer_signal(conn, run, action.signal_id, action.name, action.payload)
-            case ConsumeSignal():
-                assert await repo.consume_signal(
-                    conn, run, action.signal_id, node_id=action.node_id
-                )
-            case ReopenRun():
-                await repo.reopen_run(
-                    conn,
-                    run,
-                    version=action.version,
-                    input=action.input,
-                    config=action.config,
-                    reset_nodes=action.reset_nodes,
-                )
-            case CancelTasks():
-                await repo.cancel_tasks(conn, run, action.task_ids, reason=action.reason)
-            case FinishRun():
-                finished = await repo.finish_run(
-                    conn, run, action.status, output=action.output, error=action.error
-                )
-                assert finished is not None
-            case _:
-                assert_never(action)
-
-
 async def apply(pool: repo.Pool, dag: WorkflowDAG, run_id: str, event: Event) -> Transition:
     async with pool.acquire() as conn, conn.transaction():
         locked = await repo.load_run(conn, run_id)
@@ -180,7 +72,7 @@ async def apply(pool: repo.Pool, dag: WorkflowDAG, run_id: str, event: Event) ->
             signals = await repo.pending_signals(conn, run_id) if result.signals else None
             snapshot = snapshot.with_data(outputs, signals)
         if result.ignored is None:
-            await persist(conn, dag, run_id, result.actions)
+            await persist(Tx(conn), dag, snapshot, result.actions)  # the engine's own table
         return result
 
 
@@ -208,7 +100,7 @@ async def test_a_run_end_to_end_through_the_repository(pool: repo.Pool) -> None:
     await apply(pool, dag, run_id, RunStarted())
     reserve = (await tasks(pool, run_id))["reserve"]
     assert reserve.input == {"order": "o-1"}
-    assert [m.payload["attempt"] for m in await dispatches(pool, run_id)] == [0]
+    assert [m.payload["attempt"] for m in await dispatches(pool, run_id)] == ["0"]
 
     # The payment arrives before anyone waits for it: buffered.
     early = await apply(pool, dag, run_id, SignalReceived("payment", {"amount": 42}))
