@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -216,3 +217,31 @@ async def test_a_malformed_message_is_dropped() -> None:
         await queue.publish([(cq.stream_name(PREFIX, "q", 0), {"task_id": "t"})])
         await until_async(lambda: stored(queue), 0, "the malformed entry was dropped")
     assert stub.lease_requests == []
+
+
+async def test_a_worker_frozen_after_its_lease_check_does_not_start_the_handler(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The process stops (SIGSTOP, a long GC pause) between the lease check and the
+    handler's first line, for longer than the lease TTL: by then the lease may be
+    another worker's, so the handler must not start (chaos seed 3654907645)."""
+    ttl = 0.1
+    create_task = asyncio.create_task
+
+    def frozen_before_the_handler(coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        name = getattr(coro, "__qualname__", "")
+        if name.endswith(("run_while_ours", "Handler.invoke")):
+            time.sleep(ttl * 1.5)  # the freeze itself, not a wait for something
+        return create_task(coro, **kwargs)
+
+    monkeypatch.setattr(asyncio, "create_task", frozen_before_the_handler)
+    queue, stub = FakeQueue(), FakeStub()
+    ran: list[str] = []
+
+    async def handler(ctx: TaskContext, input: Any) -> None:
+        ran.append(ctx.task_id)
+
+    async with running(handler, stub, queue, lease_ttl=ttl):
+        await publish(queue, message())
+        await until_async(lambda: stored(queue), 0, "the message was acknowledged")
+    assert ran == [] and stub.report_requests == []

@@ -58,7 +58,6 @@ from composer_engine.errors import (
     StaleSnapshot,
     Unavailable,
 )
-from composer_queue import Backoff
 from composer_rpc.codes import ErrorCode
 
 log = logging.getLogger("composer.engine")
@@ -487,7 +486,7 @@ async def in_transaction(
     """
     if attempts < 1:
         raise ValueError(f"attempts must be at least 1, not {attempts}")
-    backoff = Backoff(first_delay, 1.0)
+    backoff = cq.Backoff(first_delay, 1.0)
     borrow = repo.connection if single_statement else repo.transaction
     stale = 0
     for attempt in range(1, attempts + 1):
