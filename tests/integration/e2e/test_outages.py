@@ -64,9 +64,10 @@ async def test_enqueuer_keeps_dispatches_while_redis_is_down(stack: Stack) -> No
     )
     stack.stop.set()  # stop the stack's own enqueuer: this test drives one
     await asyncio.wait_for(asyncio.gather(*stack.tasks, return_exceptions=True), 10)
-    started = await stack.engine.start("held")
     broken = cq.connect(f"redis://127.0.0.1:{closed_port()}/0")
-    enqueuer = Enqueuer(stack.pool, broken, prefix=stack.prefix, poll_seconds=0.1)
+    # Redis is down when the start commits: its own publish fails, the outbox row stays.
+    started = await Engine(stack.pool, redis=broken, redis_prefix=stack.prefix).start("held")
+    enqueuer = Enqueuer(stack.pool, broken, prefix=stack.prefix, grace=0, poll_seconds=0.1)
     stop = asyncio.Event()
     loop = asyncio.create_task(enqueuer.run(stop))
     try:

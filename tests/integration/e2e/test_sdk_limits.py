@@ -25,8 +25,7 @@ async def test_concurrency_is_a_bound_across_shards(stack: Stack) -> None:
         return {}
 
     started = [await stack.engine.start("wide") for _ in range(40)]
-    # the enqueuer spreads all 40 over the 4 shards before a worker takes any
-    await eventually(lambda: stack.enqueuer.published >= 40, what="40 dispatches published")
+    # each start published its dispatch (spread over the 4 shards) before it returned
     worker = stack.worker({"wide": busy}, concurrency=3)
     for s in started:
         assert (await stack.wait_run(s.run_id)).status is RunStatus.SUCCEEDED

@@ -48,7 +48,7 @@ async def test_one_trace_from_start_to_handler_and_back(stack: Stack, spans: Any
 
     start = by_name(finished, "apply RunStarted")
     task = by_name(finished, "task traced")
-    report = by_name(finished, "ReportTaskResult")
+    report = by_name(finished, "ReportTaskResults")  # the SDK's batched call
     completed = by_name(finished, "apply NodeCompleted")
     assert start.parent is not None and start.parent.span_id == root.get_span_context().span_id
     assert (

@@ -61,34 +61,61 @@ async def until(check: Callable[[], bool], what: str) -> None:
         await asyncio.sleep(0.01)
 
 
-async def test_due_dispatches_are_published_to_their_shard_and_marked_queued(
+async def outbox_rows(pool: repo.Pool) -> int:
+    async with repo.connection(pool) as conn:
+        return sum((await repo.outbox_size(conn)).values())
+
+
+async def test_the_committer_publishes_its_dispatch_and_deletes_its_row(
     pool: repo.Pool, engine: Engine, queue: FakeQueue, prefix: str
 ) -> None:
     await deploy_one_task(pool, "pub", "pub")
     started = await engine.start("pub")
-    # the engine hinted the enqueuer after its commit
-    assert (cq.channel(prefix, cq.ENQUEUER), "") in queue.notified
 
-    published, _ = await Enqueuer(pool, queue, prefix=prefix).publish_dispatches()
-
-    assert published >= 1
     task = await task_of(pool, started.run_id)
     stream = cq.task_stream(prefix, "pub", task.task_id, cq.DEFAULT_SHARDS)
     [entry] = await queue.entries(stream)
     message = entry.message()
     assert (message.run_id, message.task_id, message.attempt) == (started.run_id, task.task_id, 0)
     assert task.state is TaskState.QUEUED
-    assert (await Enqueuer(pool, queue, prefix=prefix).publish_dispatches())[0] == 0
+    assert await outbox_rows(pool) == 0
+    # nothing left for the enqueuer, and no hint on the hot path
+    assert (await Enqueuer(pool, queue, prefix=prefix, grace=0).publish_dispatches())[0] == 0
+    assert queue.notified == []
+
+
+async def test_a_publish_lost_after_the_commit_is_published_by_the_enqueuer_after_its_grace(
+    pool: repo.Pool, engine: Engine, queue: FakeQueue, prefix: str
+) -> None:
+    """A crash (or Redis away) between the commit and the publish costs delay, never a task."""
+    await deploy_one_task(pool, "lost", "lost")
+    queue.down = True
+    started = await engine.start("lost")  # committed; its publish fails
+    queue.down = False
+    task = await task_of(pool, started.run_id)
+    stream = cq.task_stream(prefix, "lost", task.task_id, cq.DEFAULT_SHARDS)
+    assert task.state is TaskState.PENDING and await queue.length(stream) == 0
+
+    # within the grace period the row is still its committer's
+    assert (await Enqueuer(pool, queue, prefix=prefix, grace=60).publish_dispatches())[0] == 0
+    assert await outbox_rows(pool) == 1
+
+    published, _ = await Enqueuer(pool, queue, prefix=prefix, grace=0).publish_dispatches()
+    assert published == 1
+    [entry] = await queue.entries(stream)
+    assert (entry.message().task_id, entry.message().attempt) == (task.task_id, 0)
+    assert (await task_of(pool, started.run_id)).state is TaskState.QUEUED
+    assert await outbox_rows(pool) == 0
 
 
 async def test_a_queue_outage_rolls_the_claim_back_and_keeps_the_rows(
     pool: repo.Pool, engine: Engine, queue: FakeQueue, prefix: str
 ) -> None:
     await deploy_one_task(pool, "held", "held")
-    started = await engine.start("held")
-    enqueuer = Enqueuer(pool, queue, prefix=prefix)
-
     queue.down = True
+    started = await engine.start("held")
+    enqueuer = Enqueuer(pool, queue, prefix=prefix, grace=0)
+
     with pytest.raises(cq.QueueUnavailable):
         await enqueuer.publish_dispatches()
     task = await task_of(pool, started.run_id)
@@ -101,28 +128,20 @@ async def test_a_queue_outage_rolls_the_claim_back_and_keeps_the_rows(
     assert (await task_of(pool, started.run_id)).state is TaskState.QUEUED
 
 
-async def test_the_loop_backs_off_through_an_outage_and_is_woken_by_hints(
+async def test_the_loop_backs_off_through_an_outage_then_publishes_what_a_committer_lost(
     pool: repo.Pool, engine: Engine, queue: FakeQueue, prefix: str
 ) -> None:
     await deploy_one_task(pool, "woken", "woken")
-    # A long poll: only the engine's hint can make the publish prompt.
-    enqueuer = Enqueuer(pool, queue, prefix=prefix, poll_seconds=60)
+    enqueuer = Enqueuer(pool, queue, prefix=prefix, grace=0.3, poll_seconds=0.1)
     stop = asyncio.Event()
     loop = asyncio.create_task(enqueuer.run(stop))
     try:
         queue.down = True
         await until(lambda: queue.refused >= 3, "the loop retried while the queue was down")
         assert not loop.done()
+        started = await engine.start("woken")  # its own publish fails: Redis is down
         queue.down = False
-        # Hints sent before the subscription is back would be lost (the poll covers those).
-        channel = cq.channel(prefix, cq.ENQUEUER)
-        deadline = asyncio.get_running_loop().time() + 10
-        while await queue.subscribers(channel) == 0:
-            assert asyncio.get_running_loop().time() < deadline, "the hint subscription is back"
-            await asyncio.sleep(0.01)
-        before = enqueuer.published
-        started = await engine.start("woken")
-        await until(lambda: enqueuer.published > before, "the hinted dispatch was published")
+        await until(lambda: enqueuer.published >= 1, "the lost dispatch was published")
     finally:
         stop.set()
         await asyncio.wait_for(loop, 10)

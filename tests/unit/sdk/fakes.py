@@ -41,6 +41,11 @@ class FakeStub:
     report_requests: list[pb.ReportTaskResultRequest] = field(default_factory=list)
     #: Set on each report request (tests wait on it instead of sleeping).
     reported: asyncio.Event = field(default_factory=asyncio.Event)
+    #: False: a coordinator from before batched calls (they answer UNIMPLEMENTED).
+    batched: bool = True
+    #: How many batched calls were made, and how many unary ones.
+    batched_calls: int = 0
+    unary_calls: int = 0
 
     @staticmethod
     def _answer(script: list[Answer], n: int) -> Any:
@@ -50,13 +55,44 @@ class FakeStub:
         return answer
 
     async def AcquireTaskLease(self, request: pb.AcquireTaskLeaseRequest, **_: Any) -> Any:
-        self.lease_requests.append(request)
-        return self._answer(self.leases, len(self.lease_requests) - 1)
+        self.unary_calls += 1
+        return self._lease(request)
 
     async def RenewTaskLease(self, request: pb.RenewTaskLeaseRequest, **_: Any) -> Any:
+        self.unary_calls += 1
         return self._answer(self.renewals, 0)
 
     async def ReportTaskResult(self, request: pb.ReportTaskResultRequest, **_: Any) -> Any:
+        self.unary_calls += 1
+        return self._report(request)
+
+    # The batched calls answer each item from the same scripts; a status code in a
+    # script fails the whole call, as a coordinator that is down would.
+
+    async def AcquireTaskLeases(self, request: pb.AcquireTaskLeasesRequest, **_: Any) -> Any:
+        self._batched_call()
+        return pb.AcquireTaskLeasesResponse(items=[self._lease(i) for i in request.items])
+
+    async def RenewTaskLeases(self, request: pb.RenewTaskLeasesRequest, **_: Any) -> Any:
+        self._batched_call()
+        return pb.RenewTaskLeasesResponse(
+            items=[self._answer(self.renewals, 0) for _ in request.items]
+        )
+
+    async def ReportTaskResults(self, request: pb.ReportTaskResultsRequest, **_: Any) -> Any:
+        self._batched_call()
+        return pb.ReportTaskResultsResponse(items=[self._report(i) for i in request.items])
+
+    def _batched_call(self) -> None:
+        if not self.batched:
+            raise rpc_error(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+        self.batched_calls += 1
+
+    def _lease(self, request: pb.AcquireTaskLeaseRequest) -> Any:
+        self.lease_requests.append(request)
+        return self._answer(self.leases, len(self.lease_requests) - 1)
+
+    def _report(self, request: pb.ReportTaskResultRequest) -> Any:
         self.report_requests.append(request)
         self.reported.set()
         return self._answer(self.reports, len(self.report_requests) - 1)

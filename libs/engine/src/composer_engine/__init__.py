@@ -1,7 +1,7 @@
 """Composer's engine: lock the run, decide with the state machine, persist, commit."""
 
 from composer_engine._definitions import DefinitionCache
-from composer_engine._engine import Engine, LeaseGrant, Started, utcnow
+from composer_engine._engine import Engine, LeaseGrant, Report, Started, utcnow
 from composer_engine._recovery import (
     Acknowledge,
     ClaimedEntry,
@@ -46,6 +46,7 @@ __all__ = [
     "RecoveryLimits",
     "Redeliver",
     "Redispatch",
+    "Report",
     "Started",
     "Unavailable",
     "Unserved",

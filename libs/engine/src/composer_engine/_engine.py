@@ -18,13 +18,14 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 import composer_queue as cq
 import composer_repo as repo
 from composer_common import ids
+from composer_common.batching import Batcher
 from composer_common.logs import alert
 from composer_common.telemetry import tracer
 from composer_core import errors as core_errors
@@ -48,6 +49,7 @@ from composer_core.templates import Json
 from composer_engine._definitions import DefinitionCache
 from composer_engine._metrics import instruments
 from composer_engine._persist import announce, persist, write_dispatch
+from composer_engine._publish import Dispatched, Publisher
 from composer_engine._tx import Tx
 from composer_engine.errors import (
     BadRequest,
@@ -82,6 +84,45 @@ class LeaseGrant:
     max_attempts: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Report:
+    """A worker's report of one attempt: its output (``completed``) or its failure."""
+
+    run_id: str
+    task_id: str
+    node_id: str
+    attempt: int
+    #: The lease owner reporting: it counts only if that worker holds the lease.
+    owner: str | None
+    completed: bool
+    output: Json = None
+    error: str = ""
+    code: str | None = None
+    permanent: bool = False
+
+    def event(self) -> NodeCompleted | NodeFailed:
+        if self.completed:
+            return NodeCompleted(self.task_id, self.node_id, self.attempt, self.output)
+        return NodeFailed(
+            self.task_id, self.node_id, self.attempt, self.error, self.code, self.permanent
+        )
+
+
+_NOT_GRANTED = LeaseGrant(False, "stale attempt, finished task, or leased by another worker")
+
+
+def _once_each(requests: Sequence[repo.LeaseRequest]) -> tuple[list[int], list[int]]:
+    """The positions of each attempt's first request, and of the repeats."""
+    seen: set[tuple[str, str, int]] = set()
+    first: list[int] = []
+    repeats: list[int] = []
+    for i, r in enumerate(requests):
+        key = (r.run_id, r.task_id, r.attempt)
+        (repeats if key in seen else first).append(i)
+        seen.add(key)
+    return first, repeats
+
+
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
@@ -95,11 +136,16 @@ class Engine:
         *,
         redis: cq.Queue | None = None,
         redis_prefix: str = "composer",
+        shards: int = cq.DEFAULT_SHARDS,
         definitions: DefinitionCache | None = None,
         clock: Callable[[], dt.datetime] = utcnow,
         new_id: Callable[[], str] = ids.new_id,
         attempts: int = 6,
+        batch_size: int = 256,
+        batches_in_flight: int = 2,
     ) -> None:
+        """``batch_size`` and ``batches_in_flight`` bound the group commit of reports
+        (``report``): how many go in one transaction, how many transactions at once."""
         self.pool = pool
         self.redis = redis
         self.prefix = redis_prefix
@@ -107,6 +153,26 @@ class Engine:
         self._clock = clock
         self._new_id = new_id
         self._attempts = attempts
+        self._reports: Batcher[Report, bool] = Batcher(
+            self.report_many,
+            max_size=batch_size,
+            max_in_flight=batches_in_flight,
+            name="reports",
+        )
+        self._leases: Batcher[repo.LeaseRequest, LeaseGrant] = Batcher(
+            self.acquire_leases,
+            max_size=batch_size,
+            max_in_flight=batches_in_flight,
+            name="leases",
+        )
+        self._renewals: Batcher[repo.LeaseRequest, dt.datetime | None] = Batcher(
+            self.renew_leases,
+            max_size=batch_size,
+            max_in_flight=batches_in_flight,
+            name="renewals",
+        )
+        #: Publishes each transaction's dispatches right after its commit.
+        self._publish = None if redis is None else Publisher(pool, redis, redis_prefix, shards)
 
     # -- public inputs ---------------------------------------------------------
 
@@ -213,6 +279,76 @@ class Engine:
 
         return await self._in_tx(attempt)
 
+    async def report(self, report: Report) -> bool:
+        """Apply a worker's report in the next group commit (``report_many``); False
+        when it was stale (acknowledged, nothing changed)."""
+        return await self._reports.submit(report)
+
+    async def report_many(self, reports: Sequence[Report]) -> list[bool | EngineError]:
+        """Apply many workers' reports in one transaction: the coordinator's group
+        commit (docs/architecture.md §3.1). Returns, for each report, whether it was
+        accepted (False: stale) or the error it alone met.
+
+        Their runs are locked in one statement and loaded in another; each report is
+        applied in order to its run's snapshot as the reports before it left it (a
+        fan-in of several reports to one run), persisted, and everything commits
+        once. A report whose run another transaction holds, and every report of a
+        batch that failed as a whole (one poisoned event, a lost connection), is
+        applied on its own through ``handle``, so one bad report never fails the others.
+        """
+        results: list[bool | EngineError | None] = [None] * len(reports)
+
+        async def apply(tx: Tx) -> None:
+            locked = await repo.lock_runs(tx.conn, {r.run_id for r in reports})
+            if locked.now is None:
+                return
+            snapshots = dict(locked.runs)
+            for i, r in enumerate(reports):
+                run = snapshots.get(r.run_id)
+                if run is None:
+                    continue  # locked by another transaction, or no such run
+                if r.owner is not None and (
+                    locked.lease_owners.get((r.run_id, r.task_id, r.attempt)) != r.owner
+                ):
+                    results[i] = False
+                    continue
+                dag = await self.definitions.get(tx.conn, run.workflow_id, run.version)
+                transition = await self._decide(tx, dag, repo.LockedRun(run, locked.now), r.event())
+                snapshots[r.run_id] = transition.run
+                results[i] = transition.ignored is None
+
+        try:
+            async with repo.transaction(self.pool) as conn:
+                tx = Tx(conn)
+                await apply(tx)
+        except Exception as exc:
+            log.warning(
+                "a group commit of %d report(s) failed (%s: %s): applying them one at a time",
+                len(reports),
+                type(exc).__name__,
+                exc,
+            )
+            results = [None] * len(reports)
+        else:
+            if self._publish is not None and tx.dispatched:
+                await self._publish(tx.dispatched)
+            await tx.run_after_commit()
+        alone = [i for i, result in enumerate(results) if result is None]
+        if alone:
+            answers = await asyncio.gather(*(self._report_alone(reports[i]) for i in alone))
+            for i, answer in zip(alone, answers, strict=True):
+                results[i] = answer
+        return [r if r is not None else False for r in results]
+
+    async def _report_alone(self, r: Report) -> bool | EngineError:
+        try:
+            transition = await self.handle(r.run_id, r.event(), reporter=r.owner)
+        except NotFound:
+            return False
+        except EngineError as exc:
+            return exc
+        return transition.ignored is None
+
     async def report_completed(
         self,
         run_id: str,
@@ -302,9 +438,6 @@ class Engine:
                 not_before=None,
                 timeout_seconds=node.timeout_seconds if node is not None else None,
             )
-            if self.redis is not None:
-                redis = self.redis
-                tx.after_commit(lambda: cq.send_hint(redis, self.prefix, cq.ENQUEUER))
             return True
 
         return await self._in_tx(attempt_tx)
@@ -371,6 +504,73 @@ class Engine:
 
         return await self._in_tx(attempt_tx, single_statement=True)
 
+    async def lease(self, request: repo.LeaseRequest) -> LeaseGrant:
+        """``acquire_lease`` in the next batch of leases (``acquire_leases``)."""
+        return await self._leases.submit(request)
+
+    async def renew(self, request: repo.LeaseRequest) -> dt.datetime | None:
+        """``renew_lease`` in the next batch of renewals (``renew_leases``)."""
+        return await self._renewals.submit(request)
+
+    async def acquire_leases(
+        self, requests: Sequence[repo.LeaseRequest]
+    ) -> list[LeaseGrant | EngineError]:
+        """Grant many leases in one statement (no transaction: each is one fenced row
+        update). An attempt asked for twice in the batch is asked again after it."""
+        first, repeats = _once_each(requests)
+
+        async def grant(tx: Tx) -> list[repo.Lease | None]:
+            return await repo.acquire_leases(tx.conn, [requests[i] for i in first])
+
+        try:
+            leases = await self._in_tx(grant, single_statement=True)
+        except EngineError as exc:
+            return [exc] * len(requests)
+        results: list[LeaseGrant | EngineError] = [_NOT_GRANTED] * len(requests)
+        for i, lease in zip(first, leases, strict=True):
+            if lease is not None:
+                results[i] = LeaseGrant(
+                    True,
+                    input=lease.input,
+                    expires_at=lease.expires_at,
+                    max_attempts=lease.max_attempts or 0,
+                )
+        for i in repeats:
+            r = requests[i]
+            try:
+                results[i] = await self.acquire_lease(
+                    r.run_id, r.task_id, r.attempt, owner=r.owner, ttl=r.ttl
+                )
+            except EngineError as exc:
+                results[i] = exc
+        return results
+
+    async def renew_leases(
+        self, requests: Sequence[repo.LeaseRequest]
+    ) -> list[dt.datetime | EngineError | None]:
+        """Renew many leases in one statement; for each the new expiry, or None: lost."""
+        first, repeats = _once_each(requests)
+
+        async def extend(tx: Tx) -> list[dt.datetime | None]:
+            return await repo.renew_leases(tx.conn, [requests[i] for i in first])
+
+        try:
+            expiries = await self._in_tx(extend, single_statement=True)
+        except EngineError as exc:
+            return [exc] * len(requests)
+        results: list[dt.datetime | EngineError | None] = [None] * len(requests)
+        for i, expiry in zip(first, expiries, strict=True):
+            results[i] = expiry
+        for i in repeats:
+            r = requests[i]
+            try:
+                results[i] = await self.renew_lease(
+                    r.run_id, r.task_id, r.attempt, owner=r.owner, ttl=r.ttl
+                )
+            except EngineError as exc:
+                results[i] = exc
+        return results
+
     async def renew_lease(
         self, run_id: str, task_id: str, attempt: int, *, owner: str, ttl: float
     ) -> dt.datetime | None:
@@ -395,6 +595,7 @@ class Engine:
         if node_id:
             attributes["composer.node_id"] = node_id
         with tracer().start_as_current_span(f"apply {kind}", attributes=attributes) as span:
+            tx.now = locked.now
             tx.deciding = lambda: f"run {run.run_id}, event {event!r}"
             transition = await self._transition(tx, dag, locked, event)
             span.set_attribute("composer.actions", len(transition.actions))
@@ -443,7 +644,11 @@ class Engine:
         self, fn: Callable[[Tx], Awaitable[T]], *, single_statement: bool = False
     ) -> T:
         return await in_transaction(
-            self.pool, fn, attempts=self._attempts, single_statement=single_statement
+            self.pool,
+            fn,
+            attempts=self._attempts,
+            single_statement=single_statement,
+            publish=self._publish,
         )
 
 
@@ -477,8 +682,10 @@ async def in_transaction(
     attempts: int = DEFAULT_ATTEMPTS,
     single_statement: bool = False,
     first_delay: float = 0.02,
+    publish: Callable[[Sequence[Dispatched]], Awaitable[None]] | None = None,
 ) -> T:
-    """Run ``fn`` in a transaction on ``pool``, commit, then run its after-commit work.
+    """Run ``fn`` in a transaction on ``pool``, commit, then ``publish`` the
+    dispatches it committed and run its after-commit work.
 
     ``single_statement``: ``fn`` runs one statement, atomic by itself, so no
     BEGIN/COMMIT is sent around it (leases use it: two round trips fewer).
@@ -495,6 +702,8 @@ async def in_transaction(
             async with borrow(pool) as conn:
                 tx = Tx(conn)
                 result = await fn(tx)
+            if publish is not None and tx.dispatched:
+                await publish(tx.dispatched)
             await tx.run_after_commit()
             return result
         except (repo.Transient, repo.Conflict) as exc:

@@ -34,6 +34,7 @@ from composer_core.statemachine import (
 )
 from composer_core.templates import Json
 from composer_engine._metrics import instruments
+from composer_engine._publish import Dispatched
 from composer_engine._tx import Tx
 from composer_engine.errors import StaleSnapshot
 
@@ -44,6 +45,7 @@ log = logging.getLogger("composer.engine")
 class Effects:
     """What a committed transition should announce (collected while persisting)."""
 
+    #: A delayed dispatch was written: the enqueuer should look at when it is due.
     wake_enqueuer: bool = False
     wrote_webhook: bool = False
     wake_timer: bool = False
@@ -85,7 +87,7 @@ async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: Sequence[Action])
                     effects.wake_timer = True
                 effects.created.append((action.node_type.value, action.state.value))
             case DispatchTask():
-                await write_dispatch(
+                at_once = await write_dispatch(
                     tx,
                     dag,
                     repo.TaskRef(run_id, action.task_id, action.node_id, 0),
@@ -94,7 +96,7 @@ async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: Sequence[Action])
                     not_before=action.not_before,
                     timeout_seconds=action.timeout_seconds,
                 )
-                effects.wake_enqueuer = True
+                effects.wake_enqueuer |= not at_once
             case CompleteTask():
                 ref = repo.TaskRef(run_id, action.task_id, action.node_id, action.attempt)
                 done = await repo.complete_task(conn, ref, action.output)
@@ -124,7 +126,7 @@ async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: Sequence[Action])
                     raise StaleSnapshot(
                         f"task {action.task_id} attempt {action.attempt} cannot be retried"
                     )
-                await write_dispatch(
+                at_once = await write_dispatch(
                     tx,
                     dag,
                     repo.TaskRef(run_id, action.task_id, action.node_id, requeued.attempt),
@@ -133,7 +135,7 @@ async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: Sequence[Action])
                     not_before=action.not_before,
                     timeout_seconds=action.timeout_seconds,
                 )
-                effects.wake_enqueuer = True
+                effects.wake_enqueuer |= not at_once
                 effects.retried += 1
             case ResolveWait():
                 if not await repo.resolve_wait(
@@ -203,11 +205,15 @@ async def write_dispatch(
     input: Json,
     not_before: dt.datetime | None,
     timeout_seconds: float | None,
-) -> None:
+) -> bool:
     """The outbox row that sends attempt ``ref`` to ``queue`` from ``not_before`` on
     (None: at once), written after the task row (inserted, requeued, or made due
     again). Every dispatch goes through here: the first, a retry's, and the
-    sweeper's redispatch of a lost one (Engine.redispatch)."""
+    sweeper's redispatch of a lost one (Engine.redispatch).
+
+    True when it is due at once: the engine publishes it right after the commit
+    (``Tx.dispatched``). False when it is delayed: the outbox-enqueuer publishes
+    it when it comes due."""
     message = task_message(
         dag,
         ref.run_id,
@@ -217,14 +223,19 @@ async def write_dispatch(
         input=input,
         timeout_seconds=timeout_seconds,
     )
-    await repo.enqueue_dispatch(
+    fields = message.fields()
+    outbox_id = await repo.enqueue_dispatch(
         tx.conn,
         run_id=ref.run_id,
         task_id=ref.task_id,
         queue=queue,
-        payload=message.fields(),
+        payload=fields,
         not_before=not_before,
     )
+    if not_before is None or (tx.now is not None and not_before <= tx.now):
+        tx.dispatched.append(Dispatched(outbox_id, queue, ref, fields))
+        return True
+    return False
 
 
 def task_message(

@@ -7,10 +7,15 @@ something that did not happen.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from composer_repo import Connection
+
+if TYPE_CHECKING:
+    from composer_engine._publish import Dispatched
 
 log = logging.getLogger("composer.engine")
 
@@ -20,11 +25,15 @@ AfterCommit = Callable[[], Awaitable[None] | None]
 class Tx:
     """The event's connection (inside its transaction) and what to do after commit."""
 
-    __slots__ = ("_after", "conn", "deciding")
+    __slots__ = ("_after", "conn", "deciding", "dispatched", "now")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self._after: list[AfterCommit] = []
+        #: The event's clock (the lock query's), once a run is locked.
+        self.now: dt.datetime | None = None
+        #: Dispatches due at once, published right after the commit (engine/_publish.py).
+        self.dispatched: list[Dispatched] = []
         #: What the transaction is deciding (run, event, actions so far), for the log
         #: line of an internal error: formatted only then, never on the hot path.
         self.deciding: Callable[[], str] | None = None

@@ -1,9 +1,12 @@
 """The transactional outbox: messages written with the state change they announce.
 
-The engine enqueues in the event's transaction; the outbox-enqueuer claims a
-batch, publishes it, and deletes what it published — all in one transaction
-of its own, so a crash before the delete means a duplicate publish (harmless:
-the lease and the attempt fence stop double execution), never a lost one.
+The engine enqueues in the event's transaction and, right after the commit,
+publishes what was due at once and deletes those rows (``mark_published``).
+What that missed (a crash between commit and publish, Redis away) and what is
+due later (a retry's backoff, a webhook) the outbox-enqueuer claims, publishes
+and deletes in one transaction of its own, so a crash before a delete means a
+duplicate publish (harmless: the lease and the attempt fence stop double
+execution), never a lost one (docs/architecture.md §4.3).
 """
 
 from __future__ import annotations
@@ -49,9 +52,12 @@ async def enqueue_webhook(
 
 @translated
 async def claim_outbox(
-    conn: Connection, kind: OutboxKind, *, limit: int = 100
+    conn: Connection, kind: OutboxKind, *, limit: int = 100, grace: float = 0.0
 ) -> list[OutboxMessage]:
     """Lock up to ``limit`` due messages of ``kind``, oldest first.
+
+    A message due at once is its committer's to publish: it is claimed only
+    once it is ``grace`` seconds old (its committer's publish did not happen).
 
     Must run inside a transaction: the row locks are what keep a concurrent
     claimer (SKIP LOCKED) off these rows, and they last until that transaction
@@ -62,7 +68,7 @@ async def claim_outbox(
             "claim_outbox must run inside a transaction: outside one its row locks end "
             "with the statement and two claimers could publish the same message"
         )
-    rows = await conn.fetch(q("claim_outbox"), kind, limit)
+    rows = await conn.fetch(q("claim_outbox"), kind, limit, float(grace))
     return [
         OutboxMessage(
             id=r["id"],
@@ -118,25 +124,31 @@ async def postpone_outbox(
 
 @translated
 async def mark_published(
-    conn: Connection, outbox_ids: Sequence[int], refs: Sequence[TaskRef]
+    conn: Connection, outbox_ids: Sequence[int], refs: Sequence[TaskRef], *, grace: float = 0.0
 ) -> dt.datetime | None:
     """Dispatches were published: delete their outbox rows, mark their attempts
-    QUEUED (those still PENDING), and return when the next dispatch is due (None:
-    none waiting), in one round trip. Run it in the claiming transaction."""
+    QUEUED (those still PENDING), and return when the next dispatch is due for
+    the enqueuer (None: none waiting; ``grace`` as for ``claim_outbox``), in one
+    round trip. The enqueuer runs it in its claiming transaction, a committer on
+    its own after the publish that follows its commit."""
     due: dt.datetime | None = await conn.fetchval(
         q("mark_published"),
         list(outbox_ids),
         [r.run_id for r in refs],
         [r.task_id for r in refs],
         [r.attempt for r in refs],
+        float(grace),
     )
     return due
 
 
 @translated
-async def next_outbox_due(conn: Connection, kind: OutboxKind) -> dt.datetime | None:
-    """When the earliest message of ``kind`` is due (None: none waiting)."""
-    due: dt.datetime | None = await conn.fetchval(q("next_outbox_due"), kind)
+async def next_outbox_due(
+    conn: Connection, kind: OutboxKind, *, grace: float = 0.0
+) -> dt.datetime | None:
+    """When the earliest message of ``kind`` is due for the enqueuer (None: none
+    waiting; ``grace`` as for ``claim_outbox``)."""
+    due: dt.datetime | None = await conn.fetchval(q("next_outbox_due"), kind, float(grace))
     return due
 
 

@@ -104,6 +104,18 @@ class LockedRun:
 
 
 @dataclass(frozen=True, slots=True)
+class LockedRuns:
+    """The runs of a batch of events locked until its transaction ends (``lock_runs``)."""
+
+    #: run id → snapshot, for every run that was locked (the others are another's now).
+    runs: dict[str, Run]
+    #: The transaction's clock, read after the last lock (None: nothing was locked).
+    now: dt.datetime | None
+    #: (run id, task id, attempt) → lease owner, for every RUNNING attempt of those runs.
+    lease_owners: dict[tuple[str, str, int], str | None]
+
+
+@dataclass(frozen=True, slots=True)
 class FinishedRun:
     """A run this call moved to a terminal status: what metrics and webhooks need."""
 

@@ -14,6 +14,7 @@ from composer_repo._errors import Invalid, NotFound, RunAlreadyExists
 from composer_repo._records import (
     FinishedRun,
     LockedRun,
+    LockedRuns,
     RunPage,
     RunRecord,
     RunSummary,
@@ -108,20 +109,49 @@ async def try_load_run(conn: Connection, run_id: str) -> LockedRun | None:
     return await _snapshot(conn, run_id, row)
 
 
+@translated
+async def lock_runs(conn: Connection, run_ids: Collection[str]) -> LockedRuns:
+    """``load_run`` for a batch of events, in two round trips whatever its size.
+
+    Locks those of ``run_ids`` no other transaction holds (SKIP LOCKED, in id
+    order) and loads their snapshots and the owners of their RUNNING attempts'
+    leases. A run left out is locked by another transaction or does not exist:
+    the caller applies its events one at a time (``load_run``), which waits for
+    the lock or says NotFound.
+    """
+    rows = await conn.fetch(q("lock_runs"), sorted(set(run_ids)))
+    if not rows:
+        return LockedRuns({}, None, {})
+    nodes: dict[str, dict[str, NodeState]] = {r["id"]: {} for r in rows}
+    owners: dict[tuple[str, str, int], str | None] = {}
+    for t in await conn.fetch(q("load_task_states_of_runs"), list(nodes)):
+        nodes[t["run_id"]][t["node_id"]] = _node_state(t)
+        if t["state"] == "RUNNING":
+            owners[(t["run_id"], t["id"], t["attempt"])] = t["lease_owner"]
+    runs = {r["id"]: _run(r["id"], r, nodes[r["id"]]) for r in rows}
+    return LockedRuns(runs, rows[0]["now"], owners)
+
+
 async def _snapshot(conn: Connection, run_id: str, row: Any) -> LockedRun:
-    nodes: dict[str, NodeState] = {}
-    for t in await conn.fetch(q("load_task_states"), run_id):
-        state = TaskState(t["state"])
-        branches = t["branches"]
-        nodes[t["node_id"]] = NodeState(
-            task_id=t["id"],
-            state=state,
-            attempt=t["attempt"],
-            branches=None if branches is None else tuple(branches),
-            awaited_signal=t["awaited_signal"] if state is TaskState.WAITING else None,
-            error=t["error"],
-        )
-    run = Run(
+    nodes = {t["node_id"]: _node_state(t) for t in await conn.fetch(q("load_task_states"), run_id)}
+    return LockedRun(_run(run_id, row, nodes), row["now"])
+
+
+def _node_state(t: Any) -> NodeState:
+    state = TaskState(t["state"])
+    branches = t["branches"]
+    return NodeState(
+        task_id=t["id"],
+        state=state,
+        attempt=t["attempt"],
+        branches=None if branches is None else tuple(branches),
+        awaited_signal=t["awaited_signal"] if state is TaskState.WAITING else None,
+        error=t["error"],
+    )
+
+
+def _run(run_id: str, row: Any, nodes: dict[str, NodeState]) -> Run:
+    return Run(
         run_id=run_id,
         workflow_id=row["workflow_id"],
         version=row["version"],
@@ -131,7 +161,6 @@ async def _snapshot(conn: Connection, run_id: str, row: Any) -> LockedRun:
         nodes=nodes,
         signals=None,  # loaded when the machine asks (pending_signals)
     )
-    return LockedRun(run, row["now"])
 
 
 @translated

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from composer_core.model import NodeType, TaskState
@@ -205,6 +206,76 @@ async def renew_lease(
         q("renew_lease"), run_id, task_id, attempt, owner, float(ttl)
     )
     return expires
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRequest:
+    """One worker's request for (or renewal of) the lease on a task attempt."""
+
+    run_id: str
+    task_id: str
+    attempt: int
+    owner: str
+    ttl: float
+
+
+@translated
+async def acquire_leases(conn: Connection, requests: Sequence[LeaseRequest]) -> list[Lease | None]:
+    """``acquire_lease`` for many requests in one statement: for each, its lease or
+    None. An attempt may appear only once per call."""
+    _check_batch(requests)
+    rows = await conn.fetch(q("acquire_leases"), *_columns(requests))
+    granted = {(r["run_id"], r["id"], r["attempt"]): r for r in rows}
+    leases: list[Lease | None] = []
+    for req in requests:
+        row = granted.get((req.run_id, req.task_id, req.attempt))
+        leases.append(
+            None
+            if row is None
+            else Lease(
+                run_id=req.run_id,
+                task_id=req.task_id,
+                node_id=row["node_id"],
+                node_type=NodeType(row["node_type"]),
+                attempt=req.attempt,
+                queue=row["queue"],
+                input=row["input"],
+                expires_at=row["lease_expires_at"],
+                max_attempts=row["max_attempts"],
+            )
+        )
+    return leases
+
+
+@translated
+async def renew_leases(
+    conn: Connection, requests: Sequence[LeaseRequest]
+) -> list[dt.datetime | None]:
+    """``renew_lease`` for many requests in one statement: for each, the new expiry
+    or None (the lease is lost). An attempt may appear only once per call."""
+    _check_batch(requests)
+    rows = await conn.fetch(q("renew_leases"), *_columns(requests))
+    renewed = {(r["run_id"], r["id"], r["attempt"]): r["lease_expires_at"] for r in rows}
+    return [renewed.get((req.run_id, req.task_id, req.attempt)) for req in requests]
+
+
+def _check_batch(requests: Sequence[LeaseRequest]) -> None:
+    keys = {(r.run_id, r.task_id, r.attempt) for r in requests}
+    if len(keys) != len(requests):
+        raise Invalid("a batch of lease requests names an attempt twice: send it in another batch")
+    for r in requests:
+        if r.ttl <= 0:
+            raise Invalid(f"a lease needs a positive ttl, not {r.ttl}")
+
+
+def _columns(requests: Sequence[LeaseRequest]) -> tuple[list[Any], ...]:
+    return (
+        [r.run_id for r in requests],
+        [r.task_id for r in requests],
+        [r.attempt for r in requests],
+        [r.owner for r in requests],
+        [float(r.ttl) for r in requests],
+    )
 
 
 @translated

@@ -1,17 +1,25 @@
-"""The worker's side of the coordinator protocol, with retries on transient failures."""
+"""The worker's side of the coordinator protocol, with retries on transient failures.
+
+Calls are batched (docs/architecture.md §3.1): what the worker's tasks ask while a
+call of the same kind is in flight goes together in the next one
+(AcquireTaskLeases, RenewTaskLeases, ReportTaskResults), each item with its own
+answer. A coordinator too old for batched calls answers UNIMPLEMENTED, and the
+client goes back to one unary call per item.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import grpc
 import grpc.aio
 
+from composer_common.batching import Batcher
 from composer_common.telemetry import inject
 from composer_queue import Backoff
 from composer_rpc.v1 import worker_pb2 as pb
@@ -31,6 +39,25 @@ _TRANSIENT = frozenset(
         grpc.StatusCode.RESOURCE_EXHAUSTED,
     }
 )
+
+
+class ItemRefused(Exception):
+    """One item of a batched call that the coordinator refused: the status a unary
+    call for it would have failed with (the same ``code()`` and ``details()``)."""
+
+    def __init__(self, problem: pb.Problem) -> None:
+        super().__init__(f"{problem.code}: {problem.message}")
+        self._code = getattr(grpc.StatusCode, problem.code, grpc.StatusCode.UNKNOWN)
+        self._details = problem.message
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+Failure = grpc.aio.AioRpcError | ItemRefused
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +124,11 @@ class CoordinatorClient:
         attempts: int = 10,
         backoff: Callable[[], Backoff] = lambda: Backoff(0.05, 5.0),
         stub: WorkerServiceAsyncStub | None = None,
+        batch_size: int = 128,
+        calls_in_flight: int = 2,
     ) -> None:
+        """``batch_size`` items at most per call; ``calls_in_flight`` calls of one kind
+        at once, what the tasks ask meanwhile waiting for the next."""
         if attempts < 1:
             raise ValueError(f"attempts must be at least 1, got {attempts}")
         self._channel: grpc.aio.Channel | None = None
@@ -110,6 +141,18 @@ class CoordinatorClient:
         self._attempts = attempts
         self._backoff = backoff
         self.target = target
+        #: False once the coordinator said it has no batched calls (UNIMPLEMENTED).
+        self.batched = True
+        size, flight = batch_size, calls_in_flight
+        self._leases: Batcher[pb.AcquireTaskLeaseRequest, pb.AcquireTaskLeaseResponse] = Batcher(
+            self._lease_batch, max_size=size, max_in_flight=flight, name="AcquireTaskLeases"
+        )
+        self._renewals: Batcher[pb.RenewTaskLeaseRequest, pb.RenewTaskLeaseResponse] = Batcher(
+            self._renew_batch, max_size=size, max_in_flight=flight, name="RenewTaskLeases"
+        )
+        self._reports: Batcher[pb.ReportTaskResultRequest, pb.ReportTaskResultResponse] = Batcher(
+            self._report_batch, max_size=size, max_in_flight=flight, name="ReportTaskResults"
+        )
 
     def _md(self) -> tuple[tuple[str, str], ...]:
         """The token, and the current trace context so the coordinator's spans join the task's trace."""
@@ -141,7 +184,7 @@ class CoordinatorClient:
         def call() -> Awaitable[pb.AcquireTaskLeaseResponse]:
             nonlocal asked_at
             asked_at = time.monotonic()
-            return self._stub.AcquireTaskLease(request, metadata=self._md(), timeout=self._timeout)
+            return self._leases.submit(request)
 
         reply = await self._retry("AcquireTaskLease", call, until)
         if reply is None:
@@ -163,10 +206,8 @@ class CoordinatorClient:
             task_id=task_id, run_id=run_id, attempt=attempt, owner=owner, ttl_seconds=ttl
         )
         try:
-            reply = await self._stub.RenewTaskLease(
-                request, metadata=self._md(), timeout=self._timeout
-            )
-        except grpc.aio.AioRpcError as exc:
+            reply = await self._renewals.submit(request)
+        except (grpc.aio.AioRpcError, ItemRefused) as exc:
             if exc.code() in _TRANSIENT:
                 log.warning("renewing the lease of task %s failed: %s", task_id, exc.details())
                 return None
@@ -204,14 +245,80 @@ class CoordinatorClient:
             error_code=outcome.code or "",
             permanent=outcome.permanent,
         )
-        reply = await self._retry(
-            "ReportTaskResult",
-            lambda: self._stub.ReportTaskResult(
-                request, metadata=self._md(), timeout=self._timeout
-            ),
-            until,
-        )
+        reply = await self._retry("ReportTaskResult", lambda: self._reports.submit(request), until)
         return None if reply is None else bool(reply.accepted)
+
+    # -- batched calls: each item's answer, or what failed it ------------------------
+
+    async def _lease_batch(
+        self, items: Sequence[pb.AcquireTaskLeaseRequest]
+    ) -> list[pb.AcquireTaskLeaseResponse | BaseException]:
+        return await self._batch(
+            items,
+            lambda: self._stub.AcquireTaskLeases(
+                pb.AcquireTaskLeasesRequest(items=items), metadata=self._md(), timeout=self._timeout
+            ),
+            lambda item: self._stub.AcquireTaskLease(
+                item, metadata=self._md(), timeout=self._timeout
+            ),
+        )
+
+    async def _renew_batch(
+        self, items: Sequence[pb.RenewTaskLeaseRequest]
+    ) -> list[pb.RenewTaskLeaseResponse | BaseException]:
+        return await self._batch(
+            items,
+            lambda: self._stub.RenewTaskLeases(
+                pb.RenewTaskLeasesRequest(items=items), metadata=self._md(), timeout=self._timeout
+            ),
+            lambda item: self._stub.RenewTaskLease(
+                item, metadata=self._md(), timeout=self._timeout
+            ),
+        )
+
+    async def _report_batch(
+        self, items: Sequence[pb.ReportTaskResultRequest]
+    ) -> list[pb.ReportTaskResultResponse | BaseException]:
+        return await self._batch(
+            items,
+            lambda: self._stub.ReportTaskResults(
+                pb.ReportTaskResultsRequest(items=items), metadata=self._md(), timeout=self._timeout
+            ),
+            lambda item: self._stub.ReportTaskResult(
+                item, metadata=self._md(), timeout=self._timeout
+            ),
+        )
+
+    async def _batch(
+        self,
+        items: Sequence[Any],
+        batched: Callable[[], Awaitable[Any]],
+        unary: Callable[[Any], Awaitable[Any]],
+    ) -> list[Any]:
+        """One batched call for ``items`` (or, with a coordinator that has none, one
+        unary call each); a whole call's failure is every item's."""
+        if self.batched:
+            try:
+                reply = await batched()
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() is not grpc.StatusCode.UNIMPLEMENTED:
+                    return [exc] * len(items)
+                log.info(
+                    "the coordinator at %s has no batched calls: one call per item", self.target
+                )
+                self.batched = False
+            else:
+                if len(reply.items) != len(items):
+                    problem = pb.Problem(
+                        code="INTERNAL",
+                        message=f"{len(reply.items)} answers for {len(items)} items",
+                    )
+                    return [ItemRefused(problem)] * len(items)
+                return [
+                    ItemRefused(answer.problem) if answer.HasField("problem") else answer
+                    for answer in reply.items
+                ]
+        return list(await asyncio.gather(*(unary(item) for item in items), return_exceptions=True))
 
     async def _retry(
         self, name: str, call: Callable[[], Awaitable[T]], until: Callable[[], bool]
@@ -220,7 +327,7 @@ class CoordinatorClient:
         for attempt in range(1, self._attempts + 1):
             try:
                 return await call()
-            except grpc.aio.AioRpcError as exc:
+            except (grpc.aio.AioRpcError, ItemRefused) as exc:
                 if exc.code() not in _TRANSIENT:
                     raise _fatal(exc) from exc
                 if until():
@@ -246,7 +353,7 @@ class CoordinatorClient:
         raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-def _fatal(exc: grpc.aio.AioRpcError) -> SdkError:
+def _fatal(exc: Failure) -> SdkError:
     if exc.code() is grpc.StatusCode.UNAUTHENTICATED:
         return SdkError(
             f"the coordinator refused the worker token: {exc.details()} (check COMPOSER_WORKER_TOKEN)",

@@ -22,6 +22,7 @@ log = logging.getLogger("composer.api")
 def config_from(settings: GatewaySettings) -> GatewayConfig:
     return GatewayConfig(
         redis_prefix=settings.redis_prefix,
+        shards=settings.shards,
         tokens=settings.api_tokens,
         max_body_bytes=settings.api_max_body_bytes,
         max_wait_seconds=settings.api_max_wait_seconds,

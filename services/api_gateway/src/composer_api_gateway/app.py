@@ -55,7 +55,7 @@ def create_app(
     app[AUTH] = authenticator
     app[POOL] = pool
     app[REDIS] = redis
-    app[ENGINE] = Engine(pool, redis=redis, redis_prefix=config.redis_prefix)
+    app[ENGINE] = Engine(pool, redis=redis, redis_prefix=config.redis_prefix, shards=config.shards)
     app[WORKFLOWS] = Workflows(pool)
     app[SPEC] = build_spec(ROUTES)
     app[DOCS] = render_docs(app[SPEC])

@@ -18,6 +18,8 @@ class GatewayConfig:
     """What the app needs, read from the environment once by ``__main__`` (or given by tests)."""
 
     redis_prefix: str = "composer"
+    #: Streams per queue (the dispatches a start commits are published to them).
+    shards: int = composer_queue.DEFAULT_SHARDS
     tokens: str = ""
     max_body_bytes: int = 2 * 1024 * 1024
     max_wait_seconds: float = 60.0

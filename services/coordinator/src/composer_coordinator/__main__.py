@@ -19,7 +19,14 @@ async def serve(settings: CoordinatorSettings) -> None:
             "no worker token configured: set COMPOSER_WORKER_TOKEN (workers present it)"
         )
     async with serving(settings.runtime("coordinator", pool_size=settings.pool_size)) as rt:
-        engine = Engine(rt.pool, redis=rt.queue, redis_prefix=settings.redis_prefix)
+        engine = Engine(
+            rt.pool,
+            redis=rt.queue,
+            redis_prefix=settings.redis_prefix,
+            shards=settings.shards,
+            batch_size=settings.batch_size,
+            batches_in_flight=settings.batches_in_flight,
+        )
         server, port = await start_server(
             engine, address=settings.grpc_addr, token=settings.worker_token
         )

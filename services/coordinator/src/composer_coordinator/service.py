@@ -2,78 +2,131 @@
 
 A stale report is acknowledged (accepted=false) and changes nothing; a
 malformed request is INVALID_ARGUMENT; a database that keeps failing is
-UNAVAILABLE, so the worker keeps its message and tries again.
+UNAVAILABLE, so the worker keeps its message and tries again. In a batched
+call each item gets its own answer, and an item refused carries that status
+as its problem.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
 from opentelemetry.trace import SpanKind
 
+import composer_repo as repo
 from composer_common.telemetry import extract, tracer
-from composer_engine import BadRequest, Engine, EngineError, Internal, NotFound, Unavailable
+from composer_engine import (
+    BadRequest,
+    Engine,
+    EngineError,
+    Internal,
+    NotFound,
+    Report,
+    Unavailable,
+)
 from composer_rpc.v1 import worker_pb2 as pb
 from composer_rpc.v1.worker_pb2_grpc import WorkerServiceServicer
 
 log = logging.getLogger("composer.coordinator")
 
 
+class Refused(Exception):
+    """An item the coordinator will not take: the status a unary call fails with, or
+    the Problem a batched call's item carries."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
 class WorkerService(WorkerServiceServicer):
+    """Every call, unary or batched, goes through the engine's group commit: the
+    items of concurrent calls share transactions (docs/architecture.md §3.1)."""
+
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    # Each call runs in a span whose parent is the worker's task span (trace context in metadata).
+    # Each unary call runs in a span whose parent is the worker's task span (trace
+    # context in metadata); a batched call in one span for all its items.
 
     async def AcquireTaskLease(
         self, request: pb.AcquireTaskLeaseRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.AcquireTaskLeaseResponse:
         with _span("AcquireTaskLease", context, request.run_id, request.task_id):
-            return await self._AcquireTaskLease(request, context)
+            return await _unary(context, self._lease(request))
 
     async def RenewTaskLease(
         self, request: pb.RenewTaskLeaseRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.RenewTaskLeaseResponse:
         with _span("RenewTaskLease", context, request.run_id, request.task_id):
-            return await self._RenewTaskLease(request, context)
+            return await _unary(context, self._renew(request))
 
     async def ReportTaskResult(
         self, request: pb.ReportTaskResultRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ReportTaskResultResponse:
         with _span("ReportTaskResult", context, request.run_id, request.task_id):
-            return await self._ReportTaskResult(request, context)
+            return await _unary(context, self._report(request))
 
-    async def _AcquireTaskLease(
-        self, request: pb.AcquireTaskLeaseRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.AcquireTaskLeaseResponse:
-        await _require(
-            context,
+    async def AcquireTaskLeases(
+        self, request: pb.AcquireTaskLeasesRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.AcquireTaskLeasesResponse:
+        with _span("AcquireTaskLeases", context, items=len(request.items)):
+            answers = await _each(
+                [self._lease(item) for item in request.items], pb.AcquireTaskLeaseResponse
+            )
+            return pb.AcquireTaskLeasesResponse(items=answers)
+
+    async def RenewTaskLeases(
+        self, request: pb.RenewTaskLeasesRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.RenewTaskLeasesResponse:
+        with _span("RenewTaskLeases", context, items=len(request.items)):
+            answers = await _each(
+                [self._renew(item) for item in request.items], pb.RenewTaskLeaseResponse
+            )
+            return pb.RenewTaskLeasesResponse(items=answers)
+
+    async def ReportTaskResults(
+        self, request: pb.ReportTaskResultsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ReportTaskResultsResponse:
+        with _span("ReportTaskResults", context, items=len(request.items)):
+            answers = await _each(
+                [self._report(item) for item in request.items], pb.ReportTaskResultResponse
+            )
+            return pb.ReportTaskResultsResponse(items=answers)
+
+    # -- one item ----------------------------------------------------------------
+
+    async def _lease(self, request: pb.AcquireTaskLeaseRequest) -> pb.AcquireTaskLeaseResponse:
+        _require(
             request.task_id and request.run_id and request.owner,
             "task_id, run_id and owner are required",
         )
-        await _require(
-            context,
+        _require(
             request.attempt >= 0 and request.ttl_seconds > 0,
             "attempt must be >= 0 and ttl_seconds > 0",
         )
         try:
-            grant = await self.engine.acquire_lease(
-                request.run_id,
-                request.task_id,
-                request.attempt,
-                owner=request.owner,
-                ttl=request.ttl_seconds,
+            grant = await self.engine.lease(  # in the next batch of leases
+                repo.LeaseRequest(
+                    request.run_id,
+                    request.task_id,
+                    request.attempt,
+                    request.owner,
+                    request.ttl_seconds,
+                )
             )
         except NotFound as exc:
             return pb.AcquireTaskLeaseResponse(granted=False, reason=exc.message)
         except EngineError as exc:
-            await _abort(context, exc)
+            raise _refused(exc) from exc
         if not grant.granted:
             return pb.AcquireTaskLeaseResponse(granted=False, reason=grant.reason)
         return pb.AcquireTaskLeaseResponse(
@@ -83,75 +136,72 @@ class WorkerService(WorkerServiceServicer):
             max_attempts=grant.max_attempts,
         )
 
-    async def _RenewTaskLease(
-        self, request: pb.RenewTaskLeaseRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.RenewTaskLeaseResponse:
-        await _require(
-            context,
+    async def _renew(self, request: pb.RenewTaskLeaseRequest) -> pb.RenewTaskLeaseResponse:
+        _require(
             request.task_id and request.run_id and request.owner,
             "task_id, run_id and owner are required",
         )
-        await _require(context, request.ttl_seconds > 0, "ttl_seconds must be > 0")
+        _require(request.ttl_seconds > 0, "ttl_seconds must be > 0")
         try:
-            expires = await self.engine.renew_lease(
-                request.run_id,
-                request.task_id,
-                request.attempt,
-                owner=request.owner,
-                ttl=request.ttl_seconds,
+            expires = await self.engine.renew(  # in the next batch of renewals
+                repo.LeaseRequest(
+                    request.run_id,
+                    request.task_id,
+                    request.attempt,
+                    request.owner,
+                    request.ttl_seconds,
+                )
             )
         except NotFound:
             return pb.RenewTaskLeaseResponse(ok=False)
         except EngineError as exc:
-            await _abort(context, exc)
+            raise _refused(exc) from exc
         return pb.RenewTaskLeaseResponse(
             ok=expires is not None, lease_expires_at=expires.timestamp() if expires else 0.0
         )
 
-    async def _ReportTaskResult(
-        self, request: pb.ReportTaskResultRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.ReportTaskResultResponse:
-        await _require(
-            context,
+    async def _report(self, request: pb.ReportTaskResultRequest) -> pb.ReportTaskResultResponse:
+        _require(
             request.task_id and request.run_id and request.node_id and request.owner,
             "task_id, run_id, node_id and owner are required",
         )
-        await _require(context, request.attempt >= 0, "attempt must be >= 0")
+        _require(request.attempt >= 0, "attempt must be >= 0")
+        if request.status == pb.TASK_STATUS_COMPLETED:
+            try:
+                output = json.loads(request.output_json) if request.output_json else None
+            except ValueError:
+                raise Refused(
+                    grpc.StatusCode.INVALID_ARGUMENT, "output_json is not valid JSON"
+                ) from None
+            report = Report(
+                request.run_id,
+                request.task_id,
+                request.node_id,
+                request.attempt,
+                request.owner,
+                completed=True,
+                output=output,
+            )
+        elif request.status == pb.TASK_STATUS_FAILED:
+            report = Report(
+                request.run_id,
+                request.task_id,
+                request.node_id,
+                request.attempt,
+                request.owner,
+                completed=False,
+                error=request.error or "failed without a message",
+                code=request.error_code or None,
+                permanent=request.permanent,
+            )
+        else:
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "status must be COMPLETED or FAILED")
         try:
-            if request.status == pb.TASK_STATUS_COMPLETED:
-                try:
-                    output = json.loads(request.output_json) if request.output_json else None
-                except ValueError:
-                    await context.abort(
-                        grpc.StatusCode.INVALID_ARGUMENT, "output_json is not valid JSON"
-                    )
-                accepted = await self.engine.report_completed(
-                    request.run_id,
-                    request.task_id,
-                    request.node_id,
-                    request.attempt,
-                    output,
-                    owner=request.owner,
-                )
-            elif request.status == pb.TASK_STATUS_FAILED:
-                accepted = await self.engine.report_failed(
-                    request.run_id,
-                    request.task_id,
-                    request.node_id,
-                    request.attempt,
-                    request.error or "failed without a message",
-                    code=request.error_code or None,
-                    permanent=request.permanent,
-                    owner=request.owner,
-                )
-            else:
-                await context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT, "status must be COMPLETED or FAILED"
-                )
+            accepted = await self.engine.report(report)  # in the next group commit
         except NotFound as exc:
             return pb.ReportTaskResultResponse(accepted=False, reason=exc.message)
         except EngineError as exc:
-            await _abort(context, exc)
+            raise _refused(exc) from exc
         if not accepted:
             log.info(
                 "stale report for task %s attempt %d acknowledged", request.task_id, request.attempt
@@ -161,29 +211,65 @@ class WorkerService(WorkerServiceServicer):
         )
 
 
-def _span(name: str, context: grpc.aio.ServicerContext[Any, Any], run_id: str, task_id: str) -> Any:
-    metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
-    return tracer().start_as_current_span(
-        name,
-        context=extract(metadata),
-        kind=SpanKind.SERVER,
-        attributes={"composer.run_id": run_id, "composer.task_id": task_id},
-    )
+Answer = TypeVar(
+    "Answer", pb.AcquireTaskLeaseResponse, pb.RenewTaskLeaseResponse, pb.ReportTaskResultResponse
+)
 
 
-async def _require(context: grpc.aio.ServicerContext[Any, Any], ok: object, message: str) -> None:
+async def _unary(context: grpc.aio.ServicerContext[Any, Any], item: Awaitable[Answer]) -> Answer:
+    try:
+        return await item
+    except Refused as exc:
+        await context.abort(exc.code, exc.message)
+        raise  # pragma: no cover - abort raises
+
+
+async def _each(items: list[Awaitable[Answer]], answer: type[Answer]) -> list[Answer]:
+    """Every item's answer, in order; an item refused carries its problem."""
+    results = await asyncio.gather(*items, return_exceptions=True)
+    out: list[Answer] = []
+    for result in results:
+        if isinstance(result, Refused):
+            out.append(answer(problem=pb.Problem(code=result.code.name, message=result.message)))
+        elif isinstance(result, BaseException):
+            raise result
+        else:
+            out.append(result)
+    return out
+
+
+def _require(ok: object, message: str) -> None:
     if not ok:
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+        raise Refused(grpc.StatusCode.INVALID_ARGUMENT, message)
 
 
-async def _abort(context: grpc.aio.ServicerContext[Any, Any], exc: EngineError) -> None:
+def _refused(exc: EngineError) -> Refused:
     if isinstance(exc, Unavailable):
-        await context.abort(grpc.StatusCode.UNAVAILABLE, exc.message)
+        return Refused(grpc.StatusCode.UNAVAILABLE, exc.message)
     if isinstance(exc, Internal):  # a bug, already logged as an ALERT: retrying cannot help
-        await context.abort(grpc.StatusCode.INTERNAL, exc.message)
+        return Refused(grpc.StatusCode.INTERNAL, exc.message)
     if isinstance(exc, BadRequest):
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, exc.message)
-    await context.abort(grpc.StatusCode.FAILED_PRECONDITION, exc.message)
+        return Refused(grpc.StatusCode.INVALID_ARGUMENT, exc.message)
+    return Refused(grpc.StatusCode.FAILED_PRECONDITION, exc.message)
+
+
+def _span(
+    name: str,
+    context: grpc.aio.ServicerContext[Any, Any],
+    run_id: str = "",
+    task_id: str = "",
+    *,
+    items: int | None = None,
+) -> Any:
+    metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+    attributes: dict[str, str | int] = (
+        {"composer.items": items}
+        if items is not None
+        else {"composer.run_id": run_id, "composer.task_id": task_id}
+    )
+    return tracer().start_as_current_span(
+        name, context=extract(metadata), kind=SpanKind.SERVER, attributes=attributes
+    )
 
 
 class TokenAuth(grpc.aio.ServerInterceptor):

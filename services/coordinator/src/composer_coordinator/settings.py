@@ -10,4 +10,9 @@ from composer_service import ServerSettings
 
 
 class CoordinatorSettings(ServerSettings):
-    pass
+    #: Group commit (docs/architecture.md §3.1): at most this many reports or leases
+    #: go in one transaction or statement...
+    batch_size: int = 256
+    #: ...and at most this many of those run at once; what arrives meanwhile waits
+    #: for the next.
+    batches_in_flight: int = 2

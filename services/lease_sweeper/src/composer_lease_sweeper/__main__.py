@@ -17,7 +17,9 @@ async def serve(settings: SweeperSettings) -> None:
     # One connection holds the singleton lock through a sweep; the rest apply events.
     async with serving(settings.runtime("lease-sweeper", pool_size=4)) as rt:
         sweeper = Sweeper(
-            Engine(rt.pool, redis=rt.queue, redis_prefix=settings.redis_prefix),
+            Engine(
+                rt.pool, redis=rt.queue, redis_prefix=settings.redis_prefix, shards=settings.shards
+            ),
             rt.queue,
             prefix=settings.redis_prefix,
             shards=settings.shards,

@@ -21,6 +21,7 @@ async def serve(settings: EnqueuerSettings) -> None:
             prefix=settings.redis_prefix,
             shards=settings.shards,
             batch_size=settings.batch_size,
+            grace=settings.outbox_grace_seconds,
             poll_seconds=settings.poll_seconds,
             webhook_batch_size=settings.webhook_batch_size,
             webhook_timeout=settings.webhook_timeout_seconds,

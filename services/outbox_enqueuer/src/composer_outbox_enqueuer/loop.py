@@ -1,6 +1,11 @@
-"""Publishing committed outbox rows.
+"""Publishing committed outbox rows that their committer did not publish.
 
-Dispatch rows: claim a batch (FOR UPDATE SKIP LOCKED, only rows whose
+Whoever commits a dispatch due at once (the coordinator, the gateway, the
+timer, the sweeper) publishes it right after the commit and deletes its row;
+this loop is the fallback (docs/architecture.md §4.3). It takes such a row only
+once it is ``grace`` seconds old — its committer crashed between commit and
+publish, or Redis was away — and a delayed dispatch (a retry's backoff) when
+it comes due. Dispatch rows: claim a batch (FOR UPDATE SKIP LOCKED, only rows whose
 next_attempt_at has come, so retry backoff holds), XADD each to its sharded
 stream in one pipeline, then in the same transaction delete the rows and mark
 the tasks QUEUED, and commit. A crash after XADD and before commit publishes
@@ -41,6 +46,8 @@ class Enqueuer:
     prefix: str = "composer"
     shards: int = cq.DEFAULT_SHARDS
     batch_size: int = 200
+    #: How old a dispatch due at once must be before it is taken from its committer.
+    grace: float = 2.0
     poll_seconds: float = 1.0
     webhook_batch_size: int = 20
     webhook_timeout: float = 10.0
@@ -87,9 +94,11 @@ class Enqueuer:
     async def publish_dispatches(self) -> tuple[int, dt.datetime | None]:
         """Publish one batch of due dispatches; returns how many, and when the next is due."""
         async with repo.transaction(self.pool) as conn:
-            messages = await repo.claim_outbox(conn, "dispatch", limit=self.batch_size)
+            messages = await repo.claim_outbox(
+                conn, "dispatch", limit=self.batch_size, grace=self.grace
+            )
             if not messages:
-                return 0, await repo.next_outbox_due(conn, "dispatch")
+                return 0, await repo.next_outbox_due(conn, "dispatch", grace=self.grace)
             refs: list[repo.TaskRef] = []
             batch: list[tuple[str, dict[str, str]]] = []
             for m in messages:
@@ -102,7 +111,9 @@ class Enqueuer:
                     )
                 )
             await self.redis.publish(batch)  # raises on a Redis failure: the transaction rolls back
-            next_due = await repo.mark_published(conn, [m.id for m in messages], refs)
+            next_due = await repo.mark_published(
+                conn, [m.id for m in messages], refs, grace=self.grace
+            )
             if len(messages) >= self.batch_size:
                 next_due = None  # a full batch: look again at once
         self.published += len(messages)

@@ -11,6 +11,9 @@ from composer_service import ServiceSettings
 
 class EnqueuerSettings(ServiceSettings):
     batch_size: int = 200
+    #: A dispatch due at once is published by whoever committed it, right after the
+    #: commit; the enqueuer takes it only once it is this old (that publish was lost).
+    outbox_grace_seconds: float = 2.0
     #: The poll interval: how long a lost hint can delay a dispatch at most.
     poll_seconds: float = 1.0
     webhook_batch_size: int = 20

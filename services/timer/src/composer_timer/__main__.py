@@ -16,7 +16,9 @@ log = logging.getLogger("composer.timer")
 async def serve(settings: TimerSettings) -> None:
     async with serving(settings.runtime("timer", pool_size=settings.timer_concurrency + 2)) as rt:
         timer = Timer(
-            Engine(rt.pool, redis=rt.queue, redis_prefix=settings.redis_prefix),
+            Engine(
+                rt.pool, redis=rt.queue, redis_prefix=settings.redis_prefix, shards=settings.shards
+            ),
             rt.queue,
             prefix=settings.redis_prefix,
             batch_size=settings.timer_batch_size,

@@ -124,6 +124,33 @@ SELECT node_id, id, state, attempt, branches, awaited_signal, error
   FROM task_instances
  WHERE run_id = $1;
 
+-- name: lock_runs
+-- The lock query of a batch of events (the coordinator's group commit): every
+-- run of the batch not locked by another transaction, in id order (so two
+-- batches never deadlock), and one clock for the whole transaction, read
+-- after the last lock was granted. A run another transaction holds is skipped:
+-- its event is applied on its own, waiting for the lock.
+WITH locked AS MATERIALIZED (
+    SELECT r.id, r.workflow_id, r.version, r.status, r.input, r.config
+      FROM workflow_runs r
+     WHERE r.id = ANY($1::text[])
+     ORDER BY r.id
+       FOR UPDATE SKIP LOCKED
+), clock AS MATERIALIZED (
+    SELECT set_config('composer.now', clock_timestamp()::text, true)::timestamptz AS now
+      FROM (SELECT count(*) FROM locked) c
+)
+SELECT l.id, l.workflow_id, l.version, l.status, l.input, l.config, clock.now
+  FROM clock, locked l;
+
+-- name: load_task_states_of_runs
+-- load_task_states for a batch of runs, with who holds each RUNNING attempt's
+-- lease (a report counts only from the lease's holder).
+SELECT run_id, node_id, id, state, attempt, branches, awaited_signal, error,
+       CASE WHEN state = 'RUNNING' THEN lease_owner END AS lease_owner
+  FROM task_instances
+ WHERE run_id = ANY($1::text[]);
+
 -- name: load_outputs
 SELECT node_id, output
   FROM task_instances
@@ -282,6 +309,34 @@ UPDATE task_instances
             AND (lease_owner = $4 OR lease_expires_at < statement_timestamp())))
 RETURNING node_id, node_type, queue, input, lease_expires_at, max_attempts;
 
+-- name: acquire_leases
+-- acquire_lease for a batch of requests ($1-$5, one per attempt; the caller sends
+-- an attempt at most once per batch), in one statement.
+UPDATE task_instances t
+   SET state = 'RUNNING', lease_owner = u.owner,
+       lease_expires_at = statement_timestamp() + make_interval(secs => u.ttl),
+       started_at = CASE WHEN t.state = 'RUNNING' AND t.lease_owner = u.owner THEN t.started_at
+                         ELSE now() END,
+       updated_at = now()
+  FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::float8[])
+           AS u(run_id, id, attempt, owner, ttl)
+ WHERE t.run_id = u.run_id AND t.id = u.id AND t.attempt = u.attempt
+   AND (t.state IN ('PENDING', 'QUEUED')
+        OR (t.state = 'RUNNING'
+            AND (t.lease_owner = u.owner OR t.lease_expires_at < statement_timestamp())))
+RETURNING t.run_id, t.id, t.attempt, t.node_id, t.node_type, t.queue, t.input,
+          t.lease_expires_at, t.max_attempts;
+
+-- name: renew_leases
+-- renew_lease for a batch of requests, in one statement.
+UPDATE task_instances t
+   SET lease_expires_at = statement_timestamp() + make_interval(secs => u.ttl), updated_at = now()
+  FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::float8[])
+           AS u(run_id, id, attempt, owner, ttl)
+ WHERE t.run_id = u.run_id AND t.id = u.id AND t.attempt = u.attempt
+   AND t.state = 'RUNNING' AND t.lease_owner = u.owner
+RETURNING t.run_id, t.id, t.attempt, t.lease_expires_at;
+
 -- name: lease_owner
 -- Who holds the lease on a RUNNING attempt (expired or not); no row when the
 -- attempt is not RUNNING. A report counts only from the lease's holder.
@@ -328,17 +383,24 @@ SELECT id, name, payload, created_at, consumed_at, consumed_by
 -- =============================================================================
 
 -- name: enqueue
-INSERT INTO outbox (kind, run_id, task_id, destination, payload, next_attempt_at)
-VALUES ($1, $2, $3, $4, $5, COALESCE($6::timestamptz, composer_now()))
+-- created_at and next_attempt_at are one value for a message due at once, so the
+-- enqueuer can tell it from a delayed one (docs/architecture.md §4.3).
+INSERT INTO outbox (kind, run_id, task_id, destination, payload, next_attempt_at, created_at)
+VALUES ($1, $2, $3, $4, $5, COALESCE($6::timestamptz, composer_now()), composer_now())
 RETURNING id;
 
 -- name: claim_outbox
 -- Due messages of one kind, oldest first. The row locks are held until the
 -- claiming transaction ends, and SKIP LOCKED lets concurrent claimers pass
 -- each other's rows instead of waiting or double-publishing.
+-- A message due at once (next_attempt_at = created_at) is published by whoever
+-- committed it, right after the commit: it is claimed here only once it is $3
+-- seconds old, which means that publish did not happen (a crash, Redis away).
 SELECT id, kind, run_id, task_id, destination, payload, attempts, next_attempt_at, created_at
   FROM outbox
  WHERE kind = $1 AND next_attempt_at <= statement_timestamp()
+   AND (next_attempt_at > created_at
+        OR created_at <= statement_timestamp() - make_interval(secs => $3))
  ORDER BY next_attempt_at, id
  LIMIT $2
    FOR UPDATE SKIP LOCKED;
@@ -372,12 +434,17 @@ WITH deleted AS (
      WHERE t.run_id = u.run_id AND t.id = u.id AND t.attempt = u.attempt
        AND t.state = 'PENDING'
 )
-SELECT min(next_attempt_at) FROM outbox
+SELECT min(CASE WHEN next_attempt_at > created_at THEN next_attempt_at
+                ELSE created_at + make_interval(secs => $5) END)
+  FROM outbox
  WHERE kind = 'dispatch' AND NOT (id = ANY($1::bigint[]));
 
 -- name: next_outbox_due
 -- When the earliest message of a kind becomes due: how long a loop may sleep.
-SELECT min(next_attempt_at) FROM outbox WHERE kind = $1;
+-- A message due at once is due for the enqueuer $2 seconds later (claim_outbox).
+SELECT min(CASE WHEN next_attempt_at > created_at THEN next_attempt_at
+                ELSE created_at + make_interval(secs => $2) END)
+  FROM outbox WHERE kind = $1;
 
 -- =============================================================================
 -- Background loops

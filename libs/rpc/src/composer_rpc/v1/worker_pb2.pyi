@@ -9,8 +9,10 @@ attempt that is no longer current is refused or ignored, never applied.
 Inputs and outputs travel as JSON text so that numbers keep their types.
 """
 
+from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
@@ -39,6 +41,153 @@ TASK_STATUS_UNSPECIFIED: TaskStatus.ValueType  # 0
 TASK_STATUS_COMPLETED: TaskStatus.ValueType  # 1
 TASK_STATUS_FAILED: TaskStatus.ValueType  # 2
 Global___TaskStatus: _TypeAlias = TaskStatus  # noqa: Y015
+
+@_typing.final
+class Problem(_message.Message):
+    """Why one item of a batched call failed: a gRPC status code name
+    (INVALID_ARGUMENT, UNAVAILABLE, INTERNAL, ...) and its message. Retry the item
+    only when a unary call with that status would be retried.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    code: _builtins.str
+    message: _builtins.str
+    def __init__(
+        self,
+        *,
+        code: _builtins.str = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "message", b"message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Problem: _TypeAlias = Problem  # noqa: Y015
+
+@_typing.final
+class AcquireTaskLeasesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ITEMS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___AcquireTaskLeaseRequest]: ...
+    def __init__(
+        self,
+        *,
+        items: _abc.Iterable[Global___AcquireTaskLeaseRequest] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AcquireTaskLeasesRequest: _TypeAlias = AcquireTaskLeasesRequest  # noqa: Y015
+
+@_typing.final
+class AcquireTaskLeasesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ITEMS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___AcquireTaskLeaseResponse]: ...
+    def __init__(
+        self,
+        *,
+        items: _abc.Iterable[Global___AcquireTaskLeaseResponse] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AcquireTaskLeasesResponse: _TypeAlias = AcquireTaskLeasesResponse  # noqa: Y015
+
+@_typing.final
+class RenewTaskLeasesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ITEMS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___RenewTaskLeaseRequest]: ...
+    def __init__(
+        self,
+        *,
+        items: _abc.Iterable[Global___RenewTaskLeaseRequest] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RenewTaskLeasesRequest: _TypeAlias = RenewTaskLeasesRequest  # noqa: Y015
+
+@_typing.final
+class RenewTaskLeasesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ITEMS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___RenewTaskLeaseResponse]: ...
+    def __init__(
+        self,
+        *,
+        items: _abc.Iterable[Global___RenewTaskLeaseResponse] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RenewTaskLeasesResponse: _TypeAlias = RenewTaskLeasesResponse  # noqa: Y015
+
+@_typing.final
+class ReportTaskResultsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ITEMS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReportTaskResultRequest]: ...
+    def __init__(
+        self,
+        *,
+        items: _abc.Iterable[Global___ReportTaskResultRequest] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportTaskResultsRequest: _TypeAlias = ReportTaskResultsRequest  # noqa: Y015
+
+@_typing.final
+class ReportTaskResultsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ITEMS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReportTaskResultResponse]: ...
+    def __init__(
+        self,
+        *,
+        items: _abc.Iterable[Global___ReportTaskResultResponse] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportTaskResultsResponse: _TypeAlias = ReportTaskResultsResponse  # noqa: Y015
 
 @_typing.final
 class AcquireTaskLeaseRequest(_message.Message):
@@ -80,6 +229,7 @@ class AcquireTaskLeaseResponse(_message.Message):
     INPUT_JSON_FIELD_NUMBER: _builtins.int
     LEASE_EXPIRES_AT_FIELD_NUMBER: _builtins.int
     MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
+    PROBLEM_FIELD_NUMBER: _builtins.int
     granted: _builtins.bool
     reason: _builtins.str
     """Why the lease was not granted (stale attempt, finished task, held by another)."""
@@ -89,6 +239,10 @@ class AcquireTaskLeaseResponse(_message.Message):
     """When the lease expires, in seconds since the Unix epoch."""
     max_attempts: _builtins.int
     """The node's retry policy bound, so a handler knows when it runs its last attempt."""
+    @_builtins.property
+    def problem(self) -> Global___Problem:
+        """Only in a batched answer: this item failed (see Problem)."""
+
     def __init__(
         self,
         *,
@@ -97,10 +251,11 @@ class AcquireTaskLeaseResponse(_message.Message):
         input_json: _builtins.str = ...,
         lease_expires_at: _builtins.float = ...,
         max_attempts: _builtins.int = ...,
+        problem: Global___Problem | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["problem", b"problem"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["granted", b"granted", "input_json", b"input_json", "lease_expires_at", b"lease_expires_at", "max_attempts", b"max_attempts", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["granted", b"granted", "input_json", b"input_json", "lease_expires_at", b"lease_expires_at", "max_attempts", b"max_attempts", "problem", b"problem", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -143,17 +298,23 @@ class RenewTaskLeaseResponse(_message.Message):
 
     OK_FIELD_NUMBER: _builtins.int
     LEASE_EXPIRES_AT_FIELD_NUMBER: _builtins.int
+    PROBLEM_FIELD_NUMBER: _builtins.int
     ok: _builtins.bool
     lease_expires_at: _builtins.float
+    @_builtins.property
+    def problem(self) -> Global___Problem:
+        """Only in a batched answer: this item failed (see Problem)."""
+
     def __init__(
         self,
         *,
         ok: _builtins.bool = ...,
         lease_expires_at: _builtins.float = ...,
+        problem: Global___Problem | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["problem", b"problem"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_expires_at", b"lease_expires_at", "ok", b"ok"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_expires_at", b"lease_expires_at", "ok", b"ok", "problem", b"problem"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -215,18 +376,24 @@ class ReportTaskResultResponse(_message.Message):
 
     ACCEPTED_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    PROBLEM_FIELD_NUMBER: _builtins.int
     accepted: _builtins.bool
     """False when the report was stale or a duplicate: acknowledged, nothing changed."""
     reason: _builtins.str
+    @_builtins.property
+    def problem(self) -> Global___Problem:
+        """Only in a batched answer: this item failed (see Problem)."""
+
     def __init__(
         self,
         *,
         accepted: _builtins.bool = ...,
         reason: _builtins.str = ...,
+        problem: Global___Problem | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["problem", b"problem"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "problem", b"problem", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -49,6 +49,21 @@ class WorkerServiceStub:
                 request_serializer=composer_dot_v1_dot_worker__pb2.ReportTaskResultRequest.SerializeToString,
                 response_deserializer=composer_dot_v1_dot_worker__pb2.ReportTaskResultResponse.FromString,
                 _registered_method=True)
+        self.AcquireTaskLeases = channel.unary_unary(
+                '/composer.v1.WorkerService/AcquireTaskLeases',
+                request_serializer=composer_dot_v1_dot_worker__pb2.AcquireTaskLeasesRequest.SerializeToString,
+                response_deserializer=composer_dot_v1_dot_worker__pb2.AcquireTaskLeasesResponse.FromString,
+                _registered_method=True)
+        self.RenewTaskLeases = channel.unary_unary(
+                '/composer.v1.WorkerService/RenewTaskLeases',
+                request_serializer=composer_dot_v1_dot_worker__pb2.RenewTaskLeasesRequest.SerializeToString,
+                response_deserializer=composer_dot_v1_dot_worker__pb2.RenewTaskLeasesResponse.FromString,
+                _registered_method=True)
+        self.ReportTaskResults = channel.unary_unary(
+                '/composer.v1.WorkerService/ReportTaskResults',
+                request_serializer=composer_dot_v1_dot_worker__pb2.ReportTaskResultsRequest.SerializeToString,
+                response_deserializer=composer_dot_v1_dot_worker__pb2.ReportTaskResultsResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -77,6 +92,33 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AcquireTaskLeases(self, request, context):
+        """The same three, for many attempts in one call: the SDK gathers what its tasks
+        ask while a call is in flight and sends it together. Each item gets its own
+        answer, at the same position; an item the coordinator could not take carries
+        a problem (the status a unary call would have failed with), and the others
+        are unaffected. Batched unary calls rather than a bidirectional stream
+        (measured with tests/bench/bench_grpc.py on 2 cores: 357 µs of CPU per item
+        for one unary call per item, 17.6 at 32 items per call, 10.3 for a stream
+        at 32 per frame): batching gives nearly all of it, and a unary call keeps
+        its deadline, status and retry with no session state to resend.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RenewTaskLeases(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportTaskResults(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -94,6 +136,21 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.ReportTaskResult,
                     request_deserializer=composer_dot_v1_dot_worker__pb2.ReportTaskResultRequest.FromString,
                     response_serializer=composer_dot_v1_dot_worker__pb2.ReportTaskResultResponse.SerializeToString,
+            ),
+            'AcquireTaskLeases': grpc.unary_unary_rpc_method_handler(
+                    servicer.AcquireTaskLeases,
+                    request_deserializer=composer_dot_v1_dot_worker__pb2.AcquireTaskLeasesRequest.FromString,
+                    response_serializer=composer_dot_v1_dot_worker__pb2.AcquireTaskLeasesResponse.SerializeToString,
+            ),
+            'RenewTaskLeases': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenewTaskLeases,
+                    request_deserializer=composer_dot_v1_dot_worker__pb2.RenewTaskLeasesRequest.FromString,
+                    response_serializer=composer_dot_v1_dot_worker__pb2.RenewTaskLeasesResponse.SerializeToString,
+            ),
+            'ReportTaskResults': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportTaskResults,
+                    request_deserializer=composer_dot_v1_dot_worker__pb2.ReportTaskResultsRequest.FromString,
+                    response_serializer=composer_dot_v1_dot_worker__pb2.ReportTaskResultsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -177,6 +234,87 @@ class WorkerService:
             '/composer.v1.WorkerService/ReportTaskResult',
             composer_dot_v1_dot_worker__pb2.ReportTaskResultRequest.SerializeToString,
             composer_dot_v1_dot_worker__pb2.ReportTaskResultResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AcquireTaskLeases(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/composer.v1.WorkerService/AcquireTaskLeases',
+            composer_dot_v1_dot_worker__pb2.AcquireTaskLeasesRequest.SerializeToString,
+            composer_dot_v1_dot_worker__pb2.AcquireTaskLeasesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenewTaskLeases(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/composer.v1.WorkerService/RenewTaskLeases',
+            composer_dot_v1_dot_worker__pb2.RenewTaskLeasesRequest.SerializeToString,
+            composer_dot_v1_dot_worker__pb2.RenewTaskLeasesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportTaskResults(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/composer.v1.WorkerService/ReportTaskResults',
+            composer_dot_v1_dot_worker__pb2.ReportTaskResultsRequest.SerializeToString,
+            composer_dot_v1_dot_worker__pb2.ReportTaskResultsResponse.FromString,
             options,
             channel_credentials,
             insecure,

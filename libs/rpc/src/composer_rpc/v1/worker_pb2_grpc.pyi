@@ -47,6 +47,19 @@ class WorkerServiceStub:
     """Report the attempt's outcome. A stale report is acknowledged (accepted=false)
     and changes nothing; only a failure to record it is an error, to be retried.
     """
+    AcquireTaskLeases: _grpc.UnaryUnaryMultiCallable[_worker_pb2.AcquireTaskLeasesRequest, _worker_pb2.AcquireTaskLeasesResponse]
+    """The same three, for many attempts in one call: the SDK gathers what its tasks
+    ask while a call is in flight and sends it together. Each item gets its own
+    answer, at the same position; an item the coordinator could not take carries
+    a problem (the status a unary call would have failed with), and the others
+    are unaffected. Batched unary calls rather than a bidirectional stream
+    (measured with tests/bench/bench_grpc.py on 2 cores: 357 µs of CPU per item
+    for one unary call per item, 17.6 at 32 items per call, 10.3 for a stream
+    at 32 per frame): batching gives nearly all of it, and a unary call keeps
+    its deadline, status and retry with no session state to resend.
+    """
+    RenewTaskLeases: _grpc.UnaryUnaryMultiCallable[_worker_pb2.RenewTaskLeasesRequest, _worker_pb2.RenewTaskLeasesResponse]
+    ReportTaskResults: _grpc.UnaryUnaryMultiCallable[_worker_pb2.ReportTaskResultsRequest, _worker_pb2.ReportTaskResultsResponse]
 
 @_typing.type_check_only
 class WorkerServiceAsyncStub(WorkerServiceStub):
@@ -61,6 +74,19 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     """Report the attempt's outcome. A stale report is acknowledged (accepted=false)
     and changes nothing; only a failure to record it is an error, to be retried.
     """
+    AcquireTaskLeases: _aio.UnaryUnaryMultiCallable[_worker_pb2.AcquireTaskLeasesRequest, _worker_pb2.AcquireTaskLeasesResponse]  # type: ignore[assignment]
+    """The same three, for many attempts in one call: the SDK gathers what its tasks
+    ask while a call is in flight and sends it together. Each item gets its own
+    answer, at the same position; an item the coordinator could not take carries
+    a problem (the status a unary call would have failed with), and the others
+    are unaffected. Batched unary calls rather than a bidirectional stream
+    (measured with tests/bench/bench_grpc.py on 2 cores: 357 µs of CPU per item
+    for one unary call per item, 17.6 at 32 items per call, 10.3 for a stream
+    at 32 per frame): batching gives nearly all of it, and a unary call keeps
+    its deadline, status and retry with no session state to resend.
+    """
+    RenewTaskLeases: _aio.UnaryUnaryMultiCallable[_worker_pb2.RenewTaskLeasesRequest, _worker_pb2.RenewTaskLeasesResponse]  # type: ignore[assignment]
+    ReportTaskResults: _aio.UnaryUnaryMultiCallable[_worker_pb2.ReportTaskResultsRequest, _worker_pb2.ReportTaskResultsResponse]  # type: ignore[assignment]
 
 class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -90,5 +116,36 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         """Report the attempt's outcome. A stale report is acknowledged (accepted=false)
         and changes nothing; only a failure to record it is an error, to be retried.
         """
+
+    @_abc_1.abstractmethod
+    def AcquireTaskLeases(
+        self,
+        request: _worker_pb2.AcquireTaskLeasesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.AcquireTaskLeasesResponse, _abc.Awaitable[_worker_pb2.AcquireTaskLeasesResponse]]:
+        """The same three, for many attempts in one call: the SDK gathers what its tasks
+        ask while a call is in flight and sends it together. Each item gets its own
+        answer, at the same position; an item the coordinator could not take carries
+        a problem (the status a unary call would have failed with), and the others
+        are unaffected. Batched unary calls rather than a bidirectional stream
+        (measured with tests/bench/bench_grpc.py on 2 cores: 357 µs of CPU per item
+        for one unary call per item, 17.6 at 32 items per call, 10.3 for a stream
+        at 32 per frame): batching gives nearly all of it, and a unary call keeps
+        its deadline, status and retry with no session state to resend.
+        """
+
+    @_abc_1.abstractmethod
+    def RenewTaskLeases(
+        self,
+        request: _worker_pb2.RenewTaskLeasesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.RenewTaskLeasesResponse, _abc.Awaitable[_worker_pb2.RenewTaskLeasesResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ReportTaskResults(
+        self,
+        request: _worker_pb2.ReportTaskResultsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.ReportTaskResultsResponse, _abc.Awaitable[_worker_pb2.ReportTaskResultsResponse]]: ...
 
 def add_WorkerServiceServicer_to_server(servicer: WorkerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,151 @@
+"""Group commit through the real coordinator: batched calls, each item its own answer,
+one bad event isolated, a fan-in applied in order (docs/architecture.md §3.1)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import grpc.aio
+import pytest
+
+from composer_core.model import RunStatus, TaskState
+from composer_core.statemachine import Event, Machine, Run
+from composer_engine import Report
+from composer_rpc.v1 import worker_pb2 as pb
+from composer_rpc.v1.worker_pb2_grpc import WorkerServiceStub
+from tests.integration.e2e.conftest import TOKEN, Stack
+from tests.integration.e2e.test_internal_errors import alerts
+from tests.integration.e2e.test_runs import one_task
+
+MD = (("authorization", f"Bearer {TOKEN}"),)
+
+
+async def leased_tasks(stack: Stack, stub: Any, run_ids: list[str], node: str) -> list[str]:
+    """Lease each run's task ``node`` in one batched call; their task ids."""
+    task_ids = [(await stack.tasks_of(r))[node].task_id for r in run_ids]
+    reply = await stub.AcquireTaskLeases(
+        pb.AcquireTaskLeasesRequest(
+            items=[
+                pb.AcquireTaskLeaseRequest(
+                    run_id=r, task_id=t, attempt=0, owner="w", ttl_seconds=30
+                )
+                for r, t in zip(run_ids, task_ids, strict=True)
+            ]
+        ),
+        metadata=MD,
+    )
+    assert [item.granted for item in reply.items] == [True] * len(run_ids)
+    return task_ids
+
+
+async def test_a_batch_with_a_poisoned_event_applies_the_others(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    await stack.deploy(one_task("a", queue="manual"))
+    run_ids = [(await stack.engine.start("one-a")).run_id for _ in range(3)]
+    async with grpc.aio.insecure_channel(stack.grpc_target) as channel:
+        stub = WorkerServiceStub(channel)
+        task_ids = await leased_tasks(stack, stub, run_ids, "a")
+        poisoned = task_ids[1]
+        apply = Machine.apply
+
+        def apply_unless_poisoned(self: Machine, run: Run, event: Event) -> Any:
+            if getattr(event, "task_id", None) == poisoned:
+                raise ZeroDivisionError("poisoned event")
+            return apply(self, run, event)
+
+        monkeypatch.setattr(Machine, "apply", apply_unless_poisoned)
+        caplog.set_level(logging.INFO, logger="composer")
+        reply = await stub.ReportTaskResults(
+            pb.ReportTaskResultsRequest(
+                items=[
+                    pb.ReportTaskResultRequest(
+                        run_id=r,
+                        task_id=t,
+                        node_id="a",
+                        attempt=0,
+                        owner="w",
+                        status=pb.TASK_STATUS_COMPLETED,
+                        output_json='{"ok": true}',
+                    )
+                    for r, t in zip(run_ids, task_ids, strict=True)
+                ]
+            ),
+            metadata=MD,
+        )
+
+    first, bad, last = reply.items
+    assert first.accepted and last.accepted
+    assert not bad.accepted and bad.problem.code == "INTERNAL"
+    assert "poisoned event" in bad.problem.message
+    assert (await stack.wait_run(run_ids[0])).status is RunStatus.SUCCEEDED
+    assert (await stack.wait_run(run_ids[2])).status is RunStatus.SUCCEEDED
+    # the poisoned one changed nothing, and said so once
+    assert (await stack.tasks_of(run_ids[1]))["a"].state is TaskState.RUNNING
+    (alert,) = alerts(caplog)
+    assert run_ids[1] in alert and "poisoned event" in alert
+
+
+async def test_a_batched_item_that_is_malformed_is_refused_alone(stack: Stack) -> None:
+    await stack.deploy(one_task("m", queue="manual"))
+    run_id = (await stack.engine.start("one-m")).run_id
+    async with grpc.aio.insecure_channel(stack.grpc_target) as channel:
+        stub = WorkerServiceStub(channel)
+        [task_id] = await leased_tasks(stack, stub, [run_id], "m")
+        good = pb.ReportTaskResultRequest(
+            run_id=run_id,
+            task_id=task_id,
+            node_id="m",
+            attempt=0,
+            owner="w",
+            status=pb.TASK_STATUS_COMPLETED,
+            output_json="{}",
+        )
+        no_owner = pb.ReportTaskResultRequest(run_id=run_id, task_id=task_id, node_id="m")
+        reply = await stub.ReportTaskResults(
+            pb.ReportTaskResultsRequest(items=[no_owner, good]), metadata=MD
+        )
+    refused, accepted = reply.items
+    assert refused.problem.code == "INVALID_ARGUMENT" and "owner" in refused.problem.message
+    assert accepted.accepted and not accepted.HasField("problem")
+    assert (await stack.wait_run(run_id)).status is RunStatus.SUCCEEDED
+
+
+async def test_a_fan_in_of_reports_to_one_run_in_one_batch_applies_in_order(stack: Stack) -> None:
+    branches = ["b0", "b1", "b2"]
+    await stack.deploy(
+        {
+            "id": "fan-in",
+            "nodes": [
+                {"id": "fork", "type": "FORK"},
+                *({"id": b, "type": "TASK", "queue": "manual", "spec": {}} for b in branches),
+                {"id": "join", "type": "JOIN"},
+            ],
+            "edges": [
+                *({"from": "fork", "to": b} for b in branches),
+                *({"from": b, "to": "join"} for b in branches),
+            ],
+            "output": {"last": "{{tasks.b2.output.n}}"},
+        }
+    )
+    run_id = (await stack.engine.start("fan-in")).run_id
+    tasks = await stack.tasks_of(run_id)
+    async with grpc.aio.insecure_channel(stack.grpc_target) as channel:
+        stub = WorkerServiceStub(channel)
+        for b in branches:
+            [task_id] = await leased_tasks(stack, stub, [run_id], b)
+            assert task_id == tasks[b].task_id
+    reports = [
+        Report(run_id, tasks[b].task_id, b, 0, "w", completed=True, output={"n": i})
+        for i, b in enumerate(branches)
+    ]
+    # one group commit: the run is locked once and the three apply one after the other
+    assert await stack.engine.report_many(reports) == [True, True, True]
+    run = await stack.wait_run(run_id)
+    assert run.status is RunStatus.SUCCEEDED and run.output == {"last": 2}
+    after = await stack.tasks_of(run_id)
+    assert after["join"].state is TaskState.COMPLETED
+    # a repeated report of the batch is stale now: acknowledged, nothing changed
+    assert await stack.engine.report_many(reports[:1]) == [False]
+
