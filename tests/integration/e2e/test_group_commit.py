@@ -148,4 +148,3 @@ async def test_a_fan_in_of_reports_to_one_run_in_one_batch_applies_in_order(stac
     assert after["join"].state is TaskState.COMPLETED
     # a repeated report of the batch is stale now: acknowledged, nothing changed
     assert await stack.engine.report_many(reports[:1]) == [False]
-
