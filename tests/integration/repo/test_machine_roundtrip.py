@@ -72,7 +72,10 @@ async def apply(pool: repo.Pool, dag: WorkflowDAG, run_id: str, event: Event) ->
             signals = await repo.pending_signals(conn, run_id) if result.signals else None
             snapshot = snapshot.with_data(outputs, signals)
         if result.ignored is None:
-            await persist(Tx(conn), dag, snapshot, result.actions)  # the engine's own table
+            tx = Tx(conn)
+            tx.now = locked.now
+            await persist(tx, dag, snapshot, result.actions)  # the engine's own table
+            await tx.writes.flush(tx)  # what it held back, as the engine does before commit
         return result
 
 

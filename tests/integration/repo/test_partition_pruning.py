@@ -58,6 +58,8 @@ WIDER = {
     "lock_runs": "a batch of run ids (the group commit)",
     "load_task_states_of_runs": "a batch of run ids (the group commit)",
     "acquire_leases": "a batch of (run id, task id) pairs",
+    "complete_tasks": "a batch of (run id, task id) pairs (the group commit)",
+    "insert_tasks": "INSERT: the rows are routed to their partitions",
     "renew_leases": "a batch of (run id, task id) pairs",
     "list_runs": "an id range (cursor, created range), which prunes when bounded",
     "list_runs_by_workflow": "an id range",

@@ -321,6 +321,7 @@ class Engine:
             async with repo.transaction(self.pool) as conn:
                 tx = Tx(conn)
                 await apply(tx)
+                await tx.writes.flush(tx)
         except Exception as exc:
             log.warning(
                 "a group commit of %d report(s) failed (%s: %s): applying them one at a time",
@@ -702,6 +703,7 @@ async def in_transaction(
             async with borrow(pool) as conn:
                 tx = Tx(conn)
                 result = await fn(tx)
+                await tx.writes.flush(tx)
             if publish is not None and tx.dispatched:
                 await publish(tx.dispatched)
             await tx.run_after_commit()

@@ -1,21 +1,26 @@
-"""Actions to SQL: one repository call per action, in the order the machine emitted them.
+"""Actions to SQL, in as few statements as the data allows.
 
-Any write that matches no row raises StaleSnapshot, which rolls the whole
-transaction back (docs/architecture.md §3). Side effects that must wait
-for the commit — hints and logs — are registered on the Tx.
+The hot actions — complete a task, insert a task, dispatch it, finish a run —
+are held back in the transaction's ``Writes`` and go, at the end of the
+transaction, in one statement per kind for every event of it (a group commit
+holds many): completions, then new tasks, then their outbox rows, then the
+finished runs. Any other action first flushes what is held, then is written
+by itself, so the order the machine emitted is kept wherever it matters. Any
+write that matches no row raises StaleSnapshot, which rolls the whole
+transaction back (docs/architecture.md §3). Side effects that must wait for
+the commit — hints and logs — are registered on the Tx.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import assert_never
 
 import composer_queue as cq
 import composer_repo as repo
-from composer_common.telemetry import inject
 from composer_core.model import WorkflowDAG
 from composer_core.statemachine import (
     Action,
@@ -36,6 +41,7 @@ from composer_core.templates import Json
 from composer_engine._metrics import instruments
 from composer_engine._publish import Dispatched
 from composer_engine._tx import Tx
+from composer_engine._writes import task_message
 from composer_engine.errors import StaleSnapshot
 
 log = logging.getLogger("composer.engine")
@@ -62,9 +68,51 @@ async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: Sequence[Action])
     """Write ``actions`` in order; a write that matches no row raises StaleSnapshot."""
     effects = Effects()
     conn, run_id = tx.conn, run.run_id
+    writes = tx.writes
     for action in actions:
         match action:
-            case CreateTask():
+            case CreateTask() if action.branches is None:
+                worker = action.node_type.is_worker
+                writes.tasks.append(
+                    repo.NewTask(
+                        action.task_id,
+                        run_id,
+                        action.node_id,
+                        action.node_type,
+                        action.state,
+                        input=action.input,
+                        output=action.output,
+                        error=action.error,
+                        wake_at=action.wake_at,
+                        awaited_signal=action.awaited_signal,
+                        queue=dag.queue(action.node_id) if worker else None,
+                        max_attempts=(
+                            dag.retry_policy(action.node_id).max_attempts if worker else None
+                        ),
+                    )
+                )
+                if action.wake_at is not None:
+                    effects.wake_timer = True
+                effects.created.append((action.node_type.value, action.state.value))
+            case DispatchTask():
+                at_once = writes.dispatch(
+                    tx,
+                    dag,
+                    repo.TaskRef(run_id, action.task_id, action.node_id, 0),
+                    queue=action.queue,
+                    input=action.input,
+                    not_before=action.not_before,
+                    timeout_seconds=action.timeout_seconds,
+                )
+                effects.wake_enqueuer |= not at_once
+            case CompleteTask():
+                ref = repo.TaskRef(run_id, action.task_id, action.node_id, action.attempt)
+                writes.completions.append((ref, action.output, effects))
+            case FinishRun():
+                writes.finishes.append((run, action, effects))
+                effects.finished = action
+            case CreateTask():  # a SWITCH with its branches: written by itself
+                await writes.flush(tx)
                 worker = action.node_type.is_worker
                 if not await repo.insert_task(
                     conn,
@@ -86,26 +134,8 @@ async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: Sequence[Action])
                 if action.wake_at is not None:
                     effects.wake_timer = True
                 effects.created.append((action.node_type.value, action.state.value))
-            case DispatchTask():
-                at_once = await write_dispatch(
-                    tx,
-                    dag,
-                    repo.TaskRef(run_id, action.task_id, action.node_id, 0),
-                    queue=action.queue,
-                    input=action.input,
-                    not_before=action.not_before,
-                    timeout_seconds=action.timeout_seconds,
-                )
-                effects.wake_enqueuer |= not at_once
-            case CompleteTask():
-                ref = repo.TaskRef(run_id, action.task_id, action.node_id, action.attempt)
-                done = await repo.complete_task(conn, ref, action.output)
-                if done is None:
-                    raise StaleSnapshot(
-                        f"task {action.task_id} attempt {action.attempt} is not active"
-                    )
-                effects.completed.append((done.node_type.value, _seconds(done)))
             case FailTask():
+                await writes.flush(tx)
                 ref = repo.TaskRef(run_id, action.task_id, action.node_id, action.attempt)
                 done = await repo.fail_task(conn, ref, action.error, error_code=action.error_code)
                 if done is None:
@@ -114,6 +144,7 @@ async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: Sequence[Action])
                     )
                 effects.failed.append(done.node_type.value)
             case RetryTask():
+                await writes.flush(tx)
                 ref = repo.TaskRef(run_id, action.task_id, action.node_id, action.attempt)
                 requeued = await repo.requeue_task(
                     conn,
@@ -138,6 +169,7 @@ async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: Sequence[Action])
                 effects.wake_enqueuer |= not at_once
                 effects.retried += 1
             case ResolveWait():
+                await writes.flush(tx)
                 if not await repo.resolve_wait(
                     conn,
                     run_id,
@@ -149,15 +181,18 @@ async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: Sequence[Action])
                 ):
                     raise StaleSnapshot(f"task {action.task_id} is not waiting")
             case BufferSignal():
+                await writes.flush(tx)
                 await repo.buffer_signal(
                     conn, run_id, action.signal_id, action.name, action.payload
                 )
             case ConsumeSignal():
+                await writes.flush(tx)
                 if not await repo.consume_signal(
                     conn, run_id, action.signal_id, node_id=action.node_id
                 ):
                     raise StaleSnapshot(f"signal {action.signal_id} is not pending")
             case ReopenRun():
+                await writes.flush(tx)
                 await repo.reopen_run(
                     conn,
                     run_id,
@@ -167,30 +202,8 @@ async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: Sequence[Action])
                     reset_nodes=action.reset_nodes,
                 )
             case CancelTasks():
+                await writes.flush(tx)
                 await repo.cancel_tasks(conn, run_id, action.task_ids, reason=action.reason)
-            case FinishRun():
-                finished = await repo.finish_run(
-                    conn, run_id, action.status, output=action.output, error=action.error
-                )
-                if finished is None:
-                    raise StaleSnapshot(f"run {run_id} is already finished")
-                effects.finished = action
-                effects.finished_run = finished
-                if finished.webhook_url:
-                    await repo.enqueue_webhook(
-                        conn,
-                        run_id=run_id,
-                        url=finished.webhook_url,
-                        payload={
-                            "run_id": run_id,
-                            "workflow_id": finished.workflow_id,
-                            "version": finished.version,
-                            "status": action.status.value,
-                            "error": action.error,
-                            "output": action.output,
-                        },
-                    )
-                    effects.wrote_webhook = True
             case _:
                 assert_never(action)
     return effects
@@ -238,44 +251,11 @@ async def write_dispatch(
     return False
 
 
-def task_message(
-    dag: WorkflowDAG,
-    run_id: str,
-    *,
-    task_id: str,
-    node_id: str,
-    attempt: int,
-    input: Json,
-    timeout_seconds: float | None,
-) -> cq.TaskMessage:
-    """The stream message of one task attempt (docs/architecture.md §6)."""
-    node = dag.node(node_id)
-    if node is None:  # pragma: no cover - tasks only exist for nodes of their version
-        raise StaleSnapshot(f"node {node_id} is not in {dag.workflow_id} v{dag.version}")
-    return cq.TaskMessage(
-        task_id=task_id,
-        run_id=run_id,
-        node_id=node_id,
-        node_type=node.type.value,
-        attempt=attempt,
-        workflow_id=dag.workflow_id,
-        workflow_version=dag.version,
-        input_json=cq.TaskMessage.encode_input(input),
-        timeout_seconds=timeout_seconds,
-        max_attempts=node.retry_policy.max_attempts,
-        traceparent=inject({}).get(
-            "traceparent"
-        ),  # the current span: the decision that dispatched it
-    )
-
-
 def announce(tx: Tx, effects: Effects, *, redis: cq.Queue | None, prefix: str, run: Run) -> None:
     """After commit: wake the loops that have new work, and log a finished run."""
     if redis is not None:
-        if effects.wrote_webhook:
-            tx.after_commit(lambda: cq.send_hint(redis, prefix, cq.ENQUEUER, cq.WEBHOOK))
-        elif effects.wake_enqueuer:
-            tx.after_commit(lambda: cq.send_hint(redis, prefix, cq.ENQUEUER))
+        # read after the commit: a finished run's webhook row is written at the flush
+        tx.after_commit(lambda: _wake_enqueuer(redis, prefix, effects))
         if effects.wake_timer:
             tx.after_commit(lambda: cq.send_hint(redis, prefix, cq.TIMER))
         if effects.finished is not None:
@@ -296,10 +276,12 @@ def announce(tx: Tx, effects: Effects, *, redis: cq.Queue | None, prefix: str, r
         )
 
 
-def _seconds(task: repo.FinishedTask) -> float | None:
-    if task.started_at is None:
-        return None
-    return (task.finished_at - task.started_at).total_seconds()
+def _wake_enqueuer(redis: cq.Queue, prefix: str, effects: Effects) -> Awaitable[None] | None:
+    if effects.wrote_webhook:
+        return cq.send_hint(redis, prefix, cq.ENQUEUER, cq.WEBHOOK)
+    if effects.wake_enqueuer:
+        return cq.send_hint(redis, prefix, cq.ENQUEUER)
+    return None
 
 
 def _record(effects: Effects) -> None:

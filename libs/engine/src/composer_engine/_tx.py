@@ -12,6 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from composer_engine._writes import Writes
 from composer_repo import Connection
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ AfterCommit = Callable[[], Awaitable[None] | None]
 class Tx:
     """The event's connection (inside its transaction) and what to do after commit."""
 
-    __slots__ = ("_after", "conn", "deciding", "dispatched", "now")
+    __slots__ = ("_after", "conn", "deciding", "dispatched", "now", "writes")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -34,6 +35,8 @@ class Tx:
         self.now: dt.datetime | None = None
         #: Dispatches due at once, published right after the commit (engine/_publish.py).
         self.dispatched: list[Dispatched] = []
+        #: Writes held back to go in one statement per kind, before the commit.
+        self.writes = Writes()
         #: What the transaction is deciding (run, event, actions so far), for the log
         #: line of an internal error: formatted only then, never on the hot path.
         self.deciding: Callable[[], str] | None = None

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from composer_core.templates import Json
 from composer_repo._db import Connection, translated
 from composer_repo._errors import Invalid, NotFound
-from composer_repo._records import OutboxKind, OutboxMessage, TaskRef
+from composer_repo._records import NewDispatch, OutboxKind, OutboxMessage, TaskRef
 from composer_repo._sql import q
 
 
@@ -37,6 +37,23 @@ async def enqueue_dispatch(
         q("enqueue"), "dispatch", run_id, task_id, queue, payload, not_before
     )
     return outbox_id
+
+
+@translated
+async def enqueue_dispatches(conn: Connection, dispatches: Sequence[NewDispatch]) -> dict[str, int]:
+    """``enqueue_dispatch`` for many dispatches (of distinct tasks) in one statement:
+    their outbox ids by task id."""
+    if not dispatches:
+        return {}
+    rows = await conn.fetch(
+        q("enqueue_dispatches"),
+        [d.run_id for d in dispatches],
+        [d.task_id for d in dispatches],
+        [d.queue for d in dispatches],
+        [d.payload for d in dispatches],
+        [d.not_before for d in dispatches],
+    )
+    return {r["task_id"]: r["id"] for r in rows}
 
 
 @translated

@@ -104,6 +104,35 @@ class LockedRun:
 
 
 @dataclass(frozen=True, slots=True)
+class NewTask:
+    """A task to insert (``insert_tasks``): what ``insert_task`` takes, but SWITCH branches."""
+
+    task_id: str
+    run_id: str
+    node_id: str
+    node_type: NodeType
+    state: TaskState
+    input: Json = None
+    output: Json = None
+    error: str | None = None
+    wake_at: dt.datetime | None = None
+    awaited_signal: str | None = None
+    queue: str | None = None
+    max_attempts: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewDispatch:
+    """A dispatch to enqueue (``enqueue_dispatches``)."""
+
+    run_id: str
+    task_id: str
+    queue: str
+    payload: Json
+    not_before: dt.datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class LockedRuns:
     """The runs of a batch of events locked until its transaction ends (``lock_runs``)."""
 

@@ -17,7 +17,7 @@ from composer_core.model import NodeType, TaskState
 from composer_core.templates import Json
 from composer_repo._db import Connection, translated
 from composer_repo._errors import Invalid
-from composer_repo._records import FinishedTask, Lease, Requeued, TaskRef
+from composer_repo._records import FinishedTask, Lease, NewTask, Requeued, TaskRef
 from composer_repo._sql import q
 
 
@@ -63,6 +63,49 @@ async def insert_task(
         max_attempts,
     )
     return inserted is not None
+
+
+@translated
+async def insert_tasks(conn: Connection, tasks: Sequence[NewTask]) -> set[str]:
+    """``insert_task`` for many tasks in one statement; the ids inserted (one left out
+    was not: its node already had a task)."""
+    if not tasks:
+        return set()
+    rows = await conn.fetch(
+        q("insert_tasks"),
+        [t.task_id for t in tasks],
+        [t.run_id for t in tasks],
+        [t.node_id for t in tasks],
+        [t.node_type.value for t in tasks],
+        [t.state.value for t in tasks],
+        [t.input for t in tasks],
+        [t.output for t in tasks],
+        [t.error for t in tasks],
+        [t.wake_at for t in tasks],
+        [t.awaited_signal for t in tasks],
+        [t.queue for t in tasks],
+        [t.max_attempts for t in tasks],
+    )
+    return {r["id"] for r in rows}
+
+
+@translated
+async def complete_tasks(
+    conn: Connection, completions: Sequence[tuple[TaskRef, Json]]
+) -> dict[str, FinishedTask]:
+    """``complete_task`` for many attempts in one statement: by task id, those that
+    were active (one left out was stale)."""
+    if not completions:
+        return {}
+    rows = await conn.fetch(
+        q("complete_tasks"),
+        [ref.run_id for ref, _ in completions],
+        [ref.task_id for ref, _ in completions],
+        [ref.node_id for ref, _ in completions],
+        [ref.attempt for ref, _ in completions],
+        [output for _, output in completions],
+    )
+    return {r["id"]: _finished(r) for r in rows}
 
 
 @translated

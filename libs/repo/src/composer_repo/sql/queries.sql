@@ -243,6 +243,38 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, composer_now(), 
 ON CONFLICT (run_id, node_id) DO NOTHING
 RETURNING 1;
 
+-- name: insert_tasks
+-- insert_task for many tasks of one transaction (the group commit), in one
+-- statement; returns the ids inserted (a node that already had its task is
+-- left out: the caller's snapshot was stale). No SWITCH branches here.
+INSERT INTO task_instances
+       (id, run_id, node_id, node_type, state, input, output, error, wake_at,
+        awaited_signal, queue, max_attempts, created_at, updated_at, dispatched_at, started_at,
+        finished_at)
+SELECT u.id, u.run_id, u.node_id, u.node_type, u.state, u.input, u.output, u.error, u.wake_at,
+       u.awaited_signal, u.queue, u.max_attempts, composer_now(), composer_now(),
+       CASE WHEN u.state = 'PENDING' THEN composer_now() END,
+       CASE WHEN u.state IN ('WAITING', 'COMPLETED', 'FAILED') THEN composer_now() END,
+       CASE WHEN u.state IN ('COMPLETED', 'FAILED', 'SKIPPED') THEN composer_now() END
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[],
+              $7::jsonb[], $8::text[], $9::timestamptz[], $10::text[], $11::text[], $12::int[])
+           AS u(id, run_id, node_id, node_type, state, input, output, error, wake_at,
+                awaited_signal, queue, max_attempts)
+ON CONFLICT (run_id, node_id) DO NOTHING
+RETURNING id;
+
+-- name: complete_tasks
+-- complete_task for many attempts of one transaction, in one statement.
+UPDATE task_instances t
+   SET state = 'COMPLETED', output = u.output, finished_at = composer_now(),
+       updated_at = composer_now(), dispatched_at = NULL, lease_owner = NULL,
+       lease_expires_at = NULL
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::jsonb[])
+           AS u(run_id, id, node_id, attempt, output)
+ WHERE t.run_id = u.run_id AND t.id = u.id AND t.node_id = u.node_id AND t.attempt = u.attempt
+   AND t.state IN ('PENDING', 'QUEUED', 'RUNNING')
+RETURNING t.id, t.node_type, t.started_at, t.finished_at;
+
 -- name: complete_task
 UPDATE task_instances
    SET state = 'COMPLETED', output = $5, finished_at = composer_now(), updated_at = composer_now(),
@@ -388,6 +420,16 @@ SELECT id, name, payload, created_at, consumed_at, consumed_by
 INSERT INTO outbox (kind, run_id, task_id, destination, payload, next_attempt_at, created_at)
 VALUES ($1, $2, $3, $4, $5, COALESCE($6::timestamptz, composer_now()), composer_now())
 RETURNING id;
+
+-- name: enqueue_dispatches
+-- enqueue for many dispatches of one transaction, in one statement: their ids,
+-- by task.
+INSERT INTO outbox (kind, run_id, task_id, destination, payload, next_attempt_at, created_at)
+SELECT 'dispatch', u.run_id, u.task_id, u.queue, u.payload,
+       COALESCE(u.not_before, composer_now()), composer_now()
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::timestamptz[])
+           AS u(run_id, task_id, queue, payload, not_before)
+RETURNING id, task_id;
 
 -- name: claim_outbox
 -- Due messages of one kind, oldest first. The row locks are held until the

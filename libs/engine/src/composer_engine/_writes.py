@@ -1,0 +1,162 @@
+"""The writes of a transaction held back to go in one statement per kind.
+
+A group commit applies many events in one transaction (docs/architecture.md
+§3.1); written one statement per action, its length would grow with every
+event by several round trips. The hot actions are gathered here instead and
+flushed before the commit — or before any other write, which keeps the
+machine's order wherever it matters — as one statement each: completions,
+then new tasks, then their outbox rows, then finished runs. A write that
+matches no row is a stale snapshot.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import composer_queue as cq
+import composer_repo as repo
+from composer_common.telemetry import inject
+from composer_core.model import WorkflowDAG
+from composer_core.statemachine import FinishRun, Run
+from composer_core.templates import Json
+from composer_engine._publish import Dispatched
+from composer_engine.errors import StaleSnapshot
+
+if TYPE_CHECKING:
+    from composer_engine._persist import Effects
+    from composer_engine._tx import Tx
+
+
+@dataclass(slots=True)
+class Writes:
+    completions: list[tuple[repo.TaskRef, Json, Effects]] = field(default_factory=list)
+    tasks: list[repo.NewTask] = field(default_factory=list)
+    #: (the row, its attempt, its stream message, due at once)
+    dispatches: list[tuple[repo.NewDispatch, repo.TaskRef, dict[str, str], bool]] = field(
+        default_factory=list
+    )
+    finishes: list[tuple[Run, FinishRun, Effects]] = field(default_factory=list)
+
+    def dispatch(
+        self,
+        tx: Tx,
+        dag: WorkflowDAG,
+        ref: repo.TaskRef,
+        *,
+        queue: str,
+        input: Json,
+        not_before: dt.datetime | None,
+        timeout_seconds: float | None,
+    ) -> bool:
+        """Hold back the outbox row of a new task's first dispatch; True when it is
+        due at once (published right after the commit)."""
+        fields = task_message(
+            dag,
+            ref.run_id,
+            task_id=ref.task_id,
+            node_id=ref.node_id,
+            attempt=ref.attempt,
+            input=input,
+            timeout_seconds=timeout_seconds,
+        ).fields()
+        at_once = not_before is None or (tx.now is not None and not_before <= tx.now)
+        self.dispatches.append(
+            (
+                repo.NewDispatch(ref.run_id, ref.task_id, queue, fields, not_before),
+                ref,
+                fields,
+                at_once,
+            )
+        )
+        return at_once
+
+    async def flush(self, tx: Tx) -> None:
+        """Write everything held, in one statement per kind."""
+        conn = tx.conn
+        if self.completions:
+            completions, self.completions = self.completions, []
+            done = await repo.complete_tasks(conn, [(ref, out) for ref, out, _ in completions])
+            for ref, _, effects in completions:
+                task = done.get(ref.task_id)
+                if task is None:
+                    raise StaleSnapshot(f"task {ref.task_id} attempt {ref.attempt} is not active")
+                effects.completed.append((task.node_type.value, _seconds(task)))
+        if self.tasks:
+            tasks, self.tasks = self.tasks, []
+            inserted = await repo.insert_tasks(conn, tasks)
+            for t in tasks:
+                if t.task_id not in inserted:
+                    raise StaleSnapshot(f"node {t.node_id} of run {t.run_id} already has a task")
+        if self.dispatches:
+            dispatches, self.dispatches = self.dispatches, []
+            ids = await repo.enqueue_dispatches(conn, [row for row, _, _, _ in dispatches])
+            for row, ref, fields, at_once in dispatches:
+                if at_once:
+                    tx.dispatched.append(Dispatched(ids[row.task_id], row.queue, ref, fields))
+        if self.finishes:
+            finishes, self.finishes = self.finishes, []
+            for run, action, effects in finishes:
+                await _finish(tx, run, action, effects)
+
+
+async def _finish(tx: Tx, run: Run, action: FinishRun, effects: Effects) -> None:
+    finished = await repo.finish_run(
+        tx.conn, run.run_id, action.status, output=action.output, error=action.error
+    )
+    if finished is None:
+        raise StaleSnapshot(f"run {run.run_id} is already finished")
+    effects.finished_run = finished
+    if finished.webhook_url:
+        await repo.enqueue_webhook(
+            tx.conn,
+            run_id=run.run_id,
+            url=finished.webhook_url,
+            payload={
+                "run_id": run.run_id,
+                "workflow_id": finished.workflow_id,
+                "version": finished.version,
+                "status": action.status.value,
+                "error": action.error,
+                "output": action.output,
+            },
+        )
+        effects.wrote_webhook = True
+
+
+def task_message(
+    dag: WorkflowDAG,
+    run_id: str,
+    *,
+    task_id: str,
+    node_id: str,
+    attempt: int,
+    input: Json,
+    timeout_seconds: float | None,
+) -> cq.TaskMessage:
+    """The stream message of one task attempt (docs/architecture.md §6)."""
+    node = dag.node(node_id)
+    if node is None:  # pragma: no cover - tasks only exist for nodes of their version
+        raise StaleSnapshot(f"node {node_id} is not in {dag.workflow_id} v{dag.version}")
+    return cq.TaskMessage(
+        task_id=task_id,
+        run_id=run_id,
+        node_id=node_id,
+        node_type=node.type.value,
+        attempt=attempt,
+        workflow_id=dag.workflow_id,
+        workflow_version=dag.version,
+        input_json=cq.TaskMessage.encode_input(input),
+        timeout_seconds=timeout_seconds,
+        max_attempts=node.retry_policy.max_attempts,
+        traceparent=inject({}).get(
+            "traceparent"
+        ),  # the current span: the decision that dispatched it
+    )
+
+
+def _seconds(task: repo.FinishedTask) -> float | None:
+    if task.started_at is None:
+        return None
+    return (task.finished_at - task.started_at).total_seconds()
