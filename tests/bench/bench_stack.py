@@ -1,8 +1,9 @@
 """The whole stack as processes: throughput, latency and cost, beside the hardware ceiling.
 
 Starts every service as ``make run`` does (tests/bench/_procs.py: one replica
-each, one process each, on free ports, a scratch database and a private Redis
-prefix) plus no-op SDK worker processes (tests/bench/_noop_worker.py), waits
+each, one process each, on free ports, a scratch database, a redis-server of
+its own where one is installed, else a private prefix on the shared Redis)
+plus no-op SDK worker processes (tests/bench/_noop_worker.py), waits
 for /readyz, and drives runs through the public REST API (POST /v1/runs). It
 learns that a run finished from the engine's own "run finished" hint (Redis
 pub/sub, published after the run's last transaction commits), so waiting costs
@@ -66,11 +67,13 @@ Per step of W1 (top-level keys of the results):
   cross-check: the coordinator itself counts no RPCs);
 - ``redis_commands_per_step`` commands the Redis server processed between the
   first start and the last completion (INFO commandstats, INFO itself left
-  out) ÷ steps, with ``redis_<command>_per_step`` for each command above 0.01.
-  Server-wide: whatever else uses that Redis meanwhile counts too, and
-  ``redis_quiet_commands_per_s`` is its rate while the stack stood idle just
-  before. A pipeline's or MULTI's commands count one by one: these are
-  commands, an upper bound on round trips.
+  out) ÷ steps, with ``redis_<command>_per_step`` for each command above 0.01,
+  and ``redis_quiet_commands_per_s`` the rate while the stack stood idle just
+  before. The counts are server-wide: with the stack's own redis-server
+  (``redis_private`` = 1, the default where redis-server is installed) they are
+  the stack's alone; with ``--redis shared`` whatever else uses that Redis
+  meanwhile counts too. A pipeline's or MULTI's commands count one by one:
+  these are commands, an upper bound on round trips.
 
 Counting commits: PostgreSQL flushes a backend's statistics lazily (a busy one
 at most once a second, one that just went idle about 10 s later), so
@@ -87,8 +90,8 @@ on a connection to another database, so it never counts. Autovacuum's few
 transactions on the scratch database, if any, count too.
 
 Cost (over W1): CPU seconds per 1,000 steps for each process, for the
-PostgreSQL backends of the scratch database and for the Redis server (server
-wide: other users of that Redis count too), from /proc/<pid>/stat; peak RSS
+PostgreSQL backends of the scratch database and for the Redis server (with
+``--redis shared``, other users of that Redis count too), from /proc/<pid>/stat; peak RSS
 (VmHWM) per process at the end. ``foreign_cores_w1`` is the CPU the rest of
 the machine used meanwhile (other test suites): the load these figures were
 taken under.
@@ -102,9 +105,11 @@ Options (``python -m tests.bench stack [options]``, or ``make bench BENCH_ARGS=�
 ``--only w1,ceiling`` (the ceiling needs w1), ``--scale 0.1`` (every size,
 the number in flight and the 40 s limit times 0.1, for a quick run),
 ``--workers N``, ``--worker-concurrency N``, ``--replicas outbox-enqueuer=2``,
-``--env COMPOSER_X=value`` (a setting for every service), ``--profile``.
+``--env COMPOSER_X=value`` (a setting for every service), ``--profile``,
+``--redis shared`` (the Redis at COMPOSER_TEST_REDIS_URL instead of one of its own).
 
-Uses COMPOSER_TEST_DATABASE_URL / COMPOSER_TEST_REDIS_URL (default the local servers).
+Uses COMPOSER_TEST_DATABASE_URL (default the local server) and, with
+``--redis shared`` or no redis-server installed, COMPOSER_TEST_REDIS_URL.
 """
 
 from __future__ import annotations
@@ -132,6 +137,7 @@ from composer_core.model import RunStatus
 from tests.bench import _sql, options
 from tests.bench._procs import (
     API_TOKEN,
+    PrivateRedis,
     ProcessStack,
     Profiler,
     cpu_seconds,
@@ -179,6 +185,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--env", action="append", default=[], metavar="COMPOSER_X=V", help="a service setting"
     )
     p.add_argument("--profile", action="store_true", help="profile a second W1 with py-spy")
+    p.add_argument(
+        "--redis",
+        choices=("private", "shared"),
+        default="private" if PrivateRedis.available() else "shared",
+        help="a redis-server of its own (default where redis-server is installed), "
+        "or the one at COMPOSER_TEST_REDIS_URL",
+    )
     args = p.parse_args(argv)
     args.only = [w.strip() for w in args.only.split(",") if w.strip()]
     unknown = set(args.only) - set(WORKLOADS)
@@ -840,12 +853,16 @@ async def main() -> dict[str, float]:
     url = repo.database_url(ADMIN_URL, name)
     prefix = f"bench-{uuid.uuid4().hex[:10]}"
     workdir = Path(tempfile.mkdtemp(prefix="composer-bench-"))
-    redis = cq.connect(REDIS_URL)
+    private = PrivateRedis(workdir / "redis") if args.redis == "private" else None
+    if private is not None:
+        await private.start()
+    redis_url = private.url if private is not None else REDIS_URL
+    redis = cq.connect(redis_url)
     mon = await repo.connect(url)
     stats = await _sql.Stats.open(ADMIN_URL, name)
     stack = ProcessStack(
         url,
-        REDIS_URL,
+        redis_url,
         prefix,
         workdir,
         workers=args.workers,
@@ -854,7 +871,10 @@ async def main() -> dict[str, float]:
         replicas=args.replicas,
         settings=args.env,
     )
-    print(f"  scratch database {name}, Redis prefix {prefix}, logs in {workdir}", flush=True)
+    print(
+        f"  scratch database {name}, Redis {redis_url} prefix {prefix}, logs in {workdir}",
+        flush=True,
+    )
     hints: cq.Subscriber | None = None
     try:
         await repo.migrate(mon)
@@ -885,6 +905,7 @@ async def main() -> dict[str, float]:
                 "loadavg_1m_at_start": load[0],
                 "loadavg_5m_at_start": load[1],
                 "scale": args.scale,
+                "redis_private": 1.0 if private is not None else 0.0,
                 "workers": float(args.workers),
                 "worker_concurrency": float(args.worker_concurrency),
             }
@@ -915,5 +936,7 @@ async def main() -> dict[str, float]:
         await mon.close()
         await redis.drop(prefix)
         await redis.close()
+        if private is not None:
+            await private.stop()
         await repo.drop_database(ADMIN_URL, name)
     return b.figures
