@@ -4,6 +4,9 @@ Names are module names without ``bench_`` (``core``); none runs them all.
 Options the runner does not know go to the modules (``stack --only w1 --scale 0.1``).
 A module with ``HEADLINE = True`` (bench_stack) also has its figures copied to
 the top level of the JSON, so runs can be compared by key over time.
+A module may also fill a module-level ``DETAILS`` dict with what is not a
+number (bench_stack: the top SQL statements, or why they are unavailable); it
+goes to ``details.<name>`` in the JSON.
 A module that fails (a service that is down, say) is reported with its name
 and the run exits non-zero; one that hangs is stopped at the timeout.
 """
@@ -51,6 +54,11 @@ def load(name: str) -> Bench:
 
 def headline(name: str) -> bool:
     return bool(getattr(importlib.import_module(f"tests.bench.bench_{name}"), "HEADLINE", False))
+
+
+def details(name: str) -> dict[str, Any]:
+    found = getattr(importlib.import_module(f"tests.bench.bench_{name}"), "DETAILS", None)
+    return dict(found) if isinstance(found, dict) else {}
 
 
 def machine() -> dict[str, Any]:
@@ -121,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         "started_at": started.isoformat().replace("+00:00", "Z"),
         "machine": machine(),
         "results": {},
+        "details": {},
         "failures": {},
     }
     print(
@@ -149,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             faulthandler.cancel_dump_traceback_later()
         report["results"][name] = figures
+        if notes := details(name):
+            report["details"][name] = notes
         if headline(name):
             report.update(figures)
         print(table(name, figures, time.perf_counter() - began) + "\n", flush=True)

@@ -4,8 +4,9 @@ Every service of composer_devstack's SERVICES runs as ``python -m <module>``
 with the COMPOSER_* settings the dev stack gives it, but on free ports (other
 stacks may be running on this machine), a scratch database and a private
 Redis prefix; no-op SDK worker processes (tests/bench/_noop_worker.py) serve
-the benchmark's queues. Logs go to one file per process. Also here: CPU time
-and peak RSS from /proc, and py-spy attached to a process for a profile.
+the benchmark's queues. Logs go to one file per process. Also here: a
+private redis-server, CPU time and peak RSS from /proc, and py-spy attached to
+a process for a profile.
 """
 
 from __future__ import annotations
@@ -227,6 +228,74 @@ class ProcessStack:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(p.process.pid, signal.SIGKILL)
                 await p.process.wait()
+
+
+class PrivateRedis:
+    """A redis-server of the benchmark's own on a free port, so that INFO commandstats
+    and the server's CPU are the stack's alone (the shared one counts every user).
+    No persistence (``--save ""``, no AOF), as the local shared server here runs."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.workdir = workdir
+        self.process: asyncio.subprocess.Process | None = None
+
+    @staticmethod
+    def available() -> bool:
+        return shutil.which("redis-server") is not None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    async def start(self, timeout: float = 15.0) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.process = await asyncio.create_subprocess_exec(
+            "redis-server",
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.workdir),
+            "--logfile",
+            str(self.workdir / "redis.log"),
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.process.returncode is not None:
+                raise RuntimeError(
+                    f"redis-server exited ({self.process.returncode}): see {self.workdir}/redis.log"
+                )
+            with contextlib.suppress(OSError):
+                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
+                writer.close()
+                await writer.wait_closed()
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"redis-server not listening on {self.port} within {timeout:.0f} s"
+                )
+            await asyncio.sleep(0.1)
+
+    async def stop(self) -> None:
+        if self.process is None or self.process.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(self.process.wait(), 10)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+            await self.process.wait()
 
 
 def py_spy() -> list[str] | None:

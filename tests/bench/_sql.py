@@ -4,16 +4,20 @@ Why it is not in libs/repo: neither is part of the engine. The ceiling is a
 deliberately engine-free transaction (lock a row, read, insert two rows,
 update one, commit) on tables of its own, so that the engine's steps/s can be
 set against what a plain asyncpg loop gets from the same PostgreSQL in the
-same run; and pg_stat_database / pg_stat_activity are server statistics the
-engine never reads. Keeping both here, in one small module, keeps every
+same run; and pg_stat_database / pg_stat_activity / pg_settings (and
+pg_stat_statements where the server has it) are server statistics the engine
+never reads. Every statistics read goes through ``Stats``, on a connection to
+another database than the measured one, so that it never counts there. Keeping both here, in one small module, keeps every
 engine statement in libs/repo.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 import uuid
+from dataclasses import dataclass
 from typing import LiteralString
 
 import asyncpg
@@ -46,9 +50,9 @@ _UPDATE: LiteralString = (
 )
 
 
-async def ceiling(url: str, *, transactions: int, concurrency: int, rows: int) -> float:
-    """Run ``transactions`` engine-like transactions over ``rows`` run rows from
-    ``concurrency`` connections; returns transactions per second."""
+async def ceiling(url: str, *, seconds: float, concurrency: int, rows: int) -> tuple[int, float]:
+    """Run engine-like transactions over ``rows`` run rows from ``concurrency``
+    connections for ``seconds``; returns (transactions committed, their elapsed seconds)."""
     conn = await asyncpg.connect(url)
     try:
         await conn.execute(CEILING_SCHEMA)
@@ -60,25 +64,51 @@ async def ceiling(url: str, *, transactions: int, concurrency: int, rows: int) -
     finally:
         await conn.close()
     pool = await asyncpg.create_pool(url, min_size=concurrency, max_size=concurrency)
-    counter = iter(range(transactions))
+    counter = itertools.count()
+    done = 0
 
-    async def one_connection() -> None:
+    async def one_connection(deadline: float) -> None:
+        nonlocal done
         async with pool.acquire() as c:
-            for i in counter:
+            while time.perf_counter() < deadline:
+                i = next(counter)
                 run_id = run_ids[i % rows]
                 async with c.transaction():
                     await c.fetchrow(_LOCK, run_id)
                     await c.fetch(_READ, run_id)
                     await c.execute(_INSERT, uuid.uuid4(), uuid.uuid4(), run_id, f"s{i % 10}")
                     await c.execute(_UPDATE, run_id)
+                done += 1
 
     try:
         t0 = time.perf_counter()
-        await asyncio.gather(*(one_connection() for _ in range(concurrency)))
+        await asyncio.gather(*(one_connection(t0 + seconds) for _ in range(concurrency)))
         elapsed = time.perf_counter() - t0
     finally:
         await pool.close()
-    return transactions / elapsed
+    return done, elapsed
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """One pg_stat_statements entry's counters (cumulative; diff two readings)."""
+
+    calls: int
+    plans: int
+    exec_ms: float
+    plan_ms: float
+    query: str
+
+    def minus(self, before: Statement | None) -> Statement:
+        if before is None:
+            return self
+        return Statement(
+            self.calls - before.calls,
+            self.plans - before.plans,
+            self.exec_ms - before.exec_ms,
+            self.plan_ms - before.plan_ms,
+            self.query,
+        )
 
 
 class Stats:
@@ -111,6 +141,49 @@ class Stats:
             "SELECT pid FROM pg_stat_activity WHERE datname = $1", self.database
         )
         return [int(r["pid"]) for r in rows]
+
+    async def durability(self) -> dict[str, str]:
+        """The server's fsync and synchronous_commit (is a commit flushed to disk?)."""
+        rows = await self._conn.fetch(
+            "SELECT name, setting FROM pg_settings WHERE name IN ('fsync', 'synchronous_commit')"
+        )
+        return {str(r["name"]): str(r["setting"]) for r in rows}
+
+    async def statements_unavailable(self) -> str | None:
+        """Why pg_stat_statements cannot be read here, or None when it can: it must be
+        preloaded (shared_preload_libraries) and installed in the database this
+        connection is on, so that its reads never touch the measured database."""
+        preload = await self._conn.fetchval("SELECT current_setting('shared_preload_libraries')")
+        if "pg_stat_statements" not in [p.strip() for p in str(preload or "").split(",")]:
+            return "pg_stat_statements is not in shared_preload_libraries"
+        installed = await self._conn.fetchval(
+            "SELECT count(*) FROM pg_extension WHERE extname = 'pg_stat_statements'"
+        )
+        if not installed:
+            name = await self._conn.fetchval("SELECT current_database()")
+            return f"pg_stat_statements is preloaded but not installed in database {name}"
+        return None
+
+    async def statements(self) -> dict[int, Statement]:
+        """pg_stat_statements' counters for the measured database, by query id."""
+        rows = await self._conn.fetch(
+            "SELECT s.queryid, sum(s.calls) AS calls, sum(s.plans) AS plans,"
+            " sum(s.total_exec_time) AS exec_ms, sum(s.total_plan_time) AS plan_ms,"
+            " min(s.query) AS query"
+            " FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid"
+            " WHERE d.datname = $1 AND s.queryid IS NOT NULL GROUP BY s.queryid",
+            self.database,
+        )
+        return {
+            int(r["queryid"]): Statement(
+                int(r["calls"]),
+                int(r["plans"]),
+                float(r["exec_ms"]),
+                float(r["plan_ms"]),
+                str(r["query"]),
+            )
+            for r in rows
+        }
 
     async def server_pids(self) -> list[int]:
         """Every process of the server, background ones too (shared with other databases)."""
