@@ -20,6 +20,7 @@ import composer_queue as cq
 from composer_queue.testing import FakeQueue
 from composer_rpc.v1 import worker_pb2 as pb
 from composer_sdk import TaskContext, Worker, WorkerConfig
+from composer_sdk.errors import SdkError
 from tests.unit.sdk.fakes import FakeStub, client
 
 PREFIX = "unit"
@@ -60,8 +61,12 @@ async def running(
     *,
     attempts: int = 3,
     lease_ttl: float = 5.0,
+    concurrency: int = 16,
+    prefetch: int | None = None,
 ) -> AsyncIterator[Worker]:
     config = WorkerConfig(
+        concurrency=concurrency,
+        prefetch=prefetch,
         redis_prefix=PREFIX,
         shards=SHARDS,
         read_block_ms=20,
@@ -245,3 +250,38 @@ async def test_a_worker_frozen_after_its_lease_check_does_not_start_the_handler(
         await publish(queue, message())
         await until_async(lambda: stored(queue), 0, "the message was acknowledged")
     assert ran == [] and stub.report_requests == []
+
+
+class SlowReports(FakeStub):
+    """Reports wait until ``answer`` is set: a coordinator busy committing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer = asyncio.Event()
+
+    async def ReportTaskResults(self, request: pb.ReportTaskResultsRequest, **kw: Any) -> Any:
+        await self.answer.wait()
+        return await super().ReportTaskResults(request, **kw)
+
+
+async def test_a_report_in_flight_does_not_keep_the_next_handler_waiting() -> None:
+    queue, stub = FakeQueue(), SlowReports()
+    started: list[str] = []
+
+    async def handler(ctx: TaskContext, input: Any) -> dict[str, Any]:
+        started.append(ctx.task_id)
+        return {}
+
+    await publish(queue, message("t1"), message("t2"))
+    async with running(handler, stub, queue, concurrency=1, prefetch=2) as worker:
+        # one handler at a time, yet the second runs while the first one's report waits
+        await until(lambda: len(started) == 2, "both handlers ran")
+        assert worker.completed == 0
+        stub.answer.set()
+        await until(lambda: worker.completed == 2, "both reports were taken")
+    assert await pending(queue) == 0
+
+
+def test_the_prefetch_holds_at_least_the_running_handlers() -> None:
+    with pytest.raises(SdkError, match="prefetch"):
+        Worker(WorkerConfig(concurrency=4, prefetch=2))

@@ -1,7 +1,9 @@
 """The worker runtime: read tasks from a queue's streams, lease, run, renew, report, ack.
 
-For each queue it reads the queue's shard streams through the consumer group
-with bounded concurrency. For every message: take the lease from the
+For each queue it reads the queue's shard streams through the consumer group,
+holding at most ``prefetch`` messages and running at most ``concurrency``
+handlers at once (a handler's slot is held from its lease request to its end,
+so reports and acks overlap the next handlers). For every message: take the lease from the
 coordinator (a duplicate delivery or a stale attempt is not granted and is
 just acknowledged), run the handler under the node's timeout while renewing
 the lease every ttl/3 (a lost lease cancels the handler and reports
@@ -48,6 +50,10 @@ class WorkerConfig:
     shards: int = cq.DEFAULT_SHARDS
     #: Tasks run at once by this process, across its queues.
     concurrency: int = 16
+    #: Messages held at once (waiting for a slot, leasing, running, reporting); None:
+    #: twice the concurrency. A handler's slot is free as soon as it returns, so its
+    #: report and ack overlap the next handlers.
+    prefetch: int | None = None
     lease_ttl: float = 30.0
     #: The timeout of a node that sets none.
     default_timeout: float = 300.0
@@ -80,7 +86,17 @@ class Worker:
         #: Attempts this process is running: a duplicate delivery of one is skipped here,
         #: since the coordinator re-grants a lease to the owner that holds it.
         self._running: set[tuple[str, int]] = set()
+        #: Handlers at once (held from the lease request to the handler's end)...
         self._slots = asyncio.Semaphore(config.concurrency)
+        #: ...and messages held at once: the reports and acks of finished handlers
+        #: overlap the next handlers instead of keeping them waiting.
+        self.prefetch = config.prefetch or 2 * config.concurrency
+        if self.prefetch < config.concurrency:
+            raise SdkError(
+                f"prefetch ({config.prefetch}) must be at least the concurrency "
+                f"({config.concurrency})"
+            )
+        self._messages = asyncio.Semaphore(self.prefetch)
         self._given_queue = queue
         self._given_coordinator = coordinator
         self._queue: cq.Queue | None = queue
@@ -132,10 +148,11 @@ class Worker:
             for queue in self._handlers:
                 await self._ensure_groups(queue)
             log.info(
-                "worker %s serving %s (concurrency %d)",
+                "worker %s serving %s (concurrency %d, prefetch %d)",
                 self.owner,
                 ", ".join(sorted(self._handlers)),
                 cfg.concurrency,
+                self.prefetch,
             )
             readers = [
                 asyncio.create_task(self._read(h), name=f"read:{h.queue}")
@@ -199,10 +216,10 @@ class Worker:
         names = cq.queue_streams(cfg.redis_prefix, handler.queue, cfg.shards)
         backoff = cq.Backoff(0.1, 5.0)
         while not self._stopping.is_set():
-            await self._slots.acquire()
+            await self._messages.acquire()
             free = 1
-            while free < cfg.concurrency and not self._slots.locked():
-                await self._slots.acquire()
+            while free < self.prefetch and not self._messages.locked():
+                await self._messages.acquire()
                 free += 1
             try:
                 entries = await self._queue.read(
@@ -211,7 +228,7 @@ class Worker:
                 backoff.reset()
             except cq.QueueError as exc:  # a command error too: the worker keeps serving
                 for _ in range(free):
-                    self._slots.release()
+                    self._messages.release()
                 delay = backoff.next()
                 log.log(
                     logging.WARNING if exc.retryable else logging.ERROR,
@@ -223,13 +240,13 @@ class Worker:
                 await asyncio.sleep(delay)
                 continue
             for _ in range(free - len(entries)):
-                self._slots.release()
+                self._messages.release()
             # COUNT applies to each stream, so up to shards x free entries can come
-            # back: each one past the slots held waits for a slot of its own, which
-            # keeps the tasks running at once within the concurrency.
+            # back: each one past the messages held waits for room of its own, which
+            # keeps the messages held within the prefetch.
             for i, entry in enumerate(entries):
                 if i >= free:
-                    await self._slots.acquire()
+                    await self._messages.acquire()
                 task = asyncio.create_task(
                     self._process(handler, entry), name=f"task:{entry.entry_id}"
                 )
@@ -238,7 +255,7 @@ class Worker:
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._in_flight.discard(task)
-        self._slots.release()
+        self._messages.release()
         if not task.cancelled() and task.exception() is not None:
             log.error("processing a message crashed", exc_info=task.exception())
 
@@ -288,6 +305,29 @@ class Worker:
             self._running.discard(key)
 
     async def _run_leased(self, handler: Handler, entry: cq.Entry, msg: cq.TaskMessage) -> None:
+        """Under a slot from the lease request to the handler's end; the report and the
+        ack go on after the slot is free."""
+        await self._slots.acquire()
+        held = True
+
+        def free_slot() -> None:
+            nonlocal held
+            if held:
+                held = False
+                self._slots.release()
+
+        try:
+            await self._lease_run_report(handler, entry, msg, free_slot)
+        finally:
+            free_slot()
+
+    async def _lease_run_report(
+        self,
+        handler: Handler,
+        entry: cq.Entry,
+        msg: cq.TaskMessage,
+        handler_done: Callable[[], None],
+    ) -> None:
         assert self._client is not None
         cfg = self.config
         try:
@@ -370,6 +410,7 @@ class Worker:
             )
             await self._ack(entry)
             return
+        handler_done()
         outcome = run.result()
         assert outcome is not None  # None is a lost lease, handled above
         try:

@@ -41,7 +41,8 @@ def setup_telemetry(
 
         readers.append(PrometheusMetricReader())
     tracer_provider = TracerProvider(resource=resource)
-    for exporter in span_exporters:
+    exporters = list(span_exporters)
+    for exporter in exporters:
         tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
     if otlp_endpoint:
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
@@ -55,5 +56,8 @@ def setup_telemetry(
         )
         log.info("exporting traces and metrics over OTLP to %s", otlp_endpoint)
     metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=readers))
-    trace.set_tracer_provider(tracer_provider)
+    if exporters or otlp_endpoint:
+        trace.set_tracer_provider(tracer_provider)
+    # else: spans nobody exports are not recorded — the API's no-op tracer still
+    # carries an incoming trace context along, at a fraction of the cost per span.
     _configured = True
