@@ -108,6 +108,14 @@ class Report:
         )
 
 
+class _Busy:
+    """A report's run was held by another transaction: submit it to the next batch."""
+
+
+_BUSY = _Busy()
+#: How many batches a report whose run is held waits for before it is applied alone.
+_BUSY_RETRIES = 3
+
 _NOT_GRANTED = LeaseGrant(False, "stale attempt, finished task, or leased by another worker")
 
 
@@ -153,8 +161,8 @@ class Engine:
         self._clock = clock
         self._new_id = new_id
         self._attempts = attempts
-        self._reports: Batcher[Report, bool] = Batcher(
-            self.report_many,
+        self._reports: Batcher[Report, bool | _Busy] = Batcher(
+            lambda reports: self._group_commit(reports, defer_busy=True),
             max_size=batch_size,
             max_in_flight=batches_in_flight,
             name="reports",
@@ -281,8 +289,19 @@ class Engine:
 
     async def report(self, report: Report) -> bool:
         """Apply a worker's report in the next group commit (``report_many``); False
-        when it was stale (acknowledged, nothing changed)."""
-        return await self._reports.submit(report)
+        when it was stale (acknowledged, nothing changed).
+
+        A report whose run another batch holds (a fan-in spread over two batches in
+        flight) waits for the next batch, a few times, before it is applied alone:
+        alone, it would queue on the lock in a transaction of its own."""
+        for _ in range(_BUSY_RETRIES):
+            result = await self._reports.submit(report)
+            if not isinstance(result, _Busy):
+                return result
+        answer = await self._report_alone(report)
+        if isinstance(answer, EngineError):
+            raise answer
+        return answer
 
     async def report_many(self, reports: Sequence[Report]) -> list[bool | EngineError]:
         """Apply many workers' reports in one transaction: the coordinator's group
@@ -296,7 +315,16 @@ class Engine:
         batch that failed as a whole (one poisoned event, a lost connection), is
         applied on its own through ``handle``, so one bad report never fails the others.
         """
-        results: list[bool | EngineError | None] = [None] * len(reports)
+        results = await self._group_commit(reports, defer_busy=False)
+        return [r for r in results if not isinstance(r, _Busy)]
+
+    async def _group_commit(
+        self, reports: Sequence[Report], *, defer_busy: bool
+    ) -> list[bool | EngineError | _Busy]:
+        """``report_many``; with ``defer_busy`` a report whose run another transaction
+        holds is answered ``_BUSY`` (its caller submits it again) instead of applied alone."""
+        results: list[bool | EngineError | _Busy | None] = [None] * len(reports)
+        busy: list[int] = []
 
         async def apply(tx: Tx) -> None:
             locked = await repo.lock_runs(tx.conn, {r.run_id for r in reports})
@@ -305,8 +333,9 @@ class Engine:
             snapshots = dict(locked.runs)
             for i, r in enumerate(reports):
                 run = snapshots.get(r.run_id)
-                if run is None:
-                    continue  # locked by another transaction, or no such run
+                if run is None:  # locked by another transaction, or no such run
+                    busy.append(i)
+                    continue
                 if r.owner is not None and (
                     locked.lease_owners.get((r.run_id, r.task_id, r.attempt)) != r.owner
                 ):
@@ -334,6 +363,9 @@ class Engine:
             if self._publish is not None and tx.dispatched:
                 await self._publish(tx.dispatched)
             await tx.run_after_commit()
+            if defer_busy:
+                for i in busy:
+                    results[i] = _BUSY
         alone = [i for i, result in enumerate(results) if result is None]
         if alone:
             answers = await asyncio.gather(*(self._report_alone(reports[i]) for i in alone))
