@@ -6,7 +6,7 @@ token, concurrency). It appends to OUT, flushed every 100 ms and at exit:
 
 - ``S <tab> task_id <tab> time.time()`` when a handler starts;
 - ``A <tab> task_id <tab> time.time()`` when the answer to that task's
-  ReportTaskResult call arrives (the report's transaction has committed by then).
+  ReportTaskResult (or batched ReportTaskResults) call arrives (the report's transaction has committed by then).
 
 so the benchmark can measure the step gap (a task's report → the next task's
 handler starting). The worker's gRPC channel carries an interceptor that counts
@@ -67,6 +67,10 @@ class Counting(grpc.aio.UnaryUnaryClientInterceptor):
         self.responses[name] += 1
         if name == "ReportTaskResult":
             self._acked(request.task_id, time.time())
+        elif name == "ReportTaskResults":  # the SDK's batched call: each item's answer
+            now = time.time()
+            for item in request.items:
+                self._acked(item.task_id, now)
         return call
 
 
