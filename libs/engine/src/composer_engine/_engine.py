@@ -64,6 +64,8 @@ from composer_rpc.codes import ErrorCode
 
 log = logging.getLogger("composer.engine")
 T = TypeVar("T")
+A = TypeVar("A")
+B = TypeVar("B")
 
 
 @dataclass(frozen=True, slots=True)
@@ -550,59 +552,57 @@ class Engine:
     ) -> list[LeaseGrant | EngineError]:
         """Grant many leases in one statement (no transaction: each is one fenced row
         update). An attempt asked for twice in the batch is asked again after it."""
-        first, repeats = _once_each(requests)
-
-        async def grant(tx: Tx) -> list[repo.Lease | None]:
-            return await repo.acquire_leases(tx.conn, [requests[i] for i in first])
-
-        try:
-            leases = await self._in_tx(grant, single_statement=True)
-        except EngineError as exc:
-            return [exc] * len(requests)
-        results: list[LeaseGrant | EngineError] = [_NOT_GRANTED] * len(requests)
-        for i, lease in zip(first, leases, strict=True):
-            if lease is not None:
-                results[i] = LeaseGrant(
-                    True,
-                    input=lease.input,
-                    expires_at=lease.expires_at,
-                    max_attempts=lease.max_attempts or 0,
-                )
-        for i in repeats:
-            r = requests[i]
-            try:
-                results[i] = await self.acquire_lease(
-                    r.run_id, r.task_id, r.attempt, owner=r.owner, ttl=r.ttl
-                )
-            except EngineError as exc:
-                results[i] = exc
-        return results
+        answers = await self._fenced_batch(
+            requests,
+            repo.acquire_leases,
+            lambda r: self.acquire_lease(r.run_id, r.task_id, r.attempt, owner=r.owner, ttl=r.ttl),
+        )
+        return [
+            LeaseGrant(
+                True,
+                input=a.input,
+                expires_at=a.expires_at,
+                max_attempts=a.max_attempts or 0,
+            )
+            if isinstance(a, repo.Lease)
+            else a or _NOT_GRANTED
+            for a in answers
+        ]
 
     async def renew_leases(
         self, requests: Sequence[repo.LeaseRequest]
     ) -> list[dt.datetime | EngineError | None]:
         """Renew many leases in one statement; for each the new expiry, or None: lost."""
+        return await self._fenced_batch(
+            requests,
+            repo.renew_leases,
+            lambda r: self.renew_lease(r.run_id, r.task_id, r.attempt, owner=r.owner, ttl=r.ttl),
+        )
+
+    async def _fenced_batch(
+        self,
+        requests: Sequence[repo.LeaseRequest],
+        statement: Callable[[repo.Connection, Sequence[repo.LeaseRequest]], Awaitable[list[A]]],
+        alone: Callable[[repo.LeaseRequest], Awaitable[B]],
+    ) -> list[A | B | EngineError]:
+        """``statement`` for the first request of each attempt, as one statement; the
+        repeats of an attempt ``alone``, after it."""
         first, repeats = _once_each(requests)
 
-        async def extend(tx: Tx) -> list[dt.datetime | None]:
-            return await repo.renew_leases(tx.conn, [requests[i] for i in first])
+        async def run(tx: Tx) -> list[A]:
+            return await statement(tx.conn, [requests[i] for i in first])
 
         try:
-            expiries = await self._in_tx(extend, single_statement=True)
+            answers = await self._in_tx(run, single_statement=True)
         except EngineError as exc:
             return [exc] * len(requests)
-        results: list[dt.datetime | EngineError | None] = [None] * len(requests)
-        for i, expiry in zip(first, expiries, strict=True):
-            results[i] = expiry
+        ordered: dict[int, A | B | EngineError] = dict(zip(first, answers, strict=True))
         for i in repeats:
-            r = requests[i]
             try:
-                results[i] = await self.renew_lease(
-                    r.run_id, r.task_id, r.attempt, owner=r.owner, ttl=r.ttl
-                )
+                ordered[i] = await alone(requests[i])
             except EngineError as exc:
-                results[i] = exc
-        return results
+                ordered[i] = exc
+        return [ordered[i] for i in range(len(requests))]
 
     async def renew_lease(
         self, run_id: str, task_id: str, attempt: int, *, owner: str, ttl: float

@@ -39,9 +39,7 @@ from composer_core.statemachine import (
 )
 from composer_core.templates import Json
 from composer_engine._metrics import instruments
-from composer_engine._publish import Dispatched
 from composer_engine._tx import Tx
-from composer_engine._writes import task_message
 from composer_engine.errors import StaleSnapshot
 
 log = logging.getLogger("composer.engine")
@@ -227,28 +225,17 @@ async def write_dispatch(
     True when it is due at once: the engine publishes it right after the commit
     (``Tx.dispatched``). False when it is delayed: the outbox-enqueuer publishes
     it when it comes due."""
-    message = task_message(
+    at_once = tx.writes.dispatch(
+        tx,
         dag,
-        ref.run_id,
-        task_id=ref.task_id,
-        node_id=ref.node_id,
-        attempt=ref.attempt,
+        ref,
+        queue=queue,
         input=input,
+        not_before=not_before,
         timeout_seconds=timeout_seconds,
     )
-    fields = message.fields()
-    outbox_id = await repo.enqueue_dispatch(
-        tx.conn,
-        run_id=ref.run_id,
-        task_id=ref.task_id,
-        queue=queue,
-        payload=fields,
-        not_before=not_before,
-    )
-    if not_before is None or (tx.now is not None and not_before <= tx.now):
-        tx.dispatched.append(Dispatched(outbox_id, queue, ref, fields))
-        return True
-    return False
+    await tx.writes.flush(tx)  # at once: its task row was just written, by itself
+    return at_once
 
 
 def announce(tx: Tx, effects: Effects, *, redis: cq.Queue | None, prefix: str, run: Run) -> None:
