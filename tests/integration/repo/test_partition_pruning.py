@@ -32,7 +32,6 @@ PRUNED: dict[str, tuple[Any, ...]] = {
     "finish_run": ("SUCCEEDED", None, None),
     "get_run": (),
     "get_run_tasks": (),
-    "complete_task": (T, "a", 0, None),
     "fail_task": (T, "a", 0, "e", None),
     "requeue_task": (T, "a", 0, "e", None, NOW),
     "resolve_wait": (T, "a", "COMPLETED", None, None),

@@ -33,10 +33,10 @@ async def enqueue_dispatch(
 ) -> int:
     """Add a task dispatch for ``queue``, not to be published before ``not_before``
     (a retry's backoff; default: now). Returns the outbox id."""
-    outbox_id: int = await conn.fetchval(
-        q("enqueue"), "dispatch", run_id, task_id, queue, payload, not_before
+    ids = await enqueue_dispatches(  # the engine's one statement
+        conn, [NewDispatch(run_id, task_id, queue, payload, not_before)]
     )
-    return outbox_id
+    return ids[task_id]
 
 
 @translated

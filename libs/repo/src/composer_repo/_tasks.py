@@ -114,10 +114,8 @@ async def complete_task(conn: Connection, ref: TaskRef, output: Json) -> Finishe
 
     None when the attempt is stale or the task is no longer with a worker.
     """
-    row = await conn.fetchrow(
-        q("complete_task"), ref.run_id, ref.task_id, ref.node_id, ref.attempt, output
-    )
-    return None if row is None else _finished(row)
+    done = await complete_tasks(conn, [(ref, output)])  # the engine's one statement
+    return done.get(ref.task_id)
 
 
 @translated

@@ -145,13 +145,22 @@ class CoordinatorClient:
         self.batched = True
         size, flight = batch_size, calls_in_flight
         self._leases: Batcher[pb.AcquireTaskLeaseRequest, pb.AcquireTaskLeaseResponse] = Batcher(
-            self._lease_batch, max_size=size, max_in_flight=flight, name="AcquireTaskLeases"
+            self._calls("AcquireTaskLeases", pb.AcquireTaskLeasesRequest, "AcquireTaskLease"),
+            max_size=size,
+            max_in_flight=flight,
+            name="AcquireTaskLeases",
         )
         self._renewals: Batcher[pb.RenewTaskLeaseRequest, pb.RenewTaskLeaseResponse] = Batcher(
-            self._renew_batch, max_size=size, max_in_flight=flight, name="RenewTaskLeases"
+            self._calls("RenewTaskLeases", pb.RenewTaskLeasesRequest, "RenewTaskLease"),
+            max_size=size,
+            max_in_flight=flight,
+            name="RenewTaskLeases",
         )
         self._reports: Batcher[pb.ReportTaskResultRequest, pb.ReportTaskResultResponse] = Batcher(
-            self._report_batch, max_size=size, max_in_flight=flight, name="ReportTaskResults"
+            self._calls("ReportTaskResults", pb.ReportTaskResultsRequest, "ReportTaskResult"),
+            max_size=size,
+            max_in_flight=flight,
+            name="ReportTaskResults",
         )
 
     def _md(self) -> tuple[tuple[str, str], ...]:
@@ -250,44 +259,24 @@ class CoordinatorClient:
 
     # -- batched calls: each item's answer, or what failed it ------------------------
 
-    async def _lease_batch(
-        self, items: Sequence[pb.AcquireTaskLeaseRequest]
-    ) -> list[pb.AcquireTaskLeaseResponse | BaseException]:
-        return await self._batch(
-            items,
-            lambda: self._stub.AcquireTaskLeases(
-                pb.AcquireTaskLeasesRequest(items=items), metadata=self._md(), timeout=self._timeout
-            ),
-            lambda item: self._stub.AcquireTaskLease(
-                item, metadata=self._md(), timeout=self._timeout
-            ),
-        )
+    def _calls(
+        self, batched: str, request: type[Any], unary: str
+    ) -> Callable[[Sequence[Any]], Awaitable[list[Any]]]:
+        """The batch function of one kind of call: the stub's ``batched`` method with a
+        ``request`` of the items, or its ``unary`` method once per item."""
 
-    async def _renew_batch(
-        self, items: Sequence[pb.RenewTaskLeaseRequest]
-    ) -> list[pb.RenewTaskLeaseResponse | BaseException]:
-        return await self._batch(
-            items,
-            lambda: self._stub.RenewTaskLeases(
-                pb.RenewTaskLeasesRequest(items=items), metadata=self._md(), timeout=self._timeout
-            ),
-            lambda item: self._stub.RenewTaskLease(
-                item, metadata=self._md(), timeout=self._timeout
-            ),
-        )
+        async def send(items: Sequence[Any]) -> list[Any]:
+            return await self._batch(
+                items,
+                lambda: getattr(self._stub, batched)(
+                    request(items=items), metadata=self._md(), timeout=self._timeout
+                ),
+                lambda item: getattr(self._stub, unary)(
+                    item, metadata=self._md(), timeout=self._timeout
+                ),
+            )
 
-    async def _report_batch(
-        self, items: Sequence[pb.ReportTaskResultRequest]
-    ) -> list[pb.ReportTaskResultResponse | BaseException]:
-        return await self._batch(
-            items,
-            lambda: self._stub.ReportTaskResults(
-                pb.ReportTaskResultsRequest(items=items), metadata=self._md(), timeout=self._timeout
-            ),
-            lambda item: self._stub.ReportTaskResult(
-                item, metadata=self._md(), timeout=self._timeout
-            ),
-        )
+        return send
 
     async def _batch(
         self,

@@ -275,14 +275,6 @@ UPDATE task_instances t
    AND t.state IN ('PENDING', 'QUEUED', 'RUNNING')
 RETURNING t.id, t.node_type, t.started_at, t.finished_at;
 
--- name: complete_task
-UPDATE task_instances
-   SET state = 'COMPLETED', output = $5, finished_at = composer_now(), updated_at = composer_now(),
-       dispatched_at = NULL, lease_owner = NULL, lease_expires_at = NULL
- WHERE run_id = $1 AND id = $2 AND node_id = $3 AND attempt = $4
-   AND state IN ('PENDING', 'QUEUED', 'RUNNING')
-RETURNING node_type, started_at, finished_at;
-
 -- name: fail_task
 UPDATE task_instances
    SET state = 'FAILED', error = $5, error_code = $6, finished_at = composer_now(),
