@@ -203,9 +203,9 @@ async def _worker_lifecycle(pool: repo.Pool, run_id: str, node_id: str) -> None:
             queue="http",
         )
         await repo.mark_published(conn, [], [ref])
-        await repo.acquire_lease(conn, run_id, task_id, 0, owner="bench", ttl=30)
-        await repo.renew_lease(conn, run_id, task_id, 0, owner="bench", ttl=30)
-        await repo.renew_lease(conn, run_id, task_id, 0, owner="bench", ttl=30)
+        await repo.acquire_lease(conn, run_id, task_id, 0, owner="bench", ttl=30, token="tok")
+        await repo.renew_lease(conn, run_id, task_id, 0, owner="bench", ttl=30, token="tok")
+        await repo.renew_lease(conn, run_id, task_id, 0, owner="bench", ttl=30, token="tok")
         await repo.complete_task(conn, repo.TaskRef(run_id, task_id, node_id, 0), {"ok": 1})
 
 

@@ -57,10 +57,13 @@ class LedgerClient(CoordinatorClient):
         owner: str,
         ttl: float,
         *,
+        claim: str,
         until: Callable[[], bool],
     ) -> Lease | None:
         t0 = time.time()
-        lease = await super().acquire(task_id, run_id, attempt, owner, ttl, until=until)
+        lease = await super().acquire(
+            task_id, run_id, attempt, owner, ttl, claim=claim, until=until
+        )
         if lease is not None and lease.granted:
             self._note(
                 "lease",
@@ -75,11 +78,16 @@ class LedgerClient(CoordinatorClient):
         return lease
 
     async def renew(
-        self, task_id: str, run_id: str, attempt: int, owner: str, ttl: float
+        self, task_id: str, run_id: str, attempt: int, owner: str, ttl: float, token: str
     ) -> bool | None:
         # The base class's renewal, keeping the expiry the coordinator set.
         request = pb.RenewTaskLeaseRequest(
-            task_id=task_id, run_id=run_id, attempt=attempt, owner=owner, ttl_seconds=ttl
+            task_id=task_id,
+            run_id=run_id,
+            attempt=attempt,
+            owner=owner,
+            ttl_seconds=ttl,
+            lease_token=token,
         )
         t0 = time.time()
         try:
@@ -110,12 +118,13 @@ class LedgerClient(CoordinatorClient):
         node_id: str,
         attempt: int,
         owner: str,
+        token: str,
         outcome: Outcome,
         *,
         until: Callable[[], bool],
     ) -> bool | None:
         accepted = await super().report(
-            task_id, run_id, node_id, attempt, owner, outcome, until=until
+            task_id, run_id, node_id, attempt, owner, token, outcome, until=until
         )
         self._note(
             "report", task=task_id, attempt=attempt, owner=owner, t=time.time(), accepted=accepted

@@ -11,7 +11,7 @@ import pytest
 
 from composer_core.model import RunStatus, TaskState
 from composer_core.statemachine import Event, Machine, Run
-from composer_engine import Report
+from composer_engine import Report, Reporter
 from composer_rpc.v1 import worker_pb2 as pb
 from composer_rpc.v1.worker_pb2_grpc import WorkerServiceStub
 from tests.integration.e2e.conftest import TOKEN, Stack
@@ -21,8 +21,10 @@ from tests.integration.e2e.test_runs import one_task
 MD = (("authorization", f"Bearer {TOKEN}"),)
 
 
-async def leased_tasks(stack: Stack, stub: Any, run_ids: list[str], node: str) -> list[str]:
-    """Lease each run's task ``node`` in one batched call; their task ids."""
+async def leased_tasks(
+    stack: Stack, stub: Any, run_ids: list[str], node: str
+) -> list[tuple[str, str]]:
+    """Lease each run's task ``node`` in one batched call; their task ids and lease tokens."""
     task_ids = [(await stack.tasks_of(r))[node].task_id for r in run_ids]
     reply = await stub.AcquireTaskLeases(
         pb.AcquireTaskLeasesRequest(
@@ -36,7 +38,7 @@ async def leased_tasks(stack: Stack, stub: Any, run_ids: list[str], node: str) -
         metadata=MD,
     )
     assert [item.granted for item in reply.items] == [True] * len(run_ids)
-    return task_ids
+    return [(t, item.lease_token) for t, item in zip(task_ids, reply.items, strict=True)]
 
 
 async def test_a_batch_with_a_poisoned_event_applies_the_others(
@@ -46,8 +48,8 @@ async def test_a_batch_with_a_poisoned_event_applies_the_others(
     run_ids = [(await stack.engine.start("one-a")).run_id for _ in range(3)]
     async with grpc.aio.insecure_channel(stack.grpc_target) as channel:
         stub = WorkerServiceStub(channel)
-        task_ids = await leased_tasks(stack, stub, run_ids, "a")
-        poisoned = task_ids[1]
+        leased = await leased_tasks(stack, stub, run_ids, "a")
+        poisoned = leased[1][0]
         apply = Machine.apply
 
         def apply_unless_poisoned(self: Machine, run: Run, event: Event) -> Any:
@@ -66,10 +68,11 @@ async def test_a_batch_with_a_poisoned_event_applies_the_others(
                         node_id="a",
                         attempt=0,
                         owner="w",
+                        lease_token=token,
                         status=pb.TASK_STATUS_COMPLETED,
                         output_json='{"ok": true}',
                     )
-                    for r, t in zip(run_ids, task_ids, strict=True)
+                    for r, (t, token) in zip(run_ids, leased, strict=True)
                 ]
             ),
             metadata=MD,
@@ -92,13 +95,14 @@ async def test_a_batched_item_that_is_malformed_is_refused_alone(stack: Stack) -
     run_id = (await stack.engine.start("one-m")).run_id
     async with grpc.aio.insecure_channel(stack.grpc_target) as channel:
         stub = WorkerServiceStub(channel)
-        [task_id] = await leased_tasks(stack, stub, [run_id], "m")
+        [(task_id, token)] = await leased_tasks(stack, stub, [run_id], "m")
         good = pb.ReportTaskResultRequest(
             run_id=run_id,
             task_id=task_id,
             node_id="m",
             attempt=0,
             owner="w",
+            lease_token=token,
             status=pb.TASK_STATUS_COMPLETED,
             output_json="{}",
         )
@@ -133,11 +137,20 @@ async def test_a_fan_in_of_reports_to_one_run_in_one_batch_applies_in_order(stac
     tasks = await stack.tasks_of(run_id)
     async with grpc.aio.insecure_channel(stack.grpc_target) as channel:
         stub = WorkerServiceStub(channel)
+        tokens = {}
         for b in branches:
-            [task_id] = await leased_tasks(stack, stub, [run_id], b)
+            [(task_id, tokens[b])] = await leased_tasks(stack, stub, [run_id], b)
             assert task_id == tasks[b].task_id
     reports = [
-        Report(run_id, tasks[b].task_id, b, 0, "w", completed=True, output={"n": i})
+        Report(
+            run_id,
+            tasks[b].task_id,
+            b,
+            0,
+            Reporter(tokens[b], "w"),
+            completed=True,
+            output={"n": i},
+        )
         for i, b in enumerate(branches)
     ]
     # one group commit: the run is locked once and the three apply one after the other

@@ -22,6 +22,7 @@ import composer_queue as cq
 import composer_repo as repo
 from composer_common.logs import ALERT
 from composer_core.model import RunStatus, TaskState
+from composer_engine import Reporter
 from composer_lease_sweeper.loop import Sweeper
 from composer_sdk import TaskContext
 from tests.integration.databases import scratch_database
@@ -227,7 +228,12 @@ async def test_a_dead_consumers_entry_for_a_task_that_moved_on_is_acknowledged_a
         )
         assert lease.granted
         await s.engine.report_completed(
-            msg.run_id, msg.task_id, msg.node_id, msg.attempt, {"ok": True}, owner="other"
+            msg.run_id,
+            msg.task_id,
+            lease.node_id,
+            msg.attempt,
+            {"ok": True},
+            reporter=Reporter(lease.token, "other"),
         )
 
         await until(lambda: _empty(s.redis.length(stream)), what="the entry was acknowledged away")
@@ -244,9 +250,14 @@ async def test_a_renewed_lease_is_not_failed_and_an_expired_one_is(stack: Stack)
     started = await stack.engine.start("renewing")
     task = (await stack.tasks_of(started.run_id))["work"]
     run_id, task_id = started.run_id, task.task_id
-    assert (await stack.engine.acquire_lease(run_id, task_id, 0, owner="w1", ttl=30)).granted
+    lease = await stack.engine.acquire_lease(run_id, task_id, 0, owner="w1", ttl=30)
+    assert lease.granted
     await expire_lease(stack.pool, run_id, task_id)
-    await stack.engine.renew_lease(run_id, task_id, 0, owner="w1", ttl=30)  # just in time
+
+    def renew() -> Awaitable[dt.datetime | None]:
+        return stack.engine.renew_lease(run_id, task_id, 0, owner="w1", ttl=30, token=lease.token)
+
+    assert await renew()  # just in time
 
     renewed = await stack.engine.expire_lease(run_id, task_id, "work", 0, owner="w1")
     await expire_lease(stack.pool, run_id, task_id)
@@ -258,7 +269,7 @@ async def test_a_renewed_lease_is_not_failed_and_an_expired_one_is(stack: Stack)
     assert (renewed, someone_else, expired, twice) == (False, False, True, False)
     assert after.attempt == 1 and after.state in (TaskState.PENDING, TaskState.QUEUED)
     assert after.error_code == "LEASE_EXPIRED"
-    assert await stack.engine.renew_lease(run_id, task_id, 0, owner="w1", ttl=30) is None
+    assert await renew() is None
 
 
 async def test_one_replica_sweeps_at_a_time(stack: Stack) -> None:
@@ -366,7 +377,9 @@ async def test_leases_and_renewals_are_single_statements_without_a_transaction(
 
     monkeypatch.setattr(repo, "transaction", no_transaction)
     grant = await stack.engine.acquire_lease(started.run_id, task_id, 0, owner="w", ttl=30)
-    renewed = await stack.engine.renew_lease(started.run_id, task_id, 0, owner="w", ttl=30)
+    renewed = await stack.engine.renew_lease(
+        started.run_id, task_id, 0, owner="w", ttl=30, token=grant.token
+    )
     stale = await stack.engine.acquire_lease(started.run_id, task_id, 0, owner="other", ttl=30)
 
     assert grant.granted and renewed is not None

@@ -303,7 +303,7 @@ async def test_duplicate_stream_message_runs_the_handler_once(stack: Stack) -> N
     await eventually(lambda: bool(calls), what="the handler started")
     # deliver the same task attempt again, to both workers: neither runs it a second time
     task = (await stack.tasks_of(started.run_id))["once"]
-    message = cq.TaskMessage(task.task_id, started.run_id, "once", "TASK", 0, "one-once", 1, "{}")
+    message = cq.TaskMessage(task.task_id, started.run_id, 0)
     stream = cq.task_stream(stack.prefix, "dup", task.task_id, cq.DEFAULT_SHARDS)
     await stack.redis.publish([(stream, message.fields())] * 3)
     await eventually(
@@ -318,24 +318,49 @@ async def test_duplicate_stream_message_runs_the_handler_once(stack: Stack) -> N
 class RawWorker:
     """A worker speaking the gRPC protocol by hand, to send what a real one would not."""
 
-    def __init__(self, stub: WorkerServiceAsyncStub, run_id: str, task_id: str) -> None:
+    def __init__(
+        self, stub: WorkerServiceAsyncStub, run_id: str, task_id: str, token: str = TOKEN
+    ) -> None:
         self.stub, self.run_id, self.task_id = stub, run_id, task_id
-        self.md = (("authorization", f"Bearer {TOKEN}"),)
+        self.md = (("authorization", f"Bearer {token}"),)
+        #: owner → the token of the lease it was granted last.
+        self.tokens: dict[str, str] = {}
 
-    async def lease(self, owner: str, ttl: float = 30) -> pb.AcquireTaskLeaseResponse:
+    async def lease(
+        self, owner: str, ttl: float = 30, *, claim: str = ""
+    ) -> pb.AcquireTaskLeaseResponse:
         request = pb.AcquireTaskLeaseRequest(
-            task_id=self.task_id, run_id=self.run_id, attempt=0, owner=owner, ttl_seconds=ttl
+            task_id=self.task_id,
+            run_id=self.run_id,
+            attempt=0,
+            owner=owner,
+            ttl_seconds=ttl,
+            claim=claim or f"claim-of-{owner}-{len(self.tokens)}",
         )
-        return await self.stub.AcquireTaskLease(request, metadata=self.md)
+        reply = await self.stub.AcquireTaskLease(request, metadata=self.md)
+        if reply.granted:
+            self.tokens[owner] = reply.lease_token
+        return reply
 
-    async def renew(self, owner: str) -> pb.RenewTaskLeaseResponse:
+    async def renew(self, owner: str, *, token: str | None = None) -> pb.RenewTaskLeaseResponse:
         request = pb.RenewTaskLeaseRequest(
-            task_id=self.task_id, run_id=self.run_id, attempt=0, owner=owner, ttl_seconds=30
+            task_id=self.task_id,
+            run_id=self.run_id,
+            attempt=0,
+            owner=owner,
+            ttl_seconds=30,
+            lease_token=token if token is not None else self.tokens.get(owner, "none"),
         )
         return await self.stub.RenewTaskLease(request, metadata=self.md)
 
     async def report(
-        self, owner: str, *, attempt: int = 0, output: str = "{}", error: str = ""
+        self,
+        owner: str,
+        *,
+        attempt: int = 0,
+        output: str = "{}",
+        error: str = "",
+        token: str | None = None,
     ) -> bool:
         request = pb.ReportTaskResultRequest(
             task_id=self.task_id,
@@ -343,6 +368,7 @@ class RawWorker:
             node_id="a",
             attempt=attempt,
             owner=owner,
+            lease_token=token if token is not None else self.tokens.get(owner, "none"),
             status=pb.TASK_STATUS_FAILED if error else pb.TASK_STATUS_COMPLETED,
             output_json=output,
             error=error,
@@ -398,12 +424,27 @@ async def test_bad_requests_and_missing_token_are_refused(stack: Stack) -> None:
                 node_id="n",
                 attempt=0,
                 owner="o",
+                lease_token="no-such-lease",
                 status=pb.TASK_STATUS_COMPLETED,
                 output_json="{}",
             ),
             metadata=md,
         )
         assert not unknown.accepted
+        with pytest.raises(grpc.aio.AioRpcError) as tokenless:
+            await stub.ReportTaskResult(
+                pb.ReportTaskResultRequest(
+                    task_id="t",
+                    run_id="0190b2a0-0000-7000-8000-000000000000",
+                    node_id="n",
+                    attempt=0,
+                    owner="o",
+                    status=pb.TASK_STATUS_COMPLETED,
+                ),
+                metadata=md,
+            )
+        assert tokenless.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "lease_token is required" in (tokenless.value.details() or "")
 
 
 async def test_lost_lease_cancels_the_handler_and_its_report_is_not_sent(stack: Stack) -> None:

@@ -95,6 +95,7 @@ async def test_coordinator_serves_and_drains_on_sigterm(database_url: str, redis
                     node_id="n",
                     attempt=0,
                     owner="o",
+                    lease_token="no-such-lease",
                     status=pb.TASK_STATUS_COMPLETED,
                     output_json="{}",
                 ),

@@ -41,7 +41,7 @@ def prefix() -> str:
 
 
 def message(task_id: str, attempt: int = 1) -> dict[str, str]:
-    return cq.TaskMessage(task_id, "run", "node", "TASK", attempt, "wf", 1).fields()
+    return cq.TaskMessage(task_id, "run", attempt).fields()
 
 
 async def test_a_published_entry_is_read_once_by_the_group(queue: cq.Queue, prefix: str) -> None:

@@ -86,19 +86,19 @@ async def test_the_transaction_after_a_cancelled_call_starts_fresh(
 ) -> None:
     run_id = await new_run(conn)
     ref = await new_worker_task(conn, run_id)
-    assert await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w", ttl=600)
+    assert await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w", ttl=600, token="tok")
     seed = random.randrange(2**32)
     rng = random.Random(seed)
 
     async def renew() -> None:
         async with borrow(pool) as c:
-            await repo.renew_lease(c, run_id, ref.task_id, 0, owner="w", ttl=600)
+            await repo.renew_lease(c, run_id, ref.task_id, 0, owner="w", ttl=600, token="tok")
 
     async def renew_then_fail() -> bool:
         cut = False
 
         async def renewal(c: repo.Connection) -> None:
-            await repo.renew_lease(c, run_id, ref.task_id, 0, owner="w", ttl=600)
+            await repo.renew_lease(c, run_id, ref.task_id, 0, owner="w", ttl=600, token="tok")
 
         try:
             async with borrow(pool) as c:
@@ -125,7 +125,9 @@ async def test_the_transaction_after_a_cancelled_call_starts_fresh(
             locked += leftover_locks > 0
         # and the connection serves after all that
         async with repo.connection(pool) as c:
-            assert await repo.renew_lease(c, run_id, ref.task_id, 0, owner="w", ttl=600)
+            assert await repo.renew_lease(
+                c, run_id, ref.task_id, 0, owner="w", ttl=600, token="tok"
+            )
 
     # the test can fail only if the cancellations land inside the calls
     assert cut_short >= CALLS // 4, f"only {cut_short} of {CALLS} calls were cut short"

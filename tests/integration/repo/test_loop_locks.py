@@ -47,7 +47,7 @@ async def test_lock_expired_lease_is_fenced_by_expiry_owner_and_attempt(
 ) -> None:
     run_id = await new_run(conn)
     ref = await new_worker_task(conn, run_id)
-    assert await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=60)
+    assert await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=60, token="tok")
 
     live = await repo.lock_expired_lease(conn, ref, "w1")
     await expire(conn, ref)
@@ -56,7 +56,7 @@ async def test_lock_expired_lease_is_fenced_by_expiry_owner_and_attempt(
         conn, repo.TaskRef(run_id, ref.task_id, ref.node_id, 1), "w1"
     )
     expired = await repo.lock_expired_lease(conn, ref, "w1")
-    await repo.renew_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=60)
+    await repo.renew_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=60, token="tok")
     renewed = await repo.lock_expired_lease(conn, ref, "w1")
 
     assert (live, other_owner, other_attempt, expired, renewed) == (
@@ -73,14 +73,14 @@ async def test_lock_expired_lease_holds_off_a_renewal_until_commit(
 ) -> None:
     run_id = await new_run(conn)
     ref = await new_worker_task(conn, run_id)
-    assert await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=60)
+    assert await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=60, token="tok")
     await expire(conn, ref)
     worker = await repo.connect(database_url)
     try:
         async with conn.transaction():
             assert await repo.lock_expired_lease(conn, ref, "w1")
             renewal = asyncio.ensure_future(
-                repo.renew_lease(worker, run_id, ref.task_id, 0, owner="w1", ttl=60)
+                repo.renew_lease(worker, run_id, ref.task_id, 0, owner="w1", ttl=60, token="tok")
             )
             pid = worker.get_server_pid()
             await until(lambda: waiting_on_a_lock(conn, pid), what="the renewal waits on the row")
@@ -113,7 +113,7 @@ async def test_task_attempts_reports_state_and_attempt_by_task(conn: repo.Connec
     run_id = await new_run(conn)
     queued = await new_worker_task(conn, run_id, "q")
     leased = await new_worker_task(conn, run_id, "l")
-    await repo.acquire_lease(conn, run_id, leased.task_id, 0, owner="w", ttl=30)
+    await repo.acquire_lease(conn, run_id, leased.task_id, 0, owner="w", ttl=30, token="tok")
 
     found = await repo.task_attempts(
         conn, [(run_id, queued.task_id), (run_id, leased.task_id), (run_id, "gone")]

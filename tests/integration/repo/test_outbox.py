@@ -147,7 +147,7 @@ async def test_mark_published_deletes_queues_and_tells_the_next_due_at_once(
     a = await new_worker_task(conn, run_id, "a")
     b = await new_worker_task(conn, run_id, "b")
     c = await new_worker_task(conn, run_id, "c")
-    await repo.acquire_lease(conn, run_id, b.task_id, 0, owner="fast-worker", ttl=30)
+    await repo.acquire_lease(conn, run_id, b.task_id, 0, owner="fast-worker", ttl=30, token="tok")
     later = dt.datetime.now(UTC) + dt.timedelta(minutes=1)  # sooner than any left
     for ref in (a, b):
         await repo.enqueue_dispatch(

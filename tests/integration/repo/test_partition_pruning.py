@@ -36,9 +36,7 @@ PRUNED: dict[str, tuple[Any, ...]] = {
     "requeue_task": (T, "a", 0, "e", None, NOW),
     "resolve_wait": (T, "a", "COMPLETED", None, None),
     "cancel_tasks": ([T], "r"),
-    "acquire_lease": (T, 0, "w", 30.0),
-    "renew_lease": (T, 0, "w", 30.0),
-    "lease_owner": (T, 0),
+    "lease_holder": (T, 0),
     "pending_signals": (),
     "consume_signal": (T, "node"),
     "run_signals": (),
@@ -69,6 +67,7 @@ WIDER = {
     "expired_leases": "the sweeper scans the small in-flight partial index of every month",
     "lost_dispatches": "the sweeper scans the small in-flight partial index of every month",
     "task_attempts": "a batch of (run id, task id) pairs",
+    "task_queues": "a batch of (run id, task id) pairs (refused leases only)",
     "count_active_runs": "an id range: one month, by the partition-manager",
 }
 

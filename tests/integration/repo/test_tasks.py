@@ -171,7 +171,7 @@ async def test_requeue_bumps_the_attempt_and_returns_the_stored_input(
 ) -> None:
     run_id = await new_run(conn)
     ref = await new_worker_task(conn, run_id, input={"url": "https://example.com"}, queue="http")
-    lease = await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=30)
+    lease = await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=30, token="tok")
     assert lease is not None
     due = dt.datetime.now(UTC) + dt.timedelta(seconds=5)
 
@@ -182,7 +182,10 @@ async def test_requeue_bumps_the_attempt_and_returns_the_stored_input(
     assert (task.state, task.attempt, task.error) == (TaskState.PENDING, 1, "timeout")
     assert task.lease_owner is None and task.started_at is None
     # The old worker's lease is gone with its attempt.
-    assert await repo.renew_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=30) is None
+    assert (
+        await repo.renew_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=30, token="tok")
+        is None
+    )
 
 
 async def test_resolve_wait_only_resolves_a_waiting_task(conn: repo.Connection) -> None:
@@ -251,7 +254,10 @@ async def test_cancel_fails_only_active_tasks_and_drops_their_dispatches(
         claimed = await repo.claim_outbox(conn, "dispatch", limit=1000)
     assert all(m.task_id != pending.task_id for m in claimed)
     # A dispatch already published meets a failed task: no lease.
-    assert await repo.acquire_lease(conn, run_id, pending.task_id, 0, owner="w", ttl=30) is None
+    assert (
+        await repo.acquire_lease(conn, run_id, pending.task_id, 0, owner="w", ttl=30, token="tok")
+        is None
+    )
 
 
 # -- leases --------------------------------------------------------------------
@@ -262,9 +268,9 @@ async def test_lease_is_granted_once_and_returns_the_input(conn: repo.Connection
     ref = await new_worker_task(conn, run_id, input={"n": 7})
     await repo.mark_published(conn, [], [ref])
 
-    lease = await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=30)
-    other = await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w2", ttl=30)
-    again = await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=30)
+    lease = await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=30, token="tok")
+    other = await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w2", ttl=30, token="tok")
+    again = await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=30, token="tok")
 
     assert lease is not None and lease.input == {"n": 7} and lease.node_id == "a"
     assert lease.expires_at > dt.datetime.now(UTC)
@@ -279,28 +285,43 @@ async def test_lease_is_fenced_by_attempt(conn: repo.Connection) -> None:
     ref = await new_worker_task(conn, run_id)
     await repo.requeue_task(conn, ref, "flaky", not_before=SOON)
 
-    assert await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w", ttl=30) is None
-    assert await repo.acquire_lease(conn, run_id, ref.task_id, 1, owner="w", ttl=30) is not None
+    assert (
+        await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w", ttl=30, token="tok")
+        is None
+    )
+    assert (
+        await repo.acquire_lease(conn, run_id, ref.task_id, 1, owner="w", ttl=30, token="tok")
+        is not None
+    )
 
 
 async def test_renew_is_fenced_by_owner_and_attempt(conn: repo.Connection) -> None:
     run_id = await new_run(conn)
     ref = await new_worker_task(conn, run_id)
-    lease = await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=1)
+    lease = await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=1, token="tok")
     assert lease is not None
 
-    renewed = await repo.renew_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=60)
+    renewed = await repo.renew_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=60, token="tok")
     assert renewed is not None and renewed > lease.expires_at
-    assert await repo.renew_lease(conn, run_id, ref.task_id, 0, owner="w2", ttl=60) is None
-    assert await repo.renew_lease(conn, run_id, ref.task_id, 1, owner="w1", ttl=60) is None
+    assert (
+        await repo.renew_lease(conn, run_id, ref.task_id, 0, owner="w2", ttl=60, token="tok")
+        is None
+    )
+    assert (
+        await repo.renew_lease(conn, run_id, ref.task_id, 1, owner="w1", ttl=60, token="tok")
+        is None
+    )
     await repo.complete_task(conn, ref, None)
-    assert await repo.renew_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=60) is None
+    assert (
+        await repo.renew_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=60, token="tok")
+        is None
+    )
 
 
 async def test_an_expired_lease_is_reported_and_can_be_taken_over(conn: repo.Connection) -> None:
     run_id = await new_run(conn)
     ref = await new_worker_task(conn, run_id)
-    lease = await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="dead", ttl=5)
+    lease = await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="dead", ttl=5, token="tok")
     assert lease is not None
     later = lease.expires_at + dt.timedelta(seconds=1)
 
@@ -318,7 +339,9 @@ async def test_an_expired_lease_is_reported_and_can_be_taken_over(conn: repo.Con
         run_id,
         ref.task_id,
     )
-    taken = await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="alive", ttl=30)
+    taken = await repo.acquire_lease(
+        conn, run_id, ref.task_id, 0, owner="alive", ttl=30, token="tok"
+    )
     assert taken is not None
     assert (await task_row(conn, ref)).lease_owner == "alive"
 
@@ -361,7 +384,7 @@ async def test_lost_dispatches_skips_tasks_that_still_have_an_outbox_row(
     kept = await new_worker_task(conn, run_id, "kept")
     await repo.enqueue_dispatch(conn, run_id=run_id, task_id=kept.task_id, queue="http", payload={})
     leased = await new_worker_task(conn, run_id, "leased")
-    await repo.acquire_lease(conn, run_id, leased.task_id, 0, owner="w", ttl=30)
+    await repo.acquire_lease(conn, run_id, leased.task_id, 0, owner="w", ttl=30, token="tok")
     future = dt.datetime.now(UTC) + dt.timedelta(hours=1)
 
     found = [d for d in await repo.lost_dispatches(conn, older_than=future) if d.run_id == run_id]

@@ -26,13 +26,26 @@ def rpc_error(code: grpc.StatusCode, details: str = "") -> grpc.aio.AioRpcError:
 Answer = Any
 
 
+def granted(**fields: Any) -> pb.AcquireTaskLeaseResponse:
+    """A grant as the coordinator sends it: the input and node from the database."""
+    answer: dict[str, Any] = {
+        "granted": True,
+        "input_json": '{"x": 1}',
+        "lease_token": "lease-token",
+        "node_id": "n1",
+        "node_type": "TASK",
+        "workflow_id": "wf",
+        "workflow_version": 1,
+        "max_attempts": 1,
+    }
+    return pb.AcquireTaskLeaseResponse(**(answer | fields))
+
+
 @dataclass
 class FakeStub:
     """Answers each call from a script (its last answer repeats), recording the requests."""
 
-    leases: list[Answer] = field(
-        default_factory=lambda: [pb.AcquireTaskLeaseResponse(granted=True)]
-    )
+    leases: list[Answer] = field(default_factory=lambda: [granted()])
     renewals: list[Answer] = field(default_factory=lambda: [pb.RenewTaskLeaseResponse(ok=True)])
     reports: list[Answer] = field(
         default_factory=lambda: [pb.ReportTaskResultResponse(accepted=True)]

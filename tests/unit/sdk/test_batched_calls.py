@@ -20,7 +20,7 @@ async def test_reports_asked_while_a_call_is_in_flight_go_together() -> None:
     c = client(stub)
     outcome = Outcome("COMPLETED", output={})
     results = await asyncio.gather(
-        *(c.report(f"t{i}", "r", "n", 0, "w", outcome, until=never) for i in range(10))
+        *(c.report(f"t{i}", "r", "n", 0, "w", "tok", outcome, until=never) for i in range(10))
     )
     assert results == [True] * 10
     assert len(stub.report_requests) == 10
@@ -36,8 +36,8 @@ async def test_an_item_refused_in_a_batch_fails_alone() -> None:
     )
     c = client(stub)
     ok, refused = await asyncio.gather(
-        c.acquire("t1", "r", 0, "w", 30, until=never),
-        c.acquire("t2", "r", 0, "w", 30, until=never),
+        c.acquire("t1", "r", 0, "w", 30, claim="c", until=never),
+        c.acquire("t2", "r", 0, "w", 30, claim="c", until=never),
         return_exceptions=True,
     )
     assert not isinstance(ok, BaseException) and ok is not None and ok.granted
@@ -47,10 +47,10 @@ async def test_an_item_refused_in_a_batch_fails_alone() -> None:
 async def test_a_coordinator_without_batched_calls_gets_unary_ones() -> None:
     stub = FakeStub(batched=False)
     c = client(stub)
-    lease = await c.acquire("t", "r", 0, "w", 30, until=never)
+    lease = await c.acquire("t", "r", 0, "w", 30, claim="c", until=never)
     assert lease is not None and lease.granted
     assert c.batched is False and stub.unary_calls == 1
-    assert await c.renew("t", "r", 0, "w", 30) is True
+    assert await c.renew("t", "r", 0, "w", 30, "tok") is True
     assert stub.unary_calls == 2
 
 
@@ -60,5 +60,5 @@ async def test_an_unavailable_batch_is_retried_for_each_item() -> None:
     )
     c = client(stub)
     outcome = Outcome("COMPLETED", output={})
-    assert await c.report("t", "r", "n", 0, "w", outcome, until=never) is True
+    assert await c.report("t", "r", "n", 0, "w", "tok", outcome, until=never) is True
     assert len(stub.report_requests) == 2

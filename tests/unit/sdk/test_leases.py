@@ -19,7 +19,7 @@ from composer_sdk._client import Lease
 from composer_sdk._handler import Handler
 
 TTL = 0.3
-MSG = cq.TaskMessage("t1", "r1", "n1", "TASK", 0, "wf", 1, input_json="{}")
+MSG = cq.TaskMessage("t1", "r1", 0)
 
 
 class FakeCoordinator:
@@ -32,20 +32,28 @@ class FakeCoordinator:
         self.reported: list[Outcome] = []
 
     async def acquire(
-        self, task_id: str, run_id: str, attempt: int, owner: str, ttl: float, *, until: Any
+        self,
+        task_id: str,
+        run_id: str,
+        attempt: int,
+        owner: str,
+        ttl: float,
+        *,
+        claim: str,
+        until: Any,
     ) -> Lease:
         asked = time.monotonic()
         await asyncio.sleep(self.grant_delay)  # the worker was frozen meanwhile
-        return Lease(True, asked_at=asked)
+        return Lease(True, input_json="{}", asked_at=asked, token="tok", node_id="n1")
 
     async def renew(
-        self, task_id: str, run_id: str, attempt: int, owner: str, ttl: float
+        self, task_id: str, run_id: str, attempt: int, owner: str, ttl: float, token: str
     ) -> bool | None:
         self.renewed += 1
         return self.renewals
 
     async def report(self, *args: Any, outcome: Outcome | None = None, **kwargs: Any) -> bool:
-        self.reported.append(args[5])
+        self.reported.append(args[6])
         return True
 
 

@@ -28,7 +28,7 @@ SHARDS = 2
 
 
 def message(task_id: str = "t1", attempt: int = 0) -> cq.TaskMessage:
-    return cq.TaskMessage(task_id, "r1", "n1", "TASK", attempt, "wf", 1, input_json='{"x": 1}')
+    return cq.TaskMessage(task_id, "r1", attempt)
 
 
 async def publish(queue: FakeQueue, *messages: cq.TaskMessage) -> None:

@@ -50,7 +50,10 @@ DEFAULTS = {
     "COMPOSER_DATABASE_URL": "postgresql://postgres@127.0.0.1:5432/composer",
     "COMPOSER_REDIS_URL": "redis://127.0.0.1:6379/0",
     "COMPOSER_API_TOKENS": f"{DEV_API_TOKEN}:admin",
+    # your own workers' token, for every queue
     "COMPOSER_WORKER_TOKEN": "dev-worker-token",
+    # the built-in workers' own, for their queues only
+    "COMPOSER_BUILTIN_WORKER_TOKEN": "dev-builtin-worker-token",
     "COMPOSER_HTTP_ALLOW_PRIVATE": "true",
     "COMPOSER_API_PORT": "8080",
     "COMPOSER_GRPC_ADDR": "127.0.0.1:50051",
@@ -114,7 +117,9 @@ async def up(args: argparse.Namespace, state: Path) -> int:
             if importlib.util.find_spec(module) is None:
                 missing.append(name)
                 continue
-            child_env = env | {"COMPOSER_ADMIN_PORT": str(args.admin_base + i)}
+            child_env = (
+                env | {"COMPOSER_ADMIN_PORT": str(args.admin_base + i)} | tokens_of(name, env)
+            )
             sup.add(name, [sys.executable, "-m", module], child_env)
         if missing:
             sup.say("devstack", f"not installed, not started: {', '.join(missing)}", 33)
@@ -130,6 +135,18 @@ async def up(args: argparse.Namespace, state: Path) -> int:
         if private_pg is not None:
             await asyncio.to_thread(private_pg.stop)
     return 0
+
+
+def tokens_of(service: str, env: dict[str, str]) -> dict[str, str]:
+    """The worker tokens a service gets: the built-in workers present a token of their
+    own, which the coordinator accepts for their queues only (http, python)."""
+    builtin = env["COMPOSER_BUILTIN_WORKER_TOKEN"]
+    if service == "workers":
+        return {"COMPOSER_WORKER_TOKEN": builtin}
+    if service == "coordinator":
+        scoped = [env.get("COMPOSER_WORKER_TOKENS", ""), f"{builtin}:http|python"]
+        return {"COMPOSER_WORKER_TOKENS": ",".join(t for t in scoped if t)}
+    return {}
 
 
 def banner(sup: Supervisor, env: dict[str, str]) -> None:

@@ -1,7 +1,8 @@
 """Composer's engine: lock the run, decide with the state machine, persist, commit."""
 
 from composer_engine._definitions import DefinitionCache
-from composer_engine._engine import Engine, LeaseGrant, Report, Started, utcnow
+from composer_engine._engine import Engine, Report, Started, utcnow
+from composer_engine._leases import LeaseGrant, Reporter, new_token
 from composer_engine._recovery import (
     Acknowledge,
     ClaimedEntry,
@@ -23,6 +24,7 @@ from composer_engine.errors import (
     BadRequest,
     Conflict,
     EngineError,
+    Forbidden,
     Internal,
     NotFound,
     Unavailable,
@@ -38,6 +40,7 @@ __all__ = [
     "Engine",
     "EngineError",
     "EntryDecision",
+    "Forbidden",
     "GiveUp",
     "Internal",
     "LeaseGrant",
@@ -47,6 +50,7 @@ __all__ = [
     "Redeliver",
     "Redispatch",
     "Report",
+    "Reporter",
     "Started",
     "Unavailable",
     "Unserved",
@@ -54,6 +58,7 @@ __all__ = [
     "Workflows",
     "lost_before",
     "lost_dispatch",
+    "new_token",
     "settle_entry",
     "utcnow",
     "validate_definition",

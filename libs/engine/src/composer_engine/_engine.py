@@ -16,6 +16,7 @@ a second stale snapshot — is a bug: one ALERT line, then Internal.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -47,6 +48,7 @@ from composer_core.statemachine import (
 )
 from composer_core.templates import Json
 from composer_engine._definitions import DefinitionCache
+from composer_engine._leases import LeaseGrant, Reporter, grant_leases, new_token
 from composer_engine._metrics import instruments
 from composer_engine._persist import announce, persist, write_dispatch
 from composer_engine._publish import Dispatched, Publisher
@@ -55,6 +57,7 @@ from composer_engine.errors import (
     BadRequest,
     Conflict,
     EngineError,
+    Forbidden,
     Internal,
     NotFound,
     StaleSnapshot,
@@ -77,16 +80,6 @@ class Started:
 
 
 @dataclass(frozen=True, slots=True)
-class LeaseGrant:
-    granted: bool
-    reason: str = ""
-    input: Json = None
-    expires_at: dt.datetime | None = None
-    #: The node's retry policy bound: the handler knows when it runs its last attempt.
-    max_attempts: int = 0
-
-
-@dataclass(frozen=True, slots=True)
 class Report:
     """A worker's report of one attempt: its output (``completed``) or its failure."""
 
@@ -94,8 +87,9 @@ class Report:
     task_id: str
     node_id: str
     attempt: int
-    #: The lease owner reporting: it counts only if that worker holds the lease.
-    owner: str | None
+    #: The worker reporting: it counts only with the lease's token (None: the engine's
+    #: own report, the sweeper's).
+    reporter: Reporter | None
     completed: bool
     output: Json = None
     error: str = ""
@@ -117,8 +111,6 @@ class _Busy:
 _BUSY = _Busy()
 #: How many batches a report whose run is held waits for before it is applied alone.
 _BUSY_RETRIES = 3
-
-_NOT_GRANTED = LeaseGrant(False, "stale attempt, finished task, or leased by another worker")
 
 
 def _once_each(requests: Sequence[repo.LeaseRequest]) -> tuple[list[int], list[int]]:
@@ -150,6 +142,7 @@ class Engine:
         definitions: DefinitionCache | None = None,
         clock: Callable[[], dt.datetime] = utcnow,
         new_id: Callable[[], str] = ids.new_id,
+        new_lease_token: Callable[[], str] = new_token,
         attempts: int = 6,
         batch_size: int = 256,
         batches_in_flight: int = 2,
@@ -162,6 +155,7 @@ class Engine:
         self.definitions = definitions or DefinitionCache()
         self._clock = clock
         self._new_id = new_id
+        self._new_lease_token = new_lease_token
         self._attempts = attempts
         self._reports: Batcher[Report, bool | _Busy] = Batcher(
             lambda reports: self._group_commit(reports, defer_busy=True),
@@ -244,12 +238,14 @@ class Engine:
 
         return await self._in_tx(attempt)
 
-    async def handle(self, run_id: str, event: Event, *, reporter: str | None = None) -> Transition:
+    async def handle(
+        self, run_id: str, event: Event, *, reporter: Reporter | None = None
+    ) -> Transition:
         """Apply one event to a run on the definition version it is pinned to.
 
-        With ``reporter`` (a worker's lease owner) a NodeCompleted/NodeFailed
-        counts only if that worker holds the attempt's lease: a worker whose
-        lease expired and was taken over must not finish the attempt.
+        With ``reporter`` (a worker) a NodeCompleted/NodeFailed counts only with
+        the attempt's lease token: a worker whose lease expired and was taken over,
+        or that never held it, must not finish the attempt.
         """
         transition = await self._handle(run_id, event, reporter=reporter)
         assert transition is not None  # only skip_locked passes a busy run
@@ -260,7 +256,7 @@ class Engine:
         run_id: str,
         event: Event,
         *,
-        reporter: str | None = None,
+        reporter: Reporter | None = None,
         skip_locked: bool = False,
         guard: Callable[[Tx], Awaitable[str | None]] | None = None,
     ) -> Transition | None:
@@ -276,9 +272,9 @@ class Engine:
             else:
                 locked = await repo.load_run(tx.conn, run_id)
             if reporter is not None and isinstance(event, NodeCompleted | NodeFailed):
-                holder = await repo.lease_owner(tx.conn, run_id, event.task_id, event.attempt)
-                if holder != reporter:
-                    reason = f"{reporter} does not hold the lease of {event.node_id} attempt {event.attempt}"
+                holder = await repo.lease_holder(tx.conn, run_id, event.task_id, event.attempt)
+                reason = reporter.refusal(holder, event.node_id, event.attempt)
+                if reason is not None:
                     return Transition((), locked.run, ignored=reason)
             if guard is not None:
                 refused = await guard(tx)
@@ -338,11 +334,16 @@ class Engine:
                 if run is None:  # locked by another transaction, or no such run
                     busy.append(i)
                     continue
-                if r.owner is not None and (
-                    locked.lease_owners.get((r.run_id, r.task_id, r.attempt)) != r.owner
-                ):
-                    results[i] = False
-                    continue
+                if r.reporter is not None:
+                    holder = locked.leases.get((r.run_id, r.task_id, r.attempt))
+                    try:
+                        refused = r.reporter.refusal(holder, r.node_id, r.attempt)
+                    except Forbidden as exc:
+                        results[i] = exc
+                        continue
+                    if refused is not None:
+                        results[i] = False
+                        continue
                 dag = await self.definitions.get(tx.conn, run.workflow_id, run.version)
                 transition = await self._decide(tx, dag, repo.LockedRun(run, locked.now), r.event())
                 snapshots[r.run_id] = transition.run
@@ -377,7 +378,7 @@ class Engine:
 
     async def _report_alone(self, r: Report) -> bool | EngineError:
         try:
-            transition = await self.handle(r.run_id, r.event(), reporter=r.owner)
+            transition = await self.handle(r.run_id, r.event(), reporter=r.reporter)
         except NotFound:
             return False
         except EngineError as exc:
@@ -392,11 +393,11 @@ class Engine:
         attempt: int,
         output: Json,
         *,
-        owner: str | None = None,
+        reporter: Reporter | None = None,
     ) -> bool:
         """A worker's success; False when the report was stale (acknowledged, nothing changed)."""
         tr = await self.handle(
-            run_id, NodeCompleted(task_id, node_id, attempt, output), reporter=owner
+            run_id, NodeCompleted(task_id, node_id, attempt, output), reporter=reporter
         )
         return tr.ignored is None
 
@@ -410,10 +411,10 @@ class Engine:
         *,
         code: str | None = None,
         permanent: bool = False,
-        owner: str | None = None,
+        reporter: Reporter | None = None,
     ) -> bool:
         event = NodeFailed(task_id, node_id, attempt, error, code, permanent)
-        tr = await self.handle(run_id, event, reporter=owner)
+        tr = await self.handle(run_id, event, reporter=reporter)
         return tr.ignored is None
 
     async def fire_timer(
@@ -460,18 +461,14 @@ class Engine:
             again = await repo.redispatch_task(tx.conn, run_id, task_id, attempt)
             if again is None:
                 return False
-            node = dag.node(again.node_id)
             queue = again.queue or dag.queue(again.node_id)
             if queue is None:  # pragma: no cover - only worker nodes are dispatched
                 raise BadRequest(f"node {again.node_id} of run {run_id} has no queue")
             await write_dispatch(
                 tx,
-                dag,
                 repo.TaskRef(run_id, task_id, again.node_id, attempt),
                 queue=queue,
-                input=again.input,
                 not_before=None,
-                timeout_seconds=node.timeout_seconds if node is not None else None,
             )
             return True
 
@@ -518,26 +515,25 @@ class Engine:
         await self._in_tx(attempt)
 
     async def acquire_lease(
-        self, run_id: str, task_id: str, attempt: int, *, owner: str, ttl: float
+        self,
+        run_id: str,
+        task_id: str,
+        attempt: int,
+        *,
+        owner: str,
+        ttl: float,
+        claim: str = "",
+        queues: frozenset[str] | None = None,
     ) -> LeaseGrant:
-        """Grant a worker the attempt (no run lock needed: one fenced row update)."""
-
-        async def attempt_tx(tx: Tx) -> LeaseGrant:
-            lease = await repo.acquire_lease(
-                tx.conn, run_id, task_id, attempt, owner=owner, ttl=ttl
-            )
-            if lease is None:
-                return LeaseGrant(
-                    False, "stale attempt, finished task, or leased by another worker"
-                )
-            return LeaseGrant(
-                True,
-                input=lease.input,
-                expires_at=lease.expires_at,
-                max_attempts=lease.max_attempts or 0,
-            )
-
-        return await self._in_tx(attempt_tx, single_statement=True)
+        """Grant a worker the attempt under a fresh token (no run lock needed: one
+        fenced row update); Forbidden when the task is on none of ``queues``."""
+        request = repo.LeaseRequest(
+            run_id, task_id, attempt, owner, ttl, claim=claim, queues=queues
+        )
+        [answer] = await self.acquire_leases([request])
+        if isinstance(answer, EngineError):
+            raise answer
+        return answer
 
     async def lease(self, request: repo.LeaseRequest) -> LeaseGrant:
         """``acquire_lease`` in the next batch of leases (``acquire_leases``)."""
@@ -551,33 +547,23 @@ class Engine:
         self, requests: Sequence[repo.LeaseRequest]
     ) -> list[LeaseGrant | EngineError]:
         """Grant many leases in one statement (no transaction: each is one fenced row
-        update). An attempt asked for twice in the batch is asked again after it."""
-        answers = await self._fenced_batch(
-            requests,
-            repo.acquire_leases,
-            lambda r: self.acquire_lease(r.run_id, r.task_id, r.attempt, owner=r.owner, ttl=r.ttl),
-        )
-        return [
-            LeaseGrant(
-                True,
-                input=a.input,
-                expires_at=a.expires_at,
-                max_attempts=a.max_attempts or 0,
-            )
-            if isinstance(a, repo.Lease)
-            else a or _NOT_GRANTED
-            for a in answers
-        ]
+        update), each under a fresh token. An attempt asked for twice in the batch is
+        asked again after it."""
+        tokened = [dataclasses.replace(r, token=self._new_lease_token()) for r in requests]
+
+        async def grant(
+            conn: repo.Connection, batch: Sequence[repo.LeaseRequest]
+        ) -> list[LeaseGrant | EngineError]:
+            return await grant_leases(conn, self.definitions, batch)
+
+        return await self._fenced_batch(tokened, grant, self._acquire_one)
 
     async def renew_leases(
         self, requests: Sequence[repo.LeaseRequest]
     ) -> list[dt.datetime | EngineError | None]:
-        """Renew many leases in one statement; for each the new expiry, or None: lost."""
-        return await self._fenced_batch(
-            requests,
-            repo.renew_leases,
-            lambda r: self.renew_lease(r.run_id, r.task_id, r.attempt, owner=r.owner, ttl=r.ttl),
-        )
+        """Renew many leases in one statement; for each the new expiry, or None: lost
+        (or not this token's)."""
+        return await self._fenced_batch(requests, repo.renew_leases, self._renew_one)
 
     async def _fenced_batch(
         self,
@@ -604,13 +590,35 @@ class Engine:
                 ordered[i] = exc
         return [ordered[i] for i in range(len(requests))]
 
+    async def _acquire_one(self, r: repo.LeaseRequest) -> LeaseGrant:
+        return await self.acquire_lease(
+            r.run_id, r.task_id, r.attempt, owner=r.owner, ttl=r.ttl, claim=r.claim, queues=r.queues
+        )
+
     async def renew_lease(
-        self, run_id: str, task_id: str, attempt: int, *, owner: str, ttl: float
+        self,
+        run_id: str,
+        task_id: str,
+        attempt: int,
+        *,
+        owner: str,
+        ttl: float,
+        token: str,
+        queues: frozenset[str] | None = None,
     ) -> dt.datetime | None:
+        """Extend the lease ``token`` names; None when it is lost or not this token's."""
+
         async def attempt_tx(tx: Tx) -> dt.datetime | None:
-            return await repo.renew_lease(tx.conn, run_id, task_id, attempt, owner=owner, ttl=ttl)
+            return await repo.renew_lease(
+                tx.conn, run_id, task_id, attempt, owner=owner, ttl=ttl, token=token, queues=queues
+            )
 
         return await self._in_tx(attempt_tx, single_statement=True)
+
+    async def _renew_one(self, r: repo.LeaseRequest) -> dt.datetime | None:
+        return await self.renew_lease(
+            r.run_id, r.task_id, r.attempt, owner=r.owner, ttl=r.ttl, token=r.token, queues=r.queues
+        )
 
     # -- the shell -------------------------------------------------------------
 

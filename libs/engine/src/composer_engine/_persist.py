@@ -37,7 +37,6 @@ from composer_core.statemachine import (
     RetryTask,
     Run,
 )
-from composer_core.templates import Json
 from composer_engine._metrics import instruments
 from composer_engine._tx import Tx
 from composer_engine.errors import StaleSnapshot
@@ -95,12 +94,9 @@ async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: Sequence[Action])
             case DispatchTask():
                 at_once = writes.dispatch(
                     tx,
-                    dag,
                     repo.TaskRef(run_id, action.task_id, action.node_id, 0),
                     queue=action.queue,
-                    input=action.input,
                     not_before=action.not_before,
-                    timeout_seconds=action.timeout_seconds,
                 )
                 effects.wake_enqueuer |= not at_once
             case CompleteTask():
@@ -157,12 +153,9 @@ async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: Sequence[Action])
                     )
                 at_once = await write_dispatch(
                     tx,
-                    dag,
                     repo.TaskRef(run_id, action.task_id, action.node_id, requeued.attempt),
                     queue=action.queue,
-                    input=requeued.input,
                     not_before=action.not_before,
-                    timeout_seconds=action.timeout_seconds,
                 )
                 effects.wake_enqueuer |= not at_once
                 effects.retried += 1
@@ -208,14 +201,7 @@ async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: Sequence[Action])
 
 
 async def write_dispatch(
-    tx: Tx,
-    dag: WorkflowDAG,
-    ref: repo.TaskRef,
-    *,
-    queue: str,
-    input: Json,
-    not_before: dt.datetime | None,
-    timeout_seconds: float | None,
+    tx: Tx, ref: repo.TaskRef, *, queue: str, not_before: dt.datetime | None
 ) -> bool:
     """The outbox row that sends attempt ``ref`` to ``queue`` from ``not_before`` on
     (None: at once), written after the task row (inserted, requeued, or made due
@@ -225,15 +211,7 @@ async def write_dispatch(
     True when it is due at once: the engine publishes it right after the commit
     (``Tx.dispatched``). False when it is delayed: the outbox-enqueuer publishes
     it when it comes due."""
-    at_once = tx.writes.dispatch(
-        tx,
-        dag,
-        ref,
-        queue=queue,
-        input=input,
-        not_before=not_before,
-        timeout_seconds=timeout_seconds,
-    )
+    at_once = tx.writes.dispatch(tx, ref, queue=queue, not_before=not_before)
     await tx.writes.flush(tx)  # at once: its task row was just written, by itself
     return at_once
 

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 import composer_queue as cq
 import composer_repo as repo
 from composer_common.telemetry import inject
-from composer_core.model import WorkflowDAG
 from composer_core.statemachine import FinishRun, Run
 from composer_core.templates import Json
 from composer_engine._publish import Dispatched
@@ -40,27 +39,11 @@ class Writes:
     finishes: list[tuple[Run, FinishRun, Effects]] = field(default_factory=list)
 
     def dispatch(
-        self,
-        tx: Tx,
-        dag: WorkflowDAG,
-        ref: repo.TaskRef,
-        *,
-        queue: str,
-        input: Json,
-        not_before: dt.datetime | None,
-        timeout_seconds: float | None,
+        self, tx: Tx, ref: repo.TaskRef, *, queue: str, not_before: dt.datetime | None
     ) -> bool:
         """Hold back the outbox row of a new task's first dispatch; True when it is
         due at once (published right after the commit)."""
-        fields = task_message(
-            dag,
-            ref.run_id,
-            task_id=ref.task_id,
-            node_id=ref.node_id,
-            attempt=ref.attempt,
-            input=input,
-            timeout_seconds=timeout_seconds,
-        ).fields()
+        fields = task_message(ref).fields()
         at_once = not_before is None or (tx.now is not None and not_before <= tx.now)
         self.dispatches.append(
             (
@@ -125,34 +108,14 @@ async def _finish(tx: Tx, run: Run, action: FinishRun, effects: Effects) -> None
         effects.wrote_webhook = True
 
 
-def task_message(
-    dag: WorkflowDAG,
-    run_id: str,
-    *,
-    task_id: str,
-    node_id: str,
-    attempt: int,
-    input: Json,
-    timeout_seconds: float | None,
-) -> cq.TaskMessage:
-    """The stream message of one task attempt (docs/architecture.md §6)."""
-    node = dag.node(node_id)
-    if node is None:  # pragma: no cover - tasks only exist for nodes of their version
-        raise StaleSnapshot(f"node {node_id} is not in {dag.workflow_id} v{dag.version}")
+def task_message(ref: repo.TaskRef) -> cq.TaskMessage:
+    """The stream message of one task attempt: ids only (docs/architecture.md §6.1)."""
     return cq.TaskMessage(
-        task_id=task_id,
-        run_id=run_id,
-        node_id=node_id,
-        node_type=node.type.value,
-        attempt=attempt,
-        workflow_id=dag.workflow_id,
-        workflow_version=dag.version,
-        input_json=cq.TaskMessage.encode_input(input),
-        timeout_seconds=timeout_seconds,
-        max_attempts=node.retry_policy.max_attempts,
-        traceparent=inject({}).get(
-            "traceparent"
-        ),  # the current span: the decision that dispatched it
+        task_id=ref.task_id,
+        run_id=ref.run_id,
+        attempt=ref.attempt,
+        # the current span: the decision that dispatched it
+        traceparent=inject({}).get("traceparent"),
     )
 
 

@@ -2,6 +2,8 @@
 
     EngineError                 base; ``status`` is the HTTP status the API maps it to
     ├── BadRequest        400   the request cannot apply (unknown node, bad run id, empty signal name)
+    ├── Forbidden         403   the caller's credentials do not cover it (a worker token
+    │                           and a task of a queue it does not serve)
     ├── NotFound          404   no such run, workflow or version
     ├── Conflict          409   the run is finished (signal, cancel) or still active (retry);
     │                           a run id or idempotency key collision
@@ -29,6 +31,10 @@ class EngineError(Exception):
 
 class BadRequest(EngineError):
     status = 400
+
+
+class Forbidden(EngineError):
+    status = 403
 
 
 class NotFound(EngineError):

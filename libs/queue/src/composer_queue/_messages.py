@@ -2,25 +2,21 @@
 
 One stream per queue and shard, ``<prefix>:q:<queue>:<shard>``; a task goes
 to shard crc32(task_id) mod N; one consumer group per stream. A message
-carries the task attempt and, when it is small, the resolved input (else the
-worker gets it with its lease). Every field is UTF-8 text: a non-UTF-8 field
-would make XREADGROUP with decoded responses fail and leave a poison entry.
+names the task attempt and nothing else: the worker gets the input with its
+lease. Every field is UTF-8 text: a non-UTF-8 field would make XREADGROUP with
+decoded responses fail and leave a poison entry.
 """
 
 from __future__ import annotations
 
-import json
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from composer_queue._errors import MalformedMessage
 
 GROUP = "composer-workers"
 DEFAULT_SHARDS = 4
-#: Inputs larger than this are not copied into the stream; the lease carries them.
-MAX_INLINE_INPUT_BYTES = 32 * 1024
 #: Stream field: how many times this attempt was delivered (absent: once). The
 #: lease-sweeper counts redeliveries with it to give up on a poison task.
 DELIVERIES = "deliveries"
@@ -50,36 +46,22 @@ def streams_pattern(prefix: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class TaskMessage:
+    """A task attempt's stream message: ids only.
+
+    Anyone who can write to Redis can add an entry, so a message names an attempt
+    and nothing the worker acts on: the input, the node, its timeout and its
+    attempt budget come with the lease, from the database (docs/architecture.md
+    §6.1). Fields of older messages (input, node_id, ...) are ignored.
+    """
+
     task_id: str
     run_id: str
-    node_id: str
-    node_type: str
     attempt: int
-    workflow_id: str
-    workflow_version: int
-    #: The input as JSON text, or None when the worker must take it from the lease.
-    input_json: str | None = None
-    timeout_seconds: float | None = None
-    #: The node's retry bound, so a handler knows when it runs its last attempt.
-    max_attempts: int = 1
     #: W3C trace context of the decision that dispatched it, so the handler's span joins the trace.
     traceparent: str | None = None
 
     def fields(self) -> dict[str, str]:
-        out = {
-            "task_id": self.task_id,
-            "run_id": self.run_id,
-            "node_id": self.node_id,
-            "node_type": self.node_type,
-            "attempt": str(self.attempt),
-            "workflow_id": self.workflow_id,
-            "workflow_version": str(self.workflow_version),
-            "max_attempts": str(self.max_attempts),
-        }
-        if self.input_json is not None:
-            out["input"] = self.input_json
-        if self.timeout_seconds is not None:
-            out["timeout_seconds"] = repr(float(self.timeout_seconds))
+        out = {"task_id": self.task_id, "run_id": self.run_id, "attempt": str(self.attempt)}
         if self.traceparent:
             out["traceparent"] = self.traceparent
         return out
@@ -88,28 +70,17 @@ class TaskMessage:
     def from_fields(cls, fields: Mapping[str, str]) -> TaskMessage:
         """Decode a stream entry; raise MalformedMessage naming what is missing or malformed."""
         try:
-            timeout = fields.get("timeout_seconds")
+            attempt = int(fields["attempt"])
+            if attempt < 0:
+                raise ValueError(f"attempt {attempt} is negative")
             return cls(
                 task_id=fields["task_id"],
                 run_id=fields["run_id"],
-                node_id=fields["node_id"],
-                node_type=fields["node_type"],
-                attempt=int(fields["attempt"]),
-                workflow_id=fields["workflow_id"],
-                workflow_version=int(fields["workflow_version"]),
-                input_json=fields.get("input"),
-                timeout_seconds=float(timeout) if timeout else None,
-                max_attempts=int(fields.get("max_attempts", "1")),
+                attempt=attempt,
                 traceparent=fields.get("traceparent"),
             )
         except (KeyError, ValueError) as exc:
             raise MalformedMessage(f"malformed task message {dict(fields)!r}: {exc}") from exc
-
-    @staticmethod
-    def encode_input(value: Any) -> str | None:
-        """The input as JSON text, or None when it is too large to inline."""
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-        return text if len(text.encode()) <= MAX_INLINE_INPUT_BYTES else None
 
 
 @dataclass(frozen=True, slots=True)

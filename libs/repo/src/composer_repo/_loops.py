@@ -122,6 +122,8 @@ async def task_attempts(
         q("task_attempts"), [run_id for run_id, _ in tasks], [task_id for _, task_id in tasks]
     )
     return {
-        r["id"]: TaskAttempt(r["run_id"], r["id"], TaskState(r["state"]), r["attempt"])
+        r["id"]: TaskAttempt(
+            r["run_id"], r["id"], TaskState(r["state"]), r["attempt"], r["node_id"]
+        )
         for r in rows
     }

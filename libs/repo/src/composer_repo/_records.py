@@ -140,8 +140,8 @@ class LockedRuns:
     runs: dict[str, Run]
     #: The transaction's clock, read after the last lock (None: nothing was locked).
     now: dt.datetime | None
-    #: (run id, task id, attempt) → lease owner, for every RUNNING attempt of those runs.
-    lease_owners: dict[tuple[str, str, int], str | None]
+    #: (run id, task id, attempt) → its lease, for every RUNNING attempt of those runs.
+    leases: dict[tuple[str, str, int], LeaseHolder]
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +262,18 @@ class Lease:
     #: The node's attempt budget (its retry policy's max_attempts); None for a task
     #: written before the schema kept it.
     max_attempts: int | None = None
+    #: The lease's secret: renewals and reports must present it.
+    token: str = ""
+    workflow_id: str = ""
+    workflow_version: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseHolder:
+    """Who may report a RUNNING attempt: the lease's token, and the task's queue."""
+
+    token: str | None
+    queue: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,6 +336,7 @@ class TaskAttempt:
     task_id: str
     state: TaskState
     attempt: int
+    node_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from composer_repo._db import Connection, translated
 from composer_repo._errors import Invalid, NotFound, RunAlreadyExists
 from composer_repo._records import (
     FinishedRun,
+    LeaseHolder,
     LockedRun,
     LockedRuns,
     RunPage,
@@ -123,13 +124,13 @@ async def lock_runs(conn: Connection, run_ids: Collection[str]) -> LockedRuns:
     if not rows:
         return LockedRuns({}, None, {})
     nodes: dict[str, dict[str, NodeState]] = {r["id"]: {} for r in rows}
-    owners: dict[tuple[str, str, int], str | None] = {}
+    leases: dict[tuple[str, str, int], LeaseHolder] = {}
     for t in await conn.fetch(q("load_task_states_of_runs"), list(nodes)):
         nodes[t["run_id"]][t["node_id"]] = _node_state(t)
         if t["state"] == "RUNNING":
-            owners[(t["run_id"], t["id"], t["attempt"])] = t["lease_owner"]
+            leases[(t["run_id"], t["id"], t["attempt"])] = LeaseHolder(t["lease_token"], t["queue"])
     runs = {r["id"]: _run(r["id"], r, nodes[r["id"]]) for r in rows}
-    return LockedRuns(runs, rows[0]["now"], owners)
+    return LockedRuns(runs, rows[0]["now"], leases)
 
 
 async def _snapshot(conn: Connection, run_id: str, row: Any) -> LockedRun:

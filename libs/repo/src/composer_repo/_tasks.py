@@ -17,7 +17,7 @@ from composer_core.model import NodeType, TaskState
 from composer_core.templates import Json
 from composer_repo._db import Connection, translated
 from composer_repo._errors import Invalid
-from composer_repo._records import FinishedTask, Lease, NewTask, Requeued, TaskRef
+from composer_repo._records import FinishedTask, Lease, LeaseHolder, NewTask, Requeued, TaskRef
 from composer_repo._sql import q
 
 
@@ -204,60 +204,72 @@ async def cancel_tasks(
     return cancelled
 
 
-@translated
-async def acquire_lease(
-    conn: Connection, run_id: str, task_id: str, attempt: int, *, owner: str, ttl: float
-) -> Lease | None:
-    """Grant ``owner`` the attempt for ``ttl`` seconds and return its input.
-
-    Granted when the attempt is PENDING or QUEUED, already leased by ``owner``
-    (a repeated request), or leased by another owner whose lease expired.
-    None when the attempt is stale, finished or held by a live lease.
-    """
-    if ttl <= 0:
-        raise Invalid(f"a lease needs a positive ttl, not {ttl}")
-    row = await conn.fetchrow(q("acquire_lease"), run_id, task_id, attempt, owner, float(ttl))
-    if row is None:
-        return None
-    return Lease(
-        run_id=run_id,
-        task_id=task_id,
-        node_id=row["node_id"],
-        node_type=NodeType(row["node_type"]),
-        attempt=attempt,
-        queue=row["queue"],
-        input=row["input"],
-        expires_at=row["lease_expires_at"],
-        max_attempts=row["max_attempts"],
-    )
-
-
-@translated
-async def renew_lease(
-    conn: Connection, run_id: str, task_id: str, attempt: int, *, owner: str, ttl: float
-) -> dt.datetime | None:
-    """Extend ``owner``'s lease by ``ttl`` seconds from now; returns the new expiry.
-
-    None when the lease is lost (another owner, another attempt, the task
-    finished or was cancelled): the worker must stop the handler.
-    """
-    if ttl <= 0:
-        raise Invalid(f"a lease needs a positive ttl, not {ttl}")
-    expires: dt.datetime | None = await conn.fetchval(
-        q("renew_lease"), run_id, task_id, attempt, owner, float(ttl)
-    )
-    return expires
-
-
 @dataclass(frozen=True, slots=True)
 class LeaseRequest:
-    """One worker's request for (or renewal of) the lease on a task attempt."""
+    """One worker's request for (or renewal of) the lease on a task attempt.
+
+    ``token`` is the lease's secret: the fresh one the engine issues with a grant
+    (``Engine.acquire_leases`` sets it), or the one a renewal presents. ``claim`` is the worker's own random
+    name for one lease request, so the request sent again after its answer was
+    lost gets the same lease back. ``queues`` are those the worker's credentials
+    cover (None: all); an attempt on another queue is neither granted nor renewed.
+    """
 
     run_id: str
     task_id: str
     attempt: int
     owner: str
     ttl: float
+    token: str = ""
+    claim: str = ""
+    queues: frozenset[str] | None = None
+
+
+async def acquire_lease(
+    conn: Connection,
+    run_id: str,
+    task_id: str,
+    attempt: int,
+    *,
+    owner: str,
+    ttl: float,
+    token: str,
+    claim: str = "",
+    queues: frozenset[str] | None = None,
+) -> Lease | None:
+    """Grant the attempt for ``ttl`` seconds under ``token`` and return what runs it.
+
+    Granted when the attempt is PENDING or QUEUED, leased by someone whose lease
+    expired, or already granted to this very request (same owner and claim:
+    it keeps its first token), and only on one of ``queues`` (None: any). None
+    when the attempt is stale, finished, held by a live lease or on another queue.
+    """
+    request = LeaseRequest(run_id, task_id, attempt, owner, ttl, token, claim, queues)
+    [lease] = await acquire_leases(conn, [request])
+    return lease
+
+
+async def renew_lease(
+    conn: Connection,
+    run_id: str,
+    task_id: str,
+    attempt: int,
+    *,
+    owner: str,
+    ttl: float,
+    token: str,
+    queues: frozenset[str] | None = None,
+) -> dt.datetime | None:
+    """Extend the lease ``token`` names by ``ttl`` seconds from now; returns the new
+    expiry.
+
+    None when the lease is lost (another lease, another attempt, the task
+    finished or was cancelled), the token is not the lease's or the task is not
+    on one of ``queues``: the worker must stop the handler.
+    """
+    request = LeaseRequest(run_id, task_id, attempt, owner, ttl, token, queues=queues)
+    [expires] = await renew_leases(conn, [request])
+    return expires
 
 
 @translated
@@ -265,7 +277,12 @@ async def acquire_leases(conn: Connection, requests: Sequence[LeaseRequest]) -> 
     """``acquire_lease`` for many requests in one statement: for each, its lease or
     None. An attempt may appear only once per call."""
     _check_batch(requests)
-    rows = await conn.fetch(q("acquire_leases"), *_columns(requests))
+    rows = await conn.fetch(
+        q("acquire_leases"),
+        *_columns(requests),
+        [r.claim for r in requests],
+        [_queues(r) for r in requests],
+    )
     granted = {(r["run_id"], r["id"], r["attempt"]): r for r in rows}
     leases: list[Lease | None] = []
     for req in requests:
@@ -283,6 +300,9 @@ async def acquire_leases(conn: Connection, requests: Sequence[LeaseRequest]) -> 
                 input=row["input"],
                 expires_at=row["lease_expires_at"],
                 max_attempts=row["max_attempts"],
+                token=row["lease_token"],
+                workflow_id=row["workflow_id"],
+                workflow_version=row["version"],
             )
         )
     return leases
@@ -295,9 +315,18 @@ async def renew_leases(
     """``renew_lease`` for many requests in one statement: for each, the new expiry
     or None (the lease is lost). An attempt may appear only once per call."""
     _check_batch(requests)
-    rows = await conn.fetch(q("renew_leases"), *_columns(requests))
+    rows = await conn.fetch(q("renew_leases"), *_columns(requests), [_queues(r) for r in requests])
     renewed = {(r["run_id"], r["id"], r["attempt"]): r["lease_expires_at"] for r in rows}
     return [renewed.get((req.run_id, req.task_id, req.attempt)) for req in requests]
+
+
+@translated
+async def task_queues(
+    conn: Connection, tasks: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], str | None]:
+    """The queue of each (run id, task id) that exists."""
+    rows = await conn.fetch(q("task_queues"), [r for r, _ in tasks], [t for _, t in tasks])
+    return {(r["run_id"], r["id"]): r["queue"] for r in rows}
 
 
 def _check_batch(requests: Sequence[LeaseRequest]) -> None:
@@ -307,6 +336,8 @@ def _check_batch(requests: Sequence[LeaseRequest]) -> None:
     for r in requests:
         if r.ttl <= 0:
             raise Invalid(f"a lease needs a positive ttl, not {r.ttl}")
+        if not r.token:
+            raise Invalid("a lease request needs a token")
 
 
 def _columns(requests: Sequence[LeaseRequest]) -> tuple[list[Any], ...]:
@@ -316,18 +347,28 @@ def _columns(requests: Sequence[LeaseRequest]) -> tuple[list[Any], ...]:
         [r.attempt for r in requests],
         [r.owner for r in requests],
         [float(r.ttl) for r in requests],
+        [r.token for r in requests],
     )
 
 
+def _queues(request: LeaseRequest) -> str | None:
+    """The queues as the statements take them: joined by '|' (no queue name holds
+    one), None for all."""
+    return None if request.queues is None else "|".join(sorted(request.queues))
+
+
 @translated
-async def lease_owner(conn: Connection, run_id: str, task_id: str, attempt: int) -> str | None:
-    """The owner of the lease on a RUNNING attempt (expired or not); None when not RUNNING.
+async def lease_holder(
+    conn: Connection, run_id: str, task_id: str, attempt: int
+) -> LeaseHolder | None:
+    """The lease on a RUNNING attempt (expired or not); None when it is not RUNNING.
 
     The engine checks it before applying a worker's report: a worker whose
-    lease expired and was taken by another must not finish the attempt.
+    lease expired and was taken by another, or who never held it, must not
+    finish the attempt.
     """
-    owner: str | None = await conn.fetchval(q("lease_owner"), run_id, task_id, attempt)
-    return owner
+    row = await conn.fetchrow(q("lease_holder"), run_id, task_id, attempt)
+    return None if row is None else LeaseHolder(row["lease_token"], row["queue"])
 
 
 def _finished(row: Any) -> FinishedTask:

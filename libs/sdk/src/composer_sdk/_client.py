@@ -62,6 +62,9 @@ Failure = grpc.aio.AioRpcError | ItemRefused
 
 @dataclass(frozen=True, slots=True)
 class Lease:
+    """The coordinator's answer to a lease request: with a grant, the lease's token
+    and everything the handler runs, from the database (never from the stream)."""
+
     granted: bool
     reason: str = ""
     input_json: str = ""
@@ -70,6 +73,16 @@ class Lease:
     #: time.monotonic() when the request that got this answer was sent: the lease
     #: runs out no earlier than ``asked_at + ttl`` by this process's own clock.
     asked_at: float = 0.0
+    #: The lease's secret: renewals and reports present it.
+    token: str = ""
+    node_id: str = ""
+    node_type: str = ""
+    workflow_id: str = ""
+    workflow_version: int = 0
+    #: The node's timeout (None: the worker's default).
+    timeout_seconds: float | None = None
+    #: The TTL granted (the coordinator cuts one above its maximum); 0: as asked.
+    ttl: float = 0.0
 
 
 class Coordinator(Protocol):
@@ -83,11 +96,12 @@ class Coordinator(Protocol):
         owner: str,
         ttl: float,
         *,
+        claim: str,
         until: Callable[[], bool],
     ) -> Lease | None: ...
 
     async def renew(
-        self, task_id: str, run_id: str, attempt: int, owner: str, ttl: float
+        self, task_id: str, run_id: str, attempt: int, owner: str, ttl: float, token: str
     ) -> bool | None: ...
 
     async def report(
@@ -97,6 +111,7 @@ class Coordinator(Protocol):
         node_id: str,
         attempt: int,
         owner: str,
+        token: str,
         outcome: Outcome,
         *,
         until: Callable[[], bool],
@@ -179,14 +194,22 @@ class CoordinatorClient:
         owner: str,
         ttl: float,
         *,
+        claim: str,
         until: Callable[[], bool],
     ) -> Lease | None:
         """Take the lease; None if ``until()`` turned true while the coordinator was unreachable.
 
-        Raises CoordinatorUnavailable when every attempt failed transiently.
+        ``claim`` is this request's random name: sent again after a lost answer, the
+        request gets the same lease back. Raises CoordinatorUnavailable when every
+        attempt failed transiently.
         """
         request = pb.AcquireTaskLeaseRequest(
-            task_id=task_id, run_id=run_id, attempt=attempt, owner=owner, ttl_seconds=ttl
+            task_id=task_id,
+            run_id=run_id,
+            attempt=attempt,
+            owner=owner,
+            ttl_seconds=ttl,
+            claim=claim,
         )
         asked_at = 0.0
 
@@ -205,14 +228,26 @@ class CoordinatorClient:
             reply.lease_expires_at,
             reply.max_attempts,
             asked_at,
+            token=reply.lease_token,
+            node_id=reply.node_id,
+            node_type=reply.node_type,
+            workflow_id=reply.workflow_id,
+            workflow_version=reply.workflow_version,
+            timeout_seconds=reply.timeout_seconds or None,
+            ttl=reply.ttl_seconds,
         )
 
     async def renew(
-        self, task_id: str, run_id: str, attempt: int, owner: str, ttl: float
+        self, task_id: str, run_id: str, attempt: int, owner: str, ttl: float, token: str
     ) -> bool | None:
         """True: renewed; False: the lease is lost; None: the coordinator did not answer this time."""
         request = pb.RenewTaskLeaseRequest(
-            task_id=task_id, run_id=run_id, attempt=attempt, owner=owner, ttl_seconds=ttl
+            task_id=task_id,
+            run_id=run_id,
+            attempt=attempt,
+            owner=owner,
+            ttl_seconds=ttl,
+            lease_token=token,
         )
         try:
             reply = await self._renewals.submit(request)
@@ -230,6 +265,7 @@ class CoordinatorClient:
         node_id: str,
         attempt: int,
         owner: str,
+        token: str,
         outcome: Outcome,
         *,
         until: Callable[[], bool],
@@ -246,6 +282,7 @@ class CoordinatorClient:
             node_id=node_id,
             attempt=attempt,
             owner=owner,
+            lease_token=token,
             status=pb.TASK_STATUS_COMPLETED
             if outcome.status == "COMPLETED"
             else pb.TASK_STATUS_FAILED,
@@ -348,6 +385,8 @@ def _fatal(exc: Failure) -> SdkError:
             f"the coordinator refused the worker token: {exc.details()} (check COMPOSER_WORKER_TOKEN)",
             code=exc.code().name,
         )
+    if exc.code() is grpc.StatusCode.PERMISSION_DENIED:
+        return SdkError(exc.details() or "permission denied", code=exc.code().name)
     return SdkError(
         f"coordinator call failed with {exc.code().name}: {exc.details()}", code=exc.code().name
     )

@@ -1,5 +1,9 @@
 """The worker runtime: read tasks from a queue's streams, lease, run, renew, report, ack.
 
+A stream entry names an attempt and nothing more: what the handler runs (its
+input, node, timeout) comes with the lease, from the database, and the lease's
+token goes with every renewal and report (docs/architecture.md §6.1).
+
 For each queue it reads the queue's shard streams through the consumer group,
 holding at most ``prefetch`` messages and running at most ``concurrency``
 handlers at once (a handler's slot is held from its lease request to its end,
@@ -22,6 +26,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import signal
 import socket
 import time
@@ -29,12 +34,13 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
 import composer_queue as cq
 from composer_common.logs import alert, log_context
 from composer_common.telemetry import extract, tracer
-from composer_sdk._client import Coordinator, CoordinatorClient
+from composer_sdk._client import Coordinator, CoordinatorClient, Lease
 from composer_sdk._handler import Handler, HandlerFn, Outcome, TaskContext
 from composer_sdk.errors import CoordinatorUnavailable, SdkError
 
@@ -287,7 +293,6 @@ class Worker:
         attributes: dict[str, str | int] = {
             "composer.run_id": msg.run_id,
             "composer.task_id": msg.task_id,
-            "composer.node_id": msg.node_id,
             "composer.attempt": msg.attempt,
         }
         try:
@@ -298,7 +303,7 @@ class Worker:
                     kind=SpanKind.CONSUMER,
                     attributes=attributes,
                 ),
-                log_context(run_id=msg.run_id, task_id=msg.task_id, node_id=msg.node_id),
+                log_context(run_id=msg.run_id, task_id=msg.task_id),
             ):
                 await self._run_leased(handler, entry, msg)
         finally:
@@ -337,9 +342,23 @@ class Worker:
                 msg.attempt,
                 self.owner,
                 cfg.lease_ttl,
+                claim=secrets.token_urlsafe(16),
                 until=self._stopping.is_set,
             )
         except SdkError as exc:
+            if exc.code == "PERMISSION_DENIED":
+                # Not this worker's to run (its token does not cover the task's queue):
+                # the entry is dropped; the task's own queue still has its entry.
+                log.error(
+                    "task %s attempt %d: %s; its entry on %s is dropped",
+                    msg.task_id,
+                    msg.attempt,
+                    exc,
+                    entry.stream,
+                )
+                self.skipped += 1
+                await self._ack(entry)
+                return
             self._abandon(msg, "taking the lease", exc)
             return
         if lease is None:
@@ -358,10 +377,12 @@ class Worker:
         # than the request was sent. A grant that arrives after that (this process
         # was frozen, or the reply sat in a queue) may have been taken over already:
         # run only if a renewal confirms it is still ours.
-        valid_until = (lease.asked_at or time.monotonic()) + cfg.lease_ttl
+        ttl = min(cfg.lease_ttl, lease.ttl) if lease.ttl > 0 else cfg.lease_ttl
+        held = _Held(msg, lease.token, ttl)
+        valid_until = (lease.asked_at or time.monotonic()) + ttl
         if time.monotonic() >= valid_until:
             asked = time.monotonic()
-            if await self._renew(msg, asked) is not True:
+            if await self._renew(held, asked) is not True:
                 log.warning(
                     "task %s attempt %d: the lease came back after its TTL and is no longer "
                     "ours: not running it",
@@ -371,21 +392,35 @@ class Worker:
                 self.skipped += 1
                 await self._ack(entry)
                 return
-            valid_until = asked + cfg.lease_ttl
-        raw = msg.input_json if msg.input_json is not None else lease.input_json
+            valid_until = asked + ttl
+        trace.get_current_span().set_attribute("composer.node_id", lease.node_id)
+        with log_context(node_id=lease.node_id):
+            await self._run_and_report(handler, entry, lease, held, valid_until, handler_done)
+
+    async def _run_and_report(
+        self,
+        handler: Handler,
+        entry: cq.Entry,
+        lease: Lease,
+        held: _Held,
+        valid_until: float,
+        handler_done: Callable[[], None],
+    ) -> None:
+        assert self._client is not None
+        cfg, msg = self.config, held.msg
+        timeout = lease.timeout_seconds or cfg.default_timeout
         ctx = TaskContext(
             msg.task_id,
             msg.run_id,
-            msg.node_id,
+            lease.node_id,
             msg.attempt,
-            lease.max_attempts or msg.max_attempts,
-            msg.workflow_id,
-            msg.workflow_version,
-            msg.timeout_seconds or cfg.default_timeout,
+            lease.max_attempts or 1,
+            lease.workflow_id,
+            lease.workflow_version,
+            timeout,
             logging.getLogger(f"composer.task.{handler.queue}"),
         )
-        task_input = json.loads(raw) if raw else None
-        timeout = msg.timeout_seconds or cfg.default_timeout
+        task_input = json.loads(lease.input_json) if lease.input_json else None
 
         async def run_while_ours() -> Outcome | None:
             # Checked again as the handler's task starts, with no await before the call:
@@ -396,7 +431,7 @@ class Worker:
             return await handler.invoke(ctx, task_input, timeout)
 
         run = asyncio.create_task(run_while_ours())
-        lost = await self._renew_until_done(run, msg, valid_until)
+        lost = await self._renew_until_done(run, held, valid_until)
         if not lost and run.result() is None:
             lost = True
         if lost:
@@ -417,9 +452,10 @@ class Worker:
             accepted = await self._client.report(
                 msg.task_id,
                 msg.run_id,
-                msg.node_id,
+                lease.node_id,
                 msg.attempt,
                 self.owner,
+                lease.token,
                 outcome,
                 until=self._stopping.is_set,
             )
@@ -439,7 +475,7 @@ class Worker:
         await self._ack(entry)
 
     async def _renew_until_done(
-        self, run: asyncio.Task[Outcome | None], msg: cq.TaskMessage, valid_until: float
+        self, run: asyncio.Task[Outcome | None], held: _Held, valid_until: float
     ) -> bool:
         """Renew every ttl/3 while the handler runs; True if the lease was lost.
 
@@ -447,7 +483,7 @@ class Worker:
         ``valid_until`` (monotonic; the coordinator unreachable, this process frozen),
         the lease may have been taken over, so the handler must stop.
         """
-        ttl = self.config.lease_ttl
+        ttl, msg = held.ttl, held.msg
         try:
             while True:
                 wait = min(ttl / 3, max(0.0, valid_until - time.monotonic()))
@@ -455,7 +491,7 @@ class Worker:
                 if done:
                     return False
                 asked = time.monotonic()
-                ok = await self._renew(msg, asked, deadline=valid_until)
+                ok = await self._renew(held, asked, deadline=valid_until)
                 if ok is False:
                     return True
                 if ok:
@@ -472,12 +508,13 @@ class Worker:
             raise
 
     async def _renew(
-        self, msg: cq.TaskMessage, asked: float, *, deadline: float | None = None
+        self, held: _Held, asked: float, *, deadline: float | None = None
     ) -> bool | None:
         """One renewal; None when it did not get an answer (by ``deadline``, if given)."""
         assert self._client is not None
+        msg = held.msg
         call = self._client.renew(
-            msg.task_id, msg.run_id, msg.attempt, self.owner, self.config.lease_ttl
+            msg.task_id, msg.run_id, msg.attempt, self.owner, held.ttl, held.token
         )
         if deadline is None:
             return await call
@@ -529,3 +566,12 @@ class Worker:
             entry.entry_id,
             entry.stream,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """A lease this worker holds: its attempt, its token, and the TTL it was granted."""
+
+    msg: cq.TaskMessage
+    token: str
+    ttl: float

@@ -7,6 +7,7 @@ import sys
 
 from composer_coordinator.server import start_server
 from composer_coordinator.settings import CoordinatorSettings
+from composer_coordinator.tokens import TokenConfigError, WorkerTokens
 from composer_engine import Engine
 from composer_service import StartupError, run, serving
 
@@ -14,10 +15,10 @@ log = logging.getLogger("composer.coordinator")
 
 
 async def serve(settings: CoordinatorSettings) -> None:
-    if not settings.worker_token:
-        raise StartupError(
-            "no worker token configured: set COMPOSER_WORKER_TOKEN (workers present it)"
-        )
+    try:  # before connecting to anything: a bad token list is a configuration error
+        WorkerTokens.parse(settings.worker_token, settings.worker_tokens)
+    except TokenConfigError as exc:
+        raise StartupError(str(exc)) from exc
     async with serving(settings.runtime("coordinator", pool_size=settings.pool_size)) as rt:
         engine = Engine(
             rt.pool,
@@ -28,7 +29,11 @@ async def serve(settings: CoordinatorSettings) -> None:
             batches_in_flight=settings.batches_in_flight,
         )
         server, port = await start_server(
-            engine, address=settings.grpc_addr, token=settings.worker_token
+            engine,
+            address=settings.grpc_addr,
+            token=settings.worker_token,
+            tokens=settings.worker_tokens,
+            max_lease_seconds=settings.max_lease_seconds,
         )
         log.info("serving the worker protocol on %s (port %d)", settings.grpc_addr, port)
         await rt.stop.wait()

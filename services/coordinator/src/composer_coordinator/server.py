@@ -5,18 +5,29 @@ from __future__ import annotations
 import grpc.aio
 
 from composer_coordinator.service import TokenAuth, WorkerService
+from composer_coordinator.tokens import WorkerTokens
 from composer_engine import Engine
 from composer_rpc.v1.worker_pb2_grpc import add_WorkerServiceServicer_to_server
 
 
-async def start_server(engine: Engine, *, address: str, token: str) -> tuple[grpc.aio.Server, int]:
-    """Start serving; returns the server and the port bound (``address`` may use port 0)."""
-    if not token:
-        raise ValueError(
-            "no worker token configured: set COMPOSER_WORKER_TOKEN (workers must present it)"
-        )
-    server = grpc.aio.server(interceptors=[TokenAuth(token)])
-    add_WorkerServiceServicer_to_server(WorkerService(engine), server)
+async def start_server(
+    engine: Engine,
+    *,
+    address: str,
+    token: str = "",
+    tokens: str = "",
+    max_lease_seconds: float = 300.0,
+) -> tuple[grpc.aio.Server, int]:
+    """Start serving; returns the server and the port bound (``address`` may use port 0).
+
+    ``token`` is a worker token for every queue (COMPOSER_WORKER_TOKEN), ``tokens``
+    the tokens for some queues (COMPOSER_WORKER_TOKENS); TokenConfigError when
+    they cannot be read or there is none."""
+    worker_tokens = WorkerTokens.parse(token, tokens)
+    server = grpc.aio.server(interceptors=[TokenAuth(worker_tokens)])
+    add_WorkerServiceServicer_to_server(
+        WorkerService(engine, worker_tokens, max_lease_seconds=max_lease_seconds), server
+    )
     port = server.add_insecure_port(address)
     if port == 0:
         raise OSError(f"cannot listen on {address}")

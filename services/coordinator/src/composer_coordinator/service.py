@@ -1,19 +1,23 @@
 """The WorkerService: leases and reports, applied through the engine.
 
 A stale report is acknowledged (accepted=false) and changes nothing; a
-malformed request is INVALID_ARGUMENT; a database that keeps failing is
+malformed request is INVALID_ARGUMENT; a task of a queue the worker's token
+does not cover is PERMISSION_DENIED; a database that keeps failing is
 UNAVAILABLE, so the worker keeps its message and tries again. In a batched
 call each item gets its own answer, and an item refused carries that status
 as its problem.
+
+Leases are bound to the server (docs/architecture.md §6.1): a grant carries a
+fresh token that renewals and reports must present, the input and node come
+from the database, and a requested TTL above ``max_lease_seconds`` is cut to it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -22,13 +26,16 @@ from opentelemetry.trace import SpanKind
 
 import composer_repo as repo
 from composer_common.telemetry import extract, tracer
+from composer_coordinator.tokens import WorkerTokens
 from composer_engine import (
     BadRequest,
     Engine,
     EngineError,
+    Forbidden,
     Internal,
     NotFound,
     Report,
+    Reporter,
     Unavailable,
 )
 from composer_rpc.v1 import worker_pb2 as pb
@@ -51,8 +58,18 @@ class WorkerService(WorkerServiceServicer):
     """Every call, unary or batched, goes through the engine's group commit: the
     items of concurrent calls share transactions (docs/architecture.md §3.1)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(
+        self, engine: Engine, tokens: WorkerTokens, *, max_lease_seconds: float = 300.0
+    ) -> None:
         self.engine = engine
+        self.tokens = tokens
+        self.max_lease_seconds = max_lease_seconds
+
+    def _queues(self, context: grpc.aio.ServicerContext[Any, Any]) -> frozenset[str] | None:
+        """The queues the caller's token covers (None: all); TokenAuth let only
+        configured tokens in."""
+        token = self.tokens.of_metadata(_metadata(context))
+        return frozenset() if token is None else self.tokens.queues(token)
 
     # Each unary call runs in a span whose parent is the worker's task span (trace
     # context in metadata); a batched call in one span for all its items.
@@ -61,26 +78,28 @@ class WorkerService(WorkerServiceServicer):
         self, request: pb.AcquireTaskLeaseRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.AcquireTaskLeaseResponse:
         with _span("AcquireTaskLease", context, request.run_id, request.task_id):
-            return await _unary(context, self._lease(request))
+            return await _unary(context, self._lease(request, self._queues(context)))
 
     async def RenewTaskLease(
         self, request: pb.RenewTaskLeaseRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.RenewTaskLeaseResponse:
         with _span("RenewTaskLease", context, request.run_id, request.task_id):
-            return await _unary(context, self._renew(request))
+            return await _unary(context, self._renew(request, self._queues(context)))
 
     async def ReportTaskResult(
         self, request: pb.ReportTaskResultRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ReportTaskResultResponse:
         with _span("ReportTaskResult", context, request.run_id, request.task_id):
-            return await _unary(context, self._report(request))
+            return await _unary(context, self._report(request, self._queues(context)))
 
     async def AcquireTaskLeases(
         self, request: pb.AcquireTaskLeasesRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.AcquireTaskLeasesResponse:
         with _span("AcquireTaskLeases", context, items=len(request.items)):
+            queues = self._queues(context)
             answers = await _each(
-                [self._lease(item) for item in request.items], pb.AcquireTaskLeaseResponse
+                [self._lease(item, queues) for item in request.items],
+                pb.AcquireTaskLeaseResponse,
             )
             return pb.AcquireTaskLeasesResponse(items=answers)
 
@@ -88,8 +107,9 @@ class WorkerService(WorkerServiceServicer):
         self, request: pb.RenewTaskLeasesRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.RenewTaskLeasesResponse:
         with _span("RenewTaskLeases", context, items=len(request.items)):
+            queues = self._queues(context)
             answers = await _each(
-                [self._renew(item) for item in request.items], pb.RenewTaskLeaseResponse
+                [self._renew(item, queues) for item in request.items], pb.RenewTaskLeaseResponse
             )
             return pb.RenewTaskLeasesResponse(items=answers)
 
@@ -97,14 +117,18 @@ class WorkerService(WorkerServiceServicer):
         self, request: pb.ReportTaskResultsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ReportTaskResultsResponse:
         with _span("ReportTaskResults", context, items=len(request.items)):
+            queues = self._queues(context)
             answers = await _each(
-                [self._report(item) for item in request.items], pb.ReportTaskResultResponse
+                [self._report(item, queues) for item in request.items],
+                pb.ReportTaskResultResponse,
             )
             return pb.ReportTaskResultsResponse(items=answers)
 
     # -- one item ----------------------------------------------------------------
 
-    async def _lease(self, request: pb.AcquireTaskLeaseRequest) -> pb.AcquireTaskLeaseResponse:
+    async def _lease(
+        self, request: pb.AcquireTaskLeaseRequest, queues: frozenset[str] | None
+    ) -> pb.AcquireTaskLeaseResponse:
         _require(
             request.task_id and request.run_id and request.owner,
             "task_id, run_id and owner are required",
@@ -113,6 +137,7 @@ class WorkerService(WorkerServiceServicer):
             request.attempt >= 0 and request.ttl_seconds > 0,
             "attempt must be >= 0 and ttl_seconds > 0",
         )
+        ttl = min(request.ttl_seconds, self.max_lease_seconds)
         try:
             grant = await self.engine.lease(  # in the next batch of leases
                 repo.LeaseRequest(
@@ -120,7 +145,9 @@ class WorkerService(WorkerServiceServicer):
                     request.task_id,
                     request.attempt,
                     request.owner,
-                    request.ttl_seconds,
+                    ttl,
+                    claim=request.claim,
+                    queues=queues,
                 )
             )
         except NotFound as exc:
@@ -134,12 +161,21 @@ class WorkerService(WorkerServiceServicer):
             input_json=json.dumps(grant.input, separators=(",", ":")),
             lease_expires_at=grant.expires_at.timestamp() if grant.expires_at else 0.0,
             max_attempts=grant.max_attempts,
+            lease_token=grant.token,
+            node_id=grant.node_id,
+            node_type=grant.node_type.value if grant.node_type is not None else "",
+            workflow_id=grant.workflow_id,
+            workflow_version=grant.workflow_version,
+            timeout_seconds=grant.timeout_seconds or 0.0,
+            ttl_seconds=ttl,
         )
 
-    async def _renew(self, request: pb.RenewTaskLeaseRequest) -> pb.RenewTaskLeaseResponse:
+    async def _renew(
+        self, request: pb.RenewTaskLeaseRequest, queues: frozenset[str] | None
+    ) -> pb.RenewTaskLeaseResponse:
         _require(
-            request.task_id and request.run_id and request.owner,
-            "task_id, run_id and owner are required",
+            request.task_id and request.run_id and request.owner and request.lease_token,
+            "task_id, run_id, owner and lease_token are required",
         )
         _require(request.ttl_seconds > 0, "ttl_seconds must be > 0")
         try:
@@ -149,7 +185,9 @@ class WorkerService(WorkerServiceServicer):
                     request.task_id,
                     request.attempt,
                     request.owner,
-                    request.ttl_seconds,
+                    min(request.ttl_seconds, self.max_lease_seconds),
+                    token=request.lease_token,
+                    queues=queues,
                 )
             )
         except NotFound:
@@ -160,11 +198,19 @@ class WorkerService(WorkerServiceServicer):
             ok=expires is not None, lease_expires_at=expires.timestamp() if expires else 0.0
         )
 
-    async def _report(self, request: pb.ReportTaskResultRequest) -> pb.ReportTaskResultResponse:
+    async def _report(
+        self, request: pb.ReportTaskResultRequest, queues: frozenset[str] | None
+    ) -> pb.ReportTaskResultResponse:
         _require(
             request.task_id and request.run_id and request.node_id and request.owner,
             "task_id, run_id, node_id and owner are required",
         )
+        _require(
+            request.lease_token,
+            "lease_token is required: send the token the lease was granted with "
+            "(a worker older than the coordinator must be upgraded)",
+        )
+        reporter = Reporter(request.lease_token, request.owner, queues)
         _require(request.attempt >= 0, "attempt must be >= 0")
         if request.status == pb.TASK_STATUS_COMPLETED:
             try:
@@ -178,7 +224,7 @@ class WorkerService(WorkerServiceServicer):
                 request.task_id,
                 request.node_id,
                 request.attempt,
-                request.owner,
+                reporter,
                 completed=True,
                 output=output,
             )
@@ -188,7 +234,7 @@ class WorkerService(WorkerServiceServicer):
                 request.task_id,
                 request.node_id,
                 request.attempt,
-                request.owner,
+                reporter,
                 completed=False,
                 error=request.error or "failed without a message",
                 code=request.error_code or None,
@@ -250,6 +296,8 @@ def _refused(exc: EngineError) -> Refused:
         return Refused(grpc.StatusCode.INTERNAL, exc.message)
     if isinstance(exc, BadRequest):
         return Refused(grpc.StatusCode.INVALID_ARGUMENT, exc.message)
+    if isinstance(exc, Forbidden):
+        return Refused(grpc.StatusCode.PERMISSION_DENIED, exc.message)
     return Refused(grpc.StatusCode.FAILED_PRECONDITION, exc.message)
 
 
@@ -261,7 +309,7 @@ def _span(
     *,
     items: int | None = None,
 ) -> Any:
-    metadata = {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+    metadata = {k: v for k, v in _metadata(context) if isinstance(v, str)}
     attributes: dict[str, str | int] = (
         {"composer.items": items}
         if items is not None
@@ -272,11 +320,16 @@ def _span(
     )
 
 
-class TokenAuth(grpc.aio.ServerInterceptor):
-    """Refuses calls without ``authorization: Bearer <token>`` (compared in constant time)."""
+def _metadata(context: grpc.aio.ServicerContext[Any, Any]) -> Sequence[tuple[str, str | bytes]]:
+    return tuple(context.invocation_metadata() or ())
 
-    def __init__(self, token: str) -> None:
-        self._expected = f"Bearer {token}".encode()
+
+class TokenAuth(grpc.aio.ServerInterceptor):
+    """Refuses calls without ``authorization: Bearer <token>`` of a configured token
+    (compared in constant time); what the token covers is the service's to check."""
+
+    def __init__(self, tokens: WorkerTokens) -> None:
+        self._tokens = tokens
 
         async def deny(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong worker token")
@@ -290,8 +343,7 @@ class TokenAuth(grpc.aio.ServerInterceptor):
         ],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any]:
-        metadata = dict(handler_call_details.invocation_metadata or ())
-        presented = metadata.get("authorization", "")
-        if isinstance(presented, str) and hmac.compare_digest(presented.encode(), self._expected):
+        metadata = tuple(handler_call_details.invocation_metadata or ())
+        if self._tokens.of_metadata(metadata) is not None:
             return await continuation(handler_call_details)
         return self._deny

@@ -1,7 +1,7 @@
 """The coordinator's settings, from ``COMPOSER_*`` environment variables.
 
-Its address (COMPOSER_GRPC_ADDR), the workers' token, the pool size and the
-drain time are the shared ones of ``composer_service.ServerSettings``.
+Its address (COMPOSER_GRPC_ADDR), the all-queues worker token, the pool size and
+the drain time are the shared ones of ``composer_service.ServerSettings``.
 """
 
 from __future__ import annotations
@@ -16,3 +16,9 @@ class CoordinatorSettings(ServerSettings):
     #: ...and at most this many of those run at once; what arrives meanwhile waits
     #: for the next.
     batches_in_flight: int = 2
+    #: COMPOSER_WORKER_TOKENS="token:queue1|queue2,…": worker tokens that may serve only
+    #: their queues (``token:*``: all); COMPOSER_WORKER_TOKEN is one for every queue.
+    worker_tokens: str = ""
+    #: The longest lease a worker gets, whatever TTL it asks for: a worker that dies
+    #: holding a lease delays its task at most this long.
+    max_lease_seconds: float = 300.0

@@ -176,12 +176,14 @@ class Sweeper:
                 tasks = await repo.task_attempts(conn, [(m.run_id, m.task_id) for _, m in entries])
             for entry, msg in entries:
                 facts = ClaimedEntry(msg.task_id, msg.attempt, entry.deliveries)
-                match settle_entry(facts, tasks.get(msg.task_id), self.limits):
+                task = tasks.get(msg.task_id)
+                node_id = task.node_id if task is not None else "?"
+                match settle_entry(facts, task, self.limits):
                     case Acknowledge():
                         done.append(entry.ref)
                         report.acked += 1
                     case GiveUp() as give_up:
-                        await self._give_up(msg, give_up)
+                        await self._give_up(msg, node_id, give_up)
                         done.append(entry.ref)
                         report.given_up += 1
                     case Redeliver(deliveries=again):
@@ -194,7 +196,7 @@ class Sweeper:
                             "on a worker for over %.0fs and nobody leased it; delivered again "
                             "(delivery %d of at most %d)",
                             msg.task_id,
-                            msg.node_id,
+                            node_id,
                             msg.attempt,
                             msg.run_id,
                             self.lease_ttl,
@@ -204,13 +206,13 @@ class Sweeper:
         finally:
             await self.queue.ack(done)
 
-    async def _give_up(self, msg: cq.TaskMessage, decision: GiveUp) -> None:
+    async def _give_up(self, msg: cq.TaskMessage, node_id: str, decision: GiveUp) -> None:
         failed = await _apply(
             f"fail task {msg.task_id} of run {msg.run_id}",
             self.engine.report_failed(
                 msg.run_id,
                 msg.task_id,
-                msg.node_id,
+                node_id,
                 msg.attempt,
                 decision.reason,
                 code=decision.code,
@@ -222,7 +224,7 @@ class Sweeper:
                 log,
                 "task %s (%s) attempt %d of run %s failed for good: %s",
                 msg.task_id,
-                msg.node_id,
+                node_id,
                 msg.attempt,
                 msg.run_id,
                 decision.reason,

@@ -105,11 +105,8 @@ class Enqueuer:
                 fields = {str(k): str(v) for k, v in m.payload.items()}
                 stream = cq.task_stream(self.prefix, m.destination, fields["task_id"], self.shards)
                 batch.append((stream, fields))
-                refs.append(
-                    repo.TaskRef(
-                        m.run_id, fields["task_id"], fields["node_id"], int(fields["attempt"])
-                    )
-                )
+                # (a message names the attempt only: mark_published needs no node)
+                refs.append(repo.TaskRef(m.run_id, fields["task_id"], "", int(fields["attempt"])))
             await self.redis.publish(batch)  # raises on a Redis failure: the transaction rolls back
             next_due = await repo.mark_published(
                 conn, [m.id for m in messages], refs, grace=self.grace

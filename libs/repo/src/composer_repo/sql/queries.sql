@@ -144,10 +144,10 @@ SELECT l.id, l.workflow_id, l.version, l.status, l.input, l.config, clock.now
   FROM clock, locked l;
 
 -- name: load_task_states_of_runs
--- load_task_states for a batch of runs, with who holds each RUNNING attempt's
--- lease (a report counts only from the lease's holder).
-SELECT run_id, node_id, id, state, attempt, branches, awaited_signal, error,
-       CASE WHEN state = 'RUNNING' THEN lease_owner END AS lease_owner
+-- load_task_states for a batch of runs, with the token and queue of each RUNNING
+-- attempt's lease (a report counts only with the lease's token).
+SELECT run_id, node_id, id, state, attempt, branches, awaited_signal, error, queue,
+       CASE WHEN state = 'RUNNING' THEN lease_token END AS lease_token
   FROM task_instances
  WHERE run_id = ANY($1::text[]);
 
@@ -268,7 +268,7 @@ RETURNING id;
 UPDATE task_instances t
    SET state = 'COMPLETED', output = u.output, finished_at = composer_now(),
        updated_at = composer_now(), dispatched_at = NULL, lease_owner = NULL,
-       lease_expires_at = NULL
+       lease_expires_at = NULL, lease_token = NULL, lease_claim = NULL
   FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::jsonb[])
            AS u(run_id, id, node_id, attempt, output)
  WHERE t.run_id = u.run_id AND t.id = u.id AND t.node_id = u.node_id AND t.attempt = u.attempt
@@ -279,7 +279,8 @@ RETURNING t.id, t.node_type, t.started_at, t.finished_at;
 UPDATE task_instances
    SET state = 'FAILED', error = $5, error_code = $6, finished_at = composer_now(),
        updated_at = composer_now(),
-       dispatched_at = NULL, lease_owner = NULL, lease_expires_at = NULL
+       dispatched_at = NULL, lease_owner = NULL, lease_expires_at = NULL,
+       lease_token = NULL, lease_claim = NULL
  WHERE run_id = $1 AND id = $2 AND node_id = $3 AND attempt = $4
    AND state IN ('PENDING', 'QUEUED', 'RUNNING')
 RETURNING node_type, started_at, finished_at;
@@ -291,7 +292,7 @@ RETURNING node_type, started_at, finished_at;
 UPDATE task_instances
    SET state = 'PENDING', attempt = attempt + 1, error = $5, error_code = $6,
        dispatched_at = $7, started_at = NULL, updated_at = composer_now(),
-       lease_owner = NULL, lease_expires_at = NULL
+       lease_owner = NULL, lease_expires_at = NULL, lease_token = NULL, lease_claim = NULL
  WHERE run_id = $1 AND id = $2 AND node_id = $3 AND attempt = $4
    AND state IN ('PENDING', 'QUEUED', 'RUNNING')
 RETURNING attempt, node_type, queue, input;
@@ -307,7 +308,8 @@ RETURNING 1;
 -- Fails the run's still-active tasks among $2, and takes them off every loop.
 UPDATE task_instances
    SET state = 'FAILED', error = $3, finished_at = composer_now(), updated_at = composer_now(),
-       wake_at = NULL, dispatched_at = NULL, lease_owner = NULL, lease_expires_at = NULL
+       wake_at = NULL, dispatched_at = NULL, lease_owner = NULL, lease_expires_at = NULL,
+       lease_token = NULL, lease_claim = NULL
  WHERE run_id = $1 AND id = ANY($2::text[])
    AND state IN ('PENDING', 'QUEUED', 'RUNNING', 'WAITING')
 RETURNING id;
@@ -317,61 +319,62 @@ RETURNING id;
 DELETE FROM outbox
  WHERE kind = 'dispatch' AND run_id = $1 AND task_id = ANY($2::text[]);
 
--- name: acquire_lease
--- A worker takes the attempt: granted when the task is waiting for a worker,
--- already leased by the same owner, or leased by someone whose lease expired.
--- Returns the node's attempt budget too (kept on the task: no join to the run).
-UPDATE task_instances
-   SET state = 'RUNNING', lease_owner = $4,
-       lease_expires_at = statement_timestamp() + make_interval(secs => $5),
-       started_at = CASE WHEN state = 'RUNNING' AND lease_owner = $4 THEN started_at
-                         ELSE now() END,
-       updated_at = now()
- WHERE run_id = $1 AND id = $2 AND attempt = $3
-   AND (state IN ('PENDING', 'QUEUED')
-        OR (state = 'RUNNING'
-            AND (lease_owner = $4 OR lease_expires_at < statement_timestamp())))
-RETURNING node_id, node_type, queue, input, lease_expires_at, max_attempts;
-
 -- name: acquire_leases
--- acquire_lease for a batch of requests ($1-$5, one per attempt; the caller sends
--- an attempt at most once per batch), in one statement.
+-- Workers take attempts, many in one statement ($1-$8, one row per attempt; the
+-- caller sends an attempt at most once per batch). Granted when the task is
+-- waiting for a worker, or its lease expired, or this is the same request sent
+-- again (same owner and claim: its answer was lost), and only on a queue the
+-- worker's credentials cover ($8: the queues joined by '|', NULL for all). A new
+-- grant takes the coordinator's fresh token ($6); the same request sent again
+-- keeps the token it was given. Returns what the handler needs: the input and
+-- the node from the database, never from the stream.
 UPDATE task_instances t
    SET state = 'RUNNING', lease_owner = u.owner,
        lease_expires_at = statement_timestamp() + make_interval(secs => u.ttl),
-       started_at = CASE WHEN t.state = 'RUNNING' AND t.lease_owner = u.owner THEN t.started_at
-                         ELSE now() END,
+       lease_token = CASE WHEN t.state = 'RUNNING' AND t.lease_claim = u.claim
+                          THEN t.lease_token ELSE u.token END,
+       lease_claim = u.claim,
+       started_at = CASE WHEN t.state = 'RUNNING' AND t.lease_claim = u.claim
+                         THEN t.started_at ELSE now() END,
        updated_at = now()
-  FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::float8[])
-           AS u(run_id, id, attempt, owner, ttl)
- WHERE t.run_id = u.run_id AND t.id = u.id AND t.attempt = u.attempt
+  FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::float8[], $6::text[],
+              $7::text[], $8::text[])
+           AS u(run_id, id, attempt, owner, ttl, token, claim, queues),
+       workflow_runs r
+ WHERE t.run_id = u.run_id AND t.id = u.id AND t.attempt = u.attempt AND r.id = u.run_id
    AND (t.state IN ('PENDING', 'QUEUED')
         OR (t.state = 'RUNNING'
-            AND (t.lease_owner = u.owner OR t.lease_expires_at < statement_timestamp())))
+            AND ((t.lease_owner = u.owner AND t.lease_claim = u.claim)
+                 OR t.lease_expires_at < statement_timestamp())))
+   AND (u.queues IS NULL OR t.queue = ANY(string_to_array(u.queues, '|')))
 RETURNING t.run_id, t.id, t.attempt, t.node_id, t.node_type, t.queue, t.input,
-          t.lease_expires_at, t.max_attempts;
+          t.lease_expires_at, t.max_attempts, t.lease_token, r.workflow_id, r.version;
+
+-- name: task_queues
+-- The queue of each of these tasks: why a lease was refused to credentials that
+-- do not cover it.
+SELECT t.run_id, t.id, t.queue
+  FROM task_instances t
+  JOIN unnest($1::text[], $2::text[]) AS u(run_id, id) ON t.run_id = u.run_id AND t.id = u.id;
 
 -- name: renew_leases
--- renew_lease for a batch of requests, in one statement.
+-- Renewals, many in one statement: only with the lease's token ($6) and on a
+-- queue the worker's credentials cover ($7, as in acquire_leases).
 UPDATE task_instances t
    SET lease_expires_at = statement_timestamp() + make_interval(secs => u.ttl), updated_at = now()
-  FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::float8[])
-           AS u(run_id, id, attempt, owner, ttl)
+  FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::float8[], $6::text[],
+              $7::text[])
+           AS u(run_id, id, attempt, owner, ttl, token, queues)
  WHERE t.run_id = u.run_id AND t.id = u.id AND t.attempt = u.attempt
-   AND t.state = 'RUNNING' AND t.lease_owner = u.owner
+   AND t.state = 'RUNNING' AND t.lease_owner = u.owner AND t.lease_token = u.token
+   AND (u.queues IS NULL OR t.queue = ANY(string_to_array(u.queues, '|')))
 RETURNING t.run_id, t.id, t.attempt, t.lease_expires_at;
 
--- name: lease_owner
--- Who holds the lease on a RUNNING attempt (expired or not); no row when the
--- attempt is not RUNNING. A report counts only from the lease's holder.
-SELECT lease_owner FROM task_instances
+-- name: lease_holder
+-- The token and queue of the lease on a RUNNING attempt (expired or not); no row
+-- when the attempt is not RUNNING. A report counts only with the lease's token.
+SELECT lease_token, queue FROM task_instances
  WHERE run_id = $1 AND id = $2 AND attempt = $3 AND state = 'RUNNING';
-
--- name: renew_lease
-UPDATE task_instances
-   SET lease_expires_at = statement_timestamp() + make_interval(secs => $5), updated_at = now()
- WHERE run_id = $1 AND id = $2 AND attempt = $3 AND state = 'RUNNING' AND lease_owner = $4
-RETURNING lease_expires_at;
 
 -- =============================================================================
 -- Signals
@@ -549,7 +552,7 @@ SELECT 1
 -- name: task_attempts
 -- Where a batch of tasks stands: the sweeper decides what a reclaimed stream
 -- entry still means.
-SELECT t.run_id, t.id, t.state, t.attempt
+SELECT t.run_id, t.id, t.state, t.attempt, t.node_id
   FROM task_instances t
   JOIN unnest($1::text[], $2::text[]) AS u(run_id, id)
     ON t.run_id = u.run_id AND t.id = u.id;

@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63omposer/v1/worker.proto\x12\x0b\x63omposer.v1\"(\n\x07Problem\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"O\n\x18\x41\x63quireTaskLeasesRequest\x12\x33\n\x05items\x18\x01 \x03(\x0b\x32$.composer.v1.AcquireTaskLeaseRequest\"Q\n\x19\x41\x63quireTaskLeasesResponse\x12\x34\n\x05items\x18\x01 \x03(\x0b\x32%.composer.v1.AcquireTaskLeaseResponse\"K\n\x16RenewTaskLeasesRequest\x12\x31\n\x05items\x18\x01 \x03(\x0b\x32\".composer.v1.RenewTaskLeaseRequest\"M\n\x17RenewTaskLeasesResponse\x12\x32\n\x05items\x18\x01 \x03(\x0b\x32#.composer.v1.RenewTaskLeaseResponse\"O\n\x18ReportTaskResultsRequest\x12\x33\n\x05items\x18\x01 \x03(\x0b\x32$.composer.v1.ReportTaskResultRequest\"Q\n\x19ReportTaskResultsResponse\x12\x34\n\x05items\x18\x01 \x03(\x0b\x32%.composer.v1.ReportTaskResultResponse\"o\n\x17\x41\x63quireTaskLeaseRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\r\n\x05owner\x18\x04 \x01(\t\x12\x13\n\x0bttl_seconds\x18\x05 \x01(\x01\"\xa6\x01\n\x18\x41\x63quireTaskLeaseResponse\x12\x0f\n\x07granted\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x12\n\ninput_json\x18\x03 \x01(\t\x12\x18\n\x10lease_expires_at\x18\x04 \x01(\x01\x12\x14\n\x0cmax_attempts\x18\x05 \x01(\x05\x12%\n\x07problem\x18\x0f \x01(\x0b\x32\x14.composer.v1.Problem\"m\n\x15RenewTaskLeaseRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\r\n\x05owner\x18\x04 \x01(\t\x12\x13\n\x0bttl_seconds\x18\x05 \x01(\x01\"e\n\x16RenewTaskLeaseResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x18\n\x10lease_expires_at\x18\x02 \x01(\x01\x12%\n\x07problem\x18\x0f \x01(\x0b\x32\x14.composer.v1.Problem\"\xdf\x01\n\x17ReportTaskResultRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0f\n\x07node_id\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\r\n\x05owner\x18\x05 \x01(\t\x12\'\n\x06status\x18\x06 \x01(\x0e\x32\x17.composer.v1.TaskStatus\x12\x13\n\x0boutput_json\x18\x07 \x01(\t\x12\r\n\x05\x65rror\x18\x08 \x01(\t\x12\x12\n\nerror_code\x18\t \x01(\t\x12\x11\n\tpermanent\x18\n \x01(\x08\"c\n\x18ReportTaskResultResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12%\n\x07problem\x18\x0f \x01(\x0b\x32\x14.composer.v1.Problem*\\\n\nTaskStatus\x12\x1b\n\x17TASK_STATUS_UNSPECIFIED\x10\x00\x12\x19\n\x15TASK_STATUS_COMPLETED\x10\x01\x12\x16\n\x12TASK_STATUS_FAILED\x10\x02\x32\xd2\x04\n\rWorkerService\x12_\n\x10\x41\x63quireTaskLease\x12$.composer.v1.AcquireTaskLeaseRequest\x1a%.composer.v1.AcquireTaskLeaseResponse\x12Y\n\x0eRenewTaskLease\x12\".composer.v1.RenewTaskLeaseRequest\x1a#.composer.v1.RenewTaskLeaseResponse\x12_\n\x10ReportTaskResult\x12$.composer.v1.ReportTaskResultRequest\x1a%.composer.v1.ReportTaskResultResponse\x12\x62\n\x11\x41\x63quireTaskLeases\x12%.composer.v1.AcquireTaskLeasesRequest\x1a&.composer.v1.AcquireTaskLeasesResponse\x12\\\n\x0fRenewTaskLeases\x12#.composer.v1.RenewTaskLeasesRequest\x1a$.composer.v1.RenewTaskLeasesResponse\x12\x62\n\x11ReportTaskResults\x12%.composer.v1.ReportTaskResultsRequest\x1a&.composer.v1.ReportTaskResultsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63omposer/v1/worker.proto\x12\x0b\x63omposer.v1\"(\n\x07Problem\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"O\n\x18\x41\x63quireTaskLeasesRequest\x12\x33\n\x05items\x18\x01 \x03(\x0b\x32$.composer.v1.AcquireTaskLeaseRequest\"Q\n\x19\x41\x63quireTaskLeasesResponse\x12\x34\n\x05items\x18\x01 \x03(\x0b\x32%.composer.v1.AcquireTaskLeaseResponse\"K\n\x16RenewTaskLeasesRequest\x12\x31\n\x05items\x18\x01 \x03(\x0b\x32\".composer.v1.RenewTaskLeaseRequest\"M\n\x17RenewTaskLeasesResponse\x12\x32\n\x05items\x18\x01 \x03(\x0b\x32#.composer.v1.RenewTaskLeaseResponse\"O\n\x18ReportTaskResultsRequest\x12\x33\n\x05items\x18\x01 \x03(\x0b\x32$.composer.v1.ReportTaskResultRequest\"Q\n\x19ReportTaskResultsResponse\x12\x34\n\x05items\x18\x01 \x03(\x0b\x32%.composer.v1.ReportTaskResultResponse\"~\n\x17\x41\x63quireTaskLeaseRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\r\n\x05owner\x18\x04 \x01(\t\x12\x13\n\x0bttl_seconds\x18\x05 \x01(\x01\x12\r\n\x05\x63laim\x18\x06 \x01(\t\"\xbc\x02\n\x18\x41\x63quireTaskLeaseResponse\x12\x0f\n\x07granted\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x12\n\ninput_json\x18\x03 \x01(\t\x12\x18\n\x10lease_expires_at\x18\x04 \x01(\x01\x12\x14\n\x0cmax_attempts\x18\x05 \x01(\x05\x12\x13\n\x0blease_token\x18\x06 \x01(\t\x12\x0f\n\x07node_id\x18\x07 \x01(\t\x12\x11\n\tnode_type\x18\x08 \x01(\t\x12\x13\n\x0bworkflow_id\x18\t \x01(\t\x12\x18\n\x10workflow_version\x18\n \x01(\x05\x12\x17\n\x0ftimeout_seconds\x18\x0b \x01(\x01\x12\x13\n\x0bttl_seconds\x18\x0c \x01(\x01\x12%\n\x07problem\x18\x0f \x01(\x0b\x32\x14.composer.v1.Problem\"\x82\x01\n\x15RenewTaskLeaseRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\r\n\x05owner\x18\x04 \x01(\t\x12\x13\n\x0bttl_seconds\x18\x05 \x01(\x01\x12\x13\n\x0blease_token\x18\x06 \x01(\t\"e\n\x16RenewTaskLeaseResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x18\n\x10lease_expires_at\x18\x02 \x01(\x01\x12%\n\x07problem\x18\x0f \x01(\x0b\x32\x14.composer.v1.Problem\"\xf4\x01\n\x17ReportTaskResultRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0f\n\x07node_id\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\r\n\x05owner\x18\x05 \x01(\t\x12\'\n\x06status\x18\x06 \x01(\x0e\x32\x17.composer.v1.TaskStatus\x12\x13\n\x0boutput_json\x18\x07 \x01(\t\x12\r\n\x05\x65rror\x18\x08 \x01(\t\x12\x12\n\nerror_code\x18\t \x01(\t\x12\x11\n\tpermanent\x18\n \x01(\x08\x12\x13\n\x0blease_token\x18\x0b \x01(\t\"c\n\x18ReportTaskResultResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12%\n\x07problem\x18\x0f \x01(\x0b\x32\x14.composer.v1.Problem*\\\n\nTaskStatus\x12\x1b\n\x17TASK_STATUS_UNSPECIFIED\x10\x00\x12\x19\n\x15TASK_STATUS_COMPLETED\x10\x01\x12\x16\n\x12TASK_STATUS_FAILED\x10\x02\x32\xd2\x04\n\rWorkerService\x12_\n\x10\x41\x63quireTaskLease\x12$.composer.v1.AcquireTaskLeaseRequest\x1a%.composer.v1.AcquireTaskLeaseResponse\x12Y\n\x0eRenewTaskLease\x12\".composer.v1.RenewTaskLeaseRequest\x1a#.composer.v1.RenewTaskLeaseResponse\x12_\n\x10ReportTaskResult\x12$.composer.v1.ReportTaskResultRequest\x1a%.composer.v1.ReportTaskResultResponse\x12\x62\n\x11\x41\x63quireTaskLeases\x12%.composer.v1.AcquireTaskLeasesRequest\x1a&.composer.v1.AcquireTaskLeasesResponse\x12\\\n\x0fRenewTaskLeases\x12#.composer.v1.RenewTaskLeasesRequest\x1a$.composer.v1.RenewTaskLeasesResponse\x12\x62\n\x11ReportTaskResults\x12%.composer.v1.ReportTaskResultsRequest\x1a&.composer.v1.ReportTaskResultsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'composer.v1.worker_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TASKSTATUS']._serialized_start=1390
-  _globals['_TASKSTATUS']._serialized_end=1482
+  _globals['_TASKSTATUS']._serialized_start=1598
+  _globals['_TASKSTATUS']._serialized_end=1690
   _globals['_PROBLEM']._serialized_start=41
   _globals['_PROBLEM']._serialized_end=81
   _globals['_ACQUIRETASKLEASESREQUEST']._serialized_start=83
@@ -48,17 +48,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REPORTTASKRESULTSRESPONSE']._serialized_start=484
   _globals['_REPORTTASKRESULTSRESPONSE']._serialized_end=565
   _globals['_ACQUIRETASKLEASEREQUEST']._serialized_start=567
-  _globals['_ACQUIRETASKLEASEREQUEST']._serialized_end=678
-  _globals['_ACQUIRETASKLEASERESPONSE']._serialized_start=681
-  _globals['_ACQUIRETASKLEASERESPONSE']._serialized_end=847
-  _globals['_RENEWTASKLEASEREQUEST']._serialized_start=849
-  _globals['_RENEWTASKLEASEREQUEST']._serialized_end=958
-  _globals['_RENEWTASKLEASERESPONSE']._serialized_start=960
-  _globals['_RENEWTASKLEASERESPONSE']._serialized_end=1061
-  _globals['_REPORTTASKRESULTREQUEST']._serialized_start=1064
-  _globals['_REPORTTASKRESULTREQUEST']._serialized_end=1287
-  _globals['_REPORTTASKRESULTRESPONSE']._serialized_start=1289
-  _globals['_REPORTTASKRESULTRESPONSE']._serialized_end=1388
-  _globals['_WORKERSERVICE']._serialized_start=1485
-  _globals['_WORKERSERVICE']._serialized_end=2079
+  _globals['_ACQUIRETASKLEASEREQUEST']._serialized_end=693
+  _globals['_ACQUIRETASKLEASERESPONSE']._serialized_start=696
+  _globals['_ACQUIRETASKLEASERESPONSE']._serialized_end=1012
+  _globals['_RENEWTASKLEASEREQUEST']._serialized_start=1015
+  _globals['_RENEWTASKLEASEREQUEST']._serialized_end=1145
+  _globals['_RENEWTASKLEASERESPONSE']._serialized_start=1147
+  _globals['_RENEWTASKLEASERESPONSE']._serialized_end=1248
+  _globals['_REPORTTASKRESULTREQUEST']._serialized_start=1251
+  _globals['_REPORTTASKRESULTREQUEST']._serialized_end=1495
+  _globals['_REPORTTASKRESULTRESPONSE']._serialized_start=1497
+  _globals['_REPORTTASKRESULTRESPONSE']._serialized_end=1596
+  _globals['_WORKERSERVICE']._serialized_start=1693
+  _globals['_WORKERSERVICE']._serialized_end=2287
 # @@protoc_insertion_point(module_scope)

@@ -198,11 +198,17 @@ class AcquireTaskLeaseRequest(_message.Message):
     ATTEMPT_FIELD_NUMBER: _builtins.int
     OWNER_FIELD_NUMBER: _builtins.int
     TTL_SECONDS_FIELD_NUMBER: _builtins.int
+    CLAIM_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     run_id: _builtins.str
     attempt: _builtins.int
     owner: _builtins.str
     ttl_seconds: _builtins.float
+    """At most the coordinator's maximum (COMPOSER_MAX_LEASE_SECONDS): a longer one is cut."""
+    claim: _builtins.str
+    """The worker's random name for this request: the same request sent again after
+    its answer was lost gets the same lease (and token) back, and nobody else can.
+    """
     def __init__(
         self,
         *,
@@ -211,10 +217,11 @@ class AcquireTaskLeaseRequest(_message.Message):
         attempt: _builtins.int = ...,
         owner: _builtins.str = ...,
         ttl_seconds: _builtins.float = ...,
+        claim: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "owner", b"owner", "run_id", b"run_id", "task_id", b"task_id", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "claim", b"claim", "owner", b"owner", "run_id", b"run_id", "task_id", b"task_id", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -229,16 +236,34 @@ class AcquireTaskLeaseResponse(_message.Message):
     INPUT_JSON_FIELD_NUMBER: _builtins.int
     LEASE_EXPIRES_AT_FIELD_NUMBER: _builtins.int
     MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
+    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    NODE_TYPE_FIELD_NUMBER: _builtins.int
+    WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    WORKFLOW_VERSION_FIELD_NUMBER: _builtins.int
+    TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
+    TTL_SECONDS_FIELD_NUMBER: _builtins.int
     PROBLEM_FIELD_NUMBER: _builtins.int
     granted: _builtins.bool
     reason: _builtins.str
     """Why the lease was not granted (stale attempt, finished task, held by another)."""
     input_json: _builtins.str
-    """The task's resolved input as JSON (always sent, so large inputs need not ride the stream)."""
+    """The task's resolved input as JSON, from the database (never from the stream)."""
     lease_expires_at: _builtins.float
     """When the lease expires, in seconds since the Unix epoch."""
     max_attempts: _builtins.int
     """The node's retry policy bound, so a handler knows when it runs its last attempt."""
+    lease_token: _builtins.str
+    """The lease's secret: renewals and reports must present it."""
+    node_id: _builtins.str
+    """What the handler runs, from the database: a stream entry carries ids only."""
+    node_type: _builtins.str
+    workflow_id: _builtins.str
+    workflow_version: _builtins.int
+    timeout_seconds: _builtins.float
+    """The node's timeout in seconds; 0: none set (the worker's default)."""
+    ttl_seconds: _builtins.float
+    """The TTL granted: the one asked for, or the coordinator's maximum if lower."""
     @_builtins.property
     def problem(self) -> Global___Problem:
         """Only in a batched answer: this item failed (see Problem)."""
@@ -251,11 +276,18 @@ class AcquireTaskLeaseResponse(_message.Message):
         input_json: _builtins.str = ...,
         lease_expires_at: _builtins.float = ...,
         max_attempts: _builtins.int = ...,
+        lease_token: _builtins.str = ...,
+        node_id: _builtins.str = ...,
+        node_type: _builtins.str = ...,
+        workflow_id: _builtins.str = ...,
+        workflow_version: _builtins.int = ...,
+        timeout_seconds: _builtins.float = ...,
+        ttl_seconds: _builtins.float = ...,
         problem: Global___Problem | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["problem", b"problem"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["granted", b"granted", "input_json", b"input_json", "lease_expires_at", b"lease_expires_at", "max_attempts", b"max_attempts", "problem", b"problem", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["granted", b"granted", "input_json", b"input_json", "lease_expires_at", b"lease_expires_at", "lease_token", b"lease_token", "max_attempts", b"max_attempts", "node_id", b"node_id", "node_type", b"node_type", "problem", b"problem", "reason", b"reason", "timeout_seconds", b"timeout_seconds", "ttl_seconds", b"ttl_seconds", "workflow_id", b"workflow_id", "workflow_version", b"workflow_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -270,11 +302,14 @@ class RenewTaskLeaseRequest(_message.Message):
     ATTEMPT_FIELD_NUMBER: _builtins.int
     OWNER_FIELD_NUMBER: _builtins.int
     TTL_SECONDS_FIELD_NUMBER: _builtins.int
+    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     run_id: _builtins.str
     attempt: _builtins.int
     owner: _builtins.str
     ttl_seconds: _builtins.float
+    lease_token: _builtins.str
+    """The token the grant carried (required)."""
     def __init__(
         self,
         *,
@@ -283,10 +318,11 @@ class RenewTaskLeaseRequest(_message.Message):
         attempt: _builtins.int = ...,
         owner: _builtins.str = ...,
         ttl_seconds: _builtins.float = ...,
+        lease_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "owner", b"owner", "run_id", b"run_id", "task_id", b"task_id", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "lease_token", b"lease_token", "owner", b"owner", "run_id", b"run_id", "task_id", b"task_id", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -334,6 +370,7 @@ class ReportTaskResultRequest(_message.Message):
     ERROR_FIELD_NUMBER: _builtins.int
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     PERMANENT_FIELD_NUMBER: _builtins.int
+    LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     run_id: _builtins.str
     node_id: _builtins.str
@@ -348,6 +385,8 @@ class ReportTaskResultRequest(_message.Message):
     """
     error_code: _builtins.str
     permanent: _builtins.bool
+    lease_token: _builtins.str
+    """The token the grant carried (required): a report without it changes nothing."""
     def __init__(
         self,
         *,
@@ -361,10 +400,11 @@ class ReportTaskResultRequest(_message.Message):
         error: _builtins.str = ...,
         error_code: _builtins.str = ...,
         permanent: _builtins.bool = ...,
+        lease_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "error", b"error", "error_code", b"error_code", "node_id", b"node_id", "output_json", b"output_json", "owner", b"owner", "permanent", b"permanent", "run_id", b"run_id", "status", b"status", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "error", b"error", "error_code", b"error_code", "lease_token", b"lease_token", "node_id", b"node_id", "output_json", b"output_json", "owner", b"owner", "permanent", b"permanent", "run_id", b"run_id", "status", b"status", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

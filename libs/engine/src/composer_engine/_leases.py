@@ -1,0 +1,127 @@
+"""Leases bound to the server (docs/architecture.md §6.1).
+
+A stream entry names an attempt and nothing more: anyone who can write to
+Redis can write one. What a worker runs, and whether its renewals and reports
+count, is decided here from the database alone:
+
+- a grant returns the input and the node from the task's row, never from the
+  stream, so a forged entry can at most make a worker run a real attempt on
+  its real input (which the lease lets happen once);
+- a grant carries a fresh unguessable token, and a renewal or a report counts
+  only with it: the owner name is no secret (it is the worker's consumer name,
+  which ``XINFO CONSUMERS`` shows);
+- a worker's credentials name the queues it serves, and an attempt of another
+  queue is neither granted, renewed nor reported.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import composer_repo as repo
+from composer_core.model import NodeType
+from composer_core.templates import Json
+from composer_engine._definitions import DefinitionCache
+from composer_engine.errors import EngineError, Forbidden
+
+#: The reason a lease is not granted, whatever it is: a stale attempt, a finished
+#: task, or a live lease of another worker (the database cannot tell cheaply which).
+NOT_GRANTED = "stale attempt, finished task, or leased by another worker"
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseGrant:
+    granted: bool
+    reason: str = ""
+    input: Json = None
+    expires_at: dt.datetime | None = None
+    #: The node's retry policy bound: the handler knows when it runs its last attempt.
+    max_attempts: int = 0
+    #: The lease's secret: renewals and reports present it.
+    token: str = ""
+    node_id: str = ""
+    node_type: NodeType | None = None
+    workflow_id: str = ""
+    workflow_version: int = 0
+    #: The node's timeout (None: the worker's default).
+    timeout_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reporter:
+    """A worker reporting an attempt. Its report counts only with the lease's
+    ``token``, and only on a queue its credentials cover (``queues``; None: all)."""
+
+    token: str
+    owner: str = ""
+    queues: frozenset[str] | None = None
+
+    def refusal(self, holder: repo.LeaseHolder | None, node_id: str, attempt: int) -> str | None:
+        """Why this report must be ignored (stale), or None when it counts; raises
+        Forbidden when the lease is this reporter's but its queue is not."""
+        if (
+            holder is None
+            or holder.token is None
+            or not secrets.compare_digest(holder.token, self.token)
+        ):
+            who = self.owner or "the reporter"
+            return f"{who} does not hold the lease of {node_id} attempt {attempt}"
+        if self.queues is not None and holder.queue not in self.queues:
+            raise Forbidden(_not_covered(holder.queue))
+        return None
+
+
+def new_token() -> str:
+    """An unguessable lease token (192 random bits)."""
+    return secrets.token_urlsafe(24)
+
+
+async def grant_leases(
+    conn: repo.Connection, definitions: DefinitionCache, requests: Sequence[repo.LeaseRequest]
+) -> list[LeaseGrant | EngineError]:
+    """``repo.acquire_leases`` and what each answer means to the worker: the grant
+    with the node's timeout from its definition, a refusal, or Forbidden for an
+    attempt on a queue the request's credentials do not cover."""
+    leases = await repo.acquire_leases(conn, requests)
+    refused_scoped = [
+        (r.run_id, r.task_id)
+        for r, lease in zip(requests, leases, strict=True)
+        if lease is None and r.queues is not None
+    ]
+    queues = await repo.task_queues(conn, refused_scoped) if refused_scoped else {}
+    answers: list[LeaseGrant | EngineError] = []
+    for request, lease in zip(requests, leases, strict=True):
+        if lease is None:
+            queue = queues.get((request.run_id, request.task_id), "")
+            if request.queues is not None and queue != "" and queue not in request.queues:
+                answers.append(Forbidden(_not_covered(queue)))
+            else:
+                answers.append(LeaseGrant(False, NOT_GRANTED))
+            continue
+        dag = await definitions.get(conn, lease.workflow_id, lease.workflow_version)
+        node = dag.node(lease.node_id)
+        answers.append(
+            LeaseGrant(
+                True,
+                input=lease.input,
+                expires_at=lease.expires_at,
+                max_attempts=lease.max_attempts or 0,
+                token=lease.token,
+                node_id=lease.node_id,
+                node_type=lease.node_type,
+                workflow_id=lease.workflow_id,
+                workflow_version=lease.workflow_version,
+                timeout_seconds=node.timeout_seconds if node is not None else None,
+            )
+        )
+    return answers
+
+
+def _not_covered(queue: str | None) -> str:
+    return (
+        f"the worker's token does not cover queue {queue!r}: give it that queue in the "
+        "coordinator's COMPOSER_WORKER_TOKENS, or serve the queue with a token that has it"
+    )

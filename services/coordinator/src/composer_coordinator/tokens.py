@@ -1,0 +1,89 @@
+"""Worker credentials: which token may serve which queues.
+
+``COMPOSER_WORKER_TOKEN`` is a token for every queue (one fleet of trusted
+workers); ``COMPOSER_WORKER_TOKENS="token:queue1|queue2,…"`` names tokens that
+may serve only their queues (``token:*`` for all), so a team's workers cannot
+lease, renew or report another team's tasks, and the built-in workers
+(``http|python``) hold a token of their own. A token is compared in constant
+time; what it covers is looked up afterwards.
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+#: Queue names as definitions allow them (composer_core.model), or ``*``.
+_QUEUE = re.compile(r"[A-Za-z0-9_.\-]+|\*")
+
+
+class TokenConfigError(ValueError):
+    """COMPOSER_WORKER_TOKEN(S) cannot be read: the message names the entry and the fix."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerTokens:
+    #: token → the queues it covers (None: all).
+    scopes: Mapping[str, frozenset[str] | None]
+
+    @classmethod
+    def parse(cls, all_queues: str = "", scoped: str = "") -> WorkerTokens:
+        """From COMPOSER_WORKER_TOKEN (``all_queues``) and COMPOSER_WORKER_TOKENS (``scoped``)."""
+        scopes: dict[str, frozenset[str] | None] = {}
+        if all_queues.strip():
+            scopes[all_queues.strip()] = None
+        for raw in scoped.split(","):
+            entry = raw.strip()
+            if not entry:
+                continue
+            token, sep, queues = entry.rpartition(":")
+            if not sep or not token or not queues:
+                raise TokenConfigError(
+                    f"COMPOSER_WORKER_TOKENS entry {_masked(entry)!r} is not token:queue1|queue2 "
+                    "(or token:* for every queue)"
+                )
+            names = [q.strip() for q in queues.split("|")]
+            bad = [q for q in names if not _QUEUE.fullmatch(q)]
+            if bad:
+                raise TokenConfigError(
+                    f"COMPOSER_WORKER_TOKENS names {', '.join(map(repr, bad))} for token "
+                    f"{_masked(token)!r}: a queue name has letters, digits, '_', '-', '.' "
+                    "(or is * for every queue)"
+                )
+            if token in scopes:
+                raise TokenConfigError(
+                    f"worker token {_masked(token)!r} is configured twice: give each its queues once"
+                )
+            scopes[token] = None if "*" in names else frozenset(names)
+        if not scopes:
+            raise TokenConfigError(
+                "no worker token configured: set COMPOSER_WORKER_TOKEN (every queue) or "
+                "COMPOSER_WORKER_TOKENS=token:queue1|queue2,… (workers present one)"
+            )
+        return cls(scopes)
+
+    def match(self, presented: str) -> str | None:
+        """The configured token ``presented`` is (compared in constant time), or None."""
+        found = None
+        for token in self.scopes:
+            if hmac.compare_digest(presented.encode(), token.encode()):
+                found = token
+        return found
+
+    def queues(self, token: str) -> frozenset[str] | None:
+        """The queues a matched token covers (None: all)."""
+        return self.scopes[token]
+
+    def of_metadata(self, metadata: Sequence[tuple[str, str | bytes]] | None) -> str | None:
+        """The configured token an ``authorization: Bearer <token>`` header presents."""
+        for key, value in metadata or ():
+            if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
+                return self.match(value.removeprefix("Bearer "))
+        return None
+
+
+def _masked(token: str) -> str:
+    """Enough of a token to find it in the configuration, not enough to use it."""
+    return token[:3] + "…" if len(token) > 6 else "…"
