@@ -77,12 +77,12 @@ class Stack:
             "lease_ttl": 5.0,
             "read_block_ms": 200,
             "drain_seconds": 2.0,
+            "token": TOKEN,
+            "coordinator": self.grpc_target,
         } | config
         worker = Worker(
             WorkerConfig(
                 redis_url=self.redis_url,
-                coordinator=self.grpc_target,
-                token=TOKEN,
                 redis_prefix=self.prefix,
                 **options,
             )

@@ -319,9 +319,14 @@ class RawWorker:
     """A worker speaking the gRPC protocol by hand, to send what a real one would not."""
 
     def __init__(
-        self, stub: WorkerServiceAsyncStub, run_id: str, task_id: str, token: str = TOKEN
+        self,
+        stub: WorkerServiceAsyncStub,
+        run_id: str,
+        task_id: str,
+        token: str = TOKEN,
+        node_id: str = "a",
     ) -> None:
-        self.stub, self.run_id, self.task_id = stub, run_id, task_id
+        self.stub, self.run_id, self.task_id, self.node_id = stub, run_id, task_id, node_id
         self.md = (("authorization", f"Bearer {token}"),)
         #: owner → the token of the lease it was granted last.
         self.tokens: dict[str, str] = {}
@@ -365,7 +370,7 @@ class RawWorker:
         request = pb.ReportTaskResultRequest(
             task_id=self.task_id,
             run_id=self.run_id,
-            node_id="a",
+            node_id=self.node_id,
             attempt=attempt,
             owner=owner,
             lease_token=token if token is not None else self.tokens.get(owner, "none"),

@@ -138,14 +138,10 @@ async def up(args: argparse.Namespace, state: Path) -> int:
 
 
 def tokens_of(service: str, env: dict[str, str]) -> dict[str, str]:
-    """The worker tokens a service gets: the built-in workers present a token of their
-    own, which the coordinator accepts for their queues only (http, python)."""
-    builtin = env["COMPOSER_BUILTIN_WORKER_TOKEN"]
+    """The built-in workers present a token of their own, which the coordinator
+    (COMPOSER_BUILTIN_WORKER_TOKEN) accepts for their queues only: http, python."""
     if service == "workers":
-        return {"COMPOSER_WORKER_TOKEN": builtin}
-    if service == "coordinator":
-        scoped = [env.get("COMPOSER_WORKER_TOKENS", ""), f"{builtin}:http|python"]
-        return {"COMPOSER_WORKER_TOKENS": ",".join(t for t in scoped if t)}
+        return {"COMPOSER_WORKER_TOKEN": env["COMPOSER_BUILTIN_WORKER_TOKEN"]}
     return {}
 
 

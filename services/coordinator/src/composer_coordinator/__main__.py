@@ -16,7 +16,9 @@ log = logging.getLogger("composer.coordinator")
 
 async def serve(settings: CoordinatorSettings) -> None:
     try:  # before connecting to anything: a bad token list is a configuration error
-        WorkerTokens.parse(settings.worker_token, settings.worker_tokens)
+        WorkerTokens.parse(
+            settings.worker_token, settings.worker_tokens, settings.builtin_worker_token
+        )
     except TokenConfigError as exc:
         raise StartupError(str(exc)) from exc
     async with serving(settings.runtime("coordinator", pool_size=settings.pool_size)) as rt:
@@ -33,6 +35,7 @@ async def serve(settings: CoordinatorSettings) -> None:
             address=settings.grpc_addr,
             token=settings.worker_token,
             tokens=settings.worker_tokens,
+            builtin_token=settings.builtin_worker_token,
             max_lease_seconds=settings.max_lease_seconds,
         )
         log.info("serving the worker protocol on %s (port %d)", settings.grpc_addr, port)

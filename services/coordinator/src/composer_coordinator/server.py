@@ -16,14 +16,16 @@ async def start_server(
     address: str,
     token: str = "",
     tokens: str = "",
+    builtin_token: str = "",
     max_lease_seconds: float = 300.0,
 ) -> tuple[grpc.aio.Server, int]:
     """Start serving; returns the server and the port bound (``address`` may use port 0).
 
     ``token`` is a worker token for every queue (COMPOSER_WORKER_TOKEN), ``tokens``
-    the tokens for some queues (COMPOSER_WORKER_TOKENS); TokenConfigError when
-    they cannot be read or there is none."""
-    worker_tokens = WorkerTokens.parse(token, tokens)
+    the tokens for some queues (COMPOSER_WORKER_TOKENS), ``builtin_token`` the
+    built-in workers' (COMPOSER_BUILTIN_WORKER_TOKEN); TokenConfigError when they
+    cannot be read or there is none."""
+    worker_tokens = WorkerTokens.parse(token, tokens, builtin_token)
     server = grpc.aio.server(interceptors=[TokenAuth(worker_tokens)])
     add_WorkerServiceServicer_to_server(
         WorkerService(engine, worker_tokens, max_lease_seconds=max_lease_seconds), server

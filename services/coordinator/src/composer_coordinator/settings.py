@@ -19,6 +19,9 @@ class CoordinatorSettings(ServerSettings):
     #: COMPOSER_WORKER_TOKENS="token:queue1|queue2,…": worker tokens that may serve only
     #: their queues (``token:*``: all); COMPOSER_WORKER_TOKEN is one for every queue.
     worker_tokens: str = ""
+    #: COMPOSER_BUILTIN_WORKER_TOKEN: the built-in workers' own token, for their queues
+    #: (http, python) only; they present it as their COMPOSER_WORKER_TOKEN.
+    builtin_worker_token: str = ""
     #: The longest lease a worker gets, whatever TTL it asks for: a worker that dies
     #: holding a lease delays its task at most this long.
     max_lease_seconds: float = 300.0

@@ -3,8 +3,8 @@
 ``COMPOSER_WORKER_TOKEN`` is a token for every queue (one fleet of trusted
 workers); ``COMPOSER_WORKER_TOKENS="token:queue1|queue2,…"`` names tokens that
 may serve only their queues (``token:*`` for all), so a team's workers cannot
-lease, renew or report another team's tasks, and the built-in workers
-(``http|python``) hold a token of their own. A token is compared in constant
+lease, renew or report another team's tasks; ``COMPOSER_BUILTIN_WORKER_TOKEN``
+is the built-in workers' own, for their queues (``http``, ``python``). A token is compared in constant
 time; what it covers is looked up afterwards.
 """
 
@@ -15,6 +15,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+#: The queues the built-in workers serve (services/workers).
+BUILT_IN_QUEUES = frozenset({"http", "python"})
 #: Queue names as definitions allow them (composer_core.model), or ``*``.
 _QUEUE = re.compile(r"[A-Za-z0-9_.\-]+|\*")
 
@@ -29,11 +31,19 @@ class WorkerTokens:
     scopes: Mapping[str, frozenset[str] | None]
 
     @classmethod
-    def parse(cls, all_queues: str = "", scoped: str = "") -> WorkerTokens:
-        """From COMPOSER_WORKER_TOKEN (``all_queues``) and COMPOSER_WORKER_TOKENS (``scoped``)."""
+    def parse(cls, all_queues: str = "", scoped: str = "", builtin: str = "") -> WorkerTokens:
+        """From COMPOSER_WORKER_TOKEN (``all_queues``), COMPOSER_WORKER_TOKENS (``scoped``)
+        and COMPOSER_BUILTIN_WORKER_TOKEN (``builtin``)."""
         scopes: dict[str, frozenset[str] | None] = {}
         if all_queues.strip():
             scopes[all_queues.strip()] = None
+        if builtin.strip():
+            if builtin.strip() in scopes:
+                raise TokenConfigError(
+                    "COMPOSER_BUILTIN_WORKER_TOKEN is COMPOSER_WORKER_TOKEN: give the built-in "
+                    "workers a token of their own"
+                )
+            scopes[builtin.strip()] = BUILT_IN_QUEUES
         for raw in scoped.split(","):
             entry = raw.strip()
             if not entry:
