@@ -98,6 +98,7 @@ async def test_a_copied_owner_name_can_neither_renew_nor_report(stack: Stack) ->
         assert again.granted and again.lease_token == granted.lease_token
         # ...but the owner's name, read from XINFO CONSUMERS, gets nothing
         assert not (await thief.lease("worker-1", claim="c-2")).granted
+        assert not (await thief.lease("worker-1", claim="")).granted
         assert not (await thief.renew("worker-1", token="guess")).ok
         assert not await thief.report("worker-1", output='{"n": 666}', token="guess")
         assert (await stack.tasks_of(started.run_id))["a"].state is TaskState.RUNNING

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from typing import Any
 
 import pytest
 
@@ -268,14 +269,21 @@ async def test_lease_is_granted_once_and_returns_the_input(conn: repo.Connection
     ref = await new_worker_task(conn, run_id, input={"n": 7})
     await repo.mark_published(conn, [], [ref])
 
-    lease = await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=30, token="tok")
-    other = await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w2", ttl=30, token="tok")
-    again = await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w1", ttl=30, token="tok")
+    def ask(owner: str, token: str, claim: str) -> Any:
+        return repo.acquire_lease(
+            conn, run_id, ref.task_id, 0, owner=owner, ttl=30, token=token, claim=claim
+        )
+
+    lease = await ask("w1", "tok-1", "claim-1")
+    other = await ask("w2", "tok-2", "claim-2")
+    same_name = await ask("w1", "tok-3", "claim-3")  # the owner's name is no secret
+    again = await ask("w1", "tok-4", "claim-1")  # the same request, its answer lost
 
     assert lease is not None and lease.input == {"n": 7} and lease.node_id == "a"
+    assert lease.token == "tok-1" and lease.workflow_version == 1
     assert lease.expires_at > dt.datetime.now(UTC)
-    assert other is None
-    assert again is not None  # a repeated request by the holder
+    assert other is None and same_name is None
+    assert again is not None and again.token == "tok-1"  # keeps the token it was given
     task = await task_row(conn, ref)
     assert (task.state, task.lease_owner) == (TaskState.RUNNING, "w1")
 

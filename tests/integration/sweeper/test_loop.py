@@ -81,8 +81,7 @@ async def publish(pool: repo.Pool) -> list[repo.OutboxMessage]:
     async with repo.transaction(pool) as conn:
         claimed = await repo.claim_outbox(conn, "dispatch")
         refs = [
-            repo.TaskRef(m.run_id, str(m.task_id), m.payload["node_id"], int(m.payload["attempt"]))
-            for m in claimed
+            repo.TaskRef(m.run_id, str(m.task_id), "", int(m.payload["attempt"])) for m in claimed
         ]
         await repo.mark_published(conn, [m.id for m in claimed], refs)
     return claimed

@@ -331,10 +331,12 @@ DELETE FROM outbox
 UPDATE task_instances t
    SET state = 'RUNNING', lease_owner = u.owner,
        lease_expires_at = statement_timestamp() + make_interval(secs => u.ttl),
-       lease_token = CASE WHEN t.state = 'RUNNING' AND t.lease_claim = u.claim
+       lease_token = CASE WHEN t.state = 'RUNNING' AND t.lease_owner = u.owner
+                               AND u.claim <> '' AND t.lease_claim = u.claim
                           THEN t.lease_token ELSE u.token END,
        lease_claim = u.claim,
-       started_at = CASE WHEN t.state = 'RUNNING' AND t.lease_claim = u.claim
+       started_at = CASE WHEN t.state = 'RUNNING' AND t.lease_owner = u.owner
+                              AND u.claim <> '' AND t.lease_claim = u.claim
                          THEN t.started_at ELSE now() END,
        updated_at = now()
   FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::float8[], $6::text[],
@@ -344,7 +346,7 @@ UPDATE task_instances t
  WHERE t.run_id = u.run_id AND t.id = u.id AND t.attempt = u.attempt AND r.id = u.run_id
    AND (t.state IN ('PENDING', 'QUEUED')
         OR (t.state = 'RUNNING'
-            AND ((t.lease_owner = u.owner AND t.lease_claim = u.claim)
+            AND ((t.lease_owner = u.owner AND u.claim <> '' AND t.lease_claim = u.claim)
                  OR t.lease_expires_at < statement_timestamp())))
    AND (u.queues IS NULL OR t.queue = ANY(string_to_array(u.queues, '|')))
 RETURNING t.run_id, t.id, t.attempt, t.node_id, t.node_type, t.queue, t.input,
