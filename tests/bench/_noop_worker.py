@@ -31,12 +31,14 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import grpc.aio
+import uvloop
 
 from composer_rpc.v1.worker_pb2_grpc import WorkerServiceStub
 from composer_sdk import TaskContext, Worker, WorkerConfig
 
 # The SDK's own client, given a stub on our channel (the parameter its tests use).
 from composer_sdk._client import CoordinatorClient
+from composer_service import ServiceSettings
 from composer_service.logs import setup_logging
 
 
@@ -145,8 +147,13 @@ async def serve(out: TextIO, rpc_path: Path, queues: list[str]) -> None:
 def main() -> int:
     out_path, queues = sys.argv[1], sys.argv[2].split(",")
     setup_logging("bench-worker", os.environ.get("COMPOSER_LOG_LEVEL", "INFO"), json_lines=False)
-    with open(out_path, "a", encoding="utf-8") as out:
-        asyncio.run(serve(out, Path(out_path + ".rpc.json"), queues))
+    # the event loop the services run on (COMPOSER_UVLOOP, as composer_service.run reads it)
+    loop_factory = uvloop.new_event_loop if ServiceSettings().uvloop else None
+    with (
+        open(out_path, "a", encoding="utf-8") as out,
+        asyncio.Runner(loop_factory=loop_factory) as runner,
+    ):
+        runner.run(serve(out, Path(out_path + ".rpc.json"), queues))
     return 0
 
 

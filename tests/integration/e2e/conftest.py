@@ -186,6 +186,7 @@ async def open_stack(
         for close in s._closers:
             await close()
         await server.stop(0)
+        await engine.aclose()
         await redis.drop(prefix)
         await redis.close()
         await pool.close()

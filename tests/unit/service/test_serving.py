@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
+import uvloop
 
 from composer_service import (
     RuntimeConfig,
@@ -168,3 +169,19 @@ def test_run_lets_any_other_error_through() -> None:
 
     with pytest.raises(ValueError, match="a bug"):
         run("test-service", crashes)
+
+
+def test_run_serves_on_uvloop_unless_composer_uvloop_says_false(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    on_uvloop: list[bool] = []
+
+    async def serves() -> None:
+        on_uvloop.append(isinstance(asyncio.get_running_loop(), uvloop.Loop))
+
+    monkeypatch.delenv("COMPOSER_UVLOOP", raising=False)
+    assert run("test-service", serves) == 0
+    monkeypatch.setenv("COMPOSER_UVLOOP", "false")
+    assert run("test-service", serves) == 0
+    assert run("test-service", serves, uvloop=True) == 0
+    assert on_uvloop == [True, False, True]

@@ -178,6 +178,14 @@ class Engine:
         #: Publishes each transaction's dispatches right after its commit.
         self._publish = None if redis is None else Publisher(pool, redis, redis_prefix, shards)
 
+    async def aclose(self) -> None:
+        """Delete now the outbox rows of the dispatches published so far (their deletion
+        is batched, off the callers' path: engine/_publish.py). Call it before closing
+        the pool; a row it misses is published again by the outbox-enqueuer (a
+        duplicate message, refused a second lease). The engine stays usable."""
+        if self._publish is not None:
+            await self._publish.aclose()
+
     # -- public inputs ---------------------------------------------------------
 
     async def start(

@@ -1,16 +1,20 @@
 """Publish after commit: the dispatches a transaction committed go to their streams
-right after the commit, in one pipeline, and their outbox rows are deleted.
+right after the commit, in one pipeline; their outbox rows are deleted a little
+later, off the caller's path, together with those of the commits around them.
 
 The outbox row, written in the transaction, stays the guarantee: if this
 process dies between the commit and the publish, or Redis is away, the row is
 still there and the outbox-enqueuer publishes it once it is older than its
 grace period. So a lost publish costs delay, never a task; a publish whose row
-deletion is lost costs a duplicate message, which the lease makes harmless
-(docs/architecture.md §4.3).
+deletion is late costs nothing (the enqueuer leaves a row alone for its grace
+period, seconds, and the deletion waits milliseconds), and one whose deletion
+is lost (a crash, a failed flush) costs a duplicate message, which the lease
+makes harmless (docs/architecture.md §4.3).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +23,11 @@ import composer_queue as cq
 import composer_repo as repo
 
 log = logging.getLogger("composer.engine")
+
+#: How long a published row waits for others before the deletion goes (seconds) …
+FLUSH_DELAY = 0.005
+#: … unless this many are waiting.
+FLUSH_ROWS = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,16 +40,40 @@ class Dispatched:
     fields: dict[str, str]
 
 
-@dataclass(frozen=True, slots=True)
 class Publisher:
-    pool: repo.Pool
-    queue: cq.Queue
-    prefix: str
-    shards: int
+    """Publishes committed dispatches and deletes their outbox rows in batches.
+
+    Why the deletion is not on the caller's path: it is a statement and a commit
+    of its own per transaction, paid before the worker's report is answered, for
+    a row that only matters if this process dies. Gathered across commits it is
+    one statement every ``flush_delay`` seconds (or ``flush_rows`` rows) at most.
+    """
+
+    def __init__(
+        self,
+        pool: repo.Pool,
+        queue: cq.Queue,
+        prefix: str,
+        shards: int,
+        *,
+        flush_delay: float = FLUSH_DELAY,
+        flush_rows: int = FLUSH_ROWS,
+    ) -> None:
+        self.pool = pool
+        self.queue = queue
+        self.prefix = prefix
+        self.shards = shards
+        self._flush_delay = flush_delay
+        self._flush_rows = flush_rows
+        #: Published, their rows not yet deleted.
+        self._published: list[Dispatched] = []
+        self._due = asyncio.Event()
+        #: Runs while deletions are pending, ends when none are (started by a publish).
+        self._flusher: asyncio.Task[None] | None = None
 
     async def __call__(self, dispatched: Sequence[Dispatched]) -> None:
-        """Publish ``dispatched`` and delete their outbox rows; a failure is logged and
-        left to the outbox-enqueuer, never raised (the transaction has committed)."""
+        """Publish ``dispatched`` and have their outbox rows deleted soon; a failure is
+        logged and left to the outbox-enqueuer, never raised (the transaction has committed)."""
         if not dispatched:
             return
         entries = [
@@ -57,16 +90,46 @@ class Publisher:
                 exc,
             )
             return
+        self._published.extend(dispatched)
+        if len(self._published) >= self._flush_rows:
+            self._due.set()
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._flush_while_pending(), name="outbox-flusher")
+
+    async def aclose(self) -> None:
+        """Delete the rows of everything published so far, now (a service stopping)."""
+        self._due.set()
+        if self._flusher is not None:
+            await asyncio.shield(self._flusher)
+
+    async def _flush_while_pending(self) -> None:
+        try:
+            while self._published:
+                if len(self._published) < self._flush_rows:
+                    wake = asyncio.get_running_loop().call_later(self._flush_delay, self._due.set)
+                    await self._due.wait()
+                    wake.cancel()
+                self._due.clear()
+                await self._flush()
+        finally:
+            self._flusher = None
+
+    async def _flush(self) -> None:
+        published, self._published = self._published, []
         try:
             async with repo.connection(self.pool) as conn:
                 await repo.mark_published(
-                    conn, [d.outbox_id for d in dispatched], [d.ref for d in dispatched]
+                    conn, [d.outbox_id for d in published], [d.ref for d in published]
                 )
         except repo.RepoError as exc:
             log.warning(
                 "deleting the outbox rows of %d published dispatch(es) failed (%s): the "
                 "outbox-enqueuer publishes them again after its grace period (a duplicate "
                 "message, refused a second lease)",
-                len(dispatched),
+                len(published),
                 exc,
+            )
+        except Exception:  # a bug; the rows stay for the enqueuer, and the flusher goes on
+            log.exception(
+                "deleting the outbox rows of %d published dispatch(es) failed", len(published)
             )

@@ -1,7 +1,8 @@
 """The transactional outbox: messages written with the state change they announce.
 
 The engine enqueues in the event's transaction and, right after the commit,
-publishes what was due at once and deletes those rows (``mark_published``).
+publishes what was due at once; it deletes those rows a few milliseconds later,
+many commits' at once (``mark_published``).
 What that missed (a crash between commit and publish, Redis away) and what is
 due later (a retry's backoff, a webhook) the outbox-enqueuer claims, publishes
 and deletes in one transaction of its own, so a crash before a delete means a
@@ -146,8 +147,8 @@ async def mark_published(
     """Dispatches were published: delete their outbox rows, mark their attempts
     QUEUED (those still PENDING), and return when the next dispatch is due for
     the enqueuer (None: none waiting; ``grace`` as for ``claim_outbox``), in one
-    round trip. The enqueuer runs it in its claiming transaction, a committer on
-    its own after the publish that follows its commit."""
+    round trip. The enqueuer runs it in its claiming transaction; the engine's
+    publisher on its own, for the publishes of many commits at once."""
     due: dt.datetime | None = await conn.fetchval(
         q("mark_published"),
         list(outbox_ids),

@@ -47,6 +47,9 @@ class ServiceSettings(BaseSettings):
     admin_host: str = "127.0.0.1"
     #: Where to push traces and metrics over OTLP/gRPC (e.g. http://otel-collector:4317); unset: nowhere.
     otlp_endpoint: str | None = None
+    #: Run the service on uvloop's event loop (less CPU per call than asyncio's own);
+    #: false: asyncio's (read by ``composer_service.run``).
+    uvloop: bool = True
 
     @property
     def json_logs(self) -> bool | None:

@@ -63,6 +63,7 @@ def create_app(
         app.router.add_route(route.method, route.path, guarded(route, authenticator), name=None)
     ui.add_routes(app)  # static files, not part of the API (nor of its OpenAPI document)
     app.cleanup_ctx.append(_waiters)
+    app.cleanup_ctx.append(_engine)
     if not authenticator.configured:
         log.warning("COMPOSER_API_TOKENS is empty: every /v1 request will be refused (401)")
     return app
@@ -156,6 +157,13 @@ async def problems_middleware(request: web.Request, handler: Handler) -> web.Str
         )
     finally:
         instruments().observe(request.method, route, status, time.perf_counter() - started)
+
+
+async def _engine(app: web.Application) -> AsyncIterator[None]:
+    """On shutdown, the outbox rows of what the engine published are deleted before
+    the pool (the caller's) closes."""
+    yield
+    await app[ENGINE].aclose()
 
 
 async def _waiters(app: web.Application) -> AsyncIterator[None]:

@@ -16,10 +16,11 @@ log = logging.getLogger("composer.sweeper")
 async def serve(settings: SweeperSettings) -> None:
     # One connection holds the singleton lock through a sweep; the rest apply events.
     async with serving(settings.runtime("lease-sweeper", pool_size=4)) as rt:
+        engine = Engine(
+            rt.pool, redis=rt.queue, redis_prefix=settings.redis_prefix, shards=settings.shards
+        )
         sweeper = Sweeper(
-            Engine(
-                rt.pool, redis=rt.queue, redis_prefix=settings.redis_prefix, shards=settings.shards
-            ),
+            engine,
             rt.queue,
             prefix=settings.redis_prefix,
             shards=settings.shards,
@@ -36,7 +37,10 @@ async def serve(settings: SweeperSettings) -> None:
             settings.sweeper_lost_after_seconds,
             settings.sweeper_max_deliveries,
         )
-        await sweeper.run(rt.stop)
+        try:
+            await sweeper.run(rt.stop)
+        finally:
+            await engine.aclose()
         log.info("stopped after %d sweep(s): %s", sweeper.sweeps, sweeper.totals)
 
 

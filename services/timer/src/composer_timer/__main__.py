@@ -15,10 +15,11 @@ log = logging.getLogger("composer.timer")
 
 async def serve(settings: TimerSettings) -> None:
     async with serving(settings.runtime("timer", pool_size=settings.timer_concurrency + 2)) as rt:
+        engine = Engine(
+            rt.pool, redis=rt.queue, redis_prefix=settings.redis_prefix, shards=settings.shards
+        )
         timer = Timer(
-            Engine(
-                rt.pool, redis=rt.queue, redis_prefix=settings.redis_prefix, shards=settings.shards
-            ),
+            engine,
             rt.queue,
             prefix=settings.redis_prefix,
             batch_size=settings.timer_batch_size,
@@ -31,7 +32,10 @@ async def serve(settings: TimerSettings) -> None:
             settings.timer_batch_size,
             settings.timer_concurrency,
         )
-        await timer.run(rt.stop)
+        try:
+            await timer.run(rt.stop)
+        finally:
+            await engine.aclose()
         log.info("stopped after firing %d timer(s)", timer.fired)
 
 
