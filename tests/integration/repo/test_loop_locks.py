@@ -109,6 +109,36 @@ async def test_singleton_is_held_by_one_session_at_a_time(database_url: str) -> 
     assert after is True
 
 
+async def test_a_singleton_whose_session_died_keeps_the_blocks_own_error(
+    database_url: str, conn: repo.Connection
+) -> None:
+    """Found by the chaos suite: a database restart mid-sweep made the unlock fail, and
+    its error replaced the sweep's own and ended the process."""
+
+    class SweepFailed(Exception):
+        pass
+
+    pool = await repo.create_pool(database_url, min_size=1, max_size=2)
+
+    async def sweep() -> None:
+        async with repo.singleton(pool, "dying-loop") as held:
+            assert held
+            await conn.execute(  # the lock's session dies (this test's database only)
+                "SELECT pg_terminate_backend(pid) FROM pg_locks"
+                " WHERE locktype = 'advisory' AND pid <> pg_backend_pid()"
+                " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            )
+            raise SweepFailed("the sweep's own error")
+
+    try:
+        with pytest.raises(SweepFailed):
+            await sweep()
+        async with repo.singleton(pool, "dying-loop") as again:
+            assert again  # the lock went with the session
+    finally:
+        await pool.close()
+
+
 async def test_task_attempts_reports_state_and_attempt_by_task(conn: repo.Connection) -> None:
     run_id = await new_run(conn)
     queued = await new_worker_task(conn, run_id, "q")

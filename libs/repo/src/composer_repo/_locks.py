@@ -9,6 +9,7 @@ reset connections, so the block's end always unlocks (or ends the session).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -33,6 +34,7 @@ async def singleton(pool: Pool, name: str) -> AsyncIterator[bool]:
         asked = True
         yield held
     finally:
+        ended = False
         try:
             if not asked:
                 # cut short inside the lock's statement: it may have left a transaction
@@ -42,9 +44,20 @@ async def singleton(pool: Pool, name: str) -> AsyncIterator[bool]:
                 # the pool does not reset connections (create_pool): unlock before release
                 with translate_errors():
                     await conn.fetchval(q("advisory_unlock"), name)
+        except Exception:
+            # The connection was lost (a database restart; asyncpg may have taken it
+            # back already): the session ended and freed the lock, and the block's own
+            # outcome (its error, if any) stands.
+            with contextlib.suppress(Exception):
+                conn.terminate()
+            ended = True
         except BaseException:
             conn.terminate()  # the session ends, and its lock with it
             raise
         finally:
-            with translate_errors():
-                await pool.release(conn)
+            try:
+                with translate_errors():
+                    await pool.release(conn)
+            except Exception:
+                if not ended:
+                    raise

@@ -42,6 +42,7 @@ async def serve(settings: CoordinatorSettings) -> None:
         await rt.stop.wait()
         log.info("stopping: draining in-flight calls for up to %.0fs", settings.drain_seconds)
         await server.stop(settings.drain_seconds)
+        await engine.aclose()  # the outbox rows of what was published, deleted
 
 
 def main() -> int:
