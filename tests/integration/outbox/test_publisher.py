@@ -47,7 +47,7 @@ async def committed(pool: repo.Pool, runs: int) -> tuple[list[str], list[Dispatc
         Dispatched(
             m.id,
             "q",
-            repo.TaskRef(m.run_id, str(m.task_id), m.payload["node_id"], int(m.payload["attempt"])),
+            repo.TaskRef(m.run_id, str(m.task_id), "", int(m.payload["attempt"])),
             dict(m.payload),
         )
         for m in claimed
