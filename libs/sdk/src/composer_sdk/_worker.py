@@ -31,13 +31,14 @@ import signal
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
 import composer_queue as cq
+from composer_common.batching import Batcher
 from composer_common.logs import alert, log_context
 from composer_common.telemetry import extract, tracer
 from composer_sdk._client import Coordinator, CoordinatorClient, Lease
@@ -103,6 +104,11 @@ class Worker:
                 f"({config.concurrency})"
             )
         self._messages = asyncio.Semaphore(self.prefetch)
+        #: Acknowledgements of many tasks go to Redis together: one MULTI of XACK and
+        #: XDEL per stream for all that finished while the last one was in flight.
+        self._acks: Batcher[tuple[str, str], None] = Batcher(
+            self._ack_batch, max_size=512, max_in_flight=1, name="acks"
+        )
         self._given_queue = queue
         self._given_coordinator = coordinator
         self._queue: cq.Queue | None = queue
@@ -545,27 +551,31 @@ class Worker:
             )
 
     async def _ack(self, entry: cq.Entry) -> None:
+        """Acknowledge ``entry`` in the next batch of acknowledgements."""
+        await self._acks.submit(entry.ref)
+
+    async def _ack_batch(self, refs: Sequence[tuple[str, str]]) -> list[None]:
         assert self._queue is not None
         backoff = cq.Backoff(0.1, 2.0)
         for _ in range(20):
             try:
-                await self._queue.ack([entry.ref])
-                return
+                await self._queue.ack(refs)
+                return [None] * len(refs)
             except cq.QueueUnavailable as exc:
                 delay = backoff.next()
                 log.warning(
-                    "acknowledging %s on %s failed: %s; retrying in %.1fs",
-                    entry.entry_id,
-                    entry.stream,
+                    "acknowledging %d entries failed: %s; retrying in %.1fs",
+                    len(refs),
                     exc,
                     delay,
                 )
                 await asyncio.sleep(delay)
         log.warning(
-            "gave up acknowledging %s on %s: the sweeper will find its task finished",
-            entry.entry_id,
-            entry.stream,
+            "gave up acknowledging %d entries (%s, …): the sweeper will find their tasks finished",
+            len(refs),
+            " ".join(f"{stream} {entry_id}" for stream, entry_id in refs[:3]),
         )
+        return [None] * len(refs)
 
 
 @dataclass(frozen=True, slots=True)
