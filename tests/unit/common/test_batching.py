@@ -98,3 +98,35 @@ async def test_several_batches_may_be_in_flight() -> None:
 def test_bounds_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_size"):
         Batcher(Recorder(), max_size=0)
+
+
+async def test_items_of_one_key_are_never_in_two_batches_at_once() -> None:
+    """The coordinator's reports, keyed by run: a batch in flight holds a run, and that
+    run's next reports wait for it, in order, while other runs' go ahead."""
+    in_flight: list[set[str]] = []
+    seen: list[list[tuple[str, int]]] = []
+    release = asyncio.Event()
+
+    async def run(items: Sequence[tuple[str, int]]) -> list[int]:
+        keys = {k for k, _ in items}
+        assert all(not keys & other for other in in_flight), "a key in two batches at once"
+        in_flight.append(keys)
+        seen.append(list(items))
+        await release.wait()
+        in_flight.remove(keys)
+        return [n for _, n in items]
+
+    batcher: Batcher[tuple[str, int], int] = Batcher(run, max_in_flight=2, key=lambda item: item[0])
+
+    async def settle() -> None:  # let every ready task run (no time passes)
+        for _ in range(10):
+            await asyncio.sleep(0)
+
+    first = asyncio.ensure_future(batcher.submit(("a", 1)))
+    await settle()  # the first batch is in flight, holding "a"
+    rest = [asyncio.ensure_future(batcher.submit(item)) for item in [("a", 2), ("b", 1), ("a", 3)]]
+    await settle()
+    assert seen == [[("a", 1)], [("b", 1)]]  # "b" went ahead; "a" waits, in order
+    release.set()
+    assert await asyncio.gather(first, *rest) == [1, 2, 1, 3]
+    assert seen[2:] == [[("a", 2), ("a", 3)]]

@@ -8,12 +8,18 @@ up to ``max_in_flight`` batches are running, new requests wait and go together
 in the next, up to ``max_size`` of them (docs/architecture.md §3.1). Each
 request gets its own answer or its own error. The coordinator batches its
 transactions with it, the worker SDK its calls to the coordinator.
+
+With a ``key`` (the coordinator's reports: their run), an item whose key is in
+a batch in flight waits for that batch to end: two batches in flight never
+hold items of one key, so they never queue on each other's row locks, and the
+items of a key apply in the order they came.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Generic, TypeVar
 
 I = TypeVar("I")  # noqa: E741 - the item type
@@ -28,6 +34,7 @@ class Batcher(Generic[I, R]):
         max_size: int = 256,
         max_in_flight: int = 1,
         name: str = "batch",
+        key: Callable[[I], Hashable] | None = None,
     ) -> None:
         if max_size < 1 or max_in_flight < 1:
             raise ValueError(
@@ -38,6 +45,9 @@ class Batcher(Generic[I, R]):
         self._max_size = max_size
         self._max_in_flight = max_in_flight
         self._name = name
+        self._key = key
+        #: The keys of the items in the batches in flight (with ``key``).
+        self._busy: Counter[Hashable] = Counter()
         self._waiting: list[tuple[I, asyncio.Future[R]]] = []
         self._in_flight = 0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -54,12 +64,30 @@ class Batcher(Generic[I, R]):
 
     def _start(self) -> None:
         while self._waiting and self._in_flight < self._max_in_flight:
-            batch = self._waiting[: self._max_size]
-            del self._waiting[: self._max_size]
+            batch = self._next_batch()
+            if not batch:  # every waiting item's key is in flight: the end of one starts it
+                return
             self._in_flight += 1
             task = asyncio.create_task(self._apply(batch), name=f"{self._name}:{len(batch)}")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def _next_batch(self) -> list[tuple[I, asyncio.Future[R]]]:
+        """The next batch, taken off the waiting list; with ``key``, only items whose
+        key no batch in flight holds (the others keep their places)."""
+        if self._key is None:
+            batch = self._waiting[: self._max_size]
+            del self._waiting[: self._max_size]
+            return batch
+        batch, left = [], []
+        for waiting in self._waiting:
+            if len(batch) < self._max_size and self._key(waiting[0]) not in self._busy:
+                batch.append(waiting)
+            else:
+                left.append(waiting)
+        self._waiting = left
+        self._busy.update(self._key(item) for item, _ in batch)
+        return batch
 
     async def _apply(self, batch: list[tuple[I, asyncio.Future[R]]]) -> None:
         answers: Sequence[R | BaseException]
@@ -75,6 +103,9 @@ class Batcher(Generic[I, R]):
             answers = [exc] * len(batch)
         finally:
             self._in_flight -= 1
+            if self._key is not None:
+                self._busy.subtract(self._key(item) for item, _ in batch)
+                self._busy += Counter()  # drops the keys down to zero
             self.batches += 1
             self.items += len(batch)
         for (_, future), answer in zip(batch, answers, strict=True):

@@ -162,6 +162,8 @@ class Engine:
             max_size=batch_size,
             max_in_flight=batches_in_flight,
             name="reports",
+            # a run's reports never in two batches at once: they would queue on its lock
+            key=lambda report: report.run_id,
         )
         self._leases: Batcher[repo.LeaseRequest, LeaseGrant] = Batcher(
             self.acquire_leases,
