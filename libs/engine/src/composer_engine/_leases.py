@@ -95,8 +95,8 @@ async def grant_leases(
     answers: list[LeaseGrant | EngineError] = []
     for request, lease in zip(requests, leases, strict=True):
         if lease is None:
-            queue = queues.get((request.run_id, request.task_id), "")
-            if request.queues is not None and queue != "" and queue not in request.queues:
+            queue = queues.get((request.run_id, request.task_id))
+            if request.queues is not None and queue and queue not in request.queues:
                 answers.append(Forbidden(_not_covered(queue)))
             else:
                 answers.append(LeaseGrant(False, NOT_GRANTED))
