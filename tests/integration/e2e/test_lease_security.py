@@ -101,6 +101,7 @@ async def test_a_copied_owner_name_can_neither_renew_nor_report(stack: Stack) ->
         assert not (await thief.lease("worker-1", claim="")).granted
         assert not (await thief.renew("worker-1", token="guess")).ok
         assert not await thief.report("worker-1", output='{"n": 666}', token="guess")
+        assert not await thief.report("worker-1", token="ключ")  # any text: just not the token
         assert (await stack.tasks_of(started.run_id))["a"].state is TaskState.RUNNING
         assert (await worker.renew("worker-1")).ok
         assert await worker.report("worker-1", output='{"n": 1}')

@@ -65,7 +65,7 @@ class Reporter:
         if (
             holder is None
             or holder.token is None
-            or not secrets.compare_digest(holder.token, self.token)
+            or not secrets.compare_digest(holder.token.encode(), self.token.encode())
         ):
             who = self.owner or "the reporter"
             return f"{who} does not hold the lease of {node_id} attempt {attempt}"
