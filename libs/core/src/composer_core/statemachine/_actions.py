@@ -32,15 +32,15 @@ class CreateTask:
 
 @dataclass(frozen=True, slots=True)
 class DispatchTask:
-    """Send the first attempt of a new PENDING task to its queue, no earlier than ``not_before``."""
+    """Send the first attempt of a new PENDING task to its queue, no earlier than
+    ``not_before``. The message names the attempt only: the worker gets the input
+    (stored by CreateTask) and the node's timeout with its lease."""
 
     task_id: str
     node_id: str
     node_type: NodeType
     queue: str
     not_before: dt.datetime
-    input: Json = None
-    timeout_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +76,6 @@ class RetryTask:
     queue: str
     not_before: dt.datetime
     error_code: str | None = None
-    timeout_seconds: float | None = None
 
     @property
     def next_attempt(self) -> int:

@@ -308,7 +308,6 @@ class Machine:
                 queue=self._queue(node),
                 not_before=self._now + dt.timedelta(seconds=delay),
                 error_code=event.error_code,
-                timeout_seconds=node.timeout_seconds,
             )
         )
 
@@ -545,8 +544,6 @@ class Machine:
                 node_type=node.type,
                 queue=self._queue(node),
                 not_before=self._now,
-                input=node_input,
-                timeout_seconds=node.timeout_seconds,
             )
         )
 
