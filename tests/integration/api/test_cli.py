@@ -105,8 +105,15 @@ async def test_signal_cancel_and_a_failed_wait(live: Live, tmp_path: Path) -> No
     assert applied.exit_code == 0, applied.output
 
     first = (await composer(live, "start", "cli-waits")).output.split()[1]
-    signalled = await composer(live, "signal", first, "paid", "--data", '{"amount": 3}')
+    signalled = await composer(
+        live, "signal", first, "paid", "--data", '{"amount": 3}', "--idempotency-key", "p1"
+    )
     assert signalled.exit_code == 0 and "delivered" in signalled.output
+    # the same request again (its answer lost): answered as the first, changing nothing
+    again = await composer(
+        live, "signal", first, "paid", "--data", '{"amount": 3}', "--idempotency-key", "p1"
+    )
+    assert again.exit_code == 0 and "delivered" in again.output
     watched = await composer(live, "watch", first)
     assert watched.exit_code == 0 and "SUCCEEDED" in watched.output
 
@@ -117,7 +124,9 @@ async def test_signal_cancel_and_a_failed_wait(live: Live, tmp_path: Path) -> No
     assert cancelled.exit_code == 0 and "CANCELLED" in cancelled.output
     watched = await composer(live, "watch", second)
     assert watched.exit_code == 1 and "changed my mind" in watched.output
-    finished = await composer(live, "cancel", second)
+    twice = await composer(live, "cancel", second)  # answered as the first cancel was
+    assert twice.exit_code == 0 and "CANCELLED" in twice.output
+    finished = await composer(live, "cancel", first)  # SUCCEEDED: too late to cancel
     assert finished.exit_code == 1 and "HTTP 409" in finished.output
 
 

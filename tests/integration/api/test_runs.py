@@ -182,6 +182,47 @@ async def test_signal_buffered_then_delivered(gateway: Gateway) -> None:
     assert bad_payload.status == 400
 
 
+async def test_a_signal_sent_again_with_its_idempotency_key_takes_effect_once(
+    gateway: Gateway,
+) -> None:
+    await deploy(
+        gateway,
+        {
+            "id": "two-waits",
+            "nodes": [
+                {"id": "w1", "type": "WAIT_FOR_EVENT", "spec": {"event": "go"}},
+                {"id": "w2", "type": "WAIT_FOR_EVENT", "spec": {"event": "go"}},
+            ],
+            "edges": [{"from": "w1", "to": "w2"}],
+        },
+    )
+    _, body = await start(gateway, workflow_id="two-waits")
+    run_id = body["run_id"]
+
+    async def send(key: str, name: str = "go") -> Any:
+        return await gateway.call(
+            "POST",
+            f"/v1/runs/{run_id}/signals/{name}",
+            role="operator",
+            json={"k": key},
+            headers={"Idempotency-Key": key},
+        )
+
+    first, again = await send("pay-1"), await send("pay-1")
+    assert (first.status, first.body) == (200, {"delivered": True})
+    assert (again.status, again.body) == (200, {"delivered": True})  # as the first answered
+    run = await gateway.call("GET", f"/v1/runs/{run_id}", role="viewer")
+    states = {t["node_id"]: t["state"] for t in run.body["tasks"]}
+    assert states == {"w1": "COMPLETED", "w2": "WAITING"}  # one node took it, once
+
+    other_name = await send("pay-1", "stop")
+    assert other_name.status == 409 and "pay-1" in other_name.body["detail"]
+    second = await send("pay-2")  # a new key is a new signal
+    assert (second.status, second.body) == (200, {"delivered": True})
+    run = await gateway.call("GET", f"/v1/runs/{run_id}", role="viewer")
+    assert run.body["status"] == "SUCCEEDED"
+
+
 async def test_cancel_then_retry_from_a_node(gateway: Gateway) -> None:
     await deploy(gateway, queued_workflow())
     _, body = await start(gateway, workflow_id="queued", input={"n": 1})
@@ -197,7 +238,8 @@ async def test_cancel_then_retry_from_a_node(gateway: Gateway) -> None:
     assert cancelled.status == 200, cancelled.body
     assert cancelled.body["status"] == "CANCELLED" and "enough" in (cancelled.body["error"] or "")
     again = await gateway.call("POST", f"/v1/runs/{run_id}/cancel", role="operator")
-    assert again.status == 409
+    # sent again (its answer lost, say): answered as the first cancel was
+    assert (again.status, again.body["status"]) == (200, "CANCELLED"), again.body
 
     unknown_node = await gateway.call(
         "POST", f"/v1/runs/{run_id}/retry", role="operator", json={"from_node": "nope"}

@@ -101,6 +101,7 @@ async def test_dropping_expired_months_keeps_one_with_an_active_run(pconn: repo.
 
     done = uuid7(finished_month + dt.timedelta(days=3))
     await repo.insert_run(pconn, done, workflow_id="wf", version=version, idempotency_key="k-old")
+    await repo.record_signal_key(pconn, done, "s-old", name="go", delivered=True)
     await repo.finish_run(pconn, done, RunStatus.SUCCEEDED)
     active = uuid7(active_month + dt.timedelta(days=3))
     await repo.insert_run(pconn, active, workflow_id="wf", version=version)
@@ -125,6 +126,7 @@ async def test_dropping_expired_months_keeps_one_with_an_active_run(pconn: repo.
         pconn, uuid7(), workflow_id="wf", version=version, idempotency_key="k-old"
     )
     assert again.created
+    assert await repo.signal_key(pconn, done, "s-old") is None  # signal keys went too
 
     # Once the run finishes, its month goes too.
     await repo.finish_run(pconn, active, RunStatus.FAILED, error="x")

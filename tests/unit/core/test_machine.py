@@ -686,7 +686,16 @@ def test_cancel_fails_active_tasks_and_ignores_late_reports() -> None:
     a = h.run.nodes["a"]
     assert (h.apply(NodeCompleted(a.task_id, "a", 0, {}))).ignored
     assert (h.fire("w")).ignored
-    with pytest.raises(RunFinished):
+    again = h.cancel("asked twice")  # a cancel sent again answers as the first did
+    assert again.ignored and not again.actions
+
+
+def test_a_finished_run_cannot_be_cancelled() -> None:
+    h = Harness(make_dag([task("a")]))
+    h.start()
+    h.complete("a", {})
+    assert h.run.status is RunStatus.SUCCEEDED
+    with pytest.raises(RunFinished, match="already SUCCEEDED"):
         h.cancel()
 
 

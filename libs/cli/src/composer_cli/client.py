@@ -65,10 +65,13 @@ class ApiClient:
         params: dict[str, Any] | None = None,
         timeout: float | None = None,
         ok: tuple[int, ...] = (200, 201),
+        headers: dict[str, str] | None = None,
     ) -> Answer:
         """Send one request; return the answer when its status is in ``ok``, else raise CliError."""
-        headers = {"Content-Type": content_type} if content_type else None
-        kwargs: dict[str, Any] = {"params": params, "headers": headers}
+        sent = dict(headers or {})
+        if content_type:
+            sent["Content-Type"] = content_type
+        kwargs: dict[str, Any] = {"params": params, "headers": sent or None}
         if timeout is not None:
             kwargs["timeout"] = timeout
         if content is not None:

@@ -239,6 +239,13 @@ def signal(
     run: Annotated[str, typer.Argument(help="the run id")],
     name: Annotated[str, typer.Argument(help="the signal (a WAIT_FOR_EVENT node's event)")],
     data: JsonOption = None,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(
+            "--idempotency-key",
+            help="sent again with the same key (after a lost answer), the signal changes nothing",
+        ),
+    ] = None,
 ) -> None:
     """Send a signal with an optional JSON payload."""
     payload = read_json(data, "--data")
@@ -250,6 +257,7 @@ def signal(
             f"/v1/runs/{run}/signals/{name}",
             content=content,
             content_type="application/json",
+            headers={"Idempotency-Key": idempotency_key} if idempotency_key else None,
         )
         .body
     )

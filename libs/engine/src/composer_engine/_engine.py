@@ -360,10 +360,14 @@ class Engine:
                 results[i] = transition.ignored is None
 
         try:
-            async with repo.transaction(self.pool) as conn:
-                tx = Tx(conn)
-                await apply(tx)
-                await tx.writes.flush(tx)
+            try:
+                async with repo.tracked_transaction(self.pool) as conn:
+                    tx = Tx(conn)
+                    await apply(tx)
+                    await tx.writes.flush(tx)
+            except repo.CommitUnknown as exc:
+                if not await committed(self.pool, exc, attempts=self._attempts):
+                    raise
         except Exception as exc:
             log.warning(
                 "a group commit of %d report(s) failed (%s: %s): applying them one at a time",
@@ -484,10 +488,37 @@ class Engine:
 
         return await self._in_tx(attempt_tx)
 
-    async def signal(self, run_id: str, name: str, payload: Json = None) -> bool:
-        """Send a signal; True if a waiting node took it, False if it was buffered."""
-        tr = await self.handle(run_id, SignalReceived(name, payload))
-        return tr.signal_delivered
+    async def signal(
+        self, run_id: str, name: str, payload: Json = None, *, idempotency_key: str | None = None
+    ) -> bool:
+        """Send a signal; True if a waiting node took it, False if it was buffered.
+
+        A repeated ``idempotency_key`` (a client sending again a request whose answer
+        it lost) changes nothing and answers as the first request did; the same key
+        for another signal name is a Conflict."""
+        if idempotency_key is None:
+            tr = await self.handle(run_id, SignalReceived(name, payload))
+            return tr.signal_delivered
+
+        async def attempt(tx: Tx) -> bool:
+            locked = await repo.load_run(tx.conn, run_id)
+            seen = await repo.signal_key(tx.conn, run_id, idempotency_key)
+            if seen is not None:
+                first_name, delivered = seen
+                if first_name != name:
+                    raise Conflict(
+                        f"Idempotency-Key {idempotency_key!r} was used for signal "
+                        f"{first_name!r} of this run, not {name!r}: use a new key"
+                    )
+                return delivered
+            dag = await self.definitions.get(tx.conn, locked.run.workflow_id, locked.run.version)
+            tr = await self._decide(tx, dag, locked, SignalReceived(name, payload))
+            await repo.record_signal_key(
+                tx.conn, run_id, idempotency_key, name=name, delivered=tr.signal_delivered
+            )
+            return tr.signal_delivered
+
+        return await self._in_tx(attempt)
 
     async def cancel(self, run_id: str, reason: str = "") -> None:
         await self.handle(run_id, RunCancelled(reason))
@@ -745,15 +776,19 @@ async def in_transaction(
     if attempts < 1:
         raise ValueError(f"attempts must be at least 1, not {attempts}")
     backoff = cq.Backoff(first_delay, 1.0)
-    borrow = repo.connection if single_statement else repo.transaction
+    borrow = repo.connection if single_statement else repo.tracked_transaction
     stale = 0
     for attempt in range(1, attempts + 1):
         tx: Tx | None = None
         try:
-            async with borrow(pool) as conn:
-                tx = Tx(conn)
-                result = await fn(tx)
-                await tx.writes.flush(tx)
+            try:
+                async with borrow(pool) as conn:
+                    tx = Tx(conn)
+                    result = await fn(tx)
+                    await tx.writes.flush(tx)
+            except repo.CommitUnknown as exc:
+                if not await committed(pool, exc, attempts=attempts):
+                    raise
             if publish is not None and tx.dispatched:
                 await publish(tx.dispatched)
             await tx.run_after_commit()
@@ -782,6 +817,35 @@ async def in_transaction(
         except Exception as exc:  # a bug, here or below: say so once, never retry it
             raise _internal(tx, f"{type(exc).__name__}: {exc}") from exc
     raise Unavailable(f"gave up after {attempts} attempts")  # pragma: no cover
+
+
+async def committed(pool: repo.Pool, lost: repo.CommitUnknown, *, attempts: int) -> bool:
+    """Whether the transaction whose COMMIT answer was lost committed after all.
+
+    Why: applying its event again blind would apply it twice — one signal would
+    complete two WAIT_FOR_EVENT nodes, a start would find its own run and answer
+    409. Committed: the caller goes on as after a commit it saw (publish, hooks,
+    answer). Raises Unavailable when the database cannot say within ``attempts``
+    tries: the outcome is unknown, and the caller must not be told it failed."""
+    backoff = cq.Backoff(0.05, 1.0)
+    for attempt in range(1, attempts + 1):
+        try:
+            status = await repo.commit_status(pool, lost.xid, lost.backend_pid)
+        except repo.Transient as exc:
+            if attempt == attempts:
+                raise Unavailable(
+                    f"the outcome of a commit is unknown ({lost}); the database could not "
+                    f"be asked after {attempt} attempts: {exc}; look before trying again"
+                ) from exc
+            await asyncio.sleep(backoff.next())
+            continue
+        log.warning(
+            "the connection was lost during COMMIT of transaction %s: it %s",
+            lost.xid,
+            "committed" if status == "committed" else "was rolled back; applying it again",
+        )
+        return status == "committed"
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _internal(tx: Tx | None, problem: str) -> Internal:

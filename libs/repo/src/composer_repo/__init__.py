@@ -39,6 +39,7 @@ from composer_repo._errors import (
     RunAlreadyExists,
     SchemaError,
     SchemaOutdated,
+    CommitUnknown,
     Transient,
 )
 from composer_repo._locks import singleton
@@ -48,6 +49,7 @@ from composer_repo._loops import (
     lock_expired_lease,
     lost_dispatches,
     next_wake_at,
+    park_wait,
     redispatch_task,
     task_attempts,
 )
@@ -118,7 +120,14 @@ from composer_repo._runs import (
     try_load_run,
     uuid7_bound,
 )
-from composer_repo._signals import buffer_signal, consume_signal, pending_signals, run_signals
+from composer_repo._signals import (
+    buffer_signal,
+    consume_signal,
+    pending_signals,
+    record_signal_key,
+    run_signals,
+    signal_key,
+)
 from composer_repo._tasks import (
     LeaseRequest,
     acquire_lease,
@@ -136,7 +145,14 @@ from composer_repo._tasks import (
     resolve_wait,
     task_queues,
 )
-from composer_repo._tx import check_ready, connection, transaction
+from composer_repo._tx import (
+    CommitStatus,
+    check_ready,
+    commit_status,
+    connection,
+    tracked_transaction,
+    transaction,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -178,7 +194,11 @@ __all__ = [
     "TaskAttempt",
     "TaskRecord",
     "TaskRef",
+    "CommitStatus",
+    "CommitUnknown",
     "Transient",
+    "commit_status",
+    "tracked_transaction",
     "WorkflowSummary",
     "acquire_lease",
     "acquire_leases",
@@ -234,6 +254,7 @@ __all__ = [
     "migrate",
     "next_outbox_due",
     "next_wake_at",
+    "park_wait",
     "outbox_size",
     "pending_signals",
     "postpone_outbox",
@@ -244,7 +265,9 @@ __all__ = [
     "requeue_task",
     "require_schema",
     "resolve_wait",
+    "record_signal_key",
     "run_signals",
+    "signal_key",
     "schema_version",
     "singleton",
     "task_attempts",

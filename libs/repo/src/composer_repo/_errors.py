@@ -9,7 +9,9 @@ The hierarchy, so callers can catch at the depth they need::
     ├── Invalid                the request cannot be stored as given     (API: 400)
     │   └── NoPartition        the run id's month has no partition yet (or any more)
     ├── Transient              connection lost, deadlock, serialization failure:
-    │                          roll back and apply the whole event again
+    │   │                      roll back and apply the whole event again
+    │   └── CommitUnknown      the connection was lost while COMMIT was in flight:
+    │                          ask ``commit_status`` before applying it again
     └── SchemaError            the database schema is not what this code needs
         ├── SchemaOutdated     behind the code: run ``make migrate``
         └── MigrationError     a migration file is malformed, changed after it was
@@ -73,6 +75,21 @@ class Transient(RepoError):
     """The database could not complete the work now; the same work may succeed later."""
 
     retryable = True
+
+
+class CommitUnknown(Transient):
+    """The connection was lost while COMMIT was in flight: the transaction may have
+    committed. Applying its work again blind could apply it twice (one signal
+    completing two nodes); ``commit_status(pool, exc.xid, exc.backend_pid)`` says
+    which it was. Only raised for a transaction that wrote something (one that did
+    not has an outcome nobody needs: it is a plain Transient)."""
+
+    def __init__(self, message: str, *, xid: str, backend_pid: int) -> None:
+        super().__init__(message)
+        #: The transaction's id (xid8, as text): what ``pg_xact_status`` takes.
+        self.xid = xid
+        #: The server process that ran it, which may still hold it open.
+        self.backend_pid = backend_pid
 
 
 class SchemaError(RepoError):

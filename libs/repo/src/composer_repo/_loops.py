@@ -33,6 +33,13 @@ async def due_waits(
 
 
 @translated
+async def park_wait(conn: Connection, run_id: str, task_id: str, *, until: dt.datetime) -> bool:
+    """Move a WAITING task's timer to ``until``: a wait that cannot be fired now stops
+    coming back in every batch of due waits. False when it is no longer waiting."""
+    return await conn.fetchval(q("park_wait"), run_id, task_id, until) is not None
+
+
+@translated
 async def next_wake_at(conn: Connection) -> dt.datetime | None:
     """The earliest pending timer (None: no timers): how long the timer loop may sleep."""
     wake: dt.datetime | None = await conn.fetchval(q("next_wake_at"))

@@ -47,3 +47,21 @@ async def run_signals(conn: Connection, run_id: str) -> list[BufferedSignal]:
         )
         for r in rows
     ]
+
+
+@translated
+async def signal_key(conn: Connection, run_id: str, key: str) -> tuple[str, bool] | None:
+    """The signal (name, delivered) applied to the run under Idempotency-Key ``key``;
+    None when the key is new. Read under the run's lock, so two requests with one key
+    cannot both find it new."""
+    row = await conn.fetchrow(q("signal_key"), run_id, key)
+    return None if row is None else (row["name"], row["delivered"])
+
+
+@translated
+async def record_signal_key(
+    conn: Connection, run_id: str, key: str, *, name: str, delivered: bool
+) -> None:
+    """Remember, in the signal's transaction, that ``key`` sent signal ``name`` (and
+    whether a waiting node took it), so a repeat of the request answers the same."""
+    await conn.execute(q("record_signal_key"), run_id, key, name, delivered)

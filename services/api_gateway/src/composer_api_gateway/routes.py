@@ -186,7 +186,9 @@ ROUTES: tuple[Route, ...] = (
         body="payload",
         errors=(400, 404, 409, 413, 503),
         description="The body (any JSON, or empty) is the signal's payload. delivered=false: "
-        "no node waits for it yet and it is buffered. A finished run answers 409.",
+        "no node waits for it yet and it is buffered. A finished run answers 409. With an "
+        "Idempotency-Key header, a request sent again (its answer lost) changes nothing and "
+        "answers as the first did; the same key for another signal name answers 409.",
         body_required=False,
     ),
     Route(

@@ -184,8 +184,19 @@ async def signal(request: web.Request) -> web.Response:
     name = bodies.text_param(request, "name")
     raw = await bodies.read_bytes(request)
     payload = bodies.decode_json(raw, "the signal payload") if raw.strip() else None
-    delivered = await request.app[ENGINE].signal(run_id, name, payload)
+    key = idempotency_key(request)
+    delivered = await request.app[ENGINE].signal(run_id, name, payload, idempotency_key=key)
     return json_response(SignalDelivered(delivered=delivered))
+
+
+def idempotency_key(request: web.Request) -> str | None:
+    """The request's ``Idempotency-Key`` header (None: not sent)."""
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return None
+    if not key.strip() or len(key) > 200:
+        raise bad_request("the Idempotency-Key header must be 1 to 200 characters")
+    return key
 
 
 async def cancel(request: web.Request) -> web.Response:

@@ -14,6 +14,11 @@ Several replicas are safe, and none waits for another:
   on is passed over and looked at again a moment later, while the rest of
   the batch goes on.
 
+One wait that cannot be fired (its run's stored definition is broken, or a
+bug) never stops the others: it is logged as an ALERT naming the run and
+node, and parked (its wake_at moved ``park_seconds`` on) so it does not come
+back in every batch; the loop goes on.
+
 Between passes it sleeps exactly until the nearest wake_at, and a TIMER hint
 (sent after commit whenever a wait with a wake_at is created) cuts the sleep
 short, so a wait created while it sleeps towards a later one still fires on
@@ -34,8 +39,9 @@ from opentelemetry.metrics import Histogram
 
 import composer_queue as cq
 import composer_repo as repo
+from composer_common.logs import alert
 from composer_common.telemetry import meter
-from composer_engine import Engine, EngineError, Unavailable, utcnow
+from composer_engine import Engine, Unavailable, utcnow
 from composer_service import sleep_or_stop
 
 log = logging.getLogger("composer.timer")
@@ -61,10 +67,13 @@ class Timer:
     concurrency: int = 8
     poll_seconds: float = 5.0
     busy_retry_seconds: float = 0.05
+    #: How far a wait that cannot be fired is moved on before it is tried again.
+    park_seconds: float = 300.0
     clock: Callable[[], dt.datetime] = utcnow
-    #: Waits this replica fired (TimerFired applied), and ones it found already resolved.
+    #: Waits this replica fired (TimerFired applied), found already resolved, parked.
     fired: int = 0
     stale: int = 0
+    parked: int = 0
     #: Seconds between each recent wait's wake_at and its firing's commit (metrics, bench).
     lags: collections.deque[float] = field(
         default_factory=lambda: collections.deque(maxlen=100_000)
@@ -81,6 +90,11 @@ class Timer:
                 except (repo.Transient, Unavailable, OSError) as exc:
                     delay = backoff.next()
                     log.warning("timers paused: %s; retrying in %.1fs", exc, delay)
+                    await sleep_or_stop(stop, delay)
+                    continue
+                except Exception as exc:  # a bug outside any one wait: keep the service up
+                    delay = backoff.next()
+                    alert(log, "a timer pass failed (%r); retrying in %.1fs", exc, delay)
                     await sleep_or_stop(stop, delay)
                     continue
                 if result.due >= self.batch_size and result.busy == 0:
@@ -127,13 +141,10 @@ class Timer:
             fired = await self.engine.fire_timer(
                 wait.run_id, wait.task_id, wait.node_id, skip_locked=True
             )
-        except Unavailable:
+        except (Unavailable, repo.Transient):
             raise
-        except EngineError as exc:
-            # A run that cannot take the event (deleted, broken definition) must not
-            # stop every other timer: log it and leave it for an operator.
-            log.error("cannot fire the timer of %s in run %s: %s", wait.node_id, wait.run_id, exc)
-            self.stale += 1
+        except Exception as exc:  # EngineError (a broken definition), or a bug
+            await self._park(wait, exc)
             return False
         if fired is True:
             self.fired += 1
@@ -143,6 +154,25 @@ class Timer:
         elif fired is False:
             self.stale += 1
         return fired
+
+
+    async def _park(self, wait: repo.DueWait, problem: Exception) -> None:
+        """Log the wait that cannot be fired and move it out of the way for a while."""
+        until = self.clock() + dt.timedelta(seconds=self.park_seconds)
+        async with repo.transaction(self.engine.pool) as conn:
+            parked = await repo.park_wait(conn, wait.run_id, wait.task_id, until=until)
+        if parked:
+            self.parked += 1
+        alert(
+            log,
+            "cannot fire the timer of node %s in run %s (%s: %s); %s: cancel the run or fix "
+            "what the error names",
+            wait.node_id,
+            wait.run_id,
+            type(problem).__name__,
+            problem,
+            f"parked until {until:%Y-%m-%d %H:%M:%S}Z" if parked else "it is no longer waiting",
+        )
 
 
 @functools.cache

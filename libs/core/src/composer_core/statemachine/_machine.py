@@ -377,6 +377,10 @@ class Machine:
         self._begin(restart)
 
     def _on_run_cancelled(self, event: RunCancelled) -> None:
+        if self._run.status is RunStatus.CANCELLED:
+            # a cancel sent again (its answer was lost) answers as the first did
+            self._ignore(f"run {self._run.run_id} is already CANCELLED")
+            return
         if self._run.is_terminal:
             raise RunFinished(f"run {self._run.run_id} is already {self._run.status}")
         reason = event.reason.strip() or "cancelled"

@@ -496,6 +496,13 @@ SELECT run_id, id, node_id, wake_at
  ORDER BY wake_at
  LIMIT $1;
 
+-- name: park_wait
+-- A due wait the timer cannot fire (a bug, a broken stored definition): moved to
+-- $3 so it stops taking a place in every batch until someone looks.
+UPDATE task_instances SET wake_at = $3, updated_at = now()
+ WHERE run_id = $1 AND id = $2 AND state = 'WAITING' AND wake_at IS NOT NULL
+RETURNING id;
+
 -- name: next_wake_at
 -- The earliest pending timer: how long the timer loop may sleep.
 SELECT min(wake_at) FROM task_instances WHERE wake_at IS NOT NULL;
@@ -591,3 +598,29 @@ SELECT substring(c.relname FROM '_p(\d{6})$') AS suffix
 SELECT count(*)
   FROM workflow_runs
  WHERE id >= $1 AND id < $2 AND status IN ('PENDING', 'RUNNING');
+
+-- name: transaction_id
+-- The id of the open transaction if it wrote anything (NULL: it wrote nothing,
+-- so a lost COMMIT of it changed nothing). Asked just before COMMIT, so a COMMIT
+-- whose answer is lost can be resolved (commit_status).
+SELECT pg_current_xact_id_if_assigned()::text;
+
+-- name: commit_status
+-- 'committed', 'aborted' or 'in progress' (NULL: too old to know).
+SELECT pg_xact_status($1::text::xid8);
+
+-- name: end_transaction_of
+-- Ends the session still running the transaction whose 32-bit xid is $2 (after
+-- its client lost the connection mid-COMMIT the server may not have noticed yet):
+-- it commits if COMMIT reached it, and aborts otherwise.
+SELECT pg_terminate_backend(pid)
+  FROM pg_stat_activity
+ WHERE pid = $1 AND backend_xid::text = $2;
+
+-- name: signal_key
+-- A signal request already applied under this Idempotency-Key: its name and outcome.
+SELECT name, delivered FROM signal_idempotency_keys WHERE run_id = $1 AND idempotency_key = $2;
+
+-- name: record_signal_key
+INSERT INTO signal_idempotency_keys (run_id, idempotency_key, name, delivered)
+VALUES ($1, $2, $3, $4);
