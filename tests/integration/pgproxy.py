@@ -96,7 +96,11 @@ class PgProxy:
                 kind = await reader.readexactly(1)
                 size = await reader.readexactly(4)
                 body = await reader.readexactly(struct.unpack("!i", size)[0] - 4)
-                if kind == b"Q" and body.lstrip().upper().startswith(b"COMMIT") and self._armed.count:
+                if (
+                    kind == b"Q"
+                    and body.lstrip().upper().startswith(b"COMMIT")
+                    and self._armed.count
+                ):
                     self._armed.count -= 1
                     self.lost_commits += 1
                     if not self._armed.reach_server:
@@ -125,4 +129,3 @@ class PgProxy:
         except ConnectionError:
             pass
         close_both()
-

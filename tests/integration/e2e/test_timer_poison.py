@@ -36,7 +36,7 @@ async def test_a_wait_that_cannot_be_fired_is_parked_and_the_others_fire(
     good = (await stack.engine.start("healthy")).run_id
     async with repo.transaction(stack.pool) as conn:  # the stored definition breaks
         await conn.execute(
-            "UPDATE workflow_definitions SET spec = '{\"id\": \"poisoned\", \"nodes\": 7}' "
+            'UPDATE workflow_definitions SET spec = \'{"id": "poisoned", "nodes": 7}\' '
             "WHERE id = 'poisoned'"
         )
 

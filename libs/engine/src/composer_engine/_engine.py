@@ -789,6 +789,7 @@ async def in_transaction(
             except repo.CommitUnknown as exc:
                 if not await committed(pool, exc, attempts=attempts):
                     raise
+            assert tx is not None  # the block ran to its COMMIT
             if publish is not None and tx.dispatched:
                 await publish(tx.dispatched)
             await tx.run_after_commit()

@@ -155,7 +155,6 @@ class Timer:
             self.stale += 1
         return fired
 
-
     async def _park(self, wait: repo.DueWait, problem: Exception) -> None:
         """Log the wait that cannot be fired and move it out of the way for a while."""
         until = self.clock() + dt.timedelta(seconds=self.park_seconds)
