@@ -15,12 +15,16 @@ CREATE TABLE signal_idempotency_keys (
     PRIMARY KEY (run_id, idempotency_key)
 );
 
--- As in V001, plus the month's signal keys.
-CREATE OR REPLACE FUNCTION composer_drop_partitions(older_than TIMESTAMPTZ) RETURNS SETOF TEXT
+-- As in V001, plus the month's signal keys; and one month that cannot be dropped
+-- (a view someone built on it, a lock timeout) no longer stops the others: each
+-- month is dropped in a subtransaction of its own, and a failure is returned with
+-- the month (error NULL: dropped) for the partition-manager to report.
+DROP FUNCTION composer_drop_partitions(TIMESTAMPTZ);
+CREATE FUNCTION composer_drop_partitions(older_than TIMESTAMPTZ)
+RETURNS TABLE (suffix TEXT, error TEXT)
 LANGUAGE plpgsql AS $$
 DECLARE
     part RECORD;
-    suffix TEXT;
     month_start TIMESTAMPTZ;
     active BOOLEAN;
 BEGIN
@@ -45,20 +49,25 @@ BEGIN
             CONTINUE;
         END IF;
 
-        DELETE FROM run_idempotency_keys
-         WHERE run_id >= composer_uuid7_bound(month_start)
-           AND run_id < composer_uuid7_bound(
-                   (month_start AT TIME ZONE 'UTC' + INTERVAL '1 month') AT TIME ZONE 'UTC');
-        DELETE FROM signal_idempotency_keys
-         WHERE run_id >= composer_uuid7_bound(month_start)
-           AND run_id < composer_uuid7_bound(
-                   (month_start AT TIME ZONE 'UTC' + INTERVAL '1 month') AT TIME ZONE 'UTC');
-        -- Referencing tables first, so their foreign keys never see orphans.
-        EXECUTE format('DROP TABLE IF EXISTS %I', 'workflow_events_p' || suffix);
-        EXECUTE format('DROP TABLE IF EXISTS %I', 'task_instances_p' || suffix);
-        EXECUTE format('ALTER TABLE workflow_runs DETACH PARTITION %I', part.relname);
-        EXECUTE format('DROP TABLE %I', part.relname);
-        RETURN NEXT suffix;
+        BEGIN
+            DELETE FROM run_idempotency_keys
+             WHERE run_id >= composer_uuid7_bound(month_start)
+               AND run_id < composer_uuid7_bound(
+                       (month_start AT TIME ZONE 'UTC' + INTERVAL '1 month') AT TIME ZONE 'UTC');
+            DELETE FROM signal_idempotency_keys
+             WHERE run_id >= composer_uuid7_bound(month_start)
+               AND run_id < composer_uuid7_bound(
+                       (month_start AT TIME ZONE 'UTC' + INTERVAL '1 month') AT TIME ZONE 'UTC');
+            -- Referencing tables first, so their foreign keys never see orphans.
+            EXECUTE format('DROP TABLE IF EXISTS %I', 'workflow_events_p' || suffix);
+            EXECUTE format('DROP TABLE IF EXISTS %I', 'task_instances_p' || suffix);
+            EXECUTE format('ALTER TABLE workflow_runs DETACH PARTITION %I', part.relname);
+            EXECUTE format('DROP TABLE %I', part.relname);
+            error := NULL;
+        EXCEPTION WHEN OTHERS THEN
+            error := SQLERRM;
+        END;
+        RETURN NEXT;
     END LOOP;
 END;
 $$;

@@ -83,6 +83,31 @@ async def test_an_expired_month_is_dropped_and_one_with_an_active_run_kept(
     assert (await manager.maintain()).dropped == [active_month]
 
 
+async def test_a_month_that_cannot_be_dropped_is_reported_and_the_others_go(
+    pool: repo.Pool, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = dt.datetime.now(UTC)
+    stuck, expired = months_ago(now, 16), months_ago(now, 15)
+    async with repo.transaction(pool) as conn:
+        for month in (stuck, expired):
+            await conn.execute("SELECT composer_create_month($1)", month)
+        # someone's report view on the old month: DROP TABLE refuses while it exists
+        await conn.execute(f"CREATE VIEW old_report AS SELECT * FROM task_instances_p{stuck:%Y%m}")
+    manager = PartitionManager(pool, months_ahead=4, retention_days=180)
+
+    with caplog.at_level(logging.INFO, logger="composer.partitions"):
+        outcome = await manager.maintain()
+
+    assert f"{expired:%Y%m}" in outcome.dropped  # the next month still went
+    assert list(outcome.failed) == [f"{stuck:%Y%m}"]
+    assert "other objects depend on it" in outcome.failed[f"{stuck:%Y%m}"]  # its reason
+    [alert] = [r for r in caplog.records if r.levelname == "ALERT"]
+    assert f"cannot drop month {stuck:%Y%m}" in alert.getMessage()
+    async with repo.transaction(pool) as conn:
+        await conn.execute("DROP VIEW old_report")
+    assert (await manager.maintain()).dropped == [f"{stuck:%Y%m}"]  # fixed: it goes
+
+
 async def test_with_retention_off_nothing_is_dropped(pool: repo.Pool) -> None:
     now = dt.datetime.now(UTC)
     old = months_ago(now, 30)

@@ -22,6 +22,10 @@ from composer_queue._backoff import Backoff
 from composer_queue._errors import QueueError
 from composer_queue._port import Queue
 
+#: composer_common.logs.ALERT (above ERROR), which services name "ALERT"; libs/queue
+#: does not depend on composer_common.
+ALERT = 60
+
 log = logging.getLogger("composer.queue.hints")
 
 ENQUEUER = "enqueuer"
@@ -106,7 +110,7 @@ class Subscriber:
                     self._backoff.reset()
                     async for chan, message in subscription.messages():
                         self.received += 1
-                        self._on_message(chan, message)
+                        self._deliver(chan, message)
                 delay = self._backoff.next()  # the subscription ended without an error
             except QueueError as exc:
                 delay = self._backoff.next()
@@ -116,12 +120,28 @@ class Subscriber:
                     exc,
                     delay,
                 )
-            except Exception:  # a bug in a callback: keep hints coming, loudly
+            except Exception:  # a bug here: keep hints coming, loudly
                 delay = self._backoff.next()
                 log.exception("hint subscriber %s failed; restarting in %.1fs", self._name, delay)
             self.subscribed.clear()
             self._on_gap()
             await asyncio.sleep(delay)
+
+
+    def _deliver(self, chan: str, message: str) -> None:
+        """One hint to the callback. A hint it cannot take (a bug, a malformed message)
+        is an ALERT and is dropped; the subscription, and every other hint, goes on."""
+        try:
+            self._on_message(chan, message)
+        except Exception as exc:
+            log.log(
+                ALERT,
+                "hint subscriber %s could not take the hint %r on %s (%r); dropped it",
+                self._name,
+                message[:200],
+                chan,
+                exc,
+            )
 
 
 class Waker:

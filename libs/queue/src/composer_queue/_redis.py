@@ -32,6 +32,9 @@ def connect(url: str, *, connect_timeout: float | None = None) -> RedisQueue:
     client = aioredis.from_url(
         url,
         decode_responses=True,
+        # bytes that are not UTF-8 (anyone who can write to Redis can send them) become
+        # U+FFFD instead of an error that ends a subscription or a worker's read
+        encoding_errors="replace",
         protocol=2,
         health_check_interval=30,
         socket_connect_timeout=connect_timeout,

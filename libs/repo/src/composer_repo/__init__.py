@@ -74,6 +74,7 @@ from composer_repo._outbox import (
     postpone_outbox,
 )
 from composer_repo._partitions import (
+    Dropped,
     count_active_runs,
     drop_partitions,
     ensure_partitions,
@@ -162,6 +163,7 @@ __all__ = [
     "Conflict",
     "Connection",
     "Definition",
+    "Dropped",
     "DefinitionVersion",
     "DueWait",
     "ExpiredLease",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 
 from composer_repo._db import Connection, translated
 from composer_repo._runs import uuid7_bound
@@ -17,12 +18,25 @@ async def ensure_partitions(conn: Connection, *, months_ahead: int = 3) -> int:
     return created
 
 
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """What ``drop_partitions`` did: the months dropped (YYYYMM), and the months it
+    could not drop with the database's reason (each month is dropped on its own, so
+    one that cannot be does not keep the others)."""
+
+    months: list[str]
+    failed: dict[str, str]
+
+
 @translated
-async def drop_partitions(conn: Connection, *, older_than: dt.datetime) -> list[str]:
+async def drop_partitions(conn: Connection, *, older_than: dt.datetime) -> Dropped:
     """Drop every month that ended at or before ``older_than``, except months that
-    still have a PENDING or RUNNING run. Returns the months dropped (YYYYMM)."""
+    still have a PENDING or RUNNING run."""
     rows = await conn.fetch(q("drop_partitions"), older_than)
-    return [r["suffix"] for r in rows]
+    return Dropped(
+        [r["suffix"] for r in rows if r["error"] is None],
+        {r["suffix"]: r["error"] for r in rows if r["error"] is not None},
+    )
 
 
 @translated

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import composer_repo as repo
+from composer_common.logs import alert
 
 log = logging.getLogger("composer.partitions")
 
@@ -44,6 +45,8 @@ class Outcome:
     kept_active: dict[str, int] = field(default_factory=dict)
     #: Months within retention (or every month, with retention off).
     kept_recent: list[str] = field(default_factory=list)
+    #: Months past retention the database would not drop, with its reason.
+    failed: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -61,10 +64,15 @@ class PartitionManager:
         while not stop.is_set():
             wait = self.interval_seconds
             try:
-                await self.maintain()
+                outcome = await self.maintain()
+                if outcome.failed:
+                    wait = min(self.interval_seconds, self.retry_seconds)
             except repo.Transient as exc:
                 wait = min(self.interval_seconds, self.retry_seconds)
                 log.warning("partition maintenance failed: %s; retrying in %.0fs", exc, wait)
+            except Exception as exc:  # a bug, or the database refusing: stay up, loudly
+                wait = min(self.interval_seconds, self.retry_seconds)
+                alert(log, "partition maintenance failed (%r); retrying in %.0fs", exc, wait)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), wait)
 
@@ -91,7 +99,16 @@ class PartitionManager:
 
         cutoff = self.clock() - dt.timedelta(days=self.retention_days)
         async with repo.transaction(self.pool) as conn:
-            dropped = await repo.drop_partitions(conn, older_than=cutoff)
+            result = await repo.drop_partitions(conn, older_than=cutoff)
+        dropped = result.months
+        for month, problem in result.failed.items():
+            alert(
+                log,
+                "cannot drop month %s (its runs are past retention): %s; the other months "
+                "were handled; fix what the database names, the next pass tries again",
+                month,
+                problem,
+            )
         for month in dropped:
             log.info(
                 "dropped month %s: it ended %s, more than %d days ago, with no active runs",
@@ -103,6 +120,8 @@ class PartitionManager:
         kept_recent: list[str] = []
         async with repo.transaction(self.pool) as conn:
             for month in await repo.list_partitions(conn):
+                if month in result.failed:
+                    continue  # reported above
                 if month_end(month) > cutoff:
                     kept_recent.append(month)
                     continue
@@ -126,7 +145,7 @@ class PartitionManager:
             len(kept_recent),
             f" ({kept_recent[0]} to {kept_recent[-1]})" if kept_recent else "",
         )
-        return Outcome(created, dropped, kept_active, kept_recent)
+        return Outcome(created, dropped, kept_active, kept_recent, result.failed)
 
 
 def month_start(month: str) -> dt.datetime:

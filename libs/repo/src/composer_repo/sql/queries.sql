@@ -582,7 +582,7 @@ SELECT pg_advisory_unlock(hashtext($1::text));
 SELECT composer_ensure_partitions($1);
 
 -- name: drop_partitions
-SELECT composer_drop_partitions($1) AS suffix;
+SELECT suffix, error FROM composer_drop_partitions($1);
 
 -- name: list_partitions
 -- The months that have a workflow_runs partition, as YYYYMM, oldest first.
