@@ -127,7 +127,6 @@ class Subscriber:
             self._on_gap()
             await asyncio.sleep(delay)
 
-
     def _deliver(self, chan: str, message: str) -> None:
         """One hint to the callback. A hint it cannot take (a bug, a malformed message)
         is an ALERT and is dropped; the subscription, and every other hint, goes on."""
