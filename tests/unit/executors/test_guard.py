@@ -6,7 +6,8 @@ import ipaddress
 
 import pytest
 
-from composer_executors._guard import AddressGuard, refusal_reason
+from composer_executors._guard import AddressGuard, HttpPolicy, parse_networks, refusal_reason
+from composer_service import ServiceSettings
 
 
 @pytest.mark.parametrize(
@@ -56,3 +57,31 @@ def test_allow_private_opens_everything() -> None:
     guard = AddressGuard(True, ())
     assert guard.reason(ipaddress.ip_address("169.254.169.254")) is None
     assert guard.reason(ipaddress.ip_address("fe80::1%2")) is None
+
+
+def test_parse_networks_reads_a_comma_separated_cidr_list() -> None:
+    assert parse_networks(" 10.20.0.0/16, fd00::/8 ,,192.168.7.9") == (
+        ipaddress.ip_network("10.20.0.0/16"),
+        ipaddress.ip_network("fd00::/8"),
+        ipaddress.ip_network("192.168.7.9/32"),
+    )
+    assert parse_networks("10.20.3.4/16") == (ipaddress.ip_network("10.20.0.0/16"),)
+    assert parse_networks("") == ()
+
+
+@pytest.mark.parametrize("text", ["10.20.0.0/33", "internal", "10.0.0.0/8;fd00::/8"])
+def test_parse_networks_names_the_setting_and_the_bad_entry(text: str) -> None:
+    with pytest.raises(ValueError, match=r"COMPOSER_HTTP_ALLOW_NETWORKS: .* is not a network"):
+        parse_networks(text)
+
+
+def test_the_allow_networks_setting_reaches_the_guard(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COMPOSER_HTTP_ALLOW_NETWORKS", "10.20.0.0/16,fd00::/8")
+    settings = ServiceSettings()
+    policy = HttpPolicy(allow_networks=parse_networks(settings.http_allow_networks))
+    guard = AddressGuard.of(policy)
+    assert guard.reason(ipaddress.ip_address("10.20.9.9")) is None
+    assert guard.reason(ipaddress.ip_address("fd00::5")) is None
+    assert guard.reason(ipaddress.ip_address("10.21.0.1")) == "private"
+    assert guard.reason(ipaddress.ip_address("169.254.169.254")) == "link-local"
+    assert settings.http_allow_private is False

@@ -4,7 +4,7 @@ The workers service wraps them into handlers for the ``http`` and ``python``
 queues; they know nothing of the SDK, leases or streams. Each takes the
 node's resolved spec and its timeout, returns the node's output (docs/architecture.md
 §8) and raises :class:`ExecutionError` (with ``code`` and ``permanent``)
-when the attempt fails. Settings (COMPOSER_HTTP_ALLOW_PRIVATE, limits) are
+when the attempt fails. Settings (COMPOSER_HTTP_ALLOW_PRIVATE, COMPOSER_HTTP_ALLOW_NETWORKS, limits) are
 read by the service and passed in: nothing here reads the environment.
 """
 
@@ -16,12 +16,13 @@ from composer_executors._errors import (
     PythonError,
     TargetRefused,
 )
-from composer_executors._guard import HttpPolicy, create_http_session
-from composer_executors._http import run_http
+from composer_executors._guard import HttpPolicy, create_http_session, parse_networks
+from composer_executors._http import CROSS_ORIGIN_HEADERS, run_http
 from composer_executors._python import run_python
 from composer_rpc.codes import ErrorCode
 
 __all__ = [
+    "CROSS_ORIGIN_HEADERS",
     "ErrorCode",
     "ExecutionError",
     "ExecutionTimeout",
@@ -31,6 +32,7 @@ __all__ = [
     "PythonError",
     "TargetRefused",
     "create_http_session",
+    "parse_networks",
     "run_http",
     "run_python",
 ]

@@ -7,7 +7,9 @@ needs to report it is on the error itself (``message``, ``code``,
     ExecutionError                a node attempt failed          (code, permanent)
     ├── InvalidSpec               the resolved spec is unusable  invalid_spec, permanent
     ├── ExecutionTimeout          the attempt ran past its timeout        timeout
-    ├── TargetRefused             the SSRF guard refused the address      target_refused, permanent
+    ├── TargetRefused             the SSRF guard refused the address,     target_refused, permanent
+    │                             or a redirect (to https → http, to a
+    │                             non-http(s) or hostless target)
     ├── HttpStatusError           the server answered non-2xx             http_<status>
     └── PythonError               the snippet failed (``exc_type`` names the exception)
                                   exception, memory_limit, crashed: retryable;
@@ -58,7 +60,9 @@ class ExecutionTimeout(ExecutionError):
 
 
 class TargetRefused(ExecutionError):
-    """The SSRF guard refused to connect: the address is loopback, private, link-local, …"""
+    """The call was refused before it went out: the SSRF guard refused the address
+    (loopback, private, link-local, …), or a redirect led where an HTTP node must not
+    follow (from https to http, to a non-http(s) URL or one without a host)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message, code=ErrorCode.TARGET_REFUSED, permanent=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,8 +33,10 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 _ALLOW_HINT = (
-    "HTTP nodes may only call public addresses; set COMPOSER_HTTP_ALLOW_PRIVATE=true "
-    "on the workers to allow loopback, private and link-local targets (development only)"
+    "HTTP nodes may only call public addresses; name the private networks they may call "
+    "in COMPOSER_HTTP_ALLOW_NETWORKS (CIDRs, e.g. 10.20.0.0/16) on the workers and the "
+    "outbox-enqueuer, or set COMPOSER_HTTP_ALLOW_PRIVATE=true to allow every loopback, "
+    "private and link-local target (development only)"
 )
 
 
@@ -42,7 +45,8 @@ class HttpPolicy:
     """What an HTTP node may do; built once from the workers' settings.
 
     ``allow_private`` is COMPOSER_HTTP_ALLOW_PRIVATE: it turns the SSRF guard
-    off. ``allow_networks`` opens only some networks (an internal API's
+    off. ``allow_networks`` is COMPOSER_HTTP_ALLOW_NETWORKS (see
+    :func:`parse_networks`): it opens only some networks (an internal API's
     subnet) while the guard keeps refusing the rest, the metadata service
     included.
     """
@@ -58,6 +62,31 @@ class HttpPolicy:
             raise ValueError(f"max_response_bytes must be positive, got {self.max_response_bytes}")
         if self.max_redirects < 0:
             raise ValueError(f"max_redirects must be 0 or more, got {self.max_redirects}")
+
+
+def parse_networks(
+    text: str, *, setting: str = "COMPOSER_HTTP_ALLOW_NETWORKS"
+) -> tuple[IPNetwork, ...]:
+    """The networks of a comma-separated CIDR list ("10.20.0.0/16, fd00::/8"), for
+    :attr:`HttpPolicy.allow_networks`.
+
+    An address without a prefix length is that one address (/32 or /128); host
+    bits are ignored (10.20.3.4/16 is 10.20.0.0/16). An empty text opens nothing.
+    Raises ValueError naming ``setting`` and the entry that is not a network.
+    """
+    networks: list[IPNetwork] = []
+    for entry in text.split(","):
+        entry = entry.strip()
+        if not entry:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+        except ValueError as exc:
+            raise ValueError(
+                f"{setting}: {entry!r} is not a network ({exc}); write comma-separated "
+                "CIDRs such as 10.20.0.0/16,fd00::/8"
+            ) from None
+    return tuple(dict.fromkeys(networks))
 
 
 def refusal_reason(ip: IPAddress) -> str | None:
@@ -172,16 +201,21 @@ class GuardedConnector(aiohttp.TCPConnector):
             await self.resolver.close()
 
 
-def create_http_session(policy: HttpPolicy, *, limit: int = 100) -> aiohttp.ClientSession:
+def create_http_session(
+    policy: HttpPolicy, *, limit: int = 100, ssl_context: ssl.SSLContext | None = None
+) -> aiohttp.ClientSession:
     """The ClientSession :func:`run_http` needs: guarded, shared by many tasks, safe to share.
 
     No cookie jar (one workflow's cookies must never reach another's
     requests), no proxies from the environment (a proxy would be the address
     connected to, defeating the guard), and no session-wide timeout (each
-    call brings its node's). Call it inside the running loop and close it
-    (``async with``) when the worker stops.
+    call brings its node's). ``ssl_context`` replaces the default TLS
+    verification (the system's CAs), to trust a private CA. Call it inside the
+    running loop and close it (``async with``) when the worker stops.
     """
-    connector = GuardedConnector(AddressGuard.of(policy), limit=limit)
+    connector = GuardedConnector(
+        AddressGuard.of(policy), limit=limit, ssl=ssl_context if ssl_context is not None else True
+    )
     return aiohttp.ClientSession(
         connector=connector,
         cookie_jar=aiohttp.DummyCookieJar(),

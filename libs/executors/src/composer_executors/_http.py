@@ -2,8 +2,17 @@
 
 Redirects are followed here rather than by aiohttp so that every hop is
 checked by the same guard as the first request (scheme, IP literal; names
-are checked by the session's resolver) and credentials never follow a
-redirect to another origin.
+are checked by the session's resolver), and so that what a node sent to one
+origin does not reach another: a redirect to another origin keeps only the
+headers on :data:`CROSS_ORIGIN_HEADERS` (an ``X-Api-Key`` meant for one API
+must not be handed to whatever host it redirects to), and a redirect from
+https to http is refused (it would send the request, and the answer, in clear
+text). A redirect target that is not an http(s) URL with a host fails that
+call like any other bad answer.
+
+Every request may carry an ``Idempotency-Key`` (the caller's key, stable
+across the attempts of one node in one run) unless the node's headers set
+their own, so a server can tell a retried attempt from a new request.
 """
 
 from __future__ import annotations
@@ -22,13 +31,29 @@ from composer_executors._errors import (
     ExecutionTimeout,
     HttpStatusError,
     InvalidSpec,
+    TargetRefused,
 )
 from composer_executors._guard import AddressGuard, GuardedConnector, HttpPolicy
 from composer_rpc.codes import ErrorCode
 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
-_CREDENTIAL_HEADERS = ("Authorization", "Proxy-Authorization", "Cookie")
+#: The only request headers that follow a redirect to another origin: they describe
+#: the request, none of them authenticates it. Everything else (Authorization,
+#: Cookie, X-Api-Key, any custom header) may be a secret meant for the first origin.
+CROSS_ORIGIN_HEADERS = frozenset(
+    {
+        "accept",
+        "accept-encoding",
+        "accept-language",
+        "cache-control",
+        "content-language",
+        "content-type",
+        "idempotency-key",
+        "user-agent",
+    }
+)
+IDEMPOTENCY_HEADER = "Idempotency-Key"
 _EXCERPT_CHARS = 500
 _CHUNK = 64 * 1024
 
@@ -39,6 +64,7 @@ async def run_http(
     timeout: float,
     session: aiohttp.ClientSession,
     policy: HttpPolicy,
+    idempotency_key: str | None = None,
 ) -> dict[str, Any]:
     """Send the request ``spec`` describes and return ``{status, headers, body}``.
 
@@ -48,7 +74,10 @@ async def run_http(
     says it is JSON, else text; header names are lower-cased and repeated
     headers joined with ", ". ``session`` must come from
     :func:`create_http_session` with the same policy: its connector is the
-    SSRF guard. Raises :class:`ExecutionError` for every failure.
+    SSRF guard. ``idempotency_key`` is sent as the ``Idempotency-Key`` header
+    unless the spec's headers hold one (in any case): pass a key that is the
+    same for every attempt of the node, so a retry can be recognised.
+    Raises :class:`ExecutionError` for every failure.
     """
     connector = session.connector
     if not isinstance(connector, GuardedConnector):
@@ -65,6 +94,8 @@ async def run_http(
         raise ValueError(f"timeout must be positive, got {timeout}")
 
     request = _Request.from_spec(spec)
+    if idempotency_key and IDEMPOTENCY_HEADER not in request.headers:
+        request.headers[IDEMPOTENCY_HEADER] = idempotency_key
     try:
         async with asyncio.timeout(timeout):
             return await _send(request, session, policy)
@@ -191,7 +222,7 @@ async def _send(
         ) as response:
             location = response.headers.get("Location")
             if response.status in _REDIRECTS and location:
-                _follow(request, response.status, location)
+                _follow(request, response.status, location, policy)
                 continue
             # A HEAD answer declares the size of a body it does not send.
             raw = (
@@ -229,24 +260,48 @@ def _check_url(url: URL, policy: HttpPolicy) -> None:
     AddressGuard.of(policy).check_host(url.host)
 
 
-def _follow(request: _Request, status: int, location: str) -> None:
-    """Point ``request`` at the redirect target, as browsers and curl do."""
+def _follow(request: _Request, status: int, location: str, policy: HttpPolicy) -> None:
+    """Point ``request`` at the redirect target, as browsers and curl do, or fail the call.
+
+    The target must be an http(s) URL with a host, must not step down from
+    https to http, and takes to another origin only the headers on
+    :data:`CROSS_ORIGIN_HEADERS`.
+    """
+    source = request.url
     try:
-        target = request.url.join(URL(location))
+        target = source.join(URL(location))
+        origin = target.origin() if target.host else None
     except (ValueError, TypeError) as exc:
-        raise ExecutionError(
-            f"{_show(request.url)} redirected to an invalid Location {location!r}: {exc}",
-            code=ErrorCode.CONNECTION_ERROR,
-        ) from exc
+        raise _bad_redirect(source, location, f"it is not a valid URL ({exc})") from exc
+    if target.scheme not in policy.allowed_schemes:
+        allowed = " or ".join(sorted(policy.allowed_schemes))
+        raise _bad_redirect(source, location, f"an HTTP node follows only {allowed} URLs")
+    if origin is None:
+        raise _bad_redirect(source, location, "the target has no host")
+    if source.scheme == "https" and target.scheme == "http":
+        raise TargetRefused(
+            f"{_show(source)} redirected to {_show(target)}: refused to follow a redirect "
+            "from https to http, which would send the request and its answer unencrypted; "
+            "call the final URL directly if plain http is really intended"
+        )
     if status == 303 or (status in (301, 302) and request.method == "POST"):
         if request.method != "HEAD":
             request.method = "GET"
         request.body = None
         request.headers.popall("Content-Type", None)
-    if target.origin() != request.url.origin():
-        for name in _CREDENTIAL_HEADERS:
-            request.headers.popall(name, None)
+    if origin != source.origin():
+        for name in list(request.headers.keys()):
+            if name.lower() not in CROSS_ORIGIN_HEADERS:
+                request.headers.popall(name, None)
     request.url = target
+
+
+def _bad_redirect(source: URL, location: str, why: str) -> TargetRefused:
+    shown = location if len(location) <= 200 else location[:200] + "…"
+    return TargetRefused(
+        f"{_show(source)} redirected to {shown!r}, which cannot be followed: {why}; "
+        "call a URL that answers without such a redirect"
+    )
 
 
 async def _read_capped(response: aiohttp.ClientResponse, request: _Request, cap: int) -> bytes:

@@ -8,12 +8,19 @@ due later (a retry's backoff, a webhook) the outbox-enqueuer claims, publishes
 and deletes in one transaction of its own, so a crash before a delete means a
 duplicate publish (harmless: the lease and the attempt fence stop double
 execution), never a lost one (docs/architecture.md §4.3).
+
+Webhooks are not published inside a transaction: a receiver may take its
+whole timeout to answer, and row locks held that long would hold up every
+other claimer. ``lease_outbox`` moves their rows out of reach for a while and
+commits; the POSTs go out; a second short transaction deletes or postpones them.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+
+import asyncpg
 
 from composer_core.templates import Json
 from composer_repo._db import Connection, translated
@@ -87,20 +94,41 @@ async def claim_outbox(
             "with the statement and two claimers could publish the same message"
         )
     rows = await conn.fetch(q("claim_outbox"), kind, limit, float(grace))
-    return [
-        OutboxMessage(
-            id=r["id"],
-            kind=r["kind"],
-            run_id=r["run_id"],
-            task_id=r["task_id"],
-            destination=r["destination"],
-            payload=r["payload"],
-            attempts=r["attempts"],
-            next_attempt_at=r["next_attempt_at"],
-            created_at=r["created_at"],
-        )
-        for r in rows
-    ]
+    return [_message(r) for r in rows]
+
+
+@translated
+async def lease_outbox(
+    conn: Connection, kind: OutboxKind, *, limit: int = 100, lease: float
+) -> list[OutboxMessage]:
+    """Take up to ``limit`` due messages of ``kind``, oldest first, for ``lease`` seconds.
+
+    For a delivery that must not hold row locks (a webhook POST): the rows are
+    made due again only ``lease`` seconds from now (the database's clock), so
+    once the caller commits, no other claimer takes them while they are out.
+    Then ``delete_outbox`` the delivered and ``postpone_outbox`` the failed, in
+    a transaction of their own. A lease that runs out (the deliverer died, or
+    took longer than ``lease``) makes the message due again: delivered at least
+    once, so receivers dedupe on the message id.
+    """
+    if lease <= 0:
+        raise Invalid(f"lease must be positive, got {lease}")
+    rows = await conn.fetch(q("lease_outbox"), kind, limit, float(lease))
+    return sorted((_message(r) for r in rows), key=lambda m: (m.next_attempt_at, m.id))
+
+
+def _message(r: asyncpg.Record) -> OutboxMessage:
+    return OutboxMessage(
+        id=r["id"],
+        kind=r["kind"],
+        run_id=r["run_id"],
+        task_id=r["task_id"],
+        destination=r["destination"],
+        payload=r["payload"],
+        attempts=r["attempts"],
+        next_attempt_at=r["next_attempt_at"],
+        created_at=r["created_at"],
+    )
 
 
 @translated

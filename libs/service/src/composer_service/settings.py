@@ -38,6 +38,10 @@ class ServiceSettings(BaseSettings):
     #: COMPOSER_HTTP_ALLOW_PRIVATE: HTTP nodes and webhooks may call loopback and private
     #: addresses (local development).
     http_allow_private: bool = False
+    #: COMPOSER_HTTP_ALLOW_NETWORKS: comma-separated CIDRs (``10.20.0.0/16,fd00::/8``) that
+    #: HTTP nodes and webhooks may call although private, while the SSRF guard keeps
+    #: refusing every other non-public address (the metadata service included).
+    http_allow_networks: str = ""
     log_level: str = "INFO"
     #: json, human, or auto (JSON unless stderr is a terminal).
     log_format: Literal["auto", "json", "human"] = "auto"

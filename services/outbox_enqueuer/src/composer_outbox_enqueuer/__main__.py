@@ -5,15 +5,19 @@ from __future__ import annotations
 import logging
 import sys
 
-from composer_executors import HttpPolicy
+from composer_executors import HttpPolicy, parse_networks
 from composer_outbox_enqueuer.loop import Enqueuer
 from composer_outbox_enqueuer.settings import EnqueuerSettings
-from composer_service import run, serving
+from composer_service import StartupError, run, serving
 
 log = logging.getLogger("composer.outbox")
 
 
 async def serve(settings: EnqueuerSettings) -> None:
+    try:
+        allow_networks = parse_networks(settings.http_allow_networks)
+    except ValueError as exc:
+        raise StartupError(str(exc)) from None
     async with serving(settings.runtime("outbox-enqueuer", pool_size=4)) as rt:
         enqueuer = Enqueuer(
             rt.pool,
@@ -26,7 +30,10 @@ async def serve(settings: EnqueuerSettings) -> None:
             webhook_batch_size=settings.webhook_batch_size,
             webhook_timeout=settings.webhook_timeout_seconds,
             webhook_give_up=settings.webhook_give_up_seconds,
-            http_policy=HttpPolicy(allow_private=settings.http_allow_private),
+            webhook_secret=settings.webhook_secret,
+            http_policy=HttpPolicy(
+                allow_private=settings.http_allow_private, allow_networks=allow_networks
+            ),
         )
         log.info(
             "publishing the outbox to %s streams (%d shards)",

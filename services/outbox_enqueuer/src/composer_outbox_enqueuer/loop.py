@@ -1,4 +1,4 @@
-"""Publishing committed outbox rows that their committer did not publish.
+"""Publishing committed outbox rows that their committer did not publish, and webhooks.
 
 Whoever commits a dispatch due at once (the coordinator, the gateway, the
 timer, the sweeper) publishes it right after the commit and deletes its row;
@@ -13,18 +13,34 @@ again later: a duplicate message, which the lease makes harmless. A Redis
 failure rolls back (nothing lost) and backs off. Several replicas never
 publish the same row at once (SKIP LOCKED).
 
-Webhook rows: POST ``{run_id, workflow_id, version, status, error, output}``
-to the definition's webhook_url through the HTTP executor (its SSRF guard
-applies); a failure is retried with exponential backoff until a bounded
-time has passed, then dropped with an error log.
+Webhook rows go out from a task of their own, outside any transaction, so a
+slow receiver holds no row lock and never holds up a dispatch: lease a batch
+(the rows' next_attempt_at moves past the POST's timeout, and the lease
+commits), POST ``{run_id, workflow_id, version, status, error, output}`` to
+each definition's webhook_url through the HTTP executor (its SSRF guard
+applies), then in a short transaction delete the delivered rows and postpone
+the failed ones with exponential backoff, until a bounded time has passed
+(then dropped with an error log). Each POST carries ``Composer-Delivery`` (the
+outbox row id: the same on every retry, for the receiver to dedupe on),
+``Composer-Timestamp`` (unix seconds) and, when a secret is configured,
+``Composer-Signature: v1=<hex HMAC-SHA256(secret, "<timestamp>." + body)>``.
+
+One bad row never stops the loop: whatever goes wrong with one row (a payload
+that does not decode, a bug) is an ALERT naming its run, the row is set aside
+with the error, and the others go on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import functools
+import hashlib
+import hmac
+import json
 import logging
+import time
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -32,11 +48,25 @@ from opentelemetry.metrics import Histogram
 
 import composer_queue as cq
 import composer_repo as repo
+from composer_common.logs import ALERT, alert, log_context
 from composer_common.telemetry import meter
 from composer_executors import ExecutionError, HttpPolicy, create_http_session, run_http
 from composer_service import sleep_or_stop
 
 log = logging.getLogger("composer.outbox")
+
+#: The headers of a webhook POST (documented for receivers in the README).
+DELIVERY_HEADER = "Composer-Delivery"
+TIMESTAMP_HEADER = "Composer-Timestamp"
+SIGNATURE_HEADER = "Composer-Signature"
+
+
+def sign(secret: str, timestamp: str, body: bytes) -> str:
+    """The ``Composer-Signature`` value: ``v1=`` and the hex HMAC-SHA256 of
+    ``"<timestamp>." + body`` under ``secret``. Binding the timestamp lets a
+    receiver refuse an old delivery replayed by whoever saw it."""
+    digest = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
+    return "v1=" + digest.hexdigest()
 
 
 @dataclass
@@ -54,6 +84,14 @@ class Enqueuer:
     webhook_give_up: float = 3600.0
     #: First retry delay of a failed webhook; doubles per attempt (capped at 5 minutes).
     webhook_backoff: float = 1.0
+    #: The key of each webhook's signature (COMPOSER_WEBHOOK_SECRET); empty: unsigned.
+    webhook_secret: str = ""
+    #: How long a leased webhook stays out of other claimers' reach beyond its POST's
+    #: timeout (the time to record the outcome).
+    webhook_lease_margin: float = 30.0
+    #: How long a dispatch row that cannot be published is set aside; it ALERTs again
+    #: each time it comes back, until someone fixes or deletes it.
+    park_seconds: float = 3600.0
     http_policy: HttpPolicy = field(default_factory=HttpPolicy)
     published: int = 0
     webhooks_delivered: int = 0
@@ -61,119 +99,242 @@ class Enqueuer:
     async def run(self, stop: asyncio.Event) -> None:
         """Publish until ``stop`` is set; woken by hints, polling as a fallback.
 
-        One transaction per wake-up in the steady state: the dispatch claim also
-        asks when the next dispatch is due. Webhooks are looked at when a hint
-        says one was written, when one is due, or once per poll interval.
+        Two named tasks: dispatches (one transaction per wake-up in the steady
+        state: the claim also asks when the next dispatch is due) and webhooks
+        (looked at when a hint says one was written, when one is due, or once per
+        poll interval), so a receiver that takes its whole timeout delays no
+        dispatch. If either task dies, the other is cancelled and the error
+        stops the service.
         """
-        backoff = cq.Backoff(0.1, 5.0)
-        loop = asyncio.get_running_loop()
-        webhooks_at = 0.0  # loop time when webhooks are next looked at
+        if not self.webhook_secret:
+            log.warning(
+                "COMPOSER_WEBHOOK_SECRET is not set: webhooks go out without a "
+                "Composer-Signature, and receivers cannot tell them from forgeries"
+            )
+        webhook_hint = asyncio.Event()
         async with (
             cq.Waker(self.redis, self.prefix, cq.ENQUEUER) as waker,
             create_http_session(self.http_policy) as session,
         ):
-            while not stop.is_set():
-                try:
-                    published, next_due = await self.publish_dispatches()
-                    delivered = 0
-                    if cq.WEBHOOK in waker.take_messages() or loop.time() >= webhooks_at:
-                        delivered, webhook_due = await self.deliver_webhooks(session)
-                        webhooks_at = loop.time() + _until(webhook_due, self.poll_seconds)
-                    backoff.reset()
-                except (cq.QueueUnavailable, repo.Transient) as exc:
-                    delay = backoff.next()
-                    log.warning("publishing paused: %s; retrying in %.1fs", exc, delay)
-                    await sleep_or_stop(stop, delay)
-                    continue
-                if published >= self.batch_size or delivered >= self.webhook_batch_size:
-                    continue  # more is waiting
-                wait = min(_until(next_due, self.poll_seconds), max(0.0, webhooks_at - loop.time()))
-                if wait > 0:
-                    await waker.wait_or_stop(stop, wait)
+            tasks = [
+                asyncio.create_task(
+                    self._dispatch_loop(stop, waker, webhook_hint), name="outbox-dispatches"
+                ),
+                asyncio.create_task(
+                    self._webhook_loop(stop, session, webhook_hint), name="outbox-webhooks"
+                ),
+            ]
+            try:
+                done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    task.result()  # a loop that died stops the service, loudly
+                await asyncio.gather(*tasks)  # the other one sees ``stop`` too
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _dispatch_loop(
+        self, stop: asyncio.Event, waker: cq.Waker, webhook_hint: asyncio.Event
+    ) -> None:
+        backoff = cq.Backoff(0.1, 5.0)
+        while not stop.is_set():
+            if cq.WEBHOOK in waker.take_messages():
+                webhook_hint.set()
+            try:
+                published, next_due = await self.publish_dispatches()
+                backoff.reset()
+            except (cq.QueueUnavailable, repo.Transient) as exc:
+                delay = backoff.next()
+                log.warning("publishing paused: %s; retrying in %.1fs", exc, delay)
+                await sleep_or_stop(stop, delay)
+                continue
+            if published >= self.batch_size:
+                continue  # more is waiting
+            wait = _until(next_due, self.poll_seconds)
+            if wait > 0:
+                await waker.wait_or_stop(stop, wait)
+
+    async def _webhook_loop(
+        self, stop: asyncio.Event, session: aiohttp.ClientSession, hint: asyncio.Event
+    ) -> None:
+        backoff = cq.Backoff(0.1, 5.0)
+        while not stop.is_set():
+            hint.clear()
+            try:
+                tried, next_due = await self.deliver_webhooks(session)
+                backoff.reset()
+            except repo.Transient as exc:
+                delay = backoff.next()
+                log.warning("webhook delivery paused: %s; retrying in %.1fs", exc, delay)
+                await sleep_or_stop(stop, delay)
+                continue
+            if tried >= self.webhook_batch_size:
+                continue  # more is waiting
+            await _wait_for(hint, stop, _until(next_due, self.poll_seconds))
 
     async def publish_dispatches(self) -> tuple[int, dt.datetime | None]:
-        """Publish one batch of due dispatches; returns how many, and when the next is due."""
+        """Publish one batch of due dispatches; returns how many were claimed, and when
+        the next is due. A row that cannot be turned into a message is an ALERT and is
+        set aside for ``park_seconds``; the rest of the batch goes out."""
         async with repo.transaction(self.pool) as conn:
             messages = await repo.claim_outbox(
                 conn, "dispatch", limit=self.batch_size, grace=self.grace
             )
             if not messages:
                 return 0, await repo.next_outbox_due(conn, "dispatch", grace=self.grace)
+            good: list[repo.OutboxMessage] = []
             refs: list[repo.TaskRef] = []
             batch: list[tuple[str, dict[str, str]]] = []
             for m in messages:
-                fields = {str(k): str(v) for k, v in m.payload.items()}
-                stream = cq.task_stream(self.prefix, m.destination, fields["task_id"], self.shards)
+                try:
+                    fields = {str(k): str(v) for k, v in m.payload.items()}
+                    message = cq.TaskMessage.from_fields(fields)  # what a worker will read
+                    stream = cq.task_stream(
+                        self.prefix, m.destination, message.task_id, self.shards
+                    )
+                    # (a message names the attempt only: mark_published needs no node)
+                    ref = repo.TaskRef(m.run_id, message.task_id, "", message.attempt)
+                except Exception as exc:
+                    await self._park(conn, m, exc)
+                    continue
+                good.append(m)
                 batch.append((stream, fields))
-                # (a message names the attempt only: mark_published needs no node)
-                refs.append(repo.TaskRef(m.run_id, fields["task_id"], "", int(fields["attempt"])))
-            await self.redis.publish(batch)  # raises on a Redis failure: the transaction rolls back
-            next_due = await repo.mark_published(
-                conn, [m.id for m in messages], refs, grace=self.grace
-            )
+                refs.append(ref)
+            if batch:
+                await self.redis.publish(batch)  # raises on a Redis failure: all rolls back
+            next_due = await repo.mark_published(conn, [m.id for m in good], refs, grace=self.grace)
             if len(messages) >= self.batch_size:
                 next_due = None  # a full batch: look again at once
-        self.published += len(messages)
+        self.published += len(good)
         now = dt.datetime.now(dt.UTC)
         lag = _lag_histogram()
-        for m in messages:  # how long a due dispatch waited for its publish
+        for m in good:  # how long a due dispatch waited for its publish
             lag.record(max(0.0, (now - max(m.created_at, m.next_attempt_at)).total_seconds()))
-        log.debug("published %d dispatch(es)", len(messages))
+        log.debug("published %d dispatch(es)", len(good))
         return len(messages), next_due
+
+    async def _park(self, conn: repo.Connection, m: repo.OutboxMessage, exc: Exception) -> None:
+        error = f"cannot be published: {type(exc).__name__}: {exc}"
+        with log_context(run_id=m.run_id, task_id=m.task_id):
+            alert(
+                log,
+                "outbox dispatch %d of run %s (task %s) %s; set aside for %.0fs "
+                "(fix or delete the row; the other dispatches go on)",
+                m.id,
+                m.run_id,
+                m.task_id,
+                error,
+                self.park_seconds,
+            )
+        await repo.postpone_outbox(conn, m.id, delay=self.park_seconds, error=error)
 
     async def deliver_webhooks(
         self, session: aiohttp.ClientSession
     ) -> tuple[int, dt.datetime | None]:
-        """Deliver one batch of due webhooks; returns how many were tried, and when the next is due."""
+        """Deliver one batch of due webhooks; returns how many were tried, and when the
+        next is due.
+
+        The batch is leased and the lease committed before any POST, so no row lock
+        is held while receivers answer; the outcomes are recorded in a second, short
+        transaction. A crash in between leaves the rows to come back when their lease
+        ends (delivered again, with the same ``Composer-Delivery``).
+        """
+        lease = self.webhook_timeout + self.webhook_lease_margin
         async with repo.transaction(self.pool) as conn:
-            messages = await repo.claim_outbox(conn, "webhook", limit=self.webhook_batch_size)
+            messages = await repo.lease_outbox(
+                conn, "webhook", limit=self.webhook_batch_size, lease=lease
+            )
             if not messages:
                 return 0, await repo.next_outbox_due(conn, "webhook")
-            results = await asyncio.gather(*(self._post(session, m) for m in messages))
+        results = await asyncio.gather(*(self._post(session, m) for m in messages))
+        now = dt.datetime.now(dt.UTC)
+        async with repo.transaction(self.pool) as conn:
             done = [m.id for m, error in zip(messages, results, strict=True) if error is None]
             await repo.delete_outbox(conn, done)
-            now = dt.datetime.now(dt.UTC)
             for m, error in zip(messages, results, strict=True):
-                if error is None:
-                    continue
-                age = (now - m.created_at).total_seconds()
-                if age >= self.webhook_give_up:
-                    log.error(
-                        "giving up on the webhook of run %s to %s after %d attempts over %.0fs: %s",
-                        m.run_id,
-                        m.destination,
-                        m.attempts + 1,
-                        age,
-                        error,
-                    )
-                    await repo.delete_outbox(conn, [m.id])
-                    continue
-                delay = min(self.webhook_backoff * 2.0**m.attempts, 300.0)
-                log.warning(
-                    "webhook of run %s to %s failed (%s); retrying in %.0fs",
-                    m.run_id,
-                    m.destination,
-                    error,
-                    delay,
-                )
-                await repo.postpone_outbox(
-                    conn, m.id, not_before=now + dt.timedelta(seconds=delay), error=error
-                )
+                if error is not None:
+                    await self._retry_or_give_up(conn, m, error, now)
             next_due = await repo.next_outbox_due(conn, "webhook")
         self.webhooks_delivered += len(done)
         return len(messages), next_due
 
+    async def _retry_or_give_up(
+        self, conn: repo.Connection, m: repo.OutboxMessage, error: str, now: dt.datetime
+    ) -> None:
+        age = (now - m.created_at).total_seconds()
+        if age >= self.webhook_give_up:
+            log.error(
+                "giving up on the webhook of run %s to %s after %d attempts over %.0fs: %s",
+                m.run_id,
+                m.destination,
+                m.attempts + 1,
+                age,
+                error,
+            )
+            await repo.delete_outbox(conn, [m.id])
+            return
+        delay = min(self.webhook_backoff * 2.0**m.attempts, 300.0)
+        log.warning(
+            "webhook of run %s to %s failed (%s); retrying in %.0fs",
+            m.run_id,
+            m.destination,
+            error,
+            delay,
+        )
+        # NotFound: its lease ran out and another replica delivered it meanwhile
+        with contextlib.suppress(repo.NotFound):
+            await repo.postpone_outbox(conn, m.id, delay=delay, error=error)
+
     async def _post(
         self, session: aiohttp.ClientSession, message: repo.OutboxMessage
     ) -> str | None:
-        spec = {"method": "POST", "url": message.destination, "body": message.payload}
+        """POST one webhook; None when delivered, else why not. Never raises (but
+        for cancellation): anything unexpected is an ALERT and a failed attempt."""
         try:
+            body = json.dumps(
+                message.payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+            )
+            timestamp = str(int(time.time()))
+            headers = {
+                "Content-Type": "application/json",
+                DELIVERY_HEADER: str(message.id),
+                TIMESTAMP_HEADER: timestamp,
+            }
+            if self.webhook_secret:
+                headers[SIGNATURE_HEADER] = sign(self.webhook_secret, timestamp, body.encode())
+            spec = {"method": "POST", "url": message.destination, "headers": headers, "body": body}
             await run_http(
                 spec, timeout=self.webhook_timeout, session=session, policy=self.http_policy
             )
         except ExecutionError as exc:
             return str(exc)
+        except Exception as exc:
+            with log_context(run_id=message.run_id):
+                log.log(
+                    ALERT,
+                    "the webhook of run %s to %s failed unexpectedly (%s: %s); it is retried "
+                    "with backoff and the other deliveries go on",
+                    message.run_id,
+                    message.destination,
+                    type(exc).__name__,
+                    exc,
+                    exc_info=exc,
+                )
+            return f"unexpected {type(exc).__name__}: {exc}"
         return None
+
+
+async def _wait_for(event: asyncio.Event, stop: asyncio.Event, seconds: float) -> None:
+    """Until ``event`` or ``stop`` is set, or ``seconds`` pass, whichever comes first."""
+    if seconds <= 0 or event.is_set():
+        return
+    waiters = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(stop.wait())]
+    try:
+        await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
 
 
 def _until(when: dt.datetime | None, cap: float) -> float:

@@ -1,7 +1,7 @@
 """The outbox-enqueuer's settings, from ``COMPOSER_*`` environment variables.
 
-The shards and COMPOSER_HTTP_ALLOW_PRIVATE (for webhooks) are the shared ones
-of ``composer_service.ServiceSettings``.
+The shards, COMPOSER_HTTP_ALLOW_PRIVATE and COMPOSER_HTTP_ALLOW_NETWORKS (for
+webhooks) are the shared ones of ``composer_service.ServiceSettings``.
 """
 
 from __future__ import annotations
@@ -20,3 +20,7 @@ class EnqueuerSettings(ServiceSettings):
     webhook_timeout_seconds: float = 10.0
     #: Webhook delivery is retried with backoff for about this long, then given up (and logged).
     webhook_give_up_seconds: float = 3600.0
+    #: COMPOSER_WEBHOOK_SECRET: the key of each webhook's ``Composer-Signature`` (HMAC-SHA256
+    #: of ``"<Composer-Timestamp>." + body``); empty: webhooks go out unsigned (a warning at
+    #: start). Give receivers the same secret.
+    webhook_secret: str = ""

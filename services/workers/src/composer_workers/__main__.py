@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from composer_executors import HttpPolicy, create_http_session
+from composer_executors import HttpPolicy, create_http_session, parse_networks
 from composer_sdk import SdkError, Worker, WorkerConfig
 from composer_service import StartupError, run, serving
 from composer_workers.handlers import http_handler, python_handler
@@ -31,8 +31,13 @@ async def serve(settings: WorkersSettings) -> None:
             lease_ttl=settings.lease_ttl_seconds,
         )
     )
+    try:
+        allow_networks = parse_networks(settings.http_allow_networks)
+    except ValueError as exc:
+        raise StartupError(str(exc)) from None
     policy = HttpPolicy(
         allow_private=settings.http_allow_private,
+        allow_networks=allow_networks,
         max_response_bytes=settings.http_max_response_bytes,
     )
     async with (

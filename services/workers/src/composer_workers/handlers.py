@@ -19,10 +19,19 @@ def _failure(exc: ExecutionError) -> TaskFailed:
 
 
 def http_handler(session: aiohttp.ClientSession, policy: HttpPolicy) -> Any:
+    """The ``http`` queue's handler. Each request carries the task's idempotency key
+    (the same for every attempt of the node in its run) as ``Idempotency-Key``, unless
+    the node sets that header itself: a retried attempt can be recognised by the
+    server it calls again."""
+
     async def http(ctx: TaskContext, input: dict[str, Any]) -> dict[str, Any]:
         try:
             return await run_http(
-                input, timeout=ctx.timeout or FALLBACK_TIMEOUT, session=session, policy=policy
+                input,
+                timeout=ctx.timeout or FALLBACK_TIMEOUT,
+                session=session,
+                policy=policy,
+                idempotency_key=ctx.idempotency_key,
             )
         except ExecutionError as exc:
             raise _failure(exc) from exc

@@ -444,6 +444,28 @@ SELECT id, kind, run_id, task_id, destination, payload, attempts, next_attempt_a
  LIMIT $2
    FOR UPDATE SKIP LOCKED;
 
+-- name: lease_outbox
+-- Due messages of one kind, oldest first, for a delivery made outside any
+-- transaction (a webhook POST may take its whole timeout): instead of holding
+-- row locks through it, each row's next_attempt_at moves $3 seconds ahead, a
+-- lease that keeps other claimers off once this statement's transaction
+-- commits. The deliverer then deletes or postpones the rows; if it dies, they
+-- come back when the lease ends. Returns the rows as they were before the lease.
+WITH due AS (
+    SELECT id, next_attempt_at
+      FROM outbox
+     WHERE kind = $1 AND next_attempt_at <= statement_timestamp()
+     ORDER BY next_attempt_at, id
+     LIMIT $2
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE outbox o
+   SET next_attempt_at = statement_timestamp() + make_interval(secs => $3)
+  FROM due
+ WHERE o.id = due.id
+RETURNING o.id, o.kind, o.run_id, o.task_id, o.destination, o.payload, o.attempts,
+          due.next_attempt_at, o.created_at;
+
 -- name: delete_outbox
 DELETE FROM outbox WHERE id = ANY($1::bigint[]);
 
