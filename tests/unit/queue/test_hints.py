@@ -65,10 +65,9 @@ async def test_a_failing_callback_does_not_end_the_subscription() -> None:
     ) as subscriber:
         await asyncio.wait_for(subscriber.subscribed.wait(), 5)
         await queue.notify(chan, "bad")
-        await until(lambda: gaps == [1], "the subscriber restarted")
-        await until(lambda: subscriber.subscribed.is_set(), "it subscribed again")
         await queue.notify(chan, "good")
         await until(lambda: got == ["good"], "the next hint arrived")
+    assert gaps == []  # the one bad hint was dropped; the subscription never dropped
 
 
 async def test_a_waker_looks_once_after_a_gap() -> None:
