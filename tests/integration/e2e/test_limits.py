@@ -12,12 +12,15 @@ import time
 from typing import Any
 
 import grpc.aio
+import pytest
 
 from composer_core.model import RunStatus, TaskState
 from composer_rpc.codes import ErrorCode
 from composer_rpc.v1.worker_pb2_grpc import WorkerServiceStub
-from composer_sdk import TaskContext
-from tests.integration.e2e.conftest import Stack
+from composer_sdk import Outcome, TaskContext
+from composer_sdk._client import MESSAGE_TOO_LARGE, CoordinatorClient
+from composer_sdk.errors import SdkError
+from tests.integration.e2e.conftest import TOKEN, Stack
 from tests.integration.e2e.test_runs import RawWorker, one_task
 
 #: Past the 4 MiB gRPC receives by default: what used to wedge a task.
@@ -64,7 +67,9 @@ async def test_an_output_over_the_limit_fails_the_node_and_frees_the_slot(stack:
     run = await stack.wait_run(big.run_id, timeout=15)
     assert run.status is RunStatus.FAILED
     task = (await stack.tasks_of(big.run_id))["a"]
-    assert task.error is not None and "over the 1 MiB limit (COMPOSER_MAX_OUTPUT_BYTES)" in task.error
+    assert (
+        task.error is not None and "over the 1 MiB limit (COMPOSER_MAX_OUTPUT_BYTES)" in task.error
+    )
     assert task.error_code == ErrorCode.OUTPUT_TOO_LARGE
     assert task.attempt == 0  # permanent: not retried
     small = await stack.engine.start("one-a", input={"big": False})
@@ -117,3 +122,40 @@ async def test_a_report_jsonb_cannot_store_fails_the_task(stack: Stack) -> None:
         failed = (await stack.tasks_of(started.run_id))["a"]
         assert failed.state is TaskState.FAILED and failed.attempt == 0
         assert failed.error is not None and error in failed.error, failed.error
+
+
+async def test_message_too_large_is_permanent_over_real_grpc(stack: Stack) -> None:
+    """gRPC's own errors, both ways, as the SDK's classification expects them: a lease
+    answer over the worker's receive limit is not asked for again, and an output over
+    its send limit is reported as the node's failure instead."""
+    await stack.deploy(one_task("a", queue="manual", spec={"blob": "{{input.blob}}"}))
+    small = 64 * 1024
+    client = CoordinatorClient(stack.grpc_target, TOKEN, attempts=5, max_message_bytes=small)
+    try:
+        started = await stack.engine.start("one-a", input={"blob": "x" * 100_000})
+        task = (await stack.tasks_of(started.run_id))["a"]
+        with pytest.raises(SdkError) as refused:
+            await client.acquire(
+                task.task_id, started.run_id, 0, "w", 30, claim="c", until=lambda: False
+            )
+        assert refused.value.code == MESSAGE_TOO_LARGE
+        assert "Received message larger than max" in str(refused.value)
+
+        started = await stack.engine.start("one-a", input={"blob": "x"})
+        task = (await stack.tasks_of(started.run_id))["a"]
+        async with grpc.aio.insecure_channel(stack.grpc_target) as channel:
+            raw = RawWorker(WorkerServiceStub(channel), started.run_id, task.task_id)
+            assert (await raw.lease("w")).granted
+        outcome = Outcome("COMPLETED", output={"blob": "y" * 100_000})
+        accepted = await client.report(
+            task.task_id, started.run_id, "a", 0, "w", raw.tokens["w"], outcome, until=lambda: False
+        )
+        assert accepted is True
+    finally:
+        await client.close()
+    run = await stack.wait_run(started.run_id, timeout=5)
+    assert run.status is RunStatus.FAILED
+    failed = (await stack.tasks_of(started.run_id))["a"]
+    assert failed.error_code == ErrorCode.OUTPUT_TOO_LARGE
+    assert failed.error is not None
+    assert failed.error.startswith("output is 100011 bytes, over the limit of a message")

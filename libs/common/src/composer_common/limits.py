@@ -73,7 +73,9 @@ def where_unstorable(value: Any) -> str | None:
                 return f"{problem} at {path}"
         elif isinstance(current, float):
             if not math.isfinite(current):
-                name = "NaN" if math.isnan(current) else ("Infinity" if current > 0 else "-Infinity")
+                name = (
+                    "NaN" if math.isnan(current) else ("Infinity" if current > 0 else "-Infinity")
+                )
                 return f"{name} at {path}"
         elif isinstance(current, Mapping):
             for key, child in current.items():

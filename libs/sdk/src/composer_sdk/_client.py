@@ -320,12 +320,14 @@ class CoordinatorClient:
         says so (an output) or with its error cut short (a failure).
         """
         try:
-            return await self._report(task_id, run_id, node_id, attempt, owner, token, outcome, until)
+            return await self._report(
+                task_id, run_id, node_id, attempt, owner, token, outcome, until
+            )
         except SdkError as exc:
             if exc.code != MESSAGE_TOO_LARGE:
                 raise
             instead = _smaller(outcome, exc)
-        log.error("task %s attempt %d: %s; reporting a failure instead", task_id, attempt, exc)
+            log.error("task %s attempt %d: %s; reporting a failure instead", task_id, attempt, exc)
         return await self._report(task_id, run_id, node_id, attempt, owner, token, instead, until)
 
     async def _report(
@@ -401,7 +403,9 @@ class CoordinatorClient:
                     # the items together were too large (a coordinator that does not bound
                     # its answers): each on its own may not be
                     return list(
-                        await asyncio.gather(*(unary(item) for item in items), return_exceptions=True)
+                        await asyncio.gather(
+                            *(unary(item) for item in items), return_exceptions=True
+                        )
                     )
                 if exc.code() is not grpc.StatusCode.UNIMPLEMENTED:
                     return [exc] * len(items)

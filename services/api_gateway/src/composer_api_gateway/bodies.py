@@ -23,8 +23,8 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from composer_api_gateway.problems import ApiProblem, bad_request, not_found
-from composer_common import limits
 from composer_api_gateway.state import CONFIG
+from composer_common import limits
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -8,9 +8,9 @@ from aiohttp import web
 
 import composer_queue
 import composer_repo as repo
-from composer_common import limits
 from composer_api_gateway.auth import Authenticator
 from composer_api_gateway.waiters import RunWaiters
+from composer_common import limits
 from composer_engine import Engine, Workflows
 
 
