@@ -65,6 +65,8 @@ class FakeStub:
         answer = script[min(n, len(script) - 1)]
         if isinstance(answer, grpc.StatusCode):
             raise rpc_error(answer)
+        if isinstance(answer, grpc.aio.AioRpcError):
+            raise answer
         return answer
 
     async def AcquireTaskLease(self, request: pb.AcquireTaskLeaseRequest, **_: Any) -> Any:

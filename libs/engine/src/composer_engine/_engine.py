@@ -25,7 +25,7 @@ from typing import TypeVar
 
 import composer_queue as cq
 import composer_repo as repo
-from composer_common import ids
+from composer_common import ids, limits
 from composer_common.batching import Batcher
 from composer_common.logs import alert
 from composer_common.telemetry import tracer
@@ -146,10 +146,19 @@ class Engine:
         attempts: int = 6,
         batch_size: int = 256,
         batches_in_flight: int = 2,
+        max_node_input_bytes: int | None = limits.DEFAULT_MAX_NODE_INPUT_BYTES,
+        max_output_bytes: int | None = limits.DEFAULT_MAX_OUTPUT_BYTES,
     ) -> None:
         """``batch_size`` and ``batches_in_flight`` bound the group commit of reports
-        (``report``): how many go in one transaction, how many transactions at once."""
+        (``report``): how many go in one transaction, how many transactions at once.
+
+        ``max_node_input_bytes`` (COMPOSER_MAX_NODE_INPUT_BYTES): an attempt whose
+        input is larger is not leased but failed for good; ``max_output_bytes``
+        (COMPOSER_MAX_OUTPUT_BYTES): a worker's report of a larger output fails its
+        node for good instead (None: no limit)."""
         self.pool = pool
+        self.max_node_input_bytes = max_node_input_bytes
+        self.max_output_bytes = max_output_bytes
         self.redis = redis
         self.prefix = redis_prefix
         self.definitions = definitions or DefinitionCache()
@@ -302,6 +311,7 @@ class Engine:
         A report whose run another batch holds (a fan-in spread over two batches in
         flight) waits for the next batch, a few times, before it is applied alone:
         alone, it would queue on the lock in a transaction of its own."""
+        report = self._storable(report)
         for _ in range(_BUSY_RETRIES):
             result = await self._reports.submit(report)
             if not isinstance(result, _Busy):
@@ -323,8 +333,31 @@ class Engine:
         batch that failed as a whole (one poisoned event, a lost connection), is
         applied on its own through ``handle``, so one bad report never fails the others.
         """
-        results = await self._group_commit(reports, defer_busy=False)
+        results = await self._group_commit([self._storable(r) for r in reports], defer_busy=False)
         return [r for r in results if not isinstance(r, _Busy)]
+
+    def _storable(self, report: Report) -> Report:
+        """``report``, or, when its output cannot be stored (over ``max_output_bytes``,
+        or NaN, Infinity, ``\\u0000``: JSONB refuses them), the permanent failure of
+        its attempt that says why. The SDK checks first; an older one may not."""
+        if not report.completed:
+            return report
+        encoded = limits.encode(
+            report.output,
+            "output",
+            max_bytes=self.max_output_bytes,
+            setting="COMPOSER_MAX_OUTPUT_BYTES",
+        )
+        if not isinstance(encoded, limits.Refusal):
+            return report
+        return dataclasses.replace(
+            report,
+            completed=False,
+            output=None,
+            error=encoded.message,
+            code=ErrorCode.OUTPUT_TOO_LARGE if encoded.too_large else ErrorCode.BAD_OUTPUT,
+            permanent=True,
+        )
 
     async def _group_commit(
         self, reports: Sequence[Report], *, defer_busy: bool
@@ -595,9 +628,44 @@ class Engine:
         async def grant(
             conn: repo.Connection, batch: Sequence[repo.LeaseRequest]
         ) -> list[LeaseGrant | EngineError]:
-            return await grant_leases(conn, self.definitions, batch)
+            return await grant_leases(
+                conn, self.definitions, batch, max_input_bytes=self.max_node_input_bytes
+            )
 
-        return await self._fenced_batch(tokened, grant, self._acquire_one)
+        answers = await self._fenced_batch(tokened, grant, self._acquire_one)
+        first, _ = _once_each(requests)  # a repeat was answered, and failed, by itself
+        too_large = [
+            (requests[i], answer)
+            for i in first
+            if isinstance(answer := answers[i], LeaseGrant) and answer.too_large
+        ]
+        if too_large:
+            await asyncio.gather(*(self._fail_too_large(r, a) for r, a in too_large))
+        return answers
+
+    async def _fail_too_large(self, request: repo.LeaseRequest, grant: LeaseGrant) -> None:
+        """Fail for good an attempt whose input is over the node input limit (the
+        lease statement just took it, under a token no worker holds). Should this
+        fail, the lease runs out and the lease-sweeper retries the attempt, whose
+        lease is refused again, and this runs again."""
+        event = NodeFailed(
+            request.task_id,
+            grant.node_id,
+            request.attempt,
+            grant.reason,
+            ErrorCode.INPUT_TOO_LARGE,
+            permanent=True,
+        )
+        try:
+            await self.handle(request.run_id, event)
+        except EngineError as exc:
+            log.warning(
+                "run %s: could not fail %s, whose input is too large (%s): the lease "
+                "sweeper will take it back",
+                request.run_id,
+                grant.node_id,
+                exc,
+            )
 
     async def renew_leases(
         self, requests: Sequence[repo.LeaseRequest]

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import composer_repo as repo
+from composer_common import limits
 from composer_core.model import NodeType
 from composer_core.templates import Json
 from composer_engine._definitions import DefinitionCache
@@ -48,6 +49,11 @@ class LeaseGrant:
     workflow_version: int = 0
     #: The node's timeout (None: the worker's default).
     timeout_seconds: float | None = None
+    #: ``input`` as JSON text, as measured against the node input limit.
+    input_json: str = ""
+    #: Not granted because the input is over the node input limit (``reason`` says
+    #: so): the task is to be failed, since no worker could take it.
+    too_large: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,11 +86,17 @@ def new_token() -> str:
 
 
 async def grant_leases(
-    conn: repo.Connection, definitions: DefinitionCache, requests: Sequence[repo.LeaseRequest]
+    conn: repo.Connection,
+    definitions: DefinitionCache,
+    requests: Sequence[repo.LeaseRequest],
+    *,
+    max_input_bytes: int | None = None,
 ) -> list[LeaseGrant | EngineError]:
     """``repo.acquire_leases`` and what each answer means to the worker: the grant
     with the node's timeout from its definition, a refusal, or Forbidden for an
-    attempt on a queue the request's credentials do not cover."""
+    attempt on a queue the request's credentials do not cover. An input over
+    ``max_input_bytes`` is not granted but answered ``too_large``: sent, it could
+    be too large for the worker's gRPC messages, and no worker could ever take it."""
     leases = await repo.acquire_leases(conn, requests)
     refused_scoped = [
         (r.run_id, r.task_id)
@@ -101,6 +113,17 @@ async def grant_leases(
             else:
                 answers.append(LeaseGrant(False, NOT_GRANTED))
             continue
+        encoded = limits.encode(
+            lease.input,
+            "node input",
+            max_bytes=max_input_bytes,
+            setting="COMPOSER_MAX_NODE_INPUT_BYTES",
+        )
+        if isinstance(encoded, limits.Refusal):
+            answers.append(
+                LeaseGrant(False, encoded.message, node_id=lease.node_id, too_large=True)
+            )
+            continue
         dag = await definitions.get(conn, lease.workflow_id, lease.workflow_version)
         node = dag.node(lease.node_id)
         answers.append(
@@ -115,6 +138,7 @@ async def grant_leases(
                 workflow_id=lease.workflow_id,
                 workflow_version=lease.workflow_version,
                 timeout_seconds=node.timeout_seconds if node is not None else None,
+                input_json=encoded,
             )
         )
     return answers

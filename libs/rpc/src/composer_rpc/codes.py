@@ -28,6 +28,8 @@ class ErrorCode(StrEnum):
     LEASE_EXPIRED = "LEASE_EXPIRED"
     #: The task message was delivered more often than the stream allows.
     DELIVERY_LIMIT = "DELIVERY_LIMIT"
+    #: The task's input is over COMPOSER_MAX_NODE_INPUT_BYTES: it was never leased.
+    INPUT_TOO_LARGE = "INPUT_TOO_LARGE"
 
     # -- the SDK, around any handler ---------------------------------------------
     #: The attempt ran past its timeout.
@@ -38,6 +40,8 @@ class ErrorCode(StrEnum):
     BAD_INPUT = "bad_input"
     #: The handler returned something that cannot be reported as JSON output.
     BAD_OUTPUT = "bad_output"
+    #: The handler's output is over the output limit (COMPOSER_MAX_OUTPUT_BYTES).
+    OUTPUT_TOO_LARGE = "output_too_large"
 
     # -- the built-in executors (HTTP and PYTHON nodes) ----------------------------
     INVALID_SPEC = "invalid_spec"

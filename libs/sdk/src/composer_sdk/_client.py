@@ -5,6 +5,12 @@ call of the same kind is in flight goes together in the next one
 (AcquireTaskLeases, RenewTaskLeases, ReportTaskResults), each item with its own
 answer. A coordinator too old for batched calls answers UNIMPLEMENTED, and the
 client goes back to one unary call per item.
+
+Message sizes (docs/architecture.md, "Limits"): the channel's send and receive
+limits are set explicitly (``max_message_bytes``, above the coordinator's data
+limits), a batched call carries at most ``CALL_BYTES`` of items (or one item
+alone), and "message too large" is permanent, never retried: the same message
+would be too large again.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import grpc.aio
 from composer_common.batching import Batcher
 from composer_common.telemetry import inject
 from composer_queue import Backoff
+from composer_rpc.codes import ErrorCode
 from composer_rpc.v1 import worker_pb2 as pb
 from composer_rpc.v1.worker_pb2_grpc import WorkerServiceStub
 from composer_sdk._handler import Outcome
@@ -39,6 +46,35 @@ _TRANSIENT = frozenset(
         grpc.StatusCode.RESOURCE_EXHAUSTED,
     }
 )
+
+
+#: The gRPC message limit of the worker's channel, both ways: well above the data
+#: limits (1 MiB by default) so that a node input or an output under its limit fits.
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+#: The items of one batched call, at most (more go in further calls; an item larger
+#: than this goes alone): what any coordinator accepts, whatever its own limits.
+CALL_BYTES = 3 * 1024 * 1024
+#: SdkError.code of a call whose message was too large, sent or received: permanent.
+MESSAGE_TOO_LARGE = "MESSAGE_TOO_LARGE"
+#: The longest error text reported again after its report was too large.
+_SHORT_ERROR = 2000
+
+
+def channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
+    """The gRPC channel options that set the message limits, both ways."""
+    return [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+    ]
+
+
+def too_large(exc: grpc.aio.AioRpcError | ItemRefused) -> bool:
+    """Whether ``exc`` is a message over a gRPC size limit: RESOURCE_EXHAUSTED, "Received
+    message larger than max" (either side's receive limit) or "Sent message larger than
+    max" (this side's send limit). Any other RESOURCE_EXHAUSTED is load, and transient."""
+    return exc.code() is grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in (
+        exc.details() or ""
+    )
 
 
 class ItemRefused(Exception):
@@ -126,7 +162,8 @@ class CoordinatorClient:
     A transient status (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED) is
     retried with jittered backoff, at most ``attempts`` times per call, then
     ``CoordinatorUnavailable`` is raised; any other status raises ``SdkError``
-    at once (INTERNAL is a server bug: asking again in a loop only adds load).
+    at once (INTERNAL is a server bug: asking again in a loop only adds load),
+    and so does a message too large (``too_large``: code ``MESSAGE_TOO_LARGE``).
     ``stub`` replaces the gRPC stub (tests).
     """
 
@@ -141,14 +178,18 @@ class CoordinatorClient:
         stub: WorkerServiceAsyncStub | None = None,
         batch_size: int = 128,
         calls_in_flight: int = 2,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         """``batch_size`` items at most per call; ``calls_in_flight`` calls of one kind
-        at once, what the tasks ask meanwhile waiting for the next."""
+        at once, what the tasks ask meanwhile waiting for the next; ``max_message_bytes``
+        the largest message sent or received."""
         if attempts < 1:
             raise ValueError(f"attempts must be at least 1, got {attempts}")
         self._channel: grpc.aio.Channel | None = None
+        self.max_message_bytes = max_message_bytes
+        options = channel_options(max_message_bytes)
         if stub is None:
-            self._channel = grpc.aio.insecure_channel(target)
+            self._channel = grpc.aio.insecure_channel(target, options=options)
             stub = WorkerServiceStub(self._channel)
         self._stub = stub
         self._metadata = (("authorization", f"Bearer {token}"),)
@@ -252,7 +293,7 @@ class CoordinatorClient:
         try:
             reply = await self._renewals.submit(request)
         except (grpc.aio.AioRpcError, ItemRefused) as exc:
-            if exc.code() in _TRANSIENT:
+            if exc.code() in _TRANSIENT and not too_large(exc):
                 log.warning("renewing the lease of task %s failed: %s", task_id, exc.details())
                 return None
             raise _fatal(exc) from exc
@@ -275,7 +316,31 @@ class CoordinatorClient:
 
         Raises CoordinatorUnavailable when every attempt failed transiently,
         SdkError when the coordinator answered with an error (INTERNAL, ...).
+        A report too large for a message is sent again as a permanent failure that
+        says so (an output) or with its error cut short (a failure).
         """
+        try:
+            return await self._report(
+                task_id, run_id, node_id, attempt, owner, token, outcome, until
+            )
+        except SdkError as exc:
+            if exc.code != MESSAGE_TOO_LARGE:
+                raise
+            instead = _smaller(outcome, exc)
+            log.error("task %s attempt %d: %s; reporting a failure instead", task_id, attempt, exc)
+        return await self._report(task_id, run_id, node_id, attempt, owner, token, instead, until)
+
+    async def _report(
+        self,
+        task_id: str,
+        run_id: str,
+        node_id: str,
+        attempt: int,
+        owner: str,
+        token: str,
+        outcome: Outcome,
+        until: Callable[[], bool],
+    ) -> bool | None:
         request = pb.ReportTaskResultRequest(
             task_id=task_id,
             run_id=run_id,
@@ -302,7 +367,7 @@ class CoordinatorClient:
         """The batch function of one kind of call: the stub's ``batched`` method with a
         ``request`` of the items, or its ``unary`` method once per item."""
 
-        async def send(items: Sequence[Any]) -> list[Any]:
+        async def send_one_call(items: Sequence[Any]) -> list[Any]:
             return await self._batch(
                 items,
                 lambda: getattr(self._stub, batched)(
@@ -312,6 +377,13 @@ class CoordinatorClient:
                     item, metadata=self._md(), timeout=self._timeout
                 ),
             )
+
+        async def send(items: Sequence[Any]) -> list[Any]:
+            calls = _by_size(items, CALL_BYTES)
+            if len(calls) == 1:
+                return await send_one_call(items)
+            answers = await asyncio.gather(*(send_one_call(call) for call in calls))
+            return [answer for call in answers for answer in call]
 
         return send
 
@@ -327,6 +399,14 @@ class CoordinatorClient:
             try:
                 reply = await batched()
             except grpc.aio.AioRpcError as exc:
+                if too_large(exc) and len(items) > 1:
+                    # the items together were too large (a coordinator that does not bound
+                    # its answers): each on its own may not be
+                    return list(
+                        await asyncio.gather(
+                            *(unary(item) for item in items), return_exceptions=True
+                        )
+                    )
                 if exc.code() is not grpc.StatusCode.UNIMPLEMENTED:
                     return [exc] * len(items)
                 log.info(
@@ -354,7 +434,7 @@ class CoordinatorClient:
             try:
                 return await call()
             except (grpc.aio.AioRpcError, ItemRefused) as exc:
-                if exc.code() not in _TRANSIENT:
+                if exc.code() not in _TRANSIENT or too_large(exc):
                     raise _fatal(exc) from exc
                 if until():
                     return None
@@ -379,7 +459,47 @@ class CoordinatorClient:
         raise AssertionError("unreachable: the last attempt returns or raises")
 
 
+def _by_size(items: Sequence[Any], budget: int) -> list[Sequence[Any]]:
+    """``items`` in order, cut into runs of at most ``budget`` bytes (an item larger
+    than that in a run of its own)."""
+    runs: list[Sequence[Any]] = []
+    start, size = 0, 0
+    for i, item in enumerate(items):
+        n = item.ByteSize()
+        if i > start and size + n > budget:
+            runs.append(items[start:i])
+            start, size = i, 0
+        size += n
+    runs.append(items[start:])
+    return runs
+
+
+def _smaller(outcome: Outcome, exc: SdkError) -> Outcome:
+    """What to report instead of ``outcome``, whose report was too large for a message."""
+    if outcome.status == "COMPLETED":
+        size = len(outcome.output_json.encode())
+        return Outcome(
+            "FAILED",
+            error=f"output is {size} bytes, over the limit of a message to the coordinator "
+            f"({exc}); return less, or store it elsewhere and return a reference",
+            code=ErrorCode.OUTPUT_TOO_LARGE,
+            permanent=True,
+        )
+    return Outcome(
+        "FAILED",
+        error=outcome.error[:_SHORT_ERROR] + "… (cut short: too large to report)",
+        code=outcome.code,
+        permanent=outcome.permanent,
+    )
+
+
 def _fatal(exc: Failure) -> SdkError:
+    if too_large(exc):
+        return SdkError(
+            f"a message to or from the coordinator is too large: {exc.details()} "
+            "(not retried: it would be as large again)",
+            code=MESSAGE_TOO_LARGE,
+        )
     if exc.code() is grpc.StatusCode.UNAUTHENTICATED:
         return SdkError(
             f"the coordinator refused the worker token: {exc.details()} (check COMPOSER_WORKER_TOKEN)",

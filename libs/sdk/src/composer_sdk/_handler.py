@@ -12,6 +12,7 @@ from typing import Any, Literal, get_type_hints
 
 from pydantic import BaseModel, ValidationError
 
+from composer_common import limits
 from composer_rpc.codes import ErrorCode
 from composer_sdk.errors import TaskFailed
 
@@ -51,9 +52,13 @@ class Outcome:
     error: str = ""
     code: str | None = None
     permanent: bool = False
+    #: The output as the JSON text reported, when the handler checked it already.
+    encoded: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def output_json(self) -> str:
+        if self.encoded is not None:
+            return self.encoded
         return json.dumps(self.output, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -78,8 +83,21 @@ class Handler:
         model = hint if isinstance(hint, type) and issubclass(hint, BaseModel) else None
         return cls(queue, fn, model)
 
-    async def invoke(self, ctx: TaskContext, raw_input: Any, timeout: float | None) -> Outcome:
+    async def invoke(
+        self,
+        ctx: TaskContext,
+        raw_input: Any,
+        timeout: float | None,
+        *,
+        max_output_bytes: int | None = limits.DEFAULT_MAX_OUTPUT_BYTES,
+    ) -> Outcome:
         """Run the handler once and turn whatever happens into an Outcome.
+
+        An output the coordinator would refuse fails the attempt for good, here,
+        before it is sent: one JSONB cannot store (NaN, Infinity, ``\\u0000``) or one
+        over ``max_output_bytes`` (the coordinator's COMPOSER_MAX_OUTPUT_BYTES; None:
+        no limit). Sent, the first would fail only when the lease ran out, the second
+        could be too large for a gRPC message.
 
         Cancellation propagates: a lost lease or a shutdown reports nothing.
         """
@@ -109,13 +127,14 @@ class Handler:
             return Outcome("FAILED", error=f"{type(exc).__name__}: {exc}", code=ErrorCode.EXCEPTION)
         if isinstance(result, BaseModel):
             result = result.model_dump(mode="json")
-        try:
-            json.dumps(result)
-        except (TypeError, ValueError) as exc:
+        encoded = limits.encode(
+            result, "output", max_bytes=max_output_bytes, setting="COMPOSER_MAX_OUTPUT_BYTES"
+        )
+        if isinstance(encoded, limits.Refusal):
             return Outcome(
                 "FAILED",
-                error=f"handler returned a value that is not JSON: {exc}",
-                code=ErrorCode.BAD_OUTPUT,
+                error=encoded.message,
+                code=ErrorCode.OUTPUT_TOO_LARGE if encoded.too_large else ErrorCode.BAD_OUTPUT,
                 permanent=True,
             )
-        return Outcome("COMPLETED", output=result)
+        return Outcome("COMPLETED", output=result, encoded=encoded)

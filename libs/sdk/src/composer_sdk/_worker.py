@@ -38,10 +38,17 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
 import composer_queue as cq
+from composer_common import limits
 from composer_common.batching import Batcher
 from composer_common.logs import alert, log_context
 from composer_common.telemetry import extract, tracer
-from composer_sdk._client import Coordinator, CoordinatorClient, Lease
+from composer_sdk._client import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    MESSAGE_TOO_LARGE,
+    Coordinator,
+    CoordinatorClient,
+    Lease,
+)
 from composer_sdk._handler import Handler, HandlerFn, Outcome, TaskContext
 from composer_sdk.errors import CoordinatorUnavailable, SdkError
 
@@ -72,6 +79,13 @@ class WorkerConfig:
     #: Tries per coordinator call while it answers UNAVAILABLE (jittered backoff between,
     #: 0.05s growing to 5s); then the message is left unacknowledged for the sweeper.
     coordinator_attempts: int = 10
+    #: The largest output reported, as JSON (the coordinator's COMPOSER_MAX_OUTPUT_BYTES,
+    #: 1 MiB unless it was changed: keep the two equal). A larger one fails the node for
+    #: good here, before it is sent. None: no check here (the coordinator's still holds).
+    max_output_bytes: int | None = limits.DEFAULT_MAX_OUTPUT_BYTES
+    #: The largest gRPC message sent to or taken from the coordinator: above its data
+    #: limits (node input, output) with room to spare.
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
 
 
 class Worker:
@@ -154,7 +168,10 @@ class Worker:
         cfg = self.config
         self._queue = queue_client = self._given_queue or cq.connect(cfg.redis_url)
         self._client = client = self._given_coordinator or CoordinatorClient(
-            cfg.coordinator, cfg.token, attempts=cfg.coordinator_attempts
+            cfg.coordinator,
+            cfg.token,
+            attempts=cfg.coordinator_attempts,
+            max_message_bytes=cfg.max_message_bytes,
         )
         try:
             for queue in self._handlers:
@@ -365,6 +382,22 @@ class Worker:
                 self.skipped += 1
                 await self._ack(entry)
                 return
+            if exc.code == MESSAGE_TOO_LARGE:
+                # Asking again gets the same answer: the entry is dropped, and the task
+                # fails when its lease runs out (the lease-sweeper). A coordinator whose
+                # node input limit fits in our messages never sends this.
+                log.error(
+                    "task %s attempt %d: %s; its entry on %s is dropped (raise "
+                    "WorkerConfig.max_message_bytes above the coordinator's "
+                    "COMPOSER_MAX_NODE_INPUT_BYTES)",
+                    msg.task_id,
+                    msg.attempt,
+                    exc,
+                    entry.stream,
+                )
+                self.skipped += 1
+                await self._ack(entry)
+                return
             self._abandon(msg, "taking the lease", exc)
             return
         if lease is None:
@@ -434,7 +467,9 @@ class Worker:
             # lease that may be another worker's by now.
             if time.monotonic() >= valid_until:
                 return None
-            return await handler.invoke(ctx, task_input, timeout)
+            return await handler.invoke(
+                ctx, task_input, timeout, max_output_bytes=cfg.max_output_bytes
+            )
 
         run = asyncio.create_task(run_while_ours())
         lost = await self._renew_until_done(run, held, valid_until)

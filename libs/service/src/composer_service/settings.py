@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from composer_common import limits
 from composer_queue import DEFAULT_SHARDS
 from composer_service.runtime import RuntimeConfig
 
@@ -35,6 +36,12 @@ class ServiceSettings(BaseSettings):
     #: The workers' lease TTL: they renew within it, and the sweeper takes back a stream
     #: entry pending longer than this on a consumer (it is on a dead one).
     lease_ttl_seconds: float = 30.0
+    #: The largest rendered input of a worker node, as JSON: the coordinator does not
+    #: lease a larger one but fails its node for good (docs/architecture.md, "Limits").
+    max_node_input_bytes: int = limits.DEFAULT_MAX_NODE_INPUT_BYTES
+    #: The largest output of a worker node, as JSON: the coordinator fails a node that
+    #: reports a larger one, and the built-in workers refuse one before sending it.
+    max_output_bytes: int = limits.DEFAULT_MAX_OUTPUT_BYTES
     #: COMPOSER_HTTP_ALLOW_PRIVATE: HTTP nodes and webhooks may call loopback and private
     #: addresses (local development).
     http_allow_private: bool = False

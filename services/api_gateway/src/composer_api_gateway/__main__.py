@@ -25,6 +25,8 @@ def config_from(settings: GatewaySettings) -> GatewayConfig:
         shards=settings.shards,
         tokens=settings.api_tokens,
         max_body_bytes=settings.api_max_body_bytes,
+        max_run_input_bytes=settings.max_run_input_bytes,
+        max_signal_bytes=settings.max_signal_bytes,
         max_wait_seconds=settings.api_max_wait_seconds,
         result_poll_seconds=settings.api_result_poll_seconds,
     )

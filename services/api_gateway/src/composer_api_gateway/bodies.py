@@ -5,7 +5,9 @@ that a malformed request answers 4xx and never 500: JSON that is invalid,
 too deep for the parser, holds NaN/Infinity, a NUL (PostgreSQL's JSONB
 cannot store ``\\u0000``) or a lone surrogate (not encodable as UTF-8); a
 YAML document whose aliases expand it past a bound (a "billion laughs"
-would otherwise keep validation busy for hours).
+would otherwise keep validation busy for hours); a run input or a signal
+payload over its limit (413, naming the limit and its setting:
+docs/architecture.md, "Limits").
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pydantic import BaseModel, ValidationError
 
 from composer_api_gateway.problems import ApiProblem, bad_request, not_found
 from composer_api_gateway.state import CONFIG
+from composer_common import limits
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -41,8 +44,29 @@ async def read_bytes(request: web.Request) -> bytes:
 
 def too_large(size: int, limit: int) -> ApiProblem:
     return ApiProblem(
-        413, "too-large", f"the request body is {size} bytes; this API accepts at most {limit}"
+        413,
+        "too-large",
+        f"the request body is {size} bytes; this API accepts at most {limit} "
+        "(COMPOSER_API_MAX_BODY_BYTES)",
+        limit=limit,
+        setting="COMPOSER_API_MAX_BODY_BYTES",
     )
+
+
+def check_size(value: Any, what: str, limit: int, setting: str) -> None:
+    """413 when ``value``, as compact JSON, is over ``limit`` bytes; the problem names
+    the limit and the setting that raises it (``limit``, ``setting``)."""
+    if value is None:
+        return
+    size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > limit:
+        raise ApiProblem(
+            413,
+            "too-large",
+            limits.over_limit(what, size, limit, setting),
+            limit=limit,
+            setting=setting,
+        )
 
 
 def decode_json(raw: bytes, what: str = "the request body", max_depth: int = MAX_DEPTH) -> Any:

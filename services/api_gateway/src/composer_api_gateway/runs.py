@@ -98,8 +98,16 @@ async def load(pool: repo.Pool, run_id: str) -> Run:
     )
 
 
+def check_run_input(request: web.Request, input: object, config: object) -> None:
+    """413 for a run input or config over COMPOSER_MAX_RUN_INPUT_BYTES."""
+    limit = request.app[CONFIG].max_run_input_bytes
+    bodies.check_size(input, "run input", limit, "COMPOSER_MAX_RUN_INPUT_BYTES")
+    bodies.check_size(config, "run config", limit, "COMPOSER_MAX_RUN_INPUT_BYTES")
+
+
 async def start(request: web.Request) -> web.Response:
     body = await bodies.read_model(request, StartRun)
+    check_run_input(request, body.input, body.config)
     started = await request.app[ENGINE].start(
         body.workflow_id,
         version=body.version,
@@ -184,6 +192,8 @@ async def signal(request: web.Request) -> web.Response:
     name = bodies.text_param(request, "name")
     raw = await bodies.read_bytes(request)
     payload = bodies.decode_json(raw, "the signal payload") if raw.strip() else None
+    limit = request.app[CONFIG].max_signal_bytes
+    bodies.check_size(payload, "signal payload", limit, "COMPOSER_MAX_SIGNAL_BYTES")
     key = idempotency_key(request)
     delivered = await request.app[ENGINE].signal(run_id, name, payload, idempotency_key=key)
     return json_response(SignalDelivered(delivered=delivered))
@@ -209,6 +219,7 @@ async def cancel(request: web.Request) -> web.Response:
 async def retry(request: web.Request) -> web.Response:
     run_id = bodies.run_id_param(request)
     body = await bodies.read_model(request, RetryRun)
+    check_run_input(request, body.input, body.config)
     await request.app[ENGINE].retry(
         run_id, body.from_node, version=body.version, input=body.input, config=body.config
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from composer_common import limits
 from composer_service import ServerSettings
 
 
@@ -13,6 +14,11 @@ class GatewaySettings(ServerSettings):
     api_tokens: str = ""
     #: The largest request body accepted (a definition, a run's input, a signal payload).
     api_max_body_bytes: int = 2 * 1024 * 1024
+    #: COMPOSER_MAX_RUN_INPUT_BYTES: the largest run input, and run config, as JSON (a
+    #: start or a retry); larger ones answer 413 (docs/architecture.md, "Limits").
+    max_run_input_bytes: int = limits.DEFAULT_MAX_RUN_INPUT_BYTES
+    #: COMPOSER_MAX_SIGNAL_BYTES: the largest signal payload, as JSON; larger ones answer 413.
+    max_signal_bytes: int = limits.DEFAULT_MAX_SIGNAL_BYTES
     #: The longest ``?timeout=`` a result long-poll may ask for; larger ones are cut to it.
     api_max_wait_seconds: float = 60.0
     #: How often a long-poll re-reads the run when no run-finished hint comes.

@@ -10,6 +10,7 @@ import composer_queue
 import composer_repo as repo
 from composer_api_gateway.auth import Authenticator
 from composer_api_gateway.waiters import RunWaiters
+from composer_common import limits
 from composer_engine import Engine, Workflows
 
 
@@ -22,6 +23,8 @@ class GatewayConfig:
     shards: int = composer_queue.DEFAULT_SHARDS
     tokens: str = ""
     max_body_bytes: int = 2 * 1024 * 1024
+    max_run_input_bytes: int = limits.DEFAULT_MAX_RUN_INPUT_BYTES
+    max_signal_bytes: int = limits.DEFAULT_MAX_SIGNAL_BYTES
     max_wait_seconds: float = 60.0
     result_poll_seconds: float = 2.0
 

@@ -29,6 +29,8 @@ async def serve(settings: CoordinatorSettings) -> None:
             shards=settings.shards,
             batch_size=settings.batch_size,
             batches_in_flight=settings.batches_in_flight,
+            max_node_input_bytes=settings.max_node_input_bytes,
+            max_output_bytes=settings.max_output_bytes,
         )
         server, port = await start_server(
             engine,

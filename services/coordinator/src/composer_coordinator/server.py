@@ -4,10 +4,31 @@ from __future__ import annotations
 
 import grpc.aio
 
-from composer_coordinator.service import TokenAuth, WorkerService
+from composer_coordinator.service import ANSWER_BYTES, TokenAuth, WorkerService
 from composer_coordinator.tokens import WorkerTokens
 from composer_engine import Engine
 from composer_rpc.v1.worker_pb2_grpc import add_WorkerServiceServicer_to_server
+
+#: Room in a message besides its data: ids, tokens, an error text, the framing.
+HEADROOM = 1024 * 1024
+
+
+def max_message_bytes(engine: Engine) -> int:
+    """The gRPC message limit, both ways: above the engine's data limits (a node input,
+    an output: each alone in a message at worst) and a batched call's items."""
+    data = [engine.max_node_input_bytes, engine.max_output_bytes, ANSWER_BYTES]
+    if None in data:  # a data limit is off: so is the message limit
+        return -1
+    return max(d for d in data if d is not None) + HEADROOM
+
+
+def server_options(engine: Engine) -> list[tuple[str, int]]:
+    """Set explicitly: gRPC's defaults (4 MiB received, unlimited sent) are not ours."""
+    limit = max_message_bytes(engine)
+    return [
+        ("grpc.max_receive_message_length", limit),
+        ("grpc.max_send_message_length", limit),
+    ]
 
 
 async def start_server(
@@ -26,7 +47,9 @@ async def start_server(
     built-in workers' (COMPOSER_BUILTIN_WORKER_TOKEN); TokenConfigError when they
     cannot be read or there is none."""
     worker_tokens = WorkerTokens.parse(token, tokens, builtin_token)
-    server = grpc.aio.server(interceptors=[TokenAuth(worker_tokens)])
+    server = grpc.aio.server(
+        interceptors=[TokenAuth(worker_tokens)], options=server_options(engine)
+    )
     add_WorkerServiceServicer_to_server(
         WorkerService(engine, worker_tokens, max_lease_seconds=max_lease_seconds), server
     )

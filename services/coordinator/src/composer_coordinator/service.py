@@ -10,6 +10,12 @@ as its problem.
 Leases are bound to the server (docs/architecture.md §6.1): a grant carries a
 fresh token that renewals and reports must present, the input and node come
 from the database, and a requested TTL above ``max_lease_seconds`` is cut to it.
+
+Sizes (docs/architecture.md, "Limits"): the engine refuses to lease an input over
+the node input limit (and fails its task), and fails a reported output over the
+output limit. A batched lease answer holds at most ``ANSWER_BYTES`` of grants
+(or one alone): a grant past that is answered UNAVAILABLE, and the worker asks
+again under the same claim, which gives it the same lease.
 """
 
 from __future__ import annotations
@@ -42,6 +48,10 @@ from composer_rpc.v1 import worker_pb2 as pb
 from composer_rpc.v1.worker_pb2_grpc import WorkerServiceServicer
 
 log = logging.getLogger("composer.coordinator")
+
+#: The grants of one batched lease answer, at most (more are asked for again): what
+#: any worker takes in one message, whatever its own limit (gRPC's default is 4 MiB).
+ANSWER_BYTES = 3 * 1024 * 1024
 
 
 class Refused(Exception):
@@ -101,7 +111,7 @@ class WorkerService(WorkerServiceServicer):
                 [self._lease(item, queues) for item in request.items],
                 pb.AcquireTaskLeaseResponse,
             )
-            return pb.AcquireTaskLeasesResponse(items=answers)
+            return pb.AcquireTaskLeasesResponse(items=_within(answers, ANSWER_BYTES))
 
     async def RenewTaskLeases(
         self, request: pb.RenewTaskLeasesRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -158,7 +168,7 @@ class WorkerService(WorkerServiceServicer):
             return pb.AcquireTaskLeaseResponse(granted=False, reason=grant.reason)
         return pb.AcquireTaskLeaseResponse(
             granted=True,
-            input_json=json.dumps(grant.input, separators=(",", ":")),
+            input_json=grant.input_json or json.dumps(grant.input, separators=(",", ":")),
             lease_expires_at=grant.expires_at.timestamp() if grant.expires_at else 0.0,
             max_attempts=grant.max_attempts,
             lease_token=grant.token,
@@ -281,6 +291,27 @@ async def _each(items: list[Awaitable[Answer]], answer: type[Answer]) -> list[An
             raise result
         else:
             out.append(result)
+    return out
+
+
+def _within(
+    answers: list[pb.AcquireTaskLeaseResponse], budget: int
+) -> list[pb.AcquireTaskLeaseResponse]:
+    """``answers``, with each grant past ``budget`` bytes (the first always fits)
+    replaced by UNAVAILABLE: asked for again under its claim, it is granted again."""
+    size = 0
+    out: list[pb.AcquireTaskLeaseResponse] = []
+    for answer in answers:
+        n = answer.ByteSize()
+        if size and size + n > budget:
+            problem = pb.Problem(
+                code=grpc.StatusCode.UNAVAILABLE.name,
+                message="this answer is full: ask for the lease again with the same claim",
+            )
+            out.append(pb.AcquireTaskLeaseResponse(problem=problem))
+            continue
+        size += n
+        out.append(answer)
     return out
 
 

@@ -29,6 +29,7 @@ async def serve(settings: WorkersSettings) -> None:
             shards=settings.shards,
             concurrency=settings.concurrency,
             lease_ttl=settings.lease_ttl_seconds,
+            max_output_bytes=settings.max_output_bytes,
         )
     )
     try:
