@@ -43,6 +43,7 @@ PRUNED: dict[str, tuple[Any, ...]] = {
     "redispatch_task": (T, 0),
     "try_lock_run": (),
     "lock_expired_lease": (T, 0, "w"),
+    "park_wait": (T, NOW),
 }
 
 #: Statements on partitioned tables that do not (and need not) name one run.
