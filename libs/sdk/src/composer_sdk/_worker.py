@@ -72,6 +72,9 @@ class WorkerConfig:
     #: Tries per coordinator call while it answers UNAVAILABLE (jittered backoff between,
     #: 0.05s growing to 5s); then the message is left unacknowledged for the sweeper.
     coordinator_attempts: int = 10
+    #: A PEM file of the CA that signed the coordinator's certificate: set, the worker
+    #: dials it over TLS (COMPOSER_GRPC_TLS_CA); None: plaintext.
+    coordinator_tls_ca: str | None = None
 
 
 class Worker:
@@ -152,10 +155,15 @@ class Worker:
         if not self._handlers:
             raise SdkError("no handlers registered: add one with worker.handler(queue)")
         cfg = self.config
-        self._queue = queue_client = self._given_queue or cq.connect(cfg.redis_url)
+        # the coordinator's client first: a CA file it cannot read stops the worker before
+        # anything is opened
         self._client = client = self._given_coordinator or CoordinatorClient(
-            cfg.coordinator, cfg.token, attempts=cfg.coordinator_attempts
+            cfg.coordinator,
+            cfg.token,
+            attempts=cfg.coordinator_attempts,
+            tls_ca_file=cfg.coordinator_tls_ca,
         )
+        self._queue = queue_client = self._given_queue or cq.connect(cfg.redis_url)
         try:
             for queue in self._handlers:
                 await self._ensure_groups(queue)
