@@ -29,6 +29,7 @@ def test_a_configured_list_is_read_with_spaces_ports_and_case() -> None:
     assert not allowed.allows("xcorp.example")
     assert not allowed.allows("composer.example.com.evil.example")
     assert not allowed.allows(None)
+    assert HostAllowList(["::1"]).allows("[::1]:8080")  # a bare IPv6 entry means the same
 
 
 def test_an_empty_list_stops_the_gateway_naming_the_setting() -> None:

@@ -38,8 +38,9 @@ def _name(host: str) -> str:
     if host.startswith("["):  # [v6] or [v6]:port
         end = host.find("]")
         return host[: end + 1] if end > 0 else ""
-    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-    return name.rstrip(".")
+    if host.count(":") > 1:  # a bare IPv6 address (in the list; a Host header brackets it)
+        return f"[{host}]"
+    return host.rsplit(":", 1)[0].rstrip(".")
 
 
 class HostAllowList:
@@ -48,7 +49,6 @@ class HostAllowList:
         self._any = "*" in names
         self._exact = frozenset(n for n in names if n and not n.startswith("."))
         self._suffixes = tuple(n for n in names if n.startswith("."))
-        self.hosts = tuple(sorted(names))
 
     def allows(self, host: str | None) -> bool:
         if self._any:
