@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -27,8 +28,10 @@ import aiohttp
 
 from composer_devstack.__main__ import SERVICES
 
-API_TOKEN = "bench-token"
-WORKER_TOKEN = "bench-worker-token"
+#: Random per run, as the services demand outside COMPOSER_DEV_MODE (composer_service.tokens);
+#: the processes get them through their environment.
+API_TOKEN = secrets.token_urlsafe(32)
+WORKER_TOKEN = secrets.token_urlsafe(32)
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 ROOT = Path(__file__).resolve().parents[2]
 

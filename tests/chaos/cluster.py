@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import os
 import random
+import secrets
 import signal
 import socket
 import subprocess
@@ -36,8 +37,10 @@ from composer_devstack._embedded import (
 )
 from tests.chaos.ledger import read_ledger_file
 
-API_TOKEN = "chaos-token"
-WORKER_TOKEN = "chaos-worker-token"
+#: Random per run, as the services demand outside COMPOSER_DEV_MODE (composer_service.tokens);
+#: the processes get them through their environment.
+API_TOKEN = secrets.token_urlsafe(32)
+WORKER_TOKEN = secrets.token_urlsafe(32)
 PREFIX = "chaos"
 #: The queue the chaos workers serve (the ledgered no-op handler).
 QUEUE = "chaos"

@@ -1,5 +1,6 @@
-"""`make run`'s supervisor as a user runs it: every service up, a workflow through the
-REST API to SUCCEEDED, counters moved on /metrics, and a clean stop on SIGTERM."""
+"""`make run`'s supervisor as a user runs it: every service up on tokens it made itself
+(kept in the state folder and printed), a workflow through the REST API to SUCCEEDED,
+counters moved on /metrics, and a clean stop on SIGTERM."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ import sys
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import aiohttp
 import pytest
 
-TOKEN = "stack-test-token"
 SERVICES = (
     "coordinator",
     "outbox-enqueuer",
@@ -55,6 +56,7 @@ class Stack:
     api: str
     admin_base: int
     output: list[str]
+    state: Path
 
 
 async def _collect(process: asyncio.subprocess.Process, lines: list[str]) -> None:
@@ -64,7 +66,7 @@ async def _collect(process: asyncio.subprocess.Process, lines: list[str]) -> Non
 
 
 @pytest.fixture
-async def running_stack(database_url: str, redis_url: str) -> AsyncIterator[Stack]:
+async def running_stack(database_url: str, redis_url: str, tmp_path: Path) -> AsyncIterator[Stack]:
     api_port, admin_base = free_port(), free_range(len(SERVICES))
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPOSER_")} | {
         "COMPOSER_DATABASE_URL": database_url,
@@ -72,7 +74,6 @@ async def running_stack(database_url: str, redis_url: str) -> AsyncIterator[Stac
         "COMPOSER_REDIS_PREFIX": f"stack-{uuid.uuid4().hex[:8]}",
         "COMPOSER_API_PORT": str(api_port),
         "COMPOSER_GRPC_ADDR": f"127.0.0.1:{free_port()}",
-        "COMPOSER_API_TOKENS": f"{TOKEN}:admin",
         "COMPOSER_LOG_FORMAT": "human",
     }
     process = await asyncio.create_subprocess_exec(
@@ -83,13 +84,15 @@ async def running_stack(database_url: str, redis_url: str) -> AsyncIterator[Stac
         str(admin_base),
         "--grace",
         "10",
+        "--state",
+        str(tmp_path),
         env=env,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
     lines: list[str] = []
     pump = asyncio.create_task(_collect(process, lines))
-    stack = Stack(process, f"http://127.0.0.1:{api_port}", admin_base, lines)
+    stack = Stack(process, f"http://127.0.0.1:{api_port}", admin_base, lines, tmp_path)
     try:
         yield stack
     finally:
@@ -119,9 +122,18 @@ async def ready(session: aiohttp.ClientSession, url: str, timeout: float = 60) -
 
 async def test_stack_runs_a_workflow_and_stops_cleanly(running_stack: Stack) -> None:
     stack = running_stack
-    auth = {"Authorization": f"Bearer {TOKEN}"}
     async with aiohttp.ClientSession() as session:
         await ready(session, f"{stack.api}/healthz")
+        # the tokens it made on this first start, as `make demo` reads them
+        saved = dict(
+            line.split("=", 1)
+            for line in (stack.state / "tokens.env").read_text().splitlines()
+            if line and not line.startswith("#")
+        )
+        token = saved["COMPOSER_API_TOKEN"]
+        assert len(token) >= 32
+        assert any(token in line for line in stack.output), "the banner does not show the token"
+        auth = {"Authorization": f"Bearer {token}"}
         for i in range(len(SERVICES)):
             await ready(session, f"http://127.0.0.1:{stack.admin_base + i}/readyz")
         definition = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -15,6 +16,9 @@ import pytest
 from composer_rpc.v1 import worker_pb2 as pb
 from composer_rpc.v1.worker_pb2_grpc import WorkerServiceStub
 from tests.integration.databases import scratch_database
+
+#: Random, as the services demand outside COMPOSER_DEV_MODE (composer_service.tokens).
+TOKEN = secrets.token_urlsafe(32)
 
 
 def free_port() -> int:
@@ -62,7 +66,10 @@ async def test_service_refuses_a_database_that_is_not_migrated(
         "-m",
         module,
         env=service_env(
-            empty_database, redis_url, COMPOSER_WORKER_TOKEN="t", COMPOSER_API_TOKENS="t:admin"
+            empty_database,
+            redis_url,
+            COMPOSER_WORKER_TOKEN=TOKEN,
+            COMPOSER_API_TOKENS=f"{TOKEN}:admin",
         ),
         stderr=asyncio.subprocess.PIPE,
     )
@@ -80,7 +87,7 @@ async def test_coordinator_serves_and_drains_on_sigterm(database_url: str, redis
         env=service_env(
             database_url,
             redis_url,
-            COMPOSER_WORKER_TOKEN="secret",
+            COMPOSER_WORKER_TOKEN=TOKEN,
             COMPOSER_GRPC_ADDR=f"127.0.0.1:{port}",
         ),
         stderr=asyncio.subprocess.PIPE,
@@ -99,7 +106,7 @@ async def test_coordinator_serves_and_drains_on_sigterm(database_url: str, redis
                     status=pb.TASK_STATUS_COMPLETED,
                     output_json="{}",
                 ),
-                metadata=(("authorization", "Bearer secret"),),
+                metadata=(("authorization", f"Bearer {TOKEN}"),),
             )
             assert not reply.accepted  # no such run: acknowledged, nothing changed
     finally:
@@ -128,7 +135,7 @@ async def test_workers_and_enqueuer_stop_cleanly_on_sigterm(
     env = service_env(
         database_url,
         redis_url,
-        COMPOSER_WORKER_TOKEN="t",
+        COMPOSER_WORKER_TOKEN=TOKEN,
         COMPOSER_GRPC_ADDR=f"127.0.0.1:{free_port()}",
     )
     started = {

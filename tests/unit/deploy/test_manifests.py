@@ -473,7 +473,35 @@ def test_compose_addresses_line_up() -> None:
                 pytest.fail(
                     f"compose {name} publishes {container_port}, which it does not listen on"
                 )
-    assert "8080:8080" in [str(p) for p in specs["api-gateway"].get("ports", [])]
+    assert "127.0.0.1:8080:8080" in [str(p) for p in specs["api-gateway"].get("ports", [])]
+
+
+def test_compose_publishes_on_loopback_only() -> None:
+    """A published port on 0.0.0.0 is reachable from the whole network the laptop is on."""
+    for name, spec in compose_services().items():
+        for mapping in spec.get("ports") or []:
+            assert str(mapping).startswith("127.0.0.1:"), (
+                f"compose {name} publishes {mapping} on every interface; use 127.0.0.1:{mapping}"
+            )
+
+
+TOKEN_VARIABLES = ("COMPOSER_API_TOKENS", "COMPOSER_WORKER_TOKEN", "COMPOSER_BUILTIN_WORKER_TOKEN")
+
+
+def test_compose_ships_no_token() -> None:
+    """The tokens come from the caller's environment or .env, required (``${VAR:?…}``): a
+    default would be a token every reader of this file knows."""
+    text = COMPOSE_FILE.read_text()
+    for name, spec in compose_services().items():
+        for key, value in compose_env(spec).items():
+            if key in TOKEN_VARIABLES:
+                match = re.fullmatch(r"\$\{(COMPOSER_[A-Z_]+):\?[^}]+\}", value)
+                assert match and match.group(1) in TOKEN_VARIABLES, (
+                    f"compose {name}: {key}={value!r} is not required from the environment"
+                )
+    # an empty default (COMPOSER_WORKER_TOKENS: no team tokens) is no token
+    assert not re.search(r"\$\{COMPOSER_[A-Z_]*TOKENS?:?-[^}]", text), "a token has a default"
+    assert "dev-token" not in text and "worker-token" not in text
 
 
 # ---- Kubernetes --------------------------------------------------------------------------
@@ -664,6 +692,63 @@ def test_secret_values_are_marked_placeholders() -> None:
     assert {"COMPOSER_API_TOKENS", "COMPOSER_WORKER_TOKEN"} <= set(secret["stringData"])
     for key, value in secret["stringData"].items():
         assert "CHANGE-ME" in value, f"Secret {key} is not marked as a placeholder"
+
+
+def test_secret_placeholders_are_refused_by_the_services() -> None:
+    """Deployed as they are, the placeholders stop the gateway and the coordinator at start
+    (composer_service.tokens): nobody runs on a token printed in this repository."""
+    from composer_service.tokens import WeakTokenError, check_tokens
+
+    (secret,) = cluster().of("Secret")
+    for key in TOKEN_VARIABLES:
+        value = secret["stringData"][key]
+        token = value.rpartition(":")[0] if key == "COMPOSER_API_TOKENS" else value
+        with pytest.raises(WeakTokenError, match=key):
+            check_tokens([(key, token)], dev_mode=False)
+
+
+def _mounted(deployment: Doc, path: str) -> Doc:
+    """The Secret volume that holds file ``path`` in the deployment's container."""
+    spec = pod_spec(deployment)
+    (container,) = spec["containers"]
+    for mount in container.get("volumeMounts", []):
+        if path.startswith(mount["mountPath"].rstrip("/") + "/"):
+            volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+            assert "secret" in volume, f"{path} is not from a Secret"
+            assert mount.get("readOnly") is True, f"{mount['name']} is mounted writable"
+            keys = [i["path"] for i in volume["secret"].get("items", [])]
+            name = path.rsplit("/", 1)[1]
+            assert not keys or name in keys, f"{path}: the volume does not project {name}"
+            return dict(volume["secret"])
+    raise AssertionError(f"nothing is mounted at {path}")
+
+
+def test_redis_and_grpc_use_tls() -> None:
+    """Redis AUTH over TLS (rediss://) for every service; the coordinator serves gRPC over
+    TLS, and the workers check its certificate against the CA (docs/architecture.md §6)."""
+    (secret,) = cluster().of("Secret")
+    assert secret["stringData"]["COMPOSER_REDIS_URL"].startswith("rediss://:")
+    for name, deployment in deployments().items():
+        (container,) = pod_spec(deployment)["containers"]
+        env = container_env(container)
+        if name != "partition-manager":  # the one service without Redis
+            assert "COMPOSER_REDIS_URL" in env, f"{name} has no COMPOSER_REDIS_URL"
+        if "COMPOSER_REDIS_URL" in env:
+            assert env["COMPOSER_REDIS_URL"] is None, f"{name}: the Redis URL is not the Secret's"
+    coordinator = deployments()["coordinator"]
+    (container,) = pod_spec(coordinator)["containers"]
+    env = container_env(container)
+    for key in ("COMPOSER_GRPC_TLS_CERT", "COMPOSER_GRPC_TLS_KEY"):
+        assert env.get(key), f"the coordinator has no {key}"
+        _mounted(coordinator, str(env[key]))
+    workers = deployments()["workers"]
+    (container,) = pod_spec(workers)["containers"]
+    ca = container_env(container).get("COMPOSER_GRPC_TLS_CA")
+    assert ca, "the workers dial the coordinator without COMPOSER_GRPC_TLS_CA"
+    volume = _mounted(workers, str(ca))
+    assert [i["key"] for i in volume.get("items", [])] == ["ca.crt"], (
+        "the workers need the CA only, not the coordinator's key"
+    )
 
 
 def test_hpa_for_coordinator_and_workers() -> None:

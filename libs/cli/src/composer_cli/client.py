@@ -103,7 +103,8 @@ class ApiClient:
             if not self.token:
                 return CliError(
                     "the API needs a token: set COMPOSER_API_TOKEN (one of the gateway's "
-                    "COMPOSER_API_TOKENS; `make run` prints the dev token)"
+                    "COMPOSER_API_TOKENS; `make run` prints its own and keeps it in "
+                    ".state/tokens.env)"
                 )
             return CliError(
                 f"the API refused the token in COMPOSER_API_TOKEN ({detail}); use one listed in "

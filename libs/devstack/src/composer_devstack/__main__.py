@@ -7,8 +7,13 @@
 3. Every service, supervised: api-gateway, coordinator, outbox-enqueuer,
    timer, lease-sweeper, partition-manager and the built-in workers.
 
-Development defaults (a dev API token, a worker token, HTTP nodes allowed
-to call private addresses) apply only where the environment sets nothing.
+Tokens: random ones, made on the first start and kept in <state>/tokens.env
+(mode 0600; the API token, your workers' token and the built-in workers' own),
+printed in the banner and reused on later starts. The other development
+defaults (local servers, HTTP nodes allowed to call private addresses) and
+the tokens apply only where the environment sets nothing. Each service gets
+only the secrets it uses: the built-in workers hold no database URL and no
+API token.
 """
 
 from __future__ import annotations
@@ -33,9 +38,9 @@ from composer_devstack._embedded import (
     start_private_postgres,
     start_private_redis,
 )
+from composer_devstack._secrets import TOKENS_FILE, load_tokens, service_env, stack_env
 from composer_devstack._supervisor import Supervisor
 
-DEV_API_TOKEN = "dev-token"
 #: (name, module): every service of docs/architecture.md §1, in start order.
 SERVICES = (
     ("coordinator", "composer_coordinator"),
@@ -46,19 +51,6 @@ SERVICES = (
     ("workers", "composer_workers"),
     ("api-gateway", "composer_api_gateway"),
 )
-DEFAULTS = {
-    "COMPOSER_DATABASE_URL": "postgresql://postgres@127.0.0.1:5432/composer",
-    "COMPOSER_REDIS_URL": "redis://127.0.0.1:6379/0",
-    "COMPOSER_API_TOKENS": f"{DEV_API_TOKEN}:admin",
-    # your own workers' token, for every queue
-    "COMPOSER_WORKER_TOKEN": "dev-worker-token",
-    # the built-in workers' own, for their queues only
-    "COMPOSER_BUILTIN_WORKER_TOKEN": "dev-builtin-worker-token",
-    "COMPOSER_HTTP_ALLOW_PRIVATE": "true",
-    "COMPOSER_API_PORT": "8080",
-    "COMPOSER_GRPC_ADDR": "127.0.0.1:50051",
-    "COMPOSER_LOG_FORMAT": "human",  # the supervisor prints the lines; JSON would be for a collector
-}
 ADMIN_PORT_BASE = 9100
 
 log = logging.getLogger("composer.devstack")
@@ -104,7 +96,7 @@ async def prepare(
 
 
 async def up(args: argparse.Namespace, state: Path) -> int:
-    env = {**DEFAULTS, **os.environ}
+    env = stack_env(os.environ, load_tokens(state))
     sup = Supervisor(grace=args.grace, width=max(len(n) for n, _ in SERVICES))
     try:
         private_pg, private_redis = await prepare(env, state, sup)
@@ -117,16 +109,14 @@ async def up(args: argparse.Namespace, state: Path) -> int:
             if importlib.util.find_spec(module) is None:
                 missing.append(name)
                 continue
-            child_env = (
-                env | {"COMPOSER_ADMIN_PORT": str(args.admin_base + i)} | tokens_of(name, env)
-            )
+            child_env = service_env(name, env) | {"COMPOSER_ADMIN_PORT": str(args.admin_base + i)}
             sup.add(name, [sys.executable, "-m", module], child_env)
         if missing:
             sup.say("devstack", f"not installed, not started: {', '.join(missing)}", 33)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, sup.stop)
-        banner(sup, env)
+        banner(sup, env, state)
         await sup.run()
         sup.say("devstack", "every service stopped")
     finally:
@@ -137,21 +127,15 @@ async def up(args: argparse.Namespace, state: Path) -> int:
     return 0
 
 
-def tokens_of(service: str, env: dict[str, str]) -> dict[str, str]:
-    """The built-in workers present a token of their own, which the coordinator
-    (COMPOSER_BUILTIN_WORKER_TOKEN) accepts for their queues only: http, python."""
-    if service == "workers":
-        return {"COMPOSER_WORKER_TOKEN": env["COMPOSER_BUILTIN_WORKER_TOKEN"]}
-    return {}
-
-
-def banner(sup: Supervisor, env: dict[str, str]) -> None:
+def banner(sup: Supervisor, env: dict[str, str], state: Path) -> None:
     api = f"http://127.0.0.1:{env['COMPOSER_API_PORT']}"
-    token = env["COMPOSER_API_TOKENS"].split(",")[0].split(":")[0]
+    token = env["COMPOSER_API_TOKENS"].split(",")[0].rpartition(":")[0]
     for line in (
         f"API       {api}   (docs: {api}/docs)",
-        f"web UI    {api}/ui/   (sign in with the token below)",
-        f"token     {token}",
+        f"web UI    {api}/ui/   (sign in with the API token below)",
+        f"API token {token}",
+        f"workers   COMPOSER_WORKER_TOKEN={env['COMPOSER_WORKER_TOKEN']}   (your own workers, every queue)",
+        f"tokens    kept in {state / TOKENS_FILE} (mode 0600), reused on the next start",
         f'try       make demo   (or: COMPOSER_API_TOKEN={token} composer start hello --input \'{{"url": "{api}/healthz", "name": "you"}}\' --wait)',
         "stop      Ctrl-C",
     ):
@@ -165,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--state", default=".state", help="folder for private PostgreSQL and Redis (default .state)"
+        "--state",
+        default=".state",
+        help="folder for the tokens and private PostgreSQL and Redis (default .state)",
     )
     parser.add_argument(
         "--grace", type=float, default=15.0, help="seconds services get to stop on Ctrl-C"

@@ -179,17 +179,21 @@ class CoordinatorClient:
         batch_size: int = 128,
         calls_in_flight: int = 2,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        tls_ca_file: str | None = None,
     ) -> None:
         """``batch_size`` items at most per call; ``calls_in_flight`` calls of one kind
         at once, what the tasks ask meanwhile waiting for the next; ``max_message_bytes``
-        the largest message sent or received."""
+        the largest message sent or received. With ``tls_ca_file`` (a PEM file of the
+        CA that signed the coordinator's certificate) the channel is TLS, and a
+        coordinator whose certificate that CA did not sign for the target's host name
+        gets no call; without it, plaintext."""
         if attempts < 1:
             raise ValueError(f"attempts must be at least 1, got {attempts}")
         self._channel: grpc.aio.Channel | None = None
         self.max_message_bytes = max_message_bytes
         options = channel_options(max_message_bytes)
         if stub is None:
-            self._channel = grpc.aio.insecure_channel(target, options=options)
+            self._channel = _channel(target, tls_ca_file, options)
             stub = WorkerServiceStub(self._channel)
         self._stub = stub
         self._metadata = (("authorization", f"Bearer {token}"),)
@@ -490,6 +494,25 @@ def _smaller(outcome: Outcome, exc: SdkError) -> Outcome:
         error=outcome.error[:_SHORT_ERROR] + "… (cut short: too large to report)",
         code=outcome.code,
         permanent=outcome.permanent,
+    )
+
+
+def _channel(
+    target: str, tls_ca_file: str | None, options: Sequence[tuple[str, Any]]
+) -> grpc.aio.Channel:
+    if tls_ca_file is None:
+        return grpc.aio.insecure_channel(target, options=options)
+    try:
+        with open(tls_ca_file, "rb") as f:
+            ca = f.read()
+    except OSError as exc:
+        raise SdkError(
+            f"cannot read the coordinator's CA file {tls_ca_file} ({exc.strerror}): "
+            "COMPOSER_GRPC_TLS_CA (WorkerConfig.coordinator_tls_ca) must name a PEM file "
+            "this process may read"
+        ) from exc
+    return grpc.aio.secure_channel(
+        target, grpc.ssl_channel_credentials(root_certificates=ca), options=options
     )
 
 

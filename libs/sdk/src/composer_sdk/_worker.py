@@ -86,6 +86,9 @@ class WorkerConfig:
     #: The largest gRPC message sent to or taken from the coordinator: above its data
     #: limits (node input, output) with room to spare.
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    #: A PEM file of the CA that signed the coordinator's certificate: set, the worker
+    #: dials it over TLS (COMPOSER_GRPC_TLS_CA); None: plaintext.
+    coordinator_tls_ca: str | None = None
 
 
 class Worker:
@@ -166,13 +169,16 @@ class Worker:
         if not self._handlers:
             raise SdkError("no handlers registered: add one with worker.handler(queue)")
         cfg = self.config
-        self._queue = queue_client = self._given_queue or cq.connect(cfg.redis_url)
+        # the coordinator's client first: a CA file it cannot read stops the worker before
+        # anything is opened
         self._client = client = self._given_coordinator or CoordinatorClient(
             cfg.coordinator,
             cfg.token,
             attempts=cfg.coordinator_attempts,
             max_message_bytes=cfg.max_message_bytes,
+            tls_ca_file=cfg.coordinator_tls_ca,
         )
+        self._queue = queue_client = self._given_queue or cq.connect(cfg.redis_url)
         try:
             for queue in self._handlers:
                 await self._ensure_groups(queue)

@@ -31,8 +31,15 @@ class ServiceSettings(BaseSettings):
     shards: int = DEFAULT_SHARDS
     #: The coordinator's worker protocol address (it listens there; workers dial it).
     grpc_addr: str = "127.0.0.1:50051"
+    #: COMPOSER_GRPC_TLS_CA: a PEM file of the CA that signed the coordinator's certificate;
+    #: set, workers dial the coordinator over TLS and check it (unset: plaintext).
+    grpc_tls_ca: str | None = None
     #: The token workers present to the coordinator (``authorization: Bearer <token>``).
     worker_token: str = ""
+    #: COMPOSER_DEV_MODE: a development machine. The api-gateway and the coordinator then
+    #: accept well-known, placeholder and short tokens (with a warning); otherwise they
+    #: refuse to start with one (composer_service.tokens).
+    dev_mode: bool = False
     #: The workers' lease TTL: they renew within it, and the sweeper takes back a stream
     #: entry pending longer than this on a consumer (it is on a dead one).
     lease_ttl_seconds: float = 30.0

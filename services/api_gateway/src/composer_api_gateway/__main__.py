@@ -12,11 +12,32 @@ import sys
 from aiohttp import web
 
 from composer_api_gateway.app import create_app
+from composer_api_gateway.auth import parse_tokens
+from composer_api_gateway.hosts import parse_hosts
 from composer_api_gateway.settings import GatewaySettings
 from composer_api_gateway.state import GatewayConfig
 from composer_service import StartupError, run, serving
+from composer_service.tokens import check_tokens
 
 log = logging.getLogger("composer.api")
+
+
+def check_settings(settings: GatewaySettings) -> list[str]:
+    """Refuse, before connecting to anything, a malformed or weak COMPOSER_API_TOKENS
+    (composer_service.tokens) and an empty COMPOSER_ALLOWED_HOSTS (StartupError); returns
+    the warnings to log (weak tokens that COMPOSER_DEV_MODE lets through)."""
+    try:
+        tokens = parse_tokens(settings.api_tokens)
+        parse_hosts(settings.allowed_hosts)
+    except ValueError as exc:
+        raise StartupError(str(exc)) from exc
+    return check_tokens(
+        (
+            (f"COMPOSER_API_TOKENS entry {i} ({token.role.label})", token.secret.decode())
+            for i, token in enumerate(tokens, 1)
+        ),
+        dev_mode=settings.dev_mode,
+    )
 
 
 def config_from(settings: GatewaySettings) -> GatewayConfig:
@@ -29,15 +50,16 @@ def config_from(settings: GatewaySettings) -> GatewayConfig:
         max_signal_bytes=settings.max_signal_bytes,
         max_wait_seconds=settings.api_max_wait_seconds,
         result_poll_seconds=settings.api_result_poll_seconds,
+        allowed_hosts=parse_hosts(settings.allowed_hosts),
     )
 
 
 async def serve(settings: GatewaySettings) -> None:
+    warnings = check_settings(settings)
     async with serving(settings.runtime("api-gateway", pool_size=settings.pool_size)) as rt:
-        try:
-            app = create_app(config_from(settings), pool=rt.pool, redis=rt.queue)
-        except ValueError as exc:  # a malformed COMPOSER_API_TOKENS
-            raise StartupError(str(exc)) from exc
+        for warning in warnings:
+            log.warning("%s", warning)
+        app = create_app(config_from(settings), pool=rt.pool, redis=rt.queue)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=settings.drain_seconds)
         await runner.setup()
         try:

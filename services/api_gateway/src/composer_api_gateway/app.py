@@ -19,6 +19,7 @@ import composer_queue
 import composer_repo as repo
 from composer_api_gateway import ui
 from composer_api_gateway.auth import Authenticator, parse_tokens
+from composer_api_gateway.hosts import HostAllowList, host_middleware
 from composer_api_gateway.instruments import instruments
 from composer_api_gateway.openapi import build_spec, render_docs
 from composer_api_gateway.problems import ApiProblem, from_engine, from_repo
@@ -46,10 +47,18 @@ def create_app(
     config: GatewayConfig, *, pool: repo.Pool, redis: composer_queue.RedisQueue
 ) -> web.Application:
     """Build the app on ``pool`` and the queue client ``redis`` (both stay the caller's
-    to close); raises ValueError for a malformed COMPOSER_API_TOKENS."""
+    to close); raises ValueError for a malformed COMPOSER_API_TOKENS.
+
+    The Host check runs inside the problems middleware (a refused host is a
+    problem+json answer, counted like any other) and before every route."""
     authenticator = Authenticator(parse_tokens(config.tokens))
     app = web.Application(
-        client_max_size=config.max_body_bytes, middlewares=[tracing_middleware, problems_middleware]
+        client_max_size=config.max_body_bytes,
+        middlewares=[
+            tracing_middleware,
+            problems_middleware,
+            host_middleware(HostAllowList(config.allowed_hosts)),
+        ],
     )
     app[CONFIG] = config
     app[AUTH] = authenticator

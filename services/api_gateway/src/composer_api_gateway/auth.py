@@ -4,7 +4,10 @@ admin manages definitions; operator starts, signals, cancels and retries
 runs; viewer reads. Tokens come from ``COMPOSER_API_TOKENS="token:role,…"``
 and are compared in constant time against every configured token (so the
 time an answer takes does not tell how much of a token matched, nor which
-token was close).
+token was close). The gateway's entry point refuses to start with a
+well-known, placeholder or short token unless COMPOSER_DEV_MODE is true
+(``composer_service.tokens``): an admin token can run code on the workers
+through a PYTHON node.
 """
 
 from __future__ import annotations

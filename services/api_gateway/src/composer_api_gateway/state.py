@@ -9,6 +9,7 @@ from aiohttp import web
 import composer_queue
 import composer_repo as repo
 from composer_api_gateway.auth import Authenticator
+from composer_api_gateway.hosts import LOOPBACK_HOSTS
 from composer_api_gateway.waiters import RunWaiters
 from composer_common import limits
 from composer_engine import Engine, Workflows
@@ -27,6 +28,8 @@ class GatewayConfig:
     max_signal_bytes: int = limits.DEFAULT_MAX_SIGNAL_BYTES
     max_wait_seconds: float = 60.0
     result_poll_seconds: float = 2.0
+    #: The Host names the API answers for (composer_api_gateway.hosts).
+    allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
 
 
 CONFIG = web.AppKey("config", GatewayConfig)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import grpc
 import grpc.aio
 
 from composer_coordinator.service import ANSWER_BYTES, TokenAuth, WorkerService
@@ -31,6 +34,14 @@ def server_options(engine: Engine) -> list[tuple[str, int]]:
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class ServerTls:
+    """The coordinator's TLS identity, PEM (COMPOSER_GRPC_TLS_CERT, COMPOSER_GRPC_TLS_KEY)."""
+
+    cert_chain: bytes
+    private_key: bytes
+
+
 async def start_server(
     engine: Engine,
     *,
@@ -39,13 +50,15 @@ async def start_server(
     tokens: str = "",
     builtin_token: str = "",
     max_lease_seconds: float = 300.0,
+    tls: ServerTls | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """Start serving; returns the server and the port bound (``address`` may use port 0).
 
     ``token`` is a worker token for every queue (COMPOSER_WORKER_TOKEN), ``tokens``
     the tokens for some queues (COMPOSER_WORKER_TOKENS), ``builtin_token`` the
     built-in workers' (COMPOSER_BUILTIN_WORKER_TOKEN); TokenConfigError when they
-    cannot be read or there is none."""
+    cannot be read or there is none. With ``tls`` the port speaks TLS only: the
+    worker tokens and lease tokens cross the network encrypted."""
     worker_tokens = WorkerTokens.parse(token, tokens, builtin_token)
     server = grpc.aio.server(
         interceptors=[TokenAuth(worker_tokens)], options=server_options(engine)
@@ -53,7 +66,11 @@ async def start_server(
     add_WorkerServiceServicer_to_server(
         WorkerService(engine, worker_tokens, max_lease_seconds=max_lease_seconds), server
     )
-    port = server.add_insecure_port(address)
+    if tls is None:
+        port = server.add_insecure_port(address)
+    else:
+        credentials = grpc.ssl_server_credentials([(tls.private_key, tls.cert_chain)])
+        port = server.add_secure_port(address, credentials)
     if port == 0:
         raise OSError(f"cannot listen on {address}")
     await server.start()

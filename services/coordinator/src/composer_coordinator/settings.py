@@ -22,6 +22,11 @@ class CoordinatorSettings(ServerSettings):
     #: COMPOSER_BUILTIN_WORKER_TOKEN: the built-in workers' own token, for their queues
     #: (http, python) only; they present it as their COMPOSER_WORKER_TOKEN.
     builtin_worker_token: str = ""
+    #: COMPOSER_GRPC_TLS_CERT and COMPOSER_GRPC_TLS_KEY: PEM files of the certificate (its
+    #: chain) and private key to serve the worker protocol over TLS; both or neither
+    #: (unset: plaintext). Workers then set COMPOSER_GRPC_TLS_CA.
+    grpc_tls_cert: str | None = None
+    grpc_tls_key: str | None = None
     #: The longest lease a worker gets, whatever TTL it asks for: a worker that dies
     #: holding a lease delays its task at most this long.
     max_lease_seconds: float = 300.0

@@ -5,7 +5,8 @@ workers); ``COMPOSER_WORKER_TOKENS="token:queue1|queue2,…"`` names tokens that
 may serve only their queues (``token:*`` for all), so a team's workers cannot
 lease, renew or report another team's tasks; ``COMPOSER_BUILTIN_WORKER_TOKEN``
 is the built-in workers' own, for their queues (``http``, ``python``). A token is compared in constant
-time; what it covers is looked up afterwards.
+time; what it covers is looked up afterwards. Outside COMPOSER_DEV_MODE the coordinator
+refuses to start with a well-known, placeholder or short token (composer_service.tokens).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from __future__ import annotations
 import hmac
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from composer_service.tokens import check_tokens
 
 #: The queues the built-in workers serve (services/workers).
 BUILT_IN_QUEUES = frozenset({"http", "python"})
@@ -29,14 +32,19 @@ class TokenConfigError(ValueError):
 class WorkerTokens:
     #: token → the queues it covers (None: all).
     scopes: Mapping[str, frozenset[str] | None]
+    #: token → where it was configured (the variable, and the entry for a list), for
+    #: errors that must name a token without printing it.
+    origins: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, all_queues: str = "", scoped: str = "", builtin: str = "") -> WorkerTokens:
         """From COMPOSER_WORKER_TOKEN (``all_queues``), COMPOSER_WORKER_TOKENS (``scoped``)
         and COMPOSER_BUILTIN_WORKER_TOKEN (``builtin``)."""
         scopes: dict[str, frozenset[str] | None] = {}
+        origins: dict[str, str] = {}
         if all_queues.strip():
             scopes[all_queues.strip()] = None
+            origins[all_queues.strip()] = "COMPOSER_WORKER_TOKEN"
         if builtin.strip():
             if builtin.strip() in scopes:
                 raise TokenConfigError(
@@ -44,7 +52,8 @@ class WorkerTokens:
                     "workers a token of their own"
                 )
             scopes[builtin.strip()] = BUILT_IN_QUEUES
-        for raw in scoped.split(","):
+            origins[builtin.strip()] = "COMPOSER_BUILTIN_WORKER_TOKEN"
+        for number, raw in enumerate(scoped.split(","), 1):
             entry = raw.strip()
             if not entry:
                 continue
@@ -67,12 +76,21 @@ class WorkerTokens:
                     f"worker token {_masked(token)!r} is configured twice: give each its queues once"
                 )
             scopes[token] = None if "*" in names else frozenset(names)
+            origins[token] = f"COMPOSER_WORKER_TOKENS entry {number} ({'|'.join(names)})"
         if not scopes:
             raise TokenConfigError(
                 "no worker token configured: set COMPOSER_WORKER_TOKEN (every queue) or "
                 "COMPOSER_WORKER_TOKENS=token:queue1|queue2,… (workers present one)"
             )
-        return cls(scopes)
+        return cls(scopes, origins)
+
+    def check_strength(self, *, dev_mode: bool) -> list[str]:
+        """Refuse well-known, placeholder and short tokens (WeakTokenError, naming each
+        one's variable) unless ``dev_mode``; then return a warning for each."""
+        return check_tokens(
+            ((self.origins.get(token, "a worker token"), token) for token in self.scopes),
+            dev_mode=dev_mode,
+        )
 
     def match(self, presented: str) -> str | None:
         """The configured token ``presented`` is (compared in constant time), or None."""

@@ -24,6 +24,7 @@ async def serve(settings: WorkersSettings) -> None:
         WorkerConfig(
             redis_url=settings.redis_url,
             coordinator=settings.grpc_addr,
+            coordinator_tls_ca=settings.grpc_tls_ca,
             token=settings.worker_token,
             redis_prefix=settings.redis_prefix,
             shards=settings.shards,

@@ -1,0 +1,103 @@
+"""`make run`'s secrets (issue 15, items 5 and 6): random tokens made on the first start,
+kept private under .state/ and reused after; the environment still overrides them; and
+each service gets only the secrets it uses — the built-in workers, which run PYTHON
+nodes, get neither the database URL nor an API token."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+from composer_devstack import __main__ as devstack
+from composer_devstack._secrets import TOKENS_FILE, load_tokens, service_env, stack_env
+from composer_service.tokens import token_weakness
+
+
+def test_first_start_makes_strong_distinct_tokens_in_a_private_file(tmp_path: Path) -> None:
+    state = tmp_path / ".state"
+    tokens = load_tokens(state)
+    values = [tokens.api, tokens.worker, tokens.builtin_worker]
+    assert len(set(values)) == 3
+    for value in values:
+        assert token_weakness(value) is None  # the services' own rule accepts them
+    path = state / TOKENS_FILE
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    text = path.read_text()
+    assert f"COMPOSER_API_TOKEN={tokens.api}\n" in text
+    assert f"COMPOSER_WORKER_TOKEN={tokens.worker}\n" in text
+    assert f"COMPOSER_BUILTIN_WORKER_TOKEN={tokens.builtin_worker}\n" in text
+
+
+def test_later_starts_reuse_them_and_tighten_a_loose_file(tmp_path: Path) -> None:
+    first = load_tokens(tmp_path)
+    (tmp_path / TOKENS_FILE).chmod(0o644)
+    assert load_tokens(tmp_path) == first
+    assert stat.S_IMODE((tmp_path / TOKENS_FILE).stat().st_mode) == 0o600
+
+
+def test_a_token_missing_from_the_file_is_made_and_the_others_kept(tmp_path: Path) -> None:
+    first = load_tokens(tmp_path)
+    path = tmp_path / TOKENS_FILE
+    path.write_text(f"COMPOSER_API_TOKEN={first.api}\n")
+    again = load_tokens(tmp_path)
+    assert again.api == first.api
+    assert token_weakness(again.worker) is None and again.worker != first.worker
+    assert f"COMPOSER_WORKER_TOKEN={again.worker}\n" in path.read_text()
+
+
+def test_the_generated_tokens_configure_the_stack_and_the_environment_overrides(
+    tmp_path: Path,
+) -> None:
+    tokens = load_tokens(tmp_path)
+    env = stack_env({}, tokens)
+    assert env["COMPOSER_API_TOKENS"] == f"{tokens.api}:admin"
+    assert env["COMPOSER_WORKER_TOKEN"] == tokens.worker
+    assert env["COMPOSER_BUILTIN_WORKER_TOKEN"] == tokens.builtin_worker
+    assert "COMPOSER_DEV_MODE" not in env  # strong tokens need no development mode
+    mine = stack_env({"COMPOSER_API_TOKENS": "mine:admin", "HOME": "/h"}, tokens)
+    assert mine["COMPOSER_API_TOKENS"] == "mine:admin"
+    assert mine["HOME"] == "/h"
+    assert mine["COMPOSER_WORKER_TOKEN"] == tokens.worker
+
+
+def test_each_service_gets_only_the_secrets_it_uses(tmp_path: Path) -> None:
+    tokens = load_tokens(tmp_path)
+    env = stack_env(
+        {
+            "COMPOSER_API_TOKEN": "the-cli-token-in-your-shell",
+            "COMPOSER_WORKER_TOKENS": "team-token:payments",
+            "PGPASSWORD": "pw",
+            "PATH": "/usr/bin",
+        },
+        tokens,
+    )
+    workers = service_env("workers", env)
+    for secret in (
+        "COMPOSER_DATABASE_URL",
+        "COMPOSER_API_TOKENS",
+        "COMPOSER_API_TOKEN",
+        "COMPOSER_WORKER_TOKENS",
+        "COMPOSER_BUILTIN_WORKER_TOKEN",
+        "PGPASSWORD",
+    ):
+        assert secret not in workers, secret
+    assert tokens.api not in workers.values() and tokens.worker not in workers.values()
+    assert workers["COMPOSER_WORKER_TOKEN"] == tokens.builtin_worker  # their own, two queues
+    assert workers["COMPOSER_REDIS_URL"] == env["COMPOSER_REDIS_URL"]
+    assert workers["COMPOSER_GRPC_ADDR"] == env["COMPOSER_GRPC_ADDR"]
+    assert workers["PATH"] == "/usr/bin"
+
+    gateway = service_env("api-gateway", env)
+    assert gateway["COMPOSER_API_TOKENS"] == f"{tokens.api}:admin"
+    assert "COMPOSER_WORKER_TOKEN" not in gateway and "COMPOSER_WORKER_TOKENS" not in gateway
+
+    coordinator = service_env("coordinator", env)
+    assert coordinator["COMPOSER_WORKER_TOKEN"] == tokens.worker
+    assert coordinator["COMPOSER_BUILTIN_WORKER_TOKEN"] == tokens.builtin_worker
+    assert coordinator["COMPOSER_WORKER_TOKENS"] == "team-token:payments"
+    assert "COMPOSER_API_TOKENS" not in coordinator
+
+    for name, _ in devstack.SERVICES:
+        started = service_env(name, env)
+        assert "COMPOSER_API_TOKEN" not in started
+        assert ("COMPOSER_DATABASE_URL" in started) == (name != "workers")
