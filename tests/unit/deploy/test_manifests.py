@@ -705,6 +705,10 @@ def test_secret_placeholders_are_refused_by_the_services() -> None:
         token = value.rpartition(":")[0] if key == "COMPOSER_API_TOKENS" else value
         with pytest.raises(WeakTokenError, match=key):
             check_tokens([(key, token)], dev_mode=False)
+    # the outbox-enqueuer applies the same rule to the webhook signing secret
+    with pytest.raises(WeakTokenError, match="COMPOSER_WEBHOOK_SECRET"):
+        webhook_secret = secret["stringData"]["COMPOSER_WEBHOOK_SECRET"]
+        check_tokens([("COMPOSER_WEBHOOK_SECRET", webhook_secret)], dev_mode=False)
 
 
 def _mounted(deployment: Doc, path: str) -> Doc:

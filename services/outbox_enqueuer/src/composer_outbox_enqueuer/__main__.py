@@ -9,6 +9,7 @@ from composer_executors import HttpPolicy, parse_networks
 from composer_outbox_enqueuer.loop import Enqueuer
 from composer_outbox_enqueuer.settings import EnqueuerSettings
 from composer_service import StartupError, run, serving
+from composer_service.tokens import check_tokens
 
 log = logging.getLogger("composer.outbox")
 
@@ -18,6 +19,11 @@ async def serve(settings: EnqueuerSettings) -> None:
         allow_networks = parse_networks(settings.http_allow_networks)
     except ValueError as exc:
         raise StartupError(str(exc)) from None
+    if settings.webhook_secret:  # a placeholder or short secret signs nothing worth checking
+        for warning in check_tokens(
+            [("COMPOSER_WEBHOOK_SECRET", settings.webhook_secret)], dev_mode=settings.dev_mode
+        ):
+            log.warning("%s", warning)
     async with serving(settings.runtime("outbox-enqueuer", pool_size=4)) as rt:
         enqueuer = Enqueuer(
             rt.pool,
