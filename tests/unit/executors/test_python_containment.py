@@ -8,6 +8,7 @@ write or open files without limit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import uvloop
 
 from composer_executors import ErrorCode, ExecutionTimeout, PythonError, run_python
 
@@ -56,10 +58,8 @@ async def gone(*pids: int, within: float = 5.0) -> bool:
 def reap_leftovers(*pids: int) -> None:
     """A test that fails must not leave its sleepers behind."""
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 # -- secrets in /proc ------------------------------------------------------------------
@@ -222,6 +222,22 @@ async def test_a_process_in_its_own_session_is_killed_on_a_timeout() -> None:
     pid = int(line.split()[1])
     try:
         assert await gone(pid), f"process {pid} outlived its timed-out node"
+    finally:
+        reap_leftovers(pid)
+
+
+def test_on_uvloop_a_node_ends_at_once_and_leaves_nothing() -> None:
+    # The services run on uvloop, which hands children copies of their stdio sockets.
+    async def node() -> tuple[float, int]:
+        started = time.monotonic()
+        pid = await run(SETSID_SLEEPER + "    return p.pid\n")
+        took = time.monotonic() - started
+        return took, pid
+
+    took, pid = uvloop.run(node())
+    try:
+        assert took < 3
+        assert asyncio.run(gone(pid)), f"process {pid} outlived its node"
     finally:
         reap_leftovers(pid)
 

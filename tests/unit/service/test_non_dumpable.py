@@ -53,9 +53,7 @@ def test_every_service_starts_through_run() -> None:
     for path in mains:
         tree = ast.parse(path.read_text(), str(path))
         main = next(
-            node
-            for node in tree.body
-            if isinstance(node, ast.FunctionDef) and node.name == "main"
+            node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "main"
         )
         calls = {
             node.func.id

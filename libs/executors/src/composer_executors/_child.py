@@ -124,7 +124,8 @@ def _confine(limits: dict[str, Any]) -> None:
     libc = _libc()
     # Orphans among our descendants become our children, not init's: see the docstring.
     _prctl(libc, _PR_SET_CHILD_SUBREAPER, 1)
-    last_cap = int(open("/proc/sys/kernel/cap_last_cap").read())
+    with open("/proc/sys/kernel/cap_last_cap", "rb") as f:
+        last_cap = int(f.read())
     for cap in range(last_cap + 1):
         # EPERM without CAP_SETPCAP: then the bounding set is empty or fixed already.
         libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
@@ -199,8 +200,10 @@ def _finish(result_fd: int, payload: dict[str, Any]) -> NoReturn:
     # The closed result tells the parent we are done: it kills this process and every
     # descendant while we are still alive to hold them (see the module docstring).
     # No interpreter shutdown: a thread the snippet left running must not hold us back.
-    with contextlib.suppress(BaseException):
-        time.sleep(_AWAIT_KILL_SECONDS)
+    deadline = time.monotonic() + _AWAIT_KILL_SECONDS
+    while (left := deadline - time.monotonic()) > 0:
+        with contextlib.suppress(BaseException):  # a signal handler the snippet installed
+            time.sleep(left)
     os._exit(0)
 
 
@@ -227,6 +230,11 @@ def _close_quietly(fd: int) -> None:
 
 def _main() -> NoReturn:
     limits = json.loads(sys.argv[1])
+    # Whatever the worker let through beyond stdio goes: uvloop hands its children
+    # inheritable copies of their stdio sockets, and a copy of stdout would keep the
+    # result open after it was written (and leak into every process started here).
+    open_max = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    os.closerange(3, open_max if open_max != resource.RLIM_INFINITY else 1 << 20)
     result_fd = os.dup(1)  # dup() makes a non-inheritable fd (PEP 446)
     os.register_at_fork(after_in_child=lambda: _close_quietly(result_fd))
     os.dup2(2, 1)
