@@ -67,14 +67,13 @@ async def serve(settings: WorkersSettings) -> None:
 
 def _check_python_uid(uid: int | None) -> None:
     """Refuse a uid the workers cannot switch to (before anything is opened)."""
-    is_root = os.geteuid() == 0
-    if uid is not None and not is_root:
+    if uid == 0:
+        raise StartupError("COMPOSER_PYTHON_UID must not be 0: PYTHON nodes must not run as root")
+    if uid is not None and os.geteuid() != 0:
         raise StartupError(
             f"COMPOSER_PYTHON_UID={uid} needs the workers to run as root (they run as uid "
             f"{os.geteuid()}); unset it, or start the workers as root"
         )
-    if uid == 0:
-        raise StartupError("COMPOSER_PYTHON_UID must not be 0: PYTHON nodes must not run as root")
 
 
 def _warn_if_python_runs_as_root(uid: int | None) -> None:
