@@ -226,6 +226,27 @@ async def test_a_process_in_its_own_session_is_killed_on_a_timeout() -> None:
         reap_leftovers(pid)
 
 
+async def test_a_process_left_by_a_node_that_crashed_is_killed() -> None:
+    # The node's own process is gone before the worker looks: what it started is
+    # found by its session.
+    code = (
+        "import os, subprocess\n"
+        "def main(input):\n"
+        "    p = subprocess.Popen(['sleep', '60'])\n"
+        "    print('left', p.pid, flush=True)\n"
+        "    os._exit(3)\n"
+    )
+    with pytest.raises(PythonError) as caught:
+        await run(code)
+    assert caught.value.code == ErrorCode.CRASHED
+    line = next(x for x in caught.value.message.splitlines() if x.startswith("left "))
+    pid = int(line.split()[1])
+    try:
+        assert await gone(pid), f"process {pid} outlived its crashed node"
+    finally:
+        reap_leftovers(pid)
+
+
 def test_on_uvloop_a_node_ends_at_once_and_leaves_nothing() -> None:
     # The services run on uvloop, which hands children copies of their stdio sockets.
     async def node() -> tuple[float, int]:

@@ -33,6 +33,7 @@ import os
 import signal
 import sys
 from dataclasses import dataclass
+from functools import cache
 
 #: Walks of /proc before the processes found so far are killed anyway.
 _MAX_WALKS = 50
@@ -89,14 +90,24 @@ def kill_tree(root: int, *, root_reaped: bool) -> None:
     to another process by now: then only its session and group are searched
     (their ids cannot be reused while a member lives).
     """
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(root, signal.SIGSTOP)
+    _signal_group(root, signal.SIGSTOP)
     if not sys.platform.startswith("linux"):
         _signal_group(root, signal.SIGKILL)
         return
+    if not root_reaped and _children_files() and _running(root):
+        # The usual end: the child is alive, and as a subreaper it holds every process
+        # the snippet started; walking its tree costs what the tree holds, not a scan
+        # of every process on the machine.
+        def walk() -> set[int]:
+            return _descendants(root)
+    else:
+
+        def walk() -> set[int]:
+            return _members(root, with_descendants=not root_reaped)
+
     found: set[int] = set()
     for _ in range(_MAX_WALKS):
-        new = _members(root, with_descendants=not root_reaped) - found
+        new = walk() - found
         if not new:
             break
         for pid in new:
@@ -105,6 +116,44 @@ def kill_tree(root: int, *, root_reaped: bool) -> None:
     for pid in found:
         _signal(pid, signal.SIGKILL)
     _signal_group(root, signal.SIGKILL)
+
+
+@cache
+def _children_files() -> bool:
+    """Whether /proc lists a task's children (CONFIG_PROC_CHILDREN, on in common kernels)."""
+    return os.path.exists(f"/proc/self/task/{os.getpid()}/children")
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a zombie holds no children: they went to its reaper)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+def _descendants(root: int) -> set[int]:
+    """``root`` and every descendant, from each task's ``children`` list."""
+    found = {root}
+    pending = [root]
+    while pending:
+        pid = pending.pop()
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # gone meanwhile
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                    children = [int(c) for c in f.read().split()]
+            except OSError:
+                continue
+            for child in children:
+                if child not in found:
+                    found.add(child)
+                    pending.append(child)
+    return found
 
 
 def _members(root: int, *, with_descendants: bool) -> set[int]:
