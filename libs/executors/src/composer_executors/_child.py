@@ -12,22 +12,150 @@ that was its stdout and exits:
 Before user code runs, fd 1 is pointed at stderr, so ``print()`` and
 subprocesses the snippet starts write to stderr and cannot corrupt the
 result; the result goes to a private duplicate of the original stdout that
-is not inherited by subprocesses.
+is not inherited by subprocesses (nor kept by a plain ``os.fork()``: it would
+hold the result open).
+
+``argv[1]`` holds the limits as JSON (see ``_contain``); they, and what else
+confines the snippet, are applied by :func:`_confine` before it is read.
+After the result is written the process does not exit: it waits for the
+parent to kill it together with everything it started. Alive, it stays the
+"child subreaper" of its descendants, so a process that double-forked away
+from its parent is still found under it (see ``_contain.kill_tree``).
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
+import ctypes
+import ctypes.util
 import json
 import linecache
 import os
 import resource
+import signal
 import sys
+import time
 import traceback
 from typing import Any, NoReturn
 
 FILENAME = "<node code>"
+#: How long a finished child waits for its parent to kill it before it exits anyway.
+_AWAIT_KILL_SECONDS = 60.0
+
+# prctl(2) options and capability constants (linux/prctl.h, linux/capability.h).
+_PR_SET_PDEATHSIG = 1
+_PR_CAPBSET_DROP = 24
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_CAP_AMBIENT = 47
+_PR_CAP_AMBIENT_CLEAR_ALL = 4
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
+
+
+def _libc() -> Any:
+    return ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+
+
+def _prctl(libc: Any, option: int, arg: int = 0) -> None:
+    if libc.prctl(option, arg, 0, 0, 0) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"prctl({option}) failed: {os.strerror(errno)}")
+
+
+def _tasks_of(uid: int) -> int:
+    """How many processes and threads ``uid`` runs now: what RLIMIT_NPROC counts."""
+    count = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            # Bytes: after a uid switch no codec module may be importable.
+            with open(f"/proc/{entry.name}/status", "rb") as f:
+                status = f.read()
+        except OSError:
+            continue  # gone meanwhile
+        real_uid = threads = None
+        for line in status.splitlines():
+            if line.startswith(b"Uid:"):
+                real_uid = int(line.split()[1])
+            elif line.startswith(b"Threads:"):
+                threads = int(line.split()[1])
+        if real_uid == uid and threads is not None:
+            count += threads
+    return count
+
+
+def _set_limit(which: int, value: int) -> None:
+    """Soft and hard limit ``value``, or the hard limit already lower (raising it needs root)."""
+    _, hard = resource.getrlimit(which)
+    if hard != resource.RLIM_INFINITY:
+        value = min(value, hard)
+    resource.setrlimit(which, (value, value))
+
+
+def _confine(limits: dict[str, Any]) -> None:
+    """Everything that confines the snippet, applied before its code is even read.
+
+    Order matters: the capability bounding set is dropped while CAP_SETPCAP is
+    still held, the uid switch needs CAP_SETUID, and RLIMIT_NPROC is counted
+    for the uid the process ends up with.
+    """
+    _set_limit(resource.RLIMIT_CORE, 0)
+    _set_limit(resource.RLIMIT_AS, limits["memory_bytes"])
+    # Writing past it fails with EFBIG ("File too large"): CPython ignores SIGXFSZ,
+    # which would otherwise kill the process. Pipes and sockets are not files.
+    _set_limit(resource.RLIMIT_FSIZE, limits["file_bytes"])
+    _set_limit(resource.RLIMIT_NOFILE, limits["open_files"])
+    if not sys.platform.startswith("linux"):
+        return
+    libc = _libc()
+    # Orphans among our descendants become our children, not init's: see the docstring.
+    _prctl(libc, _PR_SET_CHILD_SUBREAPER, 1)
+    with open("/proc/sys/kernel/cap_last_cap", "rb") as f:
+        last_cap = int(f.read())
+    for cap in range(last_cap + 1):
+        # EPERM without CAP_SETPCAP: then the bounding set is empty or fixed already.
+        libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+    uid = limits.get("uid")
+    if uid is not None:
+        os.setgroups([])
+        os.setgid(limits["gid"])
+        os.setuid(uid)
+    # The worker's event loop thread started us: if the worker dies, so do we. (After
+    # the uid switch, which clears it.)
+    _prctl(libc, _PR_SET_PDEATHSIG, signal.SIGKILL)
+    # RLIMIT_NPROC counts every process and thread of the real uid, the worker's and
+    # (when services share a user) the other services' too, and fork() fails once the
+    # count exceeds the forking process's limit. An absolute limit of 64 would leave
+    # a worker with 70 threads unable to start a single subprocess; so the snippet
+    # gets what its uid runs now plus its allowance. Concurrent nodes of one uid see
+    # each other in that count: together they are bounded by about their number
+    # times the allowance. The kernel does not apply the limit to root (uid 0), and
+    # not to a process holding CAP_SYS_RESOURCE or CAP_SYS_ADMIN (dropped below).
+    _set_limit(resource.RLIMIT_NPROC, _tasks_of(os.getuid()) + limits["processes"])
+    _prctl(libc, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL)
+    # No capability left, and none regained through a setuid or file-capability program
+    # (a uid-0 process regains them at execve unless no_new_privs is set): CAP_SYS_PTRACE
+    # would read any process's memory, non-dumpable services' included.
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    if libc.capset(ctypes.byref(header), data) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"capset failed: {os.strerror(errno)}")
+    _prctl(libc, _PR_SET_NO_NEW_PRIVS, 1)
 
 
 def _type_name(exc: BaseException) -> str:
@@ -64,12 +192,18 @@ def _finish(result_fd: int, payload: dict[str, Any]) -> NoReturn:
                 "traceback": "",
             }
         )
-    with os.fdopen(result_fd, "w", encoding="utf-8") as out:
-        out.write(data)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # the user may have closed or replaced it
             stream.flush()
-    # No interpreter shutdown: a thread the snippet left running must not hold the result back.
+    with os.fdopen(result_fd, "w", encoding="utf-8") as out:
+        out.write(data)
+    # The closed result tells the parent we are done: it kills this process and every
+    # descendant while we are still alive to hold them (see the module docstring).
+    # No interpreter shutdown: a thread the snippet left running must not hold us back.
+    deadline = time.monotonic() + _AWAIT_KILL_SECONDS
+    while (left := deadline - time.monotonic()) > 0:
+        with contextlib.suppress(BaseException):  # a signal handler the snippet installed
+            time.sleep(left)
     os._exit(0)
 
 
@@ -84,17 +218,28 @@ def _fail(result_fd: int, code: str, exc: BaseException, message: str | None = N
             "type": _type_name(exc),
             "message": message if message is not None else _message(exc),
             "traceback": _user_traceback(exc),
+            "errno": exc.errno if isinstance(exc, OSError) else None,
         },
     )
 
 
+def _close_quietly(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
 def _main() -> NoReturn:
-    memory_limit = int(sys.argv[1])
+    limits = json.loads(sys.argv[1])
+    # Whatever the worker let through beyond stdio goes: uvloop hands its children
+    # inheritable copies of their stdio sockets, and a copy of stdout would keep the
+    # result open after it was written (and leak into every process started here).
+    open_max = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    os.closerange(3, open_max if open_max != resource.RLIM_INFINITY else 1 << 20)
     result_fd = os.dup(1)  # dup() makes a non-inheritable fd (PEP 446)
+    os.register_at_fork(after_in_child=lambda: _close_quietly(result_fd))
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+    _confine(limits)
 
     request = json.loads(sys.stdin.buffer.read())
     source: str = request["code"]

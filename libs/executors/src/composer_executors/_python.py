@@ -1,5 +1,10 @@
 """The PYTHON node: run a snippet's ``main(input)`` in a separate, limited process.
 
+PYTHON nodes run trusted code: publishing a definition is running code on
+the workers. What follows contains a snippet's mistakes (a crash, a leak, an
+endless loop, a fork loop, a stray print, a daemon left behind) and keeps
+the worker's secrets out of its reach; it is not a sandbox for hostile code.
+
 How the child is set up, and why:
 
 - ``python -I -B -X utf8``: isolated mode ignores PYTHON* variables, the
@@ -8,23 +13,27 @@ How the child is set up, and why:
 - A clean environment (PATH, a UTF-8 locale, HOME and TMPDIR in the work
   directory): nothing of the worker's, so no COMPOSER_* settings, tokens
   or database URLs reach the snippet.
+- No capabilities and no_new_privs (a worker running as root included), so
+  the child cannot read a non-dumpable process's /proc/<pid>/environ or
+  memory; every service makes itself non-dumpable at start
+  (``composer_service.forbid_dumping``). Optionally another uid (``uid``).
 - A fresh temporary working directory, removed afterwards.
-- Its own session and process group, killed when main returns, on a
-  timeout and on a cancelled attempt, so nothing the snippet started
-  outlives it (unless it started a session of its own: see below).
-- RLIMIT_AS set in the child before the snippet is compiled: allocating
-  past it raises MemoryError, reported as ``memory_limit``.
+- Limits, set in the child before the snippet is compiled (``_contain``):
+  RLIMIT_AS (allocating past it raises MemoryError, reported as
+  ``memory_limit``), RLIMIT_NPROC (processes and threads it may add),
+  RLIMIT_FSIZE (largest file written) and RLIMIT_NOFILE (open files); an
+  error that hits one of the last three names the limit.
+- Its own session; when the node ends (returned, failed, timed out or
+  cancelled) the session and every descendant of the child are killed,
+  setsid() daemons included (``_contain.kill_tree`` says how, and where
+  that stops).
 - Input and result travel as JSON over stdin and a private copy of the
   child's stdout; the snippet's own stdout is pointed at stderr, of which
   only the last 64 KiB is kept and the last lines are quoted in errors.
 
-This is isolation of the *worker* from a snippet's mistakes (a crash, a
-leak, an endless loop, a stray print), not a security sandbox: the snippet
-runs as the worker's user, can read every file that user can (the
-worker's /proc/<pid>/environ included), leave a process behind with
-setsid(), open network connections (the HTTP node's SSRF guard does not
-apply), and import whatever is installed next to the worker. Run untrusted
-code only on
+What it does not do: the snippet can read every file its uid can, open
+network connections (the HTTP node's SSRF guard does not apply) and import
+whatever is installed next to the worker. Run code you do not trust only on
 workers that are themselves confined (a container with no secrets mounted,
 a read-only filesystem, network policy, a seccomp profile).
 """
@@ -32,9 +41,10 @@ a read-only filesystem, network policy, a seccomp profile).
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import errno
 import json
 import os
+import pwd
 import shutil
 import signal
 import sys
@@ -44,6 +54,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from composer_executors._contain import ProcessLimits, kill_tree
 from composer_executors._errors import (
     ExecutionTimeout,
     InvalidSpec,
@@ -67,23 +78,41 @@ async def run_python(
     timeout: float,
     memory_limit_bytes: int,
     max_result_bytes: int = 1024 * 1024,
+    max_processes: int = 64,
+    max_file_bytes: int = 16 * 1024 * 1024,
+    max_open_files: int = 256,
+    uid: int | None = None,
 ) -> Any:
     """Run ``spec["code"]``'s ``main(spec["input"])`` in a child process; return its result.
 
     ``input`` defaults to ``{}``. The result must be JSON (dicts, lists,
     strings, finite numbers, booleans, None) and at most
-    ``max_result_bytes`` encoded. Raises :class:`ExecutionTimeout` past
-    ``timeout`` seconds and :class:`PythonError` for everything the snippet
-    did wrong; see the module docstring for what isolation this gives.
+    ``max_result_bytes`` encoded. ``max_processes`` (processes and threads
+    the node may add to those its uid runs), ``max_file_bytes`` and
+    ``max_open_files`` limit the child and all it starts; ``uid`` runs it as
+    another user (the worker must run as root; the interpreter and its
+    libraries must be readable by that user). Raises :class:`ExecutionTimeout`
+    past ``timeout`` seconds and :class:`PythonError` for everything the
+    snippet did wrong; see the module docstring for what isolation this gives.
     """
     if timeout <= 0:
         raise ValueError(f"timeout must be positive, got {timeout}")
     if memory_limit_bytes <= 0:
         raise ValueError(f"memory_limit_bytes must be positive, got {memory_limit_bytes}")
+    limits = ProcessLimits(
+        memory_bytes=memory_limit_bytes,
+        processes=max_processes,
+        file_bytes=max_file_bytes,
+        open_files=max_open_files,
+        uid=uid,
+        gid=_primary_gid(uid),
+    )
     payload = _payload(spec)
 
     work = tempfile.mkdtemp(prefix="composer-python-")
     try:
+        if limits.uid is not None:
+            os.chown(work, limits.uid, limits.gid if limits.gid is not None else limits.uid)
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-I",
@@ -92,7 +121,7 @@ async def run_python(
             "utf8",
             "-c",
             _CHILD_SOURCE,
-            str(memory_limit_bytes),
+            limits.argv(),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -112,15 +141,17 @@ async def run_python(
         timed_out = False
         try:
             async with asyncio.timeout(timeout):
-                # The result channel closes when the child exits (the processes it starts
-                # do not inherit it). proc.wait() would also wait for every process that
-                # still holds stderr open.
+                # The result channel closes when the child has written its result or
+                # died (the processes it starts do not hold it). proc.wait() would also
+                # wait for every process that still holds stderr open.
                 await asyncio.shield(reading)
         except TimeoutError:
             timed_out = True
         finally:
-            # Also after a normal exit: whatever the snippet left running would hold the pipes.
-            _kill_group(proc.pid)
+            # Also after a normal end: the child waits for this, and whatever the snippet
+            # left running must not outlive the node. Synchronous (a few reads of /proc),
+            # so that a second cancellation cannot skip it.
+            kill_tree(proc.pid, root_reaped=proc.returncode is not None)
             if not await _drain(pipes):
                 await _close_transport(proc)
             await proc.wait()
@@ -133,7 +164,16 @@ async def run_python(
         # The snippet may have left many files: remove them off the event loop.
         await asyncio.to_thread(shutil.rmtree, work, ignore_errors=True)
 
-    return _outcome(result, stderr.text(), proc.returncode, memory_limit_bytes)
+    return _outcome(result, stderr.text(), proc.returncode, limits)
+
+
+def _primary_gid(uid: int | None) -> int | None:
+    if uid is None:
+        return None
+    try:
+        return pwd.getpwuid(uid).pw_gid
+    except KeyError:
+        return uid  # a uid without a passwd entry (a container's): its own number as gid
 
 
 def _payload(spec: Mapping[str, Any]) -> bytes:
@@ -206,11 +246,6 @@ class _TailReader:
         return b"".join(self.chunks)[-self.keep :].decode("utf-8", errors="replace")
 
 
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
 async def _drain(pipes: tuple[asyncio.Task[None], ...]) -> bool:
     """Let the pipe tasks reach EOF; False when a process outside the group holds one open."""
     _, pending = await asyncio.wait(pipes, timeout=_DRAIN_AFTER_EXIT)
@@ -245,7 +280,10 @@ def _quote(stderr: str) -> str:
     return f"\nstderr (last lines):\n{text}" if text else ""
 
 
-def _outcome(result: _CappedReader, stderr: str, returncode: int | None, memory_limit: int) -> Any:
+def _outcome(
+    result: _CappedReader, stderr: str, returncode: int | None, limits: ProcessLimits
+) -> Any:
+    memory_limit = limits.memory_bytes
     if result.overflow:
         raise PythonError(
             f"main's result is larger than {result.cap} bytes as JSON; return less "
@@ -281,6 +319,9 @@ def _outcome(result: _CappedReader, stderr: str, returncode: int | None, memory_
         text = message
     else:
         text = f"{exc_type}: {message}" if message else f"{exc_type}"
+    hint = _limit_hint(frame.get("errno"), limits)
+    if hint:
+        text += f" ({hint})"
     tb = frame.get("traceback", "").rstrip()
     if tb and code in (ErrorCode.EXCEPTION, ErrorCode.MEMORY_LIMIT):
         text += f"\ntraceback:\n{tb}"
@@ -308,6 +349,26 @@ def _crashed(stderr: str, returncode: int | None, memory_limit: int) -> Any:
     raise PythonError(
         f"the python process {how}" + _quote(stderr), code=ErrorCode.CRASHED, permanent=False
     )
+
+
+def _limit_hint(err: object, limits: ProcessLimits) -> str | None:
+    """Which limit an OSError probably hit, named with the setting that raises it."""
+    if err == errno.EFBIG:
+        return (
+            f"a PYTHON node writes files of at most {_mib(limits.file_bytes)}: "
+            "COMPOSER_PYTHON_MAX_FILE_BYTES"
+        )
+    if err == errno.EMFILE:
+        return (
+            f"a PYTHON node has at most {limits.open_files} open files: "
+            "COMPOSER_PYTHON_MAX_OPEN_FILES"
+        )
+    if err == errno.EAGAIN:
+        return (
+            f"if it came from starting a process or thread: a PYTHON node may start at most "
+            f"{limits.processes} processes and threads: COMPOSER_PYTHON_MAX_PROCESSES"
+        )
+    return None
 
 
 def _mib(n: int) -> str:

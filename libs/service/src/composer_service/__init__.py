@@ -9,6 +9,7 @@ lives here and only here, so the worker SDK does not depend on it.
 
 from composer_service.admin import Check, serve_admin
 from composer_service.entry import StartupError, run
+from composer_service.process import forbid_dumping
 from composer_service.runtime import Runtime, RuntimeConfig, serving
 from composer_service.settings import ServerSettings, ServiceSettings
 from composer_service.signals import sleep_or_stop, stop_on_signals
@@ -20,6 +21,7 @@ __all__ = [
     "ServerSettings",
     "ServiceSettings",
     "StartupError",
+    "forbid_dumping",
     "run",
     "serve_admin",
     "serving",

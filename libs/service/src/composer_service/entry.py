@@ -6,6 +6,10 @@ traceback, and the process exits 2 so a supervisor can tell it from a crash.
 
 The loop is uvloop's unless COMPOSER_UVLOOP is false: the services spend much of
 their CPU in the event loop and its sockets, which uvloop does in C.
+
+Before anything else the process makes itself non-dumpable (``process.py``):
+no child of the same user, a PYTHON node's included, can read its environment
+or memory.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 from uvloop import new_event_loop as new_uvloop
 
 import composer_repo as repo
+from composer_service.process import forbid_dumping
 from composer_service.settings import ServiceSettings
 
 log = logging.getLogger("composer.service")
@@ -37,6 +42,7 @@ def run(
 ) -> int:
     """``asyncio.run(serve())``, on uvloop's loop if ``uvloop`` (None: as COMPOSER_UVLOOP
     says, default true); 2 on a StartupError, a SchemaError or one of ``startup_errors``."""
+    forbid_dumping()
     errors: tuple[type[BaseException], ...] = (StartupError, repo.SchemaError, *startup_errors)
     if uvloop is None:
         uvloop = ServiceSettings().uvloop

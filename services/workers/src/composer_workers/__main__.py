@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import sys
 
 from composer_executors import HttpPolicy, create_http_session, parse_networks
@@ -12,6 +14,7 @@ from composer_workers.handlers import http_handler, python_handler
 from composer_workers.settings import WorkersSettings
 
 BUILT_IN = frozenset({"http", "python"})
+log = logging.getLogger("composer.workers")
 
 
 async def serve(settings: WorkersSettings) -> None:
@@ -20,6 +23,8 @@ async def serve(settings: WorkersSettings) -> None:
         raise StartupError(
             f"COMPOSER_QUEUES names unknown built-in queues: {', '.join(sorted(unknown))} (http, python)"
         )
+    if "python" in queues:
+        _check_python_uid(settings.python_uid)
     worker = Worker(
         WorkerConfig(
             redis_url=settings.redis_url,
@@ -49,12 +54,43 @@ async def serve(settings: WorkersSettings) -> None:
         if "http" in queues:
             worker.add_handler("http", http_handler(session, policy))
         if "python" in queues:
-            worker.add_handler("python", python_handler(settings.python_memory_limit_bytes))
+            _warn_if_python_runs_as_root(settings.python_uid)
+            worker.add_handler(
+                "python",
+                python_handler(
+                    settings.python_memory_limit_bytes,
+                    max_processes=settings.python_max_processes,
+                    max_file_bytes=settings.python_max_file_bytes,
+                    max_open_files=settings.python_max_open_files,
+                    uid=settings.python_uid,
+                ),
+            )
         stopper = asyncio.create_task(_stop_on(rt.stop, worker))
         try:
             await worker.run()
         finally:
             stopper.cancel()
+
+
+def _check_python_uid(uid: int | None) -> None:
+    """Refuse a uid the workers cannot switch to (before anything is opened)."""
+    if uid == 0:
+        raise StartupError("COMPOSER_PYTHON_UID must not be 0: PYTHON nodes must not run as root")
+    if uid is not None and os.geteuid() != 0:
+        raise StartupError(
+            f"COMPOSER_PYTHON_UID={uid} needs the workers to run as root (they run as uid "
+            f"{os.geteuid()}); unset it, or start the workers as root"
+        )
+
+
+def _warn_if_python_runs_as_root(uid: int | None) -> None:
+    if os.geteuid() == 0 and uid is None:
+        log.warning(
+            "the workers run as root and so do PYTHON nodes: the kernel applies no process "
+            "limit (COMPOSER_PYTHON_MAX_PROCESSES) to root; set COMPOSER_PYTHON_UID to an "
+            "unprivileged uid that can read the Python installation, or run the workers as "
+            "another user"
+        )
 
 
 async def _stop_on(stop: asyncio.Event, worker: Worker) -> None:

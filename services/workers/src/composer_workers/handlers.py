@@ -39,13 +39,24 @@ def http_handler(session: aiohttp.ClientSession, policy: HttpPolicy) -> Any:
     return http
 
 
-def python_handler(memory_limit_bytes: int) -> Any:
+def python_handler(
+    memory_limit_bytes: int,
+    *,
+    max_processes: int = 64,
+    max_file_bytes: int = 16 * 1024 * 1024,
+    max_open_files: int = 256,
+    uid: int | None = None,
+) -> Any:
     async def python(ctx: TaskContext, input: dict[str, Any]) -> Any:
         try:
             return await run_python(
                 input,
                 timeout=ctx.timeout or FALLBACK_TIMEOUT,
                 memory_limit_bytes=memory_limit_bytes,
+                max_processes=max_processes,
+                max_file_bytes=max_file_bytes,
+                max_open_files=max_open_files,
+                uid=uid,
             )
         except ExecutionError as exc:
             raise _failure(exc) from exc

@@ -14,4 +14,16 @@ class WorkersSettings(ServiceSettings):
     #: Which built-in queues this process serves (comma-separated).
     queues: str = "http,python"
     http_max_response_bytes: int = 1024 * 1024
+    #: RLIMIT_AS of each process of a PYTHON node.
     python_memory_limit_bytes: int = 512 * 1024 * 1024
+    #: Processes and threads a PYTHON node may start, on top of what its uid runs
+    #: (RLIMIT_NPROC, which the kernel does not apply to root: see python_uid).
+    python_max_processes: int = 64
+    #: The largest file a PYTHON node may write (RLIMIT_FSIZE).
+    python_max_file_bytes: int = 16 * 1024 * 1024
+    #: Open files per process of a PYTHON node (RLIMIT_NOFILE).
+    python_max_open_files: int = 256
+    #: Run PYTHON nodes as this uid, not the workers' own; only a worker running as
+    #: root can (and one that does should: root escapes the process limit). Unset: the
+    #: workers' uid. The interpreter and its libraries must be readable by it.
+    python_uid: int | None = None
