@@ -706,8 +706,8 @@ def test_secret_placeholders_are_refused_by_the_services() -> None:
         with pytest.raises(WeakTokenError, match=key):
             check_tokens([(key, token)], dev_mode=False)
     # the outbox-enqueuer applies the same rule to the webhook signing secret
+    webhook_secret = secret["stringData"]["COMPOSER_WEBHOOK_SECRET"]
     with pytest.raises(WeakTokenError, match="COMPOSER_WEBHOOK_SECRET"):
-        webhook_secret = secret["stringData"]["COMPOSER_WEBHOOK_SECRET"]
         check_tokens([("COMPOSER_WEBHOOK_SECRET", webhook_secret)], dev_mode=False)
 
 
