@@ -13,10 +13,10 @@ import aiohttp
 
 from tests.integration.devstack.test_supervisor import (  # noqa: F401 (a fixture)
     SERVICES,
-    TOKEN,
     Stack,
     ready,
     running_stack,
+    saved_tokens,
 )
 
 SNOOP = """
@@ -50,7 +50,8 @@ async def test_a_python_node_reads_no_secret_of_the_stack(
     database_url: str,
 ) -> None:
     stack = running_stack
-    auth = {"Authorization": f"Bearer {TOKEN}"}
+    tokens = saved_tokens(stack)
+    auth = {"Authorization": f"Bearer {tokens['COMPOSER_API_TOKEN']}"}
     definition = {
         "id": "snoop",
         "nodes": [
@@ -73,7 +74,7 @@ async def test_a_python_node_reads_no_secret_of_the_stack(
             assert r.status == 201, await r.text()
         async with session.post(
             f"{stack.api}/v1/runs",
-            json={"workflow_id": "snoop", "input": {"needles": [TOKEN, database_url]}},
+            json={"workflow_id": "snoop", "input": {"needles": [*tokens.values(), database_url]}},
             headers=auth,
         ) as r:
             assert r.status == 201, await r.text()

@@ -120,17 +120,21 @@ async def ready(session: aiohttp.ClientSession, url: str, timeout: float = 60) -
         await asyncio.sleep(0.2)
 
 
+def saved_tokens(stack: Stack) -> dict[str, str]:
+    """The tokens the stack made on its first start, as `make demo` reads them."""
+    return dict(
+        line.split("=", 1)
+        for line in (stack.state / "tokens.env").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+
+
 async def test_stack_runs_a_workflow_and_stops_cleanly(running_stack: Stack) -> None:
     stack = running_stack
     async with aiohttp.ClientSession() as session:
         await ready(session, f"{stack.api}/healthz")
         # the tokens it made on this first start, as `make demo` reads them
-        saved = dict(
-            line.split("=", 1)
-            for line in (stack.state / "tokens.env").read_text().splitlines()
-            if line and not line.startswith("#")
-        )
-        token = saved["COMPOSER_API_TOKEN"]
+        token = saved_tokens(stack)["COMPOSER_API_TOKEN"]
         assert len(token) >= 32
         assert any(token in line for line in stack.output), "the banner does not show the token"
         auth = {"Authorization": f"Bearer {token}"}
