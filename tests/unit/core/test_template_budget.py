@@ -49,7 +49,7 @@ def test_a_template_nested_too_deep_is_refused_at_publish_with_its_path() -> Non
     found = problems({"id": "wf", "nodes": [task("x", {"input": {"y": deep}})]})
     assert len(found) == 1
     assert found[0].startswith("nodes[0].spec.input.y: ")
-    assert "nested too deep (2009 levels, the limit is 100)" in found[0]
+    assert f"nested too deep (2009 levels, the limit is {MAX_EXPRESSION_DEPTH})" in found[0]
 
 
 def test_deep_conditions_and_outputs_are_refused_with_their_paths() -> None:
@@ -91,11 +91,11 @@ def _with_little_stack(call: Callable[[], R], spare: int) -> R:
     def descend(depth: int) -> R:
         return call() if depth <= 0 else descend(depth - 1)
 
-    here = len_of_stack()
+    here = _stack_depth()
     return descend(sys.getrecursionlimit() - here - spare)
 
 
-def len_of_stack() -> int:
+def _stack_depth() -> int:
     frame, n = sys._getframe(), 0
     while frame is not None:
         n, frame = n + 1, frame.f_back  # type: ignore[assignment]
