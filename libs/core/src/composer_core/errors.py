@@ -5,6 +5,7 @@ The hierarchy, so callers can catch at the depth they need::
     CoreError
     ├── DefinitionInvalid      a workflow definition failed validation (every problem listed)
     ├── TemplateError          a template failed to compile or evaluate
+    │   └── TemplateBudgetExceeded  its evaluation did more work than a template may
     └── EventRejected          the event cannot apply to this run; retrying gives the same answer
         ├── InvalidRequest     malformed event, unknown node, …        (API: 400)
         ├── RunFinished        the run is terminal                     (API: 409)
@@ -47,6 +48,14 @@ class DefinitionInvalid(CoreError):
 
 class TemplateError(CoreError):
     """A template could not be compiled or evaluated; the message says which and why."""
+
+
+class TemplateBudgetExceeded(TemplateError):
+    """An evaluation took more steps or built more than a template may (templates/_budget.py).
+
+    Its node fails like any other template error: the budget keeps one template
+    from stalling the service that evaluates it.
+    """
 
 
 class EventRejected(CoreError):

@@ -1,5 +1,6 @@
 """Templates: ``{{ CEL }}`` inside definition specs, compiled once per version."""
 
+from composer_core.templates._budget import MAX_BUILT, MAX_EXPRESSION_DEPTH, MAX_STEPS
 from composer_core.templates._cel import CelEngine, CelExpression
 from composer_core.templates._engine import (
     ROOTS,
@@ -11,6 +12,9 @@ from composer_core.templates._engine import (
 from composer_core.templates._template import CompiledValue, compile_condition, compile_value
 
 __all__ = [
+    "MAX_BUILT",
+    "MAX_EXPRESSION_DEPTH",
+    "MAX_STEPS",
     "ROOTS",
     "CelEngine",
     "CelExpression",

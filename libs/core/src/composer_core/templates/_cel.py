@@ -5,6 +5,11 @@ each expression is compiled once per definition version, and one evaluation
 takes tens of microseconds. cel-python raises internal texts
 (``found no matching overload for Token('RULE', 'addition_add')…``); they
 are rewritten here into messages that name the expression.
+
+cel-python has no limits of its own, so its interpreter is subclassed to
+spend from the evaluation's Budget (templates/_budget.py): each comprehension
+element, each concatenation and each long scan is charged as it happens, and
+compiling refuses an expression nested deeper than the interpreter can recurse.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import datetime as dt
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any
 
@@ -22,9 +27,16 @@ import celpy
 import lark
 from celpy import celtypes
 from celpy.celparser import CELParseError
-from celpy.evaluation import CELEvalError, base_functions
+from celpy.evaluation import Activation, CELEvalError, Evaluator, base_functions
 
-from composer_core.errors import TemplateError
+from composer_core.errors import TemplateBudgetExceeded, TemplateError
+from composer_core.templates import _budget
+from composer_core.templates._budget import (
+    CHARACTERS_PER_STEP,
+    ELEMENTS_PER_STEP,
+    MAX_EXPRESSION_DEPTH,
+    Budget,
+)
 from composer_core.templates._engine import Json, References
 
 #: Macros and how many leading arguments name variables bound inside the call
@@ -79,12 +91,161 @@ _OPERATOR_NAMES = {
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 #: The longest message taken over from cel-python: some embed whole activations.
 _MAX_MESSAGE = 300
+#: The longest quote of an expression in a message about its depth or budget.
+_MAX_QUOTE = 80
+#: Macros whose body runs once per element, and the index of the body among their arguments.
+_COMPREHENSIONS = {"map": 1, "filter": 1, "all": 1, "exists": 1, "exists_one": 1, "reduce": 3}
+#: Conversions that copy their argument.
+_COPYING_CONVERSIONS = frozenset({"string", "bytes", "list", "map"})
+_RECURSION = "nested too deep to evaluate (Python's recursion limit was reached)"
+_MEMORY = "ran out of memory while evaluating"
+
+
+class _Runner(celpy.InterpretedRunner):
+    """Runs a program with the budgeted interpreter; knows what each comprehension costs."""
+
+    def __init__(
+        self,
+        environment: celpy.Environment,
+        ast: lark.Tree[Any],
+        functions: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(environment, ast, functions)
+        self.costs = _comprehension_costs(ast)
+
+    def evaluate(self, context: Mapping[str, Any]) -> Any:
+        evaluator = _Evaluator(self.ast, self.new_activation(), self.costs)
+        return evaluator.evaluate(context)
+
+
+class _Evaluator(Evaluator):
+    """cel-python's interpreter, charging the current Budget for what it repeats or builds."""
+
+    def __init__(self, ast: lark.Tree[Any], activation: Activation, costs: dict[int, int]) -> None:
+        super().__init__(ast, activation)
+        self.costs = costs
+
+    def sub_evaluator(self, ast: lark.Tree[Any]) -> Evaluator:
+        return _Evaluator(ast, self.activation, self.costs)
+
+    def build_macro_eval(self, child: lark.Tree[Any]) -> Callable[[Any], Any]:
+        return _charged(super().build_macro_eval(child), self.costs.get(id(child), 1))
+
+    def build_ss_macro_eval(self, child: lark.Tree[Any]) -> Callable[[Any], Any]:
+        return _charged(super().build_ss_macro_eval(child), self.costs.get(id(child), 1))
+
+    def build_reduce_macro_eval(
+        self, child: lark.Tree[Any]
+    ) -> tuple[Callable[[Any, Any], Any], lark.Tree[Any]]:
+        body, initial = super().build_reduce_macro_eval(child)
+        return _charged(body, self.costs.get(id(child), 1)), initial
+
+    def member_dot_arg(self, tree: lark.Tree[Any]) -> Any:
+        name = tree.children[1]
+        if name == "min":
+            # Python's min() walks the whole list: charge it before it runs.
+            target = self.visit(tree.children[0])
+            if isinstance(target, CELEvalError):
+                return target
+            _scan(target)
+            try:
+                return min(target)
+            except ValueError as exc:  # as cel-python answers it
+                err = "Attempt to reduce an empty sequence or a sequence with a None value"
+                return CELEvalError(err, exc.__class__, exc.args, tree=tree)
+        result = super().member_dot_arg(tree)
+        if name in {"map", "filter"} and isinstance(result, list):
+            _build(len(result))
+        return result
+
+    def function_eval(self, name_token: lark.Token, exprlist: Any = None) -> Any:
+        result = super().function_eval(name_token, exprlist)
+        if name_token.value in _COPYING_CONVERSIONS and isinstance(
+            result, str | bytes | list | dict
+        ):
+            _build(len(result))
+        return result
+
+
+def _charged(body: Callable[..., Any], cost: int) -> Callable[..., Any]:
+    """``body`` (a comprehension's, run once per element) spending ``cost`` steps per run."""
+    budget = _budget.current.get()
+    if budget is None:
+        return body
+
+    def charged(*args: Any) -> Any:
+        budget.spend(cost)
+        return body(*args)
+
+    return charged
+
+
+def _scan(value: Any) -> None:
+    """Charge walking ``value``: a list or map element by element, a string at C speed."""
+    budget = _budget.current.get()
+    if budget is None:
+        return
+    if isinstance(value, list | dict):
+        budget.spend(len(value) // ELEMENTS_PER_STEP)
+    elif isinstance(value, str | bytes):
+        budget.spend(len(value) // CHARACTERS_PER_STEP)
+
+
+def _build(units: int) -> None:
+    budget = _budget.current.get()
+    if budget is not None:
+        budget.build(units)
+
+
+def _concatenating(add: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    def charged_add(left: Any, right: Any) -> Any:
+        result = add(left, right)
+        if isinstance(result, str | bytes | list):
+            _build(len(result))
+        return result
+
+    return charged_add
+
+
+def _scanning(function: Callable[..., Any], *, both: bool = False) -> Callable[..., Any]:
+    """``function`` charged for walking its first argument (``both``: the longer of two)."""
+
+    def charged(first: Any, second: Any, *rest: Any) -> Any:
+        _scan(second if both and _length(second) > _length(first) else first)
+        return function(first, second, *rest)
+
+    return charged
+
+
+def _length(value: Any) -> int:
+    return len(value) if isinstance(value, str | bytes | list | dict) else 0
+
+
+def _contained(operator_in: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    def charged_in(item: Any, container: Any) -> Any:
+        _scan(container)
+        return operator_in(item, container)
+
+    return charged_in
+
+
+#: Operators and functions whose cost grows with their operands, charged before they run.
+_CHARGED_FUNCTIONS: dict[str, Any] = {
+    "_+_": _concatenating(base_functions["_+_"]),
+    "_in_": _contained(base_functions["_in_"]),
+    "_==_": _scanning(base_functions["_==_"], both=True),
+    "_!=_": _scanning(base_functions["_!=_"], both=True),
+    "contains": _scanning(base_functions["contains"]),
+    "startsWith": _scanning(base_functions["startsWith"]),
+    "endsWith": _scanning(base_functions["endsWith"]),
+    "matches": _scanning(base_functions["matches"]),
+}
 
 
 @cache
 def _environment() -> Any:
     # One Environment per process: building the grammar is the expensive part.
-    return celpy.Environment()
+    return celpy.Environment(runner_class=_Runner)
 
 
 class CelExpression:
@@ -104,6 +265,21 @@ class CelExpression:
         return self._references
 
     def evaluate(self, activation: Mapping[str, object]) -> Json:
+        # Within a CompiledValue the budget is the whole value's; alone, its own.
+        token = _budget.current.set(Budget()) if _budget.current.get() is None else None
+        try:
+            return self._evaluate(activation)
+        except TemplateBudgetExceeded as exc:
+            raise TemplateBudgetExceeded(f"{_quote(self._source)}: {exc}") from None
+        except RecursionError as exc:
+            raise TemplateError(f"{_quote(self._source)}: {_RECURSION}") from exc
+        except MemoryError as exc:
+            raise TemplateError(f"{_quote(self._source)}: {_MEMORY}") from exc
+        finally:
+            if token is not None:
+                _budget.current.reset(token)
+
+    def _evaluate(self, activation: Mapping[str, object]) -> Json:
         try:
             result = self._program.evaluate(activation)
         except CELEvalError as exc:
@@ -130,15 +306,28 @@ class CelEngine:
             raise TemplateError(f"{source!r} is not a valid CEL expression{where}") from exc
         except lark.exceptions.LarkError as exc:  # pragma: no cover - celpy wraps most
             raise TemplateError(f"{source!r} is not a valid CEL expression: {exc}") from exc
+        depth = _depth(tree)
+        if depth > MAX_EXPRESSION_DEPTH:
+            # Evaluating it would recurse deeper than Python allows: refuse it now.
+            raise TemplateError(
+                f"{_quote(source)}: expression nested too deep ({depth} levels, "
+                f"the limit is {MAX_EXPRESSION_DEPTH}): use fewer parentheses, "
+                "operators or calls inside one another"
+            )
         references, unknown = _analyse(tree)
         if unknown:
             raise TemplateError(
                 f"{source!r} calls unknown function(s) {', '.join(sorted(unknown))}"
             )
-        return CelExpression(source, env.program(tree), references)
+        return CelExpression(source, env.program(tree, _CHARGED_FUNCTIONS), references)
 
     def to_native(self, value: Json) -> object:
-        return to_cel(value)
+        try:
+            return to_cel(value)
+        except RecursionError as exc:
+            raise TemplateError(f"a value is {_RECURSION}") from exc
+        except MemoryError as exc:
+            raise TemplateError(f"{_MEMORY} a value") from exc
 
     def map_of(self, entries: Mapping[str, object]) -> object:
         return celtypes.MapType({celtypes.StringType(k): v for k, v in entries.items()})
@@ -171,7 +360,15 @@ def to_cel(value: Json) -> Any:
 
 
 def to_json(value: Any) -> Json:
-    """CEL values back to plain JSON types (a bool stays a bool, not 1)."""
+    """CEL values back to plain JSON types (a bool stays a bool, not 1).
+
+    Under a budget, a string, list or map met again (``input.l.map(x, input.l)``
+    holds one list n times) is charged as built: written out, it is a copy.
+    """
+    return _to_json(value, set(), _budget.current.get())
+
+
+def _to_json(value: Any, seen: set[int], budget: Budget | None) -> Json:
     if value is None or isinstance(value, celtypes.NullType):
         return None
     if isinstance(value, bool | celtypes.BoolType):
@@ -183,18 +380,73 @@ def to_json(value: Any) -> Json:
             raise TemplateError(f"expression produced {float(value)}, which JSON cannot hold")
         return float(value)
     if isinstance(value, str):
+        if budget is not None:
+            _once(value, seen, budget)
         return str(value)
     if isinstance(value, bytes):
+        if budget is not None:
+            _once(value, seen, budget)
         return base64.b64encode(value).decode("ascii")
     if isinstance(value, dt.datetime):
         return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
     if isinstance(value, dt.timedelta):
         return _duration(value)
     if isinstance(value, Mapping):
-        return {_key(k): to_json(v) for k, v in value.items()}
+        if budget is not None:
+            _once(value, seen, budget)
+        return {_key(k): _to_json(v, seen, budget) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [to_json(v) for v in value]
+        if budget is not None:
+            _once(value, seen, budget)
+        return [_to_json(v, seen, budget) for v in value]
     raise TemplateError(f"expression produced a {type(value).__name__}, which has no JSON form")
+
+
+def _once(value: Any, seen: set[int], budget: Budget) -> None:
+    """The first time a value is written out it is passed through; each further time, built."""
+    key = id(value)  # every value stays alive, held by the result, while it is written
+    if key in seen:
+        budget.build(len(value))
+    else:
+        seen.add(key)
+
+
+def _quote(source: str) -> str:
+    return repr(source if len(source) <= _MAX_QUOTE else source[: _MAX_QUOTE - 1] + "…")
+
+
+def _depth(tree: lark.Tree[Any]) -> int:
+    """How many levels the syntax tree has (without recursing)."""
+    deepest = 0
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((c, depth + 1) for c in node.children if isinstance(c, lark.Tree))
+    return deepest
+
+
+def _comprehension_costs(tree: lark.Tree[Any]) -> dict[int, int]:
+    """For each comprehension (by id of its node), the steps one element costs: the
+    number of syntax nodes in its body, which cel-python evaluates once per element."""
+    order: list[lark.Tree[Any]] = []
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        order.append(node)
+        stack.extend(c for c in node.children if isinstance(c, lark.Tree))
+    sizes: dict[int, int] = {}
+    costs: dict[int, int] = {}
+    for node in reversed(order):  # children before their parents
+        sizes[id(node)] = 1 + sum(sizes[id(c)] for c in node.children if isinstance(c, lark.Tree))
+        if node.data != "member_dot_arg" or len(node.children) < 3:
+            continue
+        body_at = _COMPREHENSIONS.get(str(node.children[1]))
+        args = node.children[2]
+        if body_at is not None and isinstance(args, lark.Tree) and len(args.children) > body_at:
+            body = args.children[body_at]
+            costs[id(node)] = sizes[id(body)] if isinstance(body, lark.Tree) else 1
+    return costs
 
 
 def _duration(value: dt.timedelta) -> str:

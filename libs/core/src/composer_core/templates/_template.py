@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from composer_core.errors import TemplateError
+from composer_core.templates import _budget
 from composer_core.templates._engine import Expression, ExpressionEngine, Json, References
 
 _TEMPLATE = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
@@ -34,6 +35,25 @@ class CompiledValue:
         raise NotImplementedError
 
     def evaluate(self, activation: Mapping[str, object]) -> Json:
+        """The value with every template evaluated, under one budget for all of them.
+
+        Raises TemplateError (TemplateBudgetExceeded over budget); a value nested
+        too deep to convert, or memory running out, is a TemplateError too, so the
+        node fails instead of the service that evaluates it.
+        """
+        token = _budget.current.set(_budget.Budget())
+        try:
+            return self._evaluate(activation)
+        except RecursionError as exc:
+            raise TemplateError(
+                "nested too deep to evaluate (Python's recursion limit was reached)"
+            ) from exc
+        except MemoryError as exc:
+            raise TemplateError("ran out of memory while evaluating") from exc
+        finally:
+            _budget.current.reset(token)
+
+    def _evaluate(self, activation: Mapping[str, object]) -> Json:
         raise NotImplementedError
 
     def located(self, path: str = "") -> Iterator[tuple[str, Expression]]:
@@ -56,6 +76,9 @@ class _Literal(CompiledValue):
     def evaluate(self, activation: Mapping[str, object]) -> Json:
         return self.value
 
+    def _evaluate(self, activation: Mapping[str, object]) -> Json:
+        return self.value
+
     def located(self, path: str = "") -> Iterator[tuple[str, Expression]]:
         return iter(())
 
@@ -72,7 +95,7 @@ class _Single(CompiledValue):
     def expressions(self) -> tuple[Expression, ...]:
         return (self.expression,)
 
-    def evaluate(self, activation: Mapping[str, object]) -> Json:
+    def _evaluate(self, activation: Mapping[str, object]) -> Json:
         return self.expression.evaluate(activation)
 
     def located(self, path: str = "") -> Iterator[tuple[str, Expression]]:
@@ -91,7 +114,7 @@ class _Interpolated(CompiledValue):
     def expressions(self) -> tuple[Expression, ...]:
         return tuple(p for p in self.parts if not isinstance(p, str))
 
-    def evaluate(self, activation: Mapping[str, object]) -> Json:
+    def _evaluate(self, activation: Mapping[str, object]) -> Json:
         out: list[str] = []
         for part in self.parts:
             if isinstance(part, str):
@@ -119,8 +142,8 @@ class _List(CompiledValue):
     def expressions(self) -> tuple[Expression, ...]:
         return tuple(e for i in self.items for e in i.expressions)
 
-    def evaluate(self, activation: Mapping[str, object]) -> Json:
-        return [i.evaluate(activation) for i in self.items]
+    def _evaluate(self, activation: Mapping[str, object]) -> Json:
+        return [i._evaluate(activation) for i in self.items]
 
     def located(self, path: str = "") -> Iterator[tuple[str, Expression]]:
         for i, item in enumerate(self.items):
@@ -139,8 +162,8 @@ class _Map(CompiledValue):
     def expressions(self) -> tuple[Expression, ...]:
         return tuple(e for _, v in self.entries for e in v.expressions)
 
-    def evaluate(self, activation: Mapping[str, object]) -> Json:
-        return {k: v.evaluate(activation) for k, v in self.entries}
+    def _evaluate(self, activation: Mapping[str, object]) -> Json:
+        return {k: v._evaluate(activation) for k, v in self.entries}
 
     def located(self, path: str = "") -> Iterator[tuple[str, Expression]]:
         for key, value in self.entries:
