@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[3]
 PROBE = r"""
 import sys
 from composer_service import run
-from composer_service.process import is_dumpable
+from composer_common.process import is_dumpable
 
 async def serve():
     print("dumpable" if is_dumpable() else "non-dumpable", flush=True)
@@ -27,7 +27,7 @@ sys.exit(run("probe", serve, uvloop=False))
 """
 
 #: The same question asked of a process that did not go through run (the control).
-BARE = "from composer_service.process import is_dumpable; print(is_dumpable())"
+BARE = "from composer_common.process import is_dumpable; print(is_dumpable())"
 
 
 def test_a_service_started_by_run_is_non_dumpable() -> None:

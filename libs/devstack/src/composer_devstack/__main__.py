@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 import composer_repo as repo
+from composer_common.process import forbid_dumping
 from composer_devstack._embedded import (
     PrivatePostgres,
     PrivateRedis,
@@ -163,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         help=f"admin ports (/healthz, /readyz, /metrics) are this + 0, 1, … in service order (default {ADMIN_PORT_BASE})",
     )
     args = parser.parse_args(argv)
+    # it holds every token in its environment: no PYTHON node may read them (/proc/<pid>/environ)
+    forbid_dumping()
     logging.basicConfig(level=logging.INFO)
     return asyncio.run(up(args, Path(args.state).resolve()))
 

@@ -7,9 +7,9 @@ pydantic-settings, the OpenTelemetry SDK and exporters, prometheus-client)
 lives here and only here, so the worker SDK does not depend on it.
 """
 
+from composer_common.process import forbid_dumping
 from composer_service.admin import Check, serve_admin
 from composer_service.entry import StartupError, run
-from composer_service.process import forbid_dumping
 from composer_service.runtime import Runtime, RuntimeConfig, serving
 from composer_service.settings import ServerSettings, ServiceSettings
 from composer_service.signals import sleep_or_stop, stop_on_signals

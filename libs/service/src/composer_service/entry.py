@@ -23,7 +23,7 @@ from typing import Any
 from uvloop import new_event_loop as new_uvloop
 
 import composer_repo as repo
-from composer_service.process import forbid_dumping
+from composer_common.process import forbid_dumping
 from composer_service.settings import ServiceSettings
 
 log = logging.getLogger("composer.service")
