@@ -1,0 +1,58 @@
+"""Deliveries count only when a worker is gone: real PostgreSQL, real Redis, SDK workers
+and the lease-sweeper with a short lease TTL.
+
+The sweeper fails an attempt for good once it was delivered ``max_deliveries``
+times, to stop a task that kills every worker that takes it. A healthy worker
+busy with long tasks must never get there: it reads no more entries than it has
+free slots, and an entry held by a worker that is still alive is not a delivery
+lost to a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import composer_queue as cq
+from composer_core.model import RunStatus
+from composer_sdk import TaskContext
+from tests.integration.e2e.conftest import open_stack
+
+#: Short enough that a task runs for several TTLs; the worker renews every ttl/3.
+TTL = 0.5
+
+
+def one_task(workflow_id: str, queue: str) -> dict[str, Any]:
+    return {"id": workflow_id, "nodes": [{"id": "work", "type": "TASK", "queue": queue, "spec": {}}]}
+
+
+async def test_a_busy_worker_with_long_tasks_and_a_backlog_gets_no_delivery_counted(
+    database_url: str, redis_url: str
+) -> None:
+    options = {"lease_ttl": TTL, "max_deliveries": 2, "interval_seconds": 0.1}
+    async with open_stack(database_url, redis_url, sweeper=options) as s:
+        await s.deploy(one_task("long", "long"))
+        runs = [(await s.engine.start("long")).run_id for _ in range(4)]
+        ran: list[tuple[str, int]] = []
+        deliveries: list[int] = []
+
+        async def long_task(ctx: TaskContext, input: Any) -> dict[str, Any]:
+            ran.append((ctx.task_id, ctx.attempt))
+            # the task's own work: three lease TTLs, while the others wait their turn
+            await asyncio.sleep(3 * TTL)
+            return {}
+
+        names = cq.queue_streams(s.prefix, "long", cq.DEFAULT_SHARDS)
+        worker = s.worker({"long": long_task}, concurrency=1, lease_ttl=TTL)
+        for run_id in runs:
+            run = await s.wait_run(run_id, timeout=30)
+            assert run.status is RunStatus.SUCCEEDED, (await s.tasks_of(run_id))["work"].error
+            for stream in names:
+                deliveries.extend(e.deliveries for e in await s.redis.entries(stream))
+
+        assert s.sweeper is not None
+        assert (s.sweeper.totals.redelivered, s.sweeper.totals.given_up) == (0, 0)
+        assert sorted(attempt for _, attempt in ran) == [0, 0, 0, 0]  # each ran once
+        assert len({task for task, _ in ran}) == 4
+        assert set(deliveries) <= {1}
+        assert worker.completed == 4
