@@ -14,9 +14,9 @@ import asyncio
 from typing import Any
 
 import composer_queue as cq
-from composer_core.model import RunStatus
+from composer_core.model import RunStatus, TaskState
 from composer_sdk import TaskContext
-from tests.integration.e2e.conftest import open_stack
+from tests.integration.e2e.conftest import eventually, open_stack
 
 #: Short enough that a task runs for several TTLs; the worker renews every ttl/3.
 TTL = 0.5
@@ -56,3 +56,42 @@ async def test_a_busy_worker_with_long_tasks_and_a_backlog_gets_no_delivery_coun
         assert len({task for task, _ in ran}) == 4
         assert set(deliveries) <= {1}
         assert worker.completed == 4
+
+
+async def test_a_live_worker_that_cannot_lease_costs_no_delivery_and_a_stopped_one_does(
+    database_url: str, redis_url: str
+) -> None:
+    """A worker whose coordinator is unreachable takes the entry, gives up on the lease
+    and leaves it pending (for the sweeper), again and again: while it is alive, none of
+    that counts. Once it is gone (stopped: its heartbeat runs out), its entry does."""
+    options = {"lease_ttl": TTL, "max_deliveries": 2, "interval_seconds": 0.1}
+    async with open_stack(database_url, redis_url, sweeper=options) as s:
+        await s.deploy(one_task("unleased", "unleased"))
+        run_id = (await s.engine.start("unleased")).run_id
+
+        async def done(ctx: TaskContext, input: Any) -> dict[str, Any]:
+            return {"by": ctx.attempt}
+
+        cut_off = s.worker(
+            {"unleased": done},
+            lease_ttl=TTL,
+            coordinator="127.0.0.1:1",  # nothing listens there
+            coordinator_attempts=1,
+        )
+        sweeper = s.sweeper
+        assert sweeper is not None
+        await eventually(
+            lambda: cut_off.abandoned >= 3 and sweeper.totals.returned >= 2,
+            timeout=20,
+            what="the entry put back uncounted again and again",
+        )
+        assert (sweeper.totals.redelivered, sweeper.totals.given_up) == (0, 0)
+        assert (await s.tasks_of(run_id))["work"].state is not TaskState.FAILED
+
+        cut_off.stop()
+        s.worker({"unleased": done}, lease_ttl=TTL)
+        run = await s.wait_run(run_id, timeout=20)
+
+        assert run.status is RunStatus.SUCCEEDED
+        # the entry the stopped worker held counted, if it held one; never past the limit
+        assert sweeper.totals.given_up == 0 and sweeper.totals.redelivered <= 1

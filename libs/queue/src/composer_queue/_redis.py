@@ -331,8 +331,8 @@ class RedisQueue:
         self, stream: str, *, start: str = "-", end: str = "+", count: int = 1000
     ) -> list[Entry]:
         with translated(f"XRANGE {stream}"):
-            page = await self._redis.xrange(stream, min=start, max=end, count=count)
-        return [Entry(stream, str(i), cast(dict[str, str], f)) for i, f in cast(list[Any], page)]
+            page = await self._undecoded("XRANGE", stream, start, end, "COUNT", count)
+        return [_entry(stream, i, f) for i, f in page or [] if f is not None]
 
     async def streams(self, prefix: str) -> list[str]:
         with translated(f"listing the streams of {prefix}"):
