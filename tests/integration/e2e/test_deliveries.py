@@ -23,7 +23,10 @@ TTL = 0.5
 
 
 def one_task(workflow_id: str, queue: str) -> dict[str, Any]:
-    return {"id": workflow_id, "nodes": [{"id": "work", "type": "TASK", "queue": queue, "spec": {}}]}
+    return {
+        "id": workflow_id,
+        "nodes": [{"id": "work", "type": "TASK", "queue": queue, "spec": {}}],
+    }
 
 
 async def test_a_busy_worker_with_long_tasks_and_a_backlog_gets_no_delivery_counted(

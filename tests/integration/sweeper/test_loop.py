@@ -294,7 +294,7 @@ async def test_a_served_queue_is_not_paged_for(
 async def test_the_sweepers_own_consumer_does_not_hide_a_queue_nobody_serves(
     setup: Setup, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Claiming an entry back makes the sweeper a consumer of its stream (XAUTOCLAIM);
+    """Claiming an entry back makes the sweeper a consumer of its stream (XCLAIM);
     it is no worker. Here the queue's one worker died, its entry was delivered again,
     and its consumer was deleted (as an operator cleans up a worker gone for good):
     nobody serves the queue, and the sweeper's consumer must not say otherwise."""

@@ -102,7 +102,7 @@ class Queue(Protocol):
         """What waits on the stream's group; None when the stream or the group does not exist.
 
         ``ignore_consumer`` is left out of ``consumers``: the lease-sweeper's own, which
-        XAUTOCLAIM registered when it claimed entries back, is no worker.
+        XCLAIM registered when it claimed entries back, is no worker.
         """
         ...
 

@@ -396,7 +396,7 @@ class Sweeper:
     async def _watch_queues(self) -> None:
         """Pending counts per stream (a gauge), and an ALERT for a queue nobody serves.
 
-        The sweeper's own consumer, which XAUTOCLAIM registered on each stream it
+        The sweeper's own consumer, which XCLAIM registered on each stream it
         claimed entries from, is no worker: it is left out, or it would hide such a queue.
         """
         now = self.clock()
