@@ -35,27 +35,28 @@ from composer_queue._messages import (
 
 #: XREADGROUP over several streams, at most ARGV[3] entries in all (a plain XREADGROUP's
 #: COUNT applies to each stream). KEYS: the streams, in the order to read them; ARGV:
-#: group, consumer, count. Answers {1, {{stream, id, fields}, ...}}, or {0} when a
-#: group is missing.
+#: group, consumer, count. Answers {1, {{stream, id, fields}, ...}}; the first element
+#: is 0 instead when a stream had no group (what was read from the others still counts).
 _READ = """
 local group, consumer, left = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local found = {}
+local found, groups = {}, 1
 for _, key in ipairs(KEYS) do
   if left <= 0 then break end
   local reply = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', left,
                             'STREAMS', key, '>')
   if type(reply) == 'table' and reply['err'] then
-    if string.find(reply['err'], 'NOGROUP', 1, true) then return {0} end
-    return redis.error_reply(reply['err'])
-  end
-  if reply then
+    if not string.find(reply['err'], 'NOGROUP', 1, true) then
+      return redis.error_reply(reply['err'])
+    end
+    groups = 0
+  elseif reply then
     for _, item in ipairs(reply[1][2]) do
       found[#found + 1] = {key, item[1], item[2]}
       left = left - 1
     end
   end
 end
-return {1, found}
+return {groups, found}
 """
 
 
@@ -140,10 +141,10 @@ class RedisQueue:
         # What is there already, at most ``count`` in all, in one round trip (a script)...
         with translated(what):
             reply = await self._script(_READ, list(streams), [GROUP, consumer, count])
-        if reply[0] == 0:
-            await self.ensure_groups(streams)
-            return []
         entries = [_entry(_text(stream), i, fields) for stream, i, fields in reply[1]]
+        if reply[0] == 0:  # a group vanished (Redis restarted or was flushed)
+            await self.ensure_groups(streams)
+            return entries
         if entries or not block_ms:
             return entries
         # ...else wait for one. A blocked XREADGROUP is served by the stream that got

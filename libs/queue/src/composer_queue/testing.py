@@ -168,16 +168,22 @@ class FakeQueue:
         self, streams: Sequence[str], consumer: str, *, count: int, block_ms: int
     ) -> list[Entry]:
         self._check(f"reading {', '.join(streams)}")
+        if count < 1 or not streams:
+            return []
         loop = asyncio.get_running_loop()
         deadline = loop.time() + block_ms / 1000
         while True:
             found: list[Entry] = []
+            missing = False
             for name in streams:
+                if count - len(found) <= 0:
+                    break
                 new = self._new_entries(name, consumer, count - len(found))
-                if new is None:  # NOGROUP: recreate, answer nothing, the caller reads again
-                    await self.ensure_groups(streams)
-                    return []
-                found.extend(new)
+                missing = missing or new is None
+                found.extend(new or [])
+            if missing:  # NOGROUP: recreated; what the others gave still counts
+                await self.ensure_groups(streams)
+                return found
             remaining = deadline - loop.time()
             if found or remaining <= 0:
                 return found

@@ -238,11 +238,11 @@ class Sweeper:
         """Where the entries' tasks stand, in one query; if the database refuses the batch
         (an entry naming an id it cannot hold), one query per entry, and an entry whose
         task cannot be looked up at all is acknowledged away (added to ``done``)."""
-        async with repo.transaction(self.engine.pool) as conn:
-            try:
+        try:
+            async with repo.transaction(self.engine.pool) as conn:
                 return await repo.task_attempts(conn, [(m.run_id, m.task_id) for _, m in entries])
-            except repo.Invalid:
-                pass  # find which entry, below
+        except repo.Invalid:
+            pass  # find which entry, below
         tasks: dict[str, repo.TaskAttempt] = {}
         for entry, msg in entries:
             try:
