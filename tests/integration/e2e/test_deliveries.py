@@ -11,15 +11,22 @@ lost to a crash.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
+import sys
+from pathlib import Path
 from typing import Any
 
 import composer_queue as cq
 from composer_core.model import RunStatus, TaskState
 from composer_sdk import TaskContext
-from tests.integration.e2e.conftest import eventually, open_stack
+from tests.integration.e2e.conftest import TOKEN, eventually, open_stack
+from tests.integration.waits import until
 
 #: Short enough that a task runs for several TTLs; the worker renews every ttl/3.
 TTL = 0.5
+HANGING_WORKER = Path(__file__).with_name("hanging_worker.py")
 
 
 def one_task(workflow_id: str, queue: str) -> dict[str, Any]:
@@ -98,3 +105,51 @@ async def test_a_live_worker_that_cannot_lease_costs_no_delivery_and_a_stopped_o
         assert run.status is RunStatus.SUCCEEDED
         # the entry the stopped worker held counted, if it held one; never past the limit
         assert sweeper.totals.given_up == 0 and sweeper.totals.redelivered <= 1
+
+
+async def test_a_killed_workers_entry_is_counted_once_its_heartbeat_runs_out(
+    database_url: str, redis_url: str
+) -> None:
+    """An SDK worker process takes the entry and is killed before it could lease it
+    (its coordinator is unreachable, so it is still trying): it is gone, and the entry
+    it held is delivered again with the delivery counted."""
+    options = {"lease_ttl": TTL, "max_deliveries": 3, "interval_seconds": 0.1}
+    async with open_stack(database_url, redis_url, sweeper=options) as s:
+        await s.deploy(one_task("killed", "killed"))
+        names = cq.queue_streams(s.prefix, "killed", cq.DEFAULT_SHARDS)
+        await s.redis.ensure_groups(names)
+        run_id = (await s.engine.start("killed")).run_id
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(HANGING_WORKER),
+            s.redis_url,
+            s.prefix,
+            "127.0.0.1:1",  # nothing listens there: it retries the lease until killed
+            TOKEN,
+            "killed",
+            str(TTL),
+            env={k: v for k, v in os.environ.items() if not k.startswith("COMPOSER_")},
+        )
+        try:
+
+            async def held() -> bool:
+                return any([await s.redis.pending(n) for n in names])
+
+            await until(held, timeout=30, what="the worker process took the entry")
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGKILL)
+            await proc.wait()
+        sweeper = s.sweeper
+        assert sweeper is not None
+        await eventually(
+            lambda: sweeper.totals.redelivered == 1, timeout=20, what="the delivery counted"
+        )
+        [entry] = [e for n in names for e in await s.redis.entries(n)]
+        assert entry.deliveries == 2 and sweeper.totals.returned == 0
+
+        async def done(ctx: TaskContext, input: Any) -> dict[str, Any]:
+            return {}
+
+        s.worker({"killed": done}, lease_ttl=TTL)
+        assert (await s.wait_run(run_id, timeout=20)).status is RunStatus.SUCCEEDED
