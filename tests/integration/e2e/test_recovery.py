@@ -327,7 +327,7 @@ async def test_queue_that_no_worker_serves_raises_an_alert(
 async def test_the_sweepers_own_claims_do_not_hide_a_queue_nobody_serves(
     alone: Stack, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """XAUTOCLAIM makes the sweeper a consumer of each stream it claims entries from.
+    """XCLAIM makes the sweeper a consumer of each stream it claims entries from.
     The queue's one worker took the entry and died; once the sweeper delivered it again
     and the dead worker's consumer was deleted, only the sweeper's is left: no worker."""
     stack = alone

@@ -28,7 +28,7 @@ from composer_engine import Engine, Workflows, utcnow, validate_definition
 from composer_lease_sweeper.loop import Sweeper
 from composer_queue.testing import FakeQueue
 from tests.integration.databases import scratch_database
-from tests.integration.waits import until
+from tests.integration.waits import expire_lease, until
 
 PREFIX = "sweeper-test"
 #: The sweeper's default lease TTL is 30s: a pending entry this much older is on a dead consumer.
@@ -294,7 +294,7 @@ async def test_a_served_queue_is_not_paged_for(
 async def test_the_sweepers_own_consumer_does_not_hide_a_queue_nobody_serves(
     setup: Setup, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Claiming an entry back makes the sweeper a consumer of its stream (XAUTOCLAIM);
+    """Claiming an entry back makes the sweeper a consumer of its stream (XCLAIM);
     it is no worker. Here the queue's one worker died, its entry was delivered again,
     and its consumer was deleted (as an operator cleans up a worker gone for good):
     nobody serves the queue, and the sweeper's consumer must not say otherwise."""
@@ -313,3 +313,165 @@ async def test_the_sweepers_own_consumer_does_not_hide_a_queue_nobody_serves(
     pages = [r for r in caplog.records if r.levelno == ALERT]
     assert len(pages) == 1
     assert f"queue stream {stream} has 1 task(s) waiting" in pages[0].getMessage()
+
+
+# -- deliveries count only when the worker that held the entry is gone ----------------
+
+
+async def held_by_a_live_worker(s: Setup, stream: str, fields: Mapping[str, str]) -> cq.Entry:
+    """An entry a live worker took and left pending past the lease TTL (it could not
+    reach the coordinator to lease it): its heartbeat has not run out."""
+    await s.queue.ensure_groups([stream])
+    await s.queue.publish([(stream, fields)])
+    [entry] = await s.queue.read([stream], "alive", count=1, block_ms=0)
+    s.now[0] += PAST_THE_TTL
+    await s.queue.heartbeat(PREFIX, "alive", 30_000)
+    return entry
+
+
+async def test_a_live_workers_entry_is_delivered_again_without_counting(setup: Setup) -> None:
+    _, fields, stream = await started(setup)
+    old = await held_by_a_live_worker(setup, stream, fields)
+
+    report = await setup.sweeper.sweep()
+
+    assert report is not None and (report.redelivered, report.returned) == (0, 1)
+    [again] = await setup.queue.entries(stream)
+    assert again.entry_id != old.entry_id and again.deliveries == 1
+    assert await setup.queue.pending(stream) == []
+
+
+async def test_a_live_workers_entry_never_reaches_the_delivery_limit(setup: Setup) -> None:
+    run_id, fields, stream = await started(setup)
+    await held_by_a_live_worker(setup, stream, fields | {cq.DELIVERIES: "3"})  # the limit
+
+    report = await setup.sweeper.sweep()
+
+    assert report is not None and (report.given_up, report.returned) == (0, 1)
+    assert (await task_of(setup, run_id)).state is not TaskState.FAILED
+    [again] = await setup.queue.entries(stream)
+    assert again.deliveries == 3
+
+
+async def test_a_worker_whose_heartbeat_ran_out_is_gone_and_its_entry_counts(
+    setup: Setup,
+) -> None:
+    _, fields, stream = await started(setup)
+    await held_by_a_live_worker(setup, stream, fields)
+    setup.now[0] += PAST_THE_TTL  # no heartbeat since: the worker died
+
+    report = await setup.sweeper.sweep()
+
+    assert report is not None and (report.redelivered, report.returned) == (1, 0)
+    [again] = await setup.queue.entries(stream)
+    assert again.deliveries == 2
+
+
+# -- one bad item never stops the sweep ----------------------------------------------
+
+
+async def test_an_entry_whose_run_cannot_be_loaded_does_not_stop_the_sweep(
+    setup: Setup, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Anyone who can write to Redis can add an entry; PostgreSQL refuses a NUL in text,
+    so this one's task cannot even be looked up. It comes first in the same page as a
+    good entry, which must still be delivered again."""
+    _, fields, stream = await started(setup)
+    await setup.queue.ensure_groups([stream])
+    await setup.queue.publish([(stream, fields | {"run_id": "bad\x00run"}), (stream, fields)])
+    assert len(await setup.queue.read([stream], "dead", count=2, block_ms=0)) == 2
+    setup.now[0] += PAST_THE_TTL
+
+    report = await setup.sweeper.sweep()
+
+    assert report is not None and (report.redelivered, report.acked) == (1, 1)
+    [again] = await setup.queue.entries(stream)
+    assert again.fields["run_id"] == fields["run_id"] and again.deliveries == 2
+    [alert] = [r for r in caplog.records if r.levelno == ALERT]
+    assert "run " + repr("bad\x00run") in alert.getMessage()  # a repr: the NUL shows
+    assert "acknowledged away" in alert.getMessage()
+
+
+async def test_an_entry_whose_settling_fails_unexpectedly_does_not_stop_the_others(
+    setup: Setup, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first_run, first, stream = await started(setup)
+    second_run, second, _ = await started(setup)
+    await setup.queue.ensure_groups([stream])
+    other = cq.task_stream(PREFIX, "q", second["task_id"], cq.DEFAULT_SHARDS)
+    await setup.queue.ensure_groups([other])
+    await setup.queue.publish([(stream, first), (other, second)])
+    await setup.queue.read(sorted({stream, other}), "dead", count=2, block_ms=0)
+    setup.now[0] += PAST_THE_TTL
+    redeliver = setup.queue.redeliver
+
+    async def broken_for_the_first(entry: cq.Entry) -> str:
+        if entry.fields["run_id"] == first_run:
+            raise RuntimeError("a bug")
+        return await redeliver(entry)
+
+    monkeypatch.setattr(setup.queue, "redeliver", broken_for_the_first)
+
+    report = await setup.sweeper.sweep()
+
+    assert report is not None and report.redelivered == 1
+    redelivered = [e for s in {stream, other} for e in await setup.queue.entries(s)]
+    assert [e.fields["run_id"] for e in redelivered if e.deliveries == 2] == [second_run]
+    [alert] = [r for r in caplog.records if r.levelno == ALERT]
+    assert f"run {first_run}" in alert.getMessage() and "RuntimeError" in alert.getMessage()
+
+
+async def test_an_expired_lease_that_fails_unexpectedly_does_not_stop_the_others(
+    setup: Setup, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = []
+    for _ in range(2):
+        run_id, fields, _ = await started(setup)
+        lease = await setup.engine.acquire_lease(run_id, fields["task_id"], 0, owner="w", ttl=30)
+        assert lease.granted
+        await expire_lease(setup.engine.pool, run_id, fields["task_id"])
+        runs.append(run_id)
+    expire = setup.engine.expire_lease
+
+    async def broken_for_the_first(run_id: str, *args: object, **kwargs: object) -> bool:
+        if run_id == runs[0]:
+            raise RuntimeError("a bug")
+        return await expire(run_id, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(setup.engine, "expire_lease", broken_for_the_first)
+
+    report = await setup.sweeper.sweep()
+
+    assert report is not None and report.expired == 1
+    assert (await task_of(setup, runs[1])).error_code == "LEASE_EXPIRED"
+    [alert] = [r for r in caplog.records if r.levelno == ALERT]
+    assert f"run {runs[0]}" in alert.getMessage() and "RuntimeError" in alert.getMessage()
+
+
+async def test_a_sweep_that_fails_unexpectedly_does_not_stop_the_loop(
+    setup: Setup, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    setup.sweeper.interval_seconds = 0.01
+    streams = setup.queue.streams
+    calls = [0]
+
+    async def broken_once(prefix: str) -> list[str]:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise RuntimeError("a bug")
+        return await streams(prefix)
+
+    monkeypatch.setattr(setup.queue, "streams", broken_once)
+    stop = asyncio.Event()
+    task = asyncio.create_task(setup.sweeper.run(stop))
+
+    async def swept() -> bool:
+        assert not task.done(), "the loop stopped on an unexpected error"
+        return setup.sweeper.sweeps >= 1
+
+    try:
+        await until(swept, what="a sweep after the one that failed")
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
+    assert any(r.levelno == ALERT and "RuntimeError" in r.getMessage() for r in caplog.records)

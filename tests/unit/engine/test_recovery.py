@@ -11,6 +11,7 @@ from composer_core.model import TaskState
 from composer_engine import (
     Acknowledge,
     ClaimedEntry,
+    GiveBack,
     GiveUp,
     Leave,
     RecoveryLimits,
@@ -76,6 +77,23 @@ def test_an_attempt_delivered_max_deliveries_times_is_given_up_with_the_reason()
     assert "delivered 3 times" in decision.reason and "the limit is 3" in decision.reason
     # past the limit too (the limit was lowered between sweeps)
     assert isinstance(settle_entry(entry(deliveries=7), task(TaskState.PENDING), LIMITS), GiveUp)
+
+
+@pytest.mark.parametrize("deliveries", [1, 3, 7])
+@pytest.mark.parametrize("state", [TaskState.PENDING, TaskState.QUEUED])
+def test_a_waiting_entry_a_live_worker_left_is_given_back_uncounted_at_any_count(
+    state: TaskState, deliveries: int
+) -> None:
+    """Only a worker that is gone (its heartbeat ran out) costs a delivery: a live one
+    that could not lease the attempt never brings it nearer the limit."""
+    alive = ClaimedEntry("t1", 0, deliveries, holder_gone=False)
+    assert settle_entry(alive, task(state), LIMITS) == GiveBack()
+
+
+def test_a_live_workers_entry_that_means_nothing_any_more_is_acknowledged_away() -> None:
+    alive = ClaimedEntry("t1", 0, 1, holder_gone=False)
+    assert isinstance(settle_entry(alive, task(TaskState.RUNNING), LIMITS), Acknowledge)
+    assert isinstance(settle_entry(alive, None, LIMITS), Acknowledge)
 
 
 def test_with_a_limit_of_one_the_first_delivery_is_the_last() -> None:

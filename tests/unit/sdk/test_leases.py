@@ -68,7 +68,8 @@ async def run_one(
 
     worker._client = coordinator  # type: ignore[assignment]
     worker._ack = ack  # type: ignore[method-assign]
-    await worker._run_leased(Handler.of("q", handler), cq.Entry("s", "1-0", MSG.fields()), MSG)
+    entry = cq.Entry("s", "1-0", MSG.fields())
+    await worker._lease_run_report(Handler.of("q", handler), entry, MSG, lambda: None)
     return worker, acked
 
 

@@ -17,6 +17,7 @@ import grpc
 import pytest
 
 import composer_queue as cq
+from composer_common.logs import ALERT
 from composer_queue.testing import FakeQueue
 from composer_rpc.v1 import worker_pb2 as pb
 from composer_sdk import TaskContext, Worker, WorkerConfig
@@ -285,3 +286,83 @@ async def test_a_report_in_flight_does_not_keep_the_next_handler_waiting() -> No
 def test_the_prefetch_holds_at_least_the_running_handlers() -> None:
     with pytest.raises(SdkError, match="prefetch"):
         Worker(WorkerConfig(concurrency=4, prefetch=2))
+
+
+async def test_a_busy_worker_reads_no_more_entries_than_it_has_free_slots() -> None:
+    """An entry read without a free slot would wait unleased, and the lease-sweeper
+    would take it for one a dead worker left (and count a delivery)."""
+    queue, stub = FakeQueue(), FakeStub()
+    release = asyncio.Event()
+    started: list[str] = []
+
+    async def busy(ctx: TaskContext, input: Any) -> dict[str, Any]:
+        started.append(ctx.task_id)
+        await release.wait()
+        return {}
+
+    # on both shards (SHARDS=2), so a COUNT per stream would take one of each
+    tasks = ["t1", "t2", "t3", "t4", "t5", "t6"]
+    assert len({cq.shard_of(t, SHARDS) for t in tasks}) == 2
+    await publish(queue, *(message(t) for t in tasks))
+    async with running(busy, stub, queue, concurrency=2) as worker:
+        await until(lambda: len(started) == 2, "two handlers started")
+        assert await pending(queue) == 2  # the two running: nothing read ahead of a slot
+        release.set()
+        await until(lambda: worker.completed == len(tasks), "every task completed")
+    assert await stored(queue) == 0
+
+
+async def test_an_entry_the_worker_fails_on_is_acknowledged_with_an_alert_and_the_next_runs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Not the handler: the worker's own code. An attempt number no gRPC message can
+    carry (anyone who can write to Redis can add such an entry) makes building the
+    lease request raise."""
+    queue, stub = FakeQueue(), FakeStub()
+    poison = cq.TaskMessage("t-poison", "run-poisoned", 2**40)
+    with caplog.at_level(logging.INFO, logger="composer.sdk"):
+        async with running(echo, stub, queue, concurrency=1) as worker:
+            await publish(queue, poison, message("t-good"))
+            await until(lambda: worker.completed == 1, "the good task completed")
+            await until_async(lambda: stored(queue), 0, "both entries were acknowledged")
+    [alert] = [r for r in caplog.records if r.levelno == ALERT]
+    assert "run run-poisoned" in alert.getMessage() and "ValueError" in alert.getMessage()
+    assert worker.parked == 1
+    assert [r.task_id for r in stub.lease_requests] == ["t-good"]
+
+
+async def test_an_entry_that_is_no_task_message_does_not_stop_the_next(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    queue, stub = FakeQueue(), FakeStub()
+    stream = cq.task_stream(PREFIX, "q", "t-good", SHARDS)
+    [bad] = await queue.publish([(stream, message("t-bad").fields())])
+    queue.poison.add(bad)  # handed out as an entry that is not UTF-8
+    async with running(echo, stub, queue, concurrency=1) as worker:
+        await publish(queue, message("t-good"))
+        await until(lambda: worker.completed == 1, "the good task completed")
+        await until_async(lambda: stored(queue), 0, "the bad entry was dropped")
+    assert "not UTF-8" in caplog.text
+
+
+async def test_the_heartbeat_keeps_a_busy_worker_alive_and_runs_out_after_it_stops() -> None:
+    queue, stub = FakeQueue(), FakeStub()
+    release = asyncio.Event()
+
+    async def long(ctx: TaskContext, input: Any) -> dict[str, Any]:
+        await release.wait()
+        return {}
+
+    ttl = 0.06
+    async with running(long, stub, queue, lease_ttl=ttl, concurrency=1) as worker:
+        await publish(queue, message())
+        await until(lambda: len(stub.lease_requests) == 1, "the task was leased")
+        for _ in range(5):  # a long task: its run lasts several TTLs
+            assert await queue.alive(PREFIX, [worker.owner]) == {worker.owner}
+            await asyncio.sleep(ttl)
+        release.set()
+        await until(lambda: worker.completed == 1, "the task completed")
+    deadline = asyncio.get_running_loop().time() + 5
+    while await queue.alive(PREFIX, [worker.owner]):
+        assert asyncio.get_running_loop().time() < deadline, "the heartbeat did not run out"
+        await asyncio.sleep(0.01)

@@ -10,14 +10,20 @@ Expired leases need no decision here: the database's clock judges expiry
 (``repo.expired_leases``) and ``Engine.expire_lease`` fails the attempt only
 if, under the run lock, the same owner still holds the expired lease.
 
-A stream entry claimed back from a consumer that went quiet for longer than
-the lease TTL (``settle_entry``):
+A stream entry claimed back after sitting unacknowledged for longer than the
+lease TTL (``settle_entry``), with whether the consumer that held it is gone
+(its heartbeat ran out: the worker died or froze) or alive:
 
 - its attempt finished, moved on to a later attempt, or is RUNNING (the
   lease covers it now): acknowledged away;
-- it is still waiting for a worker but was delivered ``max_deliveries``
-  times already (every worker that took it died before leasing it): the
-  attempt fails for good, so a poison task is not delivered forever;
+- it is still waiting for a worker and its consumer is alive (the worker
+  could not get the lease: the coordinator was unreachable, or refused):
+  given back to its stream as it was, its delivery NOT counted — a healthy
+  worker never brings a task nearer the limit;
+- it is still waiting, its consumer is gone, and it was delivered
+  ``max_deliveries`` times already (every worker that took it died before
+  leasing it): the attempt fails for good, so a poison task is not
+  delivered forever;
 - otherwise it is delivered again, its delivery count one higher.
 
 A PENDING/QUEUED attempt whose dispatch is older than ``lost_after`` and has
@@ -44,8 +50,9 @@ _WAITING_FOR_WORKER = frozenset({TaskState.PENDING, TaskState.QUEUED})
 class RecoveryLimits:
     """The sweeper's thresholds (its settings, passed down as plain values)."""
 
-    #: Seconds an entry may sit unacknowledged on a consumer before it counts as dead
-    #: (the workers' lease TTL: a live worker leases or acknowledges well within it).
+    #: Seconds an entry may sit unacknowledged on a consumer before the sweeper looks at
+    #: it (the workers' lease TTL: a live worker leases or acknowledges well within it,
+    #: and a dead one's heartbeat, good for one TTL, has run out by then).
     lease_ttl: float = 30.0
     #: Seconds a dispatched attempt may go without a worker before its dispatch counts
     #: as lost (when its stream entry is gone), and a queue without consumers is paged for.
@@ -73,12 +80,14 @@ class RecoveryLimits:
 
 @dataclass(frozen=True, slots=True)
 class ClaimedEntry:
-    """A stream entry claimed back from a consumer: the attempt it carries, and how
-    many times it was delivered (1 for an entry never redelivered)."""
+    """A stream entry claimed back from a consumer: the attempt it carries, how many
+    times it was delivered (1 for an entry never redelivered), and whether the
+    consumer that held it is gone (no heartbeat) rather than alive and busy."""
 
     task_id: str
     attempt: int
     deliveries: int
+    holder_gone: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +105,12 @@ class Redeliver:
 
 
 @dataclass(frozen=True, slots=True)
+class GiveBack:
+    """Add the entry anew as it was (its delivery count unchanged), and acknowledge the
+    old one: a live worker left it, which is no delivery lost to a crash."""
+
+
+@dataclass(frozen=True, slots=True)
 class GiveUp:
     """Fail the attempt for good (permanent, with ``code``), then acknowledge the entry."""
 
@@ -103,7 +118,7 @@ class GiveUp:
     code: str = ErrorCode.DELIVERY_LIMIT
 
 
-EntryDecision = Acknowledge | Redeliver | GiveUp
+EntryDecision = Acknowledge | Redeliver | GiveBack | GiveUp
 
 
 def settle_entry(
@@ -116,6 +131,8 @@ def settle_entry(
         return Acknowledge(f"the task moved on to attempt {task.attempt}")
     if task.state not in _WAITING_FOR_WORKER:
         return Acknowledge(f"the attempt is {task.state.value}")
+    if not entry.holder_gone:
+        return GiveBack()
     if entry.deliveries >= limits.max_deliveries:
         return GiveUp(
             f"delivered {entry.deliveries} times without a result (the limit is "

@@ -44,6 +44,13 @@ def streams_pattern(prefix: str) -> str:
     return f"{prefix}:q:*"
 
 
+def consumer_key(prefix: str, consumer: str) -> str:
+    """The key a live worker keeps under ``prefix`` to say its consumer is alive
+    (``Queue.heartbeat``): the lease-sweeper counts a delivery lost only when the
+    consumer that held the entry has no such key any more."""
+    return f"{prefix}:consumer:{consumer}"
+
+
 @dataclass(frozen=True, slots=True)
 class TaskMessage:
     """A task attempt's stream message: ids only.
@@ -90,9 +97,14 @@ class Entry:
     stream: str
     entry_id: str
     fields: Mapping[str, str]
+    #: Why the entry could not be read as text (a field that is not UTF-8: something
+    #: other than Composer wrote it); its ``fields`` are then empty.
+    problem: str | None = None
 
     def message(self) -> TaskMessage:
         """The task message it carries; MalformedMessage if it carries none."""
+        if self.problem is not None:
+            raise MalformedMessage(f"entry {self.entry_id} on {self.stream}: {self.problem}")
         return TaskMessage.from_fields(self.fields)
 
     @property

@@ -40,11 +40,15 @@ class Queue(Protocol):
     async def read(
         self, streams: Sequence[str], consumer: str, *, count: int, block_ms: int
     ) -> list[Entry]:
-        """New entries for ``consumer`` (at most ``count`` per stream), waiting up to ``block_ms``
-        (0: answer at once).
+        """New entries for ``consumer``, at most ``count`` in all, taken from the streams
+        in the order given; waiting up to ``block_ms`` for one (0: answer at once).
 
-        A group that vanished (Redis restarted or was flushed) is recreated and
-        the call answers [] so the caller simply reads again.
+        At most ``count`` in all, not per stream: a worker asks for as many entries as
+        it has free slots, and an entry it holds without a slot would wait unleased.
+        An entry that is not UTF-8 comes back with ``problem`` set (its ``message()``
+        raises MalformedMessage) instead of failing the read. A group that vanished
+        (Redis restarted or was flushed) is recreated and the call answers [] so the
+        caller simply reads again.
         """
         ...
 
@@ -56,6 +60,10 @@ class Queue(Protocol):
         atomically; the new entry id."""
         ...
 
+    async def give_back(self, entries: Sequence[Entry]) -> None:
+        """Put entries read and not taken at the end of their streams again, unchanged (the
+        delivery count too), and ack+delete the originals, atomically."""
+
     async def reclaim(
         self, stream: str, consumer: str, *, min_idle_ms: int, start: str = "0-0", count: int = 100
     ) -> Reclaimed:
@@ -66,15 +74,35 @@ class Queue(Protocol):
         """
         ...
 
-    async def pending(self, stream: str, *, count: int = 1000) -> list[Pending]:
-        """Up to ``count`` entries delivered and not acknowledged, oldest first."""
+    async def pending(
+        self, stream: str, *, count: int = 1000, min_idle_ms: int = 0, start: str = "-"
+    ) -> list[Pending]:
+        """Up to ``count`` entries delivered and not acknowledged, oldest first, each with
+        the consumer that holds it: those idle for ``min_idle_ms`` or more, from ``start``
+        (an id, "(id" for after it, or "-")."""
+        ...
+
+    async def claim(
+        self, stream: str, consumer: str, entry_ids: Sequence[str], *, min_idle_ms: int
+    ) -> list[Entry]:
+        """XCLAIM these pending entries to ``consumer`` where still idle for ``min_idle_ms``
+        or more; the entries claimed (one acknowledged or deleted meanwhile is not).
+        An entry that is not UTF-8 comes back with ``problem`` set."""
+        ...
+
+    # -- consumers ---------------------------------------------------------------
+    async def heartbeat(self, prefix: str, consumer: str, ttl_ms: int) -> None:
+        """Say that ``consumer`` is alive for the next ``ttl_ms`` (its ``consumer_key``)."""
+
+    async def alive(self, prefix: str, consumers: Iterable[str]) -> set[str]:
+        """Which of ``consumers`` said they are alive (a heartbeat not yet run out)."""
         ...
 
     async def backlog(self, stream: str, *, ignore_consumer: str | None = None) -> Backlog | None:
         """What waits on the stream's group; None when the stream or the group does not exist.
 
         ``ignore_consumer`` is left out of ``consumers``: the lease-sweeper's own, which
-        XAUTOCLAIM registered when it claimed entries back, is no worker.
+        XCLAIM registered when it claimed entries back, is no worker.
         """
         ...
 

@@ -12,7 +12,9 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import redis.asyncio as aioredis
+from redis import exceptions as rex
 from redis.asyncio.client import PubSub
+from redis.client import NEVER_DECODE
 
 from composer_queue._errors import (
     QueueUnavailable,
@@ -21,7 +23,41 @@ from composer_queue._errors import (
     is_missing_stream,
     translated,
 )
-from composer_queue._messages import DELIVERIES, GROUP, Backlog, Entry, Pending, Reclaimed
+from composer_queue._messages import (
+    DELIVERIES,
+    GROUP,
+    Backlog,
+    Entry,
+    Pending,
+    Reclaimed,
+    consumer_key,
+)
+
+#: XREADGROUP over several streams, at most ARGV[3] entries in all (a plain XREADGROUP's
+#: COUNT applies to each stream). KEYS: the streams, in the order to read them; ARGV:
+#: group, consumer, count. Answers {1, {{stream, id, fields}, ...}}; the first element
+#: is 0 instead when a stream had no group (what was read from the others still counts).
+_READ = """
+local group, consumer, left = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local found, groups = {}, 1
+for _, key in ipairs(KEYS) do
+  if left <= 0 then break end
+  local reply = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', left,
+                            'STREAMS', key, '>')
+  if type(reply) == 'table' and reply['err'] then
+    if not string.find(reply['err'], 'NOGROUP', 1, true) then
+      return redis.error_reply(reply['err'])
+    end
+    groups = 0
+  elseif reply then
+    for _, item in ipairs(reply[1][2]) do
+      found[#found + 1] = {key, item[1], item[2]}
+      left = left - 1
+    end
+  end
+end
+return {groups, found}
+"""
 
 
 def connect(url: str, *, connect_timeout: float | None = None) -> RedisQueue:
@@ -47,6 +83,8 @@ class RedisQueue:
 
     def __init__(self, client: aioredis.Redis) -> None:
         self._redis = client
+        #: Lua source -> SHA1, once loaded.
+        self._scripts: dict[str, str] = {}
 
     async def __aenter__(self) -> RedisQueue:
         return self
@@ -100,21 +138,67 @@ class RedisQueue:
     async def read(
         self, streams: Sequence[str], consumer: str, *, count: int, block_ms: int
     ) -> list[Entry]:
+        if count < 1 or not streams:
+            return []
+        what = f"reading {', '.join(streams)}"
+        # What is there already, at most ``count`` in all, in one round trip (a script)...
+        with translated(what):
+            reply = await self._script(_READ, list(streams), [GROUP, consumer, count])
+        entries = [_entry(_text(stream), i, fields) for stream, i, fields in reply[1]]
+        if reply[0] == 0:  # a group vanished (Redis restarted or was flushed)
+            await self.ensure_groups(streams)
+            return entries
+        if entries or not block_ms:
+            return entries
+        # ...else wait for one. A blocked XREADGROUP is served by the stream that got
+        # an entry, but one issued just as entries reach several streams answers from
+        # each at once: what is over ``count`` is given back, uncounted.
         try:
-            with translated(f"reading {', '.join(streams)}"):
-                reply = await self._redis.xreadgroup(
+            with translated(what):
+                answer = await self._undecoded(
+                    "XREADGROUP",
+                    "GROUP",
                     GROUP,
                     consumer,
-                    dict.fromkeys(streams, ">"),
-                    count=count,
-                    block=block_ms or None,
+                    "COUNT",
+                    count,
+                    "BLOCK",
+                    block_ms,
+                    "STREAMS",
+                    *streams,
+                    *[">"] * len(streams),
                 )
         except Exception as exc:
             if is_missing_group(exc.__cause__):
                 await self.ensure_groups(streams)
                 return []
             raise
-        return _entries(reply)
+        entries = [
+            _entry(_text(stream), i, fields)
+            for stream, items in answer or []
+            for i, fields in items
+            if fields is not None
+        ]
+        if len(entries) > count:
+            await self.give_back(entries[count:])
+        return entries[:count]
+
+    async def _script(self, source: str, keys: list[str], args: list[object]) -> Any:
+        """EVALSHA ``source`` (loaded on first use), with its reply left undecoded: stream
+        fields are decoded entry by entry (``_entry``), so one that is not UTF-8 cannot
+        fail the rest."""
+        sha = self._scripts.get(source)
+        if sha is None:
+            sha = self._scripts[source] = str(await self._redis.script_load(source))
+        try:
+            return await self._undecoded("EVALSHA", sha, len(keys), *keys, *args)
+        except rex.NoScriptError:  # Redis restarted, or SCRIPT FLUSH
+            self._scripts[source] = sha = str(await self._redis.script_load(source))
+            return await self._undecoded("EVALSHA", sha, len(keys), *keys, *args)
+
+    async def _undecoded(self, *command: object) -> Any:
+        """A command whose reply is left as bytes (redis-py's NEVER_DECODE option)."""
+        return await self._redis.execute_command(*command, **{NEVER_DECODE: True})  # type: ignore[no-untyped-call]
 
     async def ack(self, refs: Iterable[tuple[str, str]]) -> None:
         by_stream: dict[str, list[str]] = {}
@@ -141,6 +225,19 @@ class RedisQueue:
                 new_id, _, _ = await pipe.execute()
         return str(new_id)
 
+    async def give_back(self, entries: Sequence[Entry]) -> None:
+        # one that is not UTF-8 cannot be written again: it stays pending, for the sweeper
+        entries = [e for e in entries if e.problem is None]
+        if not entries:
+            return
+        with translated(f"giving back {len(entries)} entries"):
+            async with self._redis.pipeline(transaction=True) as pipe:
+                for entry in entries:
+                    pipe.xadd(entry.stream, dict(entry.fields))  # type: ignore[arg-type]
+                    pipe.xack(entry.stream, GROUP, entry.entry_id)
+                    pipe.xdel(entry.stream, entry.entry_id)
+                await pipe.execute()
+
     async def reclaim(
         self, stream: str, consumer: str, *, min_idle_ms: int, start: str = "0-0", count: int = 100
     ) -> Reclaimed:
@@ -157,10 +254,14 @@ class RedisQueue:
         entries = [Entry(stream, i, f) for i, f in claimed if f is not None]
         return Reclaimed(entries, str(next_start))
 
-    async def pending(self, stream: str, *, count: int = 1000) -> list[Pending]:
+    async def pending(
+        self, stream: str, *, count: int = 1000, min_idle_ms: int = 0, start: str = "-"
+    ) -> list[Pending]:
         try:
             with translated(f"XPENDING {stream}"):
-                rows = await self._redis.xpending_range(stream, GROUP, "-", "+", count)
+                rows = await self._redis.xpending_range(
+                    stream, GROUP, start, "+", count, idle=min_idle_ms or None
+                )
         except Exception as exc:
             if is_missing_group(exc.__cause__):
                 return []
@@ -174,6 +275,24 @@ class RedisQueue:
             )
             for r in rows
         ]
+
+    async def claim(
+        self, stream: str, consumer: str, entry_ids: Sequence[str], *, min_idle_ms: int
+    ) -> list[Entry]:
+        if not entry_ids:
+            return []
+        try:
+            with translated(f"claiming {len(entry_ids)} entries of {stream}"):
+                reply = await self._undecoded(
+                    "XCLAIM", stream, GROUP, consumer, min_idle_ms, *entry_ids
+                )
+        except Exception as exc:
+            if is_missing_group(exc.__cause__):
+                return []
+            raise
+        # parsed by redis-py into (id, {field: value}) pairs of bytes; None for an entry
+        # deleted while pending
+        return [_entry(stream, i, f) for i, f in reply or [] if i is not None and f is not None]
 
     async def backlog(self, stream: str, *, ignore_consumer: str | None = None) -> Backlog | None:
         try:
@@ -216,8 +335,8 @@ class RedisQueue:
         self, stream: str, *, start: str = "-", end: str = "+", count: int = 1000
     ) -> list[Entry]:
         with translated(f"XRANGE {stream}"):
-            page = await self._redis.xrange(stream, min=start, max=end, count=count)
-        return [Entry(stream, str(i), cast(dict[str, str], f)) for i, f in cast(list[Any], page)]
+            page = await self._undecoded("XRANGE", stream, start, end, "COUNT", count)
+        return [_entry(stream, i, f) for i, f in page or [] if f is not None]
 
     async def streams(self, prefix: str) -> list[str]:
         with translated(f"listing the streams of {prefix}"):
@@ -247,6 +366,20 @@ class RedisQueue:
         """FLUSHALL: every key of the server (chaos and recovery tests simulate an empty restart)."""
         with translated("FLUSHALL"):
             await self._redis.flushall()
+
+    # -- consumers ---------------------------------------------------------------
+
+    async def heartbeat(self, prefix: str, consumer: str, ttl_ms: int) -> None:
+        with translated(f"the heartbeat of {consumer}"):
+            await self._redis.set(consumer_key(prefix, consumer), "1", px=max(1, ttl_ms))
+
+    async def alive(self, prefix: str, consumers: Iterable[str]) -> set[str]:
+        names = sorted(set(consumers))
+        if not names:
+            return set()
+        with translated(f"checking the heartbeats of {len(names)} consumer(s)"):
+            beats = await self._redis.mget([consumer_key(prefix, c) for c in names])
+        return {name for name, beat in zip(names, beats, strict=True) if beat is not None}
 
     # -- hints -------------------------------------------------------------------
 
@@ -286,11 +419,24 @@ class _RedisSubscription:
         raise QueueUnavailable("the hint subscription ended (the connection was closed)")
 
 
-def _entries(reply: Any) -> list[Entry]:
-    """Flatten an XREADGROUP reply (RESP2) into entries."""
-    out: list[Entry] = []
-    for stream, items in reply or []:
-        for entry_id, fields in items:
-            if fields is not None:  # a deleted entry still in the PEL comes back empty
-                out.append(Entry(str(stream), str(entry_id), cast(dict[str, str], fields)))
-    return out
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _entry(stream: str, entry_id: object, fields: object) -> Entry:
+    """An entry from an undecoded reply (``fields`` a flat list or a dict of bytes);
+    one that is not UTF-8 comes back with its ``problem`` instead of failing the call."""
+    pairs = (
+        list(fields.items())
+        if isinstance(fields, dict)
+        else list(zip(*[iter(cast(list[Any], fields))] * 2, strict=True))
+    )
+    try:
+        decoded = {_strict(k): _strict(v) for k, v in pairs}
+    except UnicodeDecodeError as exc:
+        return Entry(stream, _text(entry_id), {}, problem=f"a field is not UTF-8 text ({exc})")
+    return Entry(stream, _text(entry_id), decoded)
+
+
+def _strict(value: object) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)

@@ -7,8 +7,10 @@ code tested on it behaves the same on Redis. Faults: set ``down`` to make
 every call raise ``QueueUnavailable`` (and drop every subscription), as a
 Redis outage would.
 
-Idle times come from ``clock`` (seconds, default ``time.monotonic``), so a
-test can age pending entries without sleeping.
+Idle times and heartbeats come from ``clock`` (seconds, default
+``time.monotonic``), so a test can age pending entries and let a consumer's
+heartbeat run out without sleeping. ``poison`` holds entry ids to hand out as
+Redis hands out an entry that is not UTF-8: with ``problem`` set.
 """
 
 from __future__ import annotations
@@ -21,7 +23,14 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from composer_queue._errors import QueueUnavailable
-from composer_queue._messages import DELIVERIES, Backlog, Entry, Pending, Reclaimed
+from composer_queue._messages import (
+    DELIVERIES,
+    Backlog,
+    Entry,
+    Pending,
+    Reclaimed,
+    consumer_key,
+)
 
 __all__ = ["FakeQueue"]
 
@@ -72,6 +81,10 @@ class FakeQueue:
         #: Calls refused because the fake was down (tests wait on retries with it).
         self.refused = 0
         self.closed = False
+        #: Heartbeat keys and when they run out (by ``clock``).
+        self._beats: dict[str, float] = {}
+        #: Entry ids read and claimed as entries that are not UTF-8 text.
+        self.poison: set[str] = set()
 
     # -- faults ------------------------------------------------------------------
 
@@ -143,23 +156,34 @@ class FakeQueue:
         for entry_id in sorted(i for i in stream.entries if i > group.last_delivered)[:count]:
             group.last_delivered = entry_id
             group.pel[entry_id] = _Delivery(consumer, self._clock(), 1)
-            out.append(Entry(name, _text(entry_id), dict(stream.entries[entry_id])))
+            out.append(self._entry(name, entry_id, stream.entries[entry_id]))
         return out
+
+    def _entry(self, name: str, entry_id: _Id, fields: dict[str, str]) -> Entry:
+        if _text(entry_id) in self.poison:
+            return Entry(name, _text(entry_id), {}, problem="a field is not UTF-8 text")
+        return Entry(name, _text(entry_id), dict(fields))
 
     async def read(
         self, streams: Sequence[str], consumer: str, *, count: int, block_ms: int
     ) -> list[Entry]:
         self._check(f"reading {', '.join(streams)}")
+        if count < 1 or not streams:
+            return []
         loop = asyncio.get_running_loop()
         deadline = loop.time() + block_ms / 1000
         while True:
             found: list[Entry] = []
+            missing = False
             for name in streams:
-                new = self._new_entries(name, consumer, count)
-                if new is None:  # NOGROUP: recreate, answer nothing, the caller reads again
-                    await self.ensure_groups(streams)
-                    return []
-                found.extend(new)
+                if count - len(found) <= 0:
+                    break
+                new = self._new_entries(name, consumer, count - len(found))
+                missing = missing or new is None
+                found.extend(new or [])
+            if missing:  # NOGROUP: recreated; what the others gave still counts
+                await self.ensure_groups(streams)
+                return found
             remaining = deadline - loop.time()
             if found or remaining <= 0:
                 return found
@@ -191,6 +215,16 @@ class FakeQueue:
         await self._notify_change()
         return _text(new)
 
+    async def give_back(self, entries: Sequence[Entry]) -> None:
+        self._check(f"giving back {len(entries)} entries")
+        for entry in entries:
+            if entry.problem is not None:
+                continue  # as Redis: it cannot be written again, it stays pending
+            new = self._new_id()
+            self._streams.setdefault(entry.stream, _Stream()).entries[new] = dict(entry.fields)
+            self._remove(entry.stream, _parse(entry.entry_id))
+        await self._notify_change()
+
     async def reclaim(
         self, stream: str, consumer: str, *, min_idle_ms: int, start: str = "0-0", count: int = 100
     ) -> Reclaimed:
@@ -213,19 +247,51 @@ class FakeQueue:
                 continue
             group.consumers.add(consumer)  # as Redis 7: only once it claims something
             group.pel[entry_id] = _Delivery(consumer, now, delivery.times + 1)
-            claimed.append(Entry(stream, _text(entry_id), dict(s.entries[entry_id])))
+            claimed.append(self._entry(stream, entry_id, s.entries[entry_id]))
         return Reclaimed(claimed, "0-0")
 
-    async def pending(self, stream: str, *, count: int = 1000) -> list[Pending]:
+    async def pending(
+        self, stream: str, *, count: int = 1000, min_idle_ms: int = 0, start: str = "-"
+    ) -> list[Pending]:
         self._check(f"XPENDING {stream}")
         s = self._streams.get(stream)
         if s is None or s.group is None:
             return []
         now = self._clock()
-        return [
+        if start == "-":
+            low, exclusive = (0, 0), False
+        elif start.startswith("("):
+            low, exclusive = _parse(start[1:]), True
+        else:
+            low, exclusive = _parse(start), False
+        rows = [
             Pending(_text(i), d.consumer, int((now - d.delivered_at) * 1000), d.times)
-            for i, d in sorted(s.group.pel.items())[:count]
+            for i, d in sorted(s.group.pel.items())
+            if (i > low or (i == low and not exclusive))
         ]
+        return [r for r in rows if r.idle_ms >= min_idle_ms][:count]
+
+    async def claim(
+        self, stream: str, consumer: str, entry_ids: Sequence[str], *, min_idle_ms: int
+    ) -> list[Entry]:
+        self._check(f"claiming {len(entry_ids)} entries of {stream}")
+        s = self._streams.get(stream)
+        if s is None or s.group is None:
+            return []
+        group, now = s.group, self._clock()
+        claimed = []
+        for text in entry_ids:
+            entry_id = _parse(text)
+            delivery = group.pel.get(entry_id)
+            if delivery is None or (now - delivery.delivered_at) * 1000 < min_idle_ms:
+                continue
+            if entry_id not in s.entries:  # deleted while pending: dropped, as Redis 7 does
+                del group.pel[entry_id]
+                continue
+            group.consumers.add(consumer)
+            group.pel[entry_id] = _Delivery(consumer, now, delivery.times + 1)
+            claimed.append(self._entry(stream, entry_id, s.entries[entry_id]))
+        return claimed
 
     async def backlog(self, stream: str, *, ignore_consumer: str | None = None) -> Backlog | None:
         self._check(f"XINFO GROUPS {stream}")
@@ -294,13 +360,28 @@ class FakeQueue:
         names = [n for n in self._streams if n.startswith(f"{prefix}:")]
         for name in names:
             del self._streams[name]
+        beats = [k for k in self._beats if k.startswith(f"{prefix}:")]
+        for key in beats:
+            del self._beats[key]
         await self._notify_change()
-        return len(names)
+        return len(names) + len(beats)
 
     async def flush_all(self) -> None:
         self._check("FLUSHALL")
         self._streams.clear()
+        self._beats.clear()
         await self._notify_change()
+
+    # -- consumers ---------------------------------------------------------------
+
+    async def heartbeat(self, prefix: str, consumer: str, ttl_ms: int) -> None:
+        self._check(f"the heartbeat of {consumer}")
+        self._beats[consumer_key(prefix, consumer)] = self._clock() + max(1, ttl_ms) / 1000
+
+    async def alive(self, prefix: str, consumers: Iterable[str]) -> set[str]:
+        self._check("checking heartbeats")
+        now = self._clock()
+        return {c for c in consumers if self._beats.get(consumer_key(prefix, c), now) > now}
 
     # -- hints -------------------------------------------------------------------
 

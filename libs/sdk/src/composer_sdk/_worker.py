@@ -5,18 +5,24 @@ input, node, timeout) comes with the lease, from the database, and the lease's
 token goes with every renewal and report (docs/architecture.md §6.1).
 
 For each queue it reads the queue's shard streams through the consumer group,
-holding at most ``prefetch`` messages and running at most ``concurrency``
-handlers at once (a handler's slot is held from its lease request to its end,
-so reports and acks overlap the next handlers). For every message: take the lease from the
+never more entries than it has free slots (``concurrency``): a slot is taken
+before the read and held until the handler ends, so no entry waits in the
+worker unleased, where the lease-sweeper would take it for one a dead worker
+left. The report and the ack go on outside the slot (within ``prefetch``
+messages held), so they overlap the next handlers. While it runs, a heartbeat
+(``Queue.heartbeat``, every ttl/3, good for a ttl) tells the sweeper that the
+entries it holds are not lost deliveries. For every message: take the lease from the
 coordinator (a duplicate delivery or a stale attempt is not granted and is
 just acknowledged), run the handler under the node's timeout while renewing
 the lease every ttl/3 (a lost lease cancels the handler and reports
 nothing), report the outcome, and only then acknowledge the message. A report
 the coordinator cannot take (unreachable after ``coordinator_attempts`` tries,
 or an INTERNAL error) is given up and the message is NOT acknowledged: it
-stays pending in its stream, and the lease-sweeper recovers the attempt. On
-SIGTERM it stops reading and lets in-flight tasks finish for a grace period.
-All Redis work goes through composer_queue.
+stays pending in its stream, and the lease-sweeper recovers the attempt. A
+message the worker's own code fails on (not the handler: its exceptions are the
+task's failures) is acknowledged away with an ALERT that names its run, and the
+worker goes on. On SIGTERM it stops reading and lets in-flight tasks finish for
+a grace period. All Redis work goes through composer_queue.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from opentelemetry.trace import SpanKind
 import composer_queue as cq
 from composer_common import limits
 from composer_common.batching import Batcher
-from composer_common.logs import alert, log_context
+from composer_common.logs import ALERT, alert, log_context
 from composer_common.telemetry import extract, tracer
 from composer_sdk._client import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -64,9 +70,9 @@ class WorkerConfig:
     shards: int = cq.DEFAULT_SHARDS
     #: Tasks run at once by this process, across its queues.
     concurrency: int = 16
-    #: Messages held at once (waiting for a slot, leasing, running, reporting); None:
-    #: twice the concurrency. A handler's slot is free as soon as it returns, so its
-    #: report and ack overlap the next handlers.
+    #: Messages held at once (leasing, running, reporting); None: twice the concurrency.
+    #: Entries are read only for free slots, so this bounds only the reports and acks
+    #: in flight after their handlers returned (they overlap the next handlers).
     prefetch: int | None = None
     lease_ttl: float = 30.0
     #: The timeout of a node that sets none.
@@ -110,7 +116,7 @@ class Worker:
         #: Attempts this process is running: a duplicate delivery of one is skipped here,
         #: since the coordinator re-grants a lease to the owner that holds it.
         self._running: set[tuple[str, int]] = set()
-        #: Handlers at once (held from the lease request to the handler's end)...
+        #: Handlers at once (a slot is held from the read to the handler's end)...
         self._slots = asyncio.Semaphore(config.concurrency)
         #: ...and messages held at once: the reports and acks of finished handlers
         #: overlap the next handlers instead of keeping them waiting.
@@ -136,6 +142,8 @@ class Worker:
         self.skipped = 0
         #: Messages left unacknowledged because their report could not be delivered.
         self.abandoned = 0
+        #: Messages acknowledged away because the worker's own code failed on them.
+        self.parked = 0
 
     # -- registration ----------------------------------------------------------
 
@@ -189,6 +197,7 @@ class Worker:
                 cfg.concurrency,
                 self.prefetch,
             )
+            heartbeat = asyncio.create_task(self._heartbeat(), name="worker-heartbeat")
             readers = [
                 asyncio.create_task(self._read(h), name=f"read:{h.queue}")
                 for h in self._handlers.values()
@@ -202,10 +211,15 @@ class Worker:
                 for task in readers:
                     task.cancel()
                 await asyncio.wait(readers, timeout=0.1)
-            for task in readers:
+            try:
+                for task in readers:
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task  # a reader that died raises here, after the others stopped
+                await self._drain()  # the heartbeat goes on: in-flight entries are still held
+            finally:
+                heartbeat.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await task  # a reader that died raises here, after the others stopped
-            await self._drain()
+                    await heartbeat
         finally:
             if self._given_coordinator is None:
                 await client.close()
@@ -245,43 +259,97 @@ class Worker:
                 log.warning("cannot prepare queue %s: %s; retrying in %.1fs", queue, exc, delay)
                 await asyncio.sleep(delay)
 
+    async def _heartbeat(self) -> None:
+        """Say every ttl/3 that this consumer is alive, good for one ttl.
+
+        The lease-sweeper counts an entry left pending as a delivery lost to a crash
+        only when its consumer's heartbeat has run out (this process died or froze):
+        a busy worker's entries (a long task, a lease the coordinator could not
+        grant yet) never bring its tasks nearer the delivery limit.
+        """
+        assert self._queue is not None
+        cfg = self.config
+        every = cfg.lease_ttl / 3
+        while True:
+            try:
+                await self._queue.heartbeat(cfg.redis_prefix, self.owner, int(cfg.lease_ttl * 1000))
+            except cq.QueueError as exc:
+                log.warning("the heartbeat failed: %s; trying again in %.1fs", exc, every)
+            except Exception:  # a bug: say so, and keep beating
+                log.log(ALERT, "the heartbeat failed unexpectedly", exc_info=True)
+            await asyncio.sleep(every)
+
+    async def _room(self) -> int:
+        """Wait for a free slot, then take every other slot free now: how many entries
+        to read. Each entry read keeps one slot (until its handler ends) and one message
+        (until its ack); the caller gives back what the read did not fill (``_free``)."""
+        await self._messages.acquire()
+        try:
+            await self._slots.acquire()
+        except BaseException:
+            self._messages.release()
+            raise
+        room = 1
+        while (
+            room < self.config.concurrency
+            and not self._slots.locked()
+            and not self._messages.locked()
+        ):
+            await self._slots.acquire()  # neither waits: both are free
+            await self._messages.acquire()
+            room += 1
+        return room
+
+    def _free(self, room: int) -> None:
+        for _ in range(room):
+            self._slots.release()
+            self._messages.release()
+
     async def _read(self, handler: Handler) -> None:
         assert self._queue is not None
         cfg = self.config
         names = cq.queue_streams(cfg.redis_prefix, handler.queue, cfg.shards)
         backoff = cq.Backoff(0.1, 5.0)
+        turn = 0
         while not self._stopping.is_set():
-            await self._messages.acquire()
-            free = 1
-            while free < self.prefetch and not self._messages.locked():
-                await self._messages.acquire()
-                free += 1
+            room = await self._room()
+            # Each read starts with the next shard, so a busy one cannot starve the others.
+            order = names[turn:] + names[:turn]
+            turn = (turn + 1) % len(names)
             try:
                 entries = await self._queue.read(
-                    names, self.owner, count=free, block_ms=cfg.read_block_ms
+                    order, self.owner, count=room, block_ms=cfg.read_block_ms
                 )
                 backoff.reset()
-            except cq.QueueError as exc:  # a command error too: the worker keeps serving
-                for _ in range(free):
-                    self._messages.release()
+            except Exception as exc:  # a command error or a bug too: the worker keeps serving
+                self._free(room)
                 delay = backoff.next()
-                log.log(
-                    logging.WARNING if exc.retryable else logging.ERROR,
-                    "reading queue %s failed: %s; retrying in %.1fs",
-                    handler.queue,
-                    exc,
-                    delay,
-                )
+                if isinstance(exc, cq.QueueError):
+                    log.log(
+                        logging.WARNING if exc.retryable else logging.ERROR,
+                        "reading queue %s failed: %s; retrying in %.1fs",
+                        handler.queue,
+                        exc,
+                        delay,
+                    )
+                else:
+                    log.log(
+                        ALERT,
+                        "reading queue %s failed unexpectedly (%s: %s); retrying in %.1fs",
+                        handler.queue,
+                        type(exc).__name__,
+                        exc,
+                        delay,
+                        exc_info=True,
+                    )
                 await asyncio.sleep(delay)
                 continue
-            for _ in range(free - len(entries)):
-                self._messages.release()
-            # COUNT applies to each stream, so up to shards x free entries can come
-            # back: each one past the messages held waits for room of its own, which
-            # keeps the messages held within the prefetch.
-            for i, entry in enumerate(entries):
-                if i >= free:
-                    await self._messages.acquire()
+            except BaseException:
+                self._free(room)
+                raise
+            # ``read`` answers at most ``room`` entries: each takes one slot and message.
+            self._free(room - len(entries))
+            for entry in entries:
                 task = asyncio.create_task(
                     self._process(handler, entry), name=f"task:{entry.entry_id}"
                 )
@@ -295,6 +363,55 @@ class Worker:
             log.error("processing a message crashed", exc_info=task.exception())
 
     async def _process(self, handler: Handler, entry: cq.Entry) -> None:
+        """Handle one entry under the slot taken for it when it was read: the slot is
+        freed when the handler ends (``free_slot``) or the entry needs no handler."""
+        held = True
+
+        def free_slot() -> None:
+            nonlocal held
+            if held:
+                held = False
+                self._slots.release()
+
+        try:
+            await self._handle(handler, entry, free_slot)
+        except Exception as exc:
+            await self._park(entry, exc)
+        finally:
+            free_slot()
+
+    async def _park(self, entry: cq.Entry, exc: Exception) -> None:
+        """The worker's own code failed on ``entry`` (the handler's exceptions are the
+        task's failures and never get here): say so with an ALERT that names the run,
+        acknowledge the entry away, and go on. A waiting attempt whose entry this was
+        is dispatched again by the lease-sweeper (it finds no entry and no outbox row);
+        one whose lease this worker held fails when the lease expires, and its retry
+        policy decides."""
+        self.parked += 1
+        try:
+            msg = entry.message()
+            what = f"task {msg.task_id} attempt {msg.attempt} of run {msg.run_id}"
+        except cq.MalformedMessage:
+            what = "an entry that is no task message"
+        log.log(
+            ALERT,
+            "%s: the worker failed on its entry %s on %s (%s: %s); the entry is acknowledged "
+            "away and the worker goes on",
+            what,
+            entry.entry_id,
+            entry.stream,
+            type(exc).__name__,
+            exc,
+            exc_info=exc,
+        )
+        try:
+            await self._ack(entry)
+        except Exception:
+            log.log(ALERT, "acknowledging entry %s failed", entry.entry_id, exc_info=True)
+
+    async def _handle(
+        self, handler: Handler, entry: cq.Entry, handler_done: Callable[[], None]
+    ) -> None:
         try:
             msg = entry.message()
         except cq.MalformedMessage as exc:
@@ -334,26 +451,9 @@ class Worker:
                 ),
                 log_context(run_id=msg.run_id, task_id=msg.task_id),
             ):
-                await self._run_leased(handler, entry, msg)
+                await self._lease_run_report(handler, entry, msg, handler_done)
         finally:
             self._running.discard(key)
-
-    async def _run_leased(self, handler: Handler, entry: cq.Entry, msg: cq.TaskMessage) -> None:
-        """Under a slot from the lease request to the handler's end; the report and the
-        ack go on after the slot is free."""
-        await self._slots.acquire()
-        held = True
-
-        def free_slot() -> None:
-            nonlocal held
-            if held:
-                held = False
-                self._slots.release()
-
-        try:
-            await self._lease_run_report(handler, entry, msg, free_slot)
-        finally:
-            free_slot()
 
     async def _lease_run_report(
         self,

@@ -8,13 +8,21 @@ the answer through the Engine, in this order:
     the engine fences it under the run lock, and the retry policy decides.
 (c, d) Entries that sat unacknowledged on a consumer for longer than the
     lease TTL are claimed back and, by ``settle_entry``, delivered again,
-    acknowledged away, or their attempt is given up (delivered too often).
+    acknowledged away, or their attempt is given up (delivered too often). A
+    delivery counts only when the consumer that held the entry is gone: its
+    heartbeat (``Queue.heartbeat``, which SDK workers keep while they run)
+    has run out. A live worker's entry is given back to its stream uncounted.
 (b) Attempts dispatched long ago with no worker, no outbox row and, by
     ``lost_dispatch``, no entry left in their stream are dispatched again.
 And queues with work and no worker are paged for (``watch_queue``).
 
 The streams are reached through a ``composer_queue.Queue`` (tested on its
-``FakeQueue``); a Redis outage (``QueueError``) skips one sweep. One replica
+``FakeQueue``); a Redis or database outage skips one sweep. One bad item never
+stops the others: a lease, an entry or a dispatch whose handling raises
+unexpectedly gets an ALERT naming its run and is left for the next sweep (an
+entry whose task cannot even be looked up, such as one naming an impossible id,
+is acknowledged away), and a sweep that fails unexpectedly as a whole is an
+ALERT, and the loop goes on. One replica
 sweeps at a time (a PostgreSQL advisory lock per Redis prefix, held for the
 sweep; a replica that does not get it skips its turn), so two sweepers never
 redeliver or redispatch the same attempt twice over; each step is also
@@ -32,12 +40,13 @@ from dataclasses import dataclass
 
 import composer_queue as cq
 import composer_repo as repo
-from composer_common.logs import alert
+from composer_common.logs import ALERT, alert
 from composer_engine import (
     Acknowledge,
     ClaimedEntry,
     Engine,
     EngineError,
+    GiveBack,
     GiveUp,
     Leave,
     RecoveryLimits,
@@ -94,6 +103,15 @@ class Sweeper:
                 await self.sweep()
             except (repo.Transient, Unavailable, cq.QueueError) as exc:
                 log.warning("sweep failed: %s; next one in %.1fs", exc, self.interval_seconds)
+            except Exception as exc:  # a bug: say so, and sweep again (no crash loop)
+                log.log(
+                    ALERT,
+                    "sweep failed unexpectedly (%s: %s); next one in %.1fs",
+                    type(exc).__name__,
+                    exc,
+                    self.interval_seconds,
+                    exc_info=True,
+                )
             await sleep_or_stop(stop, self.interval_seconds)
 
     async def sweep(self) -> SweepReport | None:
@@ -141,26 +159,38 @@ class Sweeper:
                     lease.expired_at.isoformat(timespec="milliseconds"),
                 )
 
-    # -- (c) and (d): entries pending on dead consumers --------------------------
+    # -- (c) and (d): entries left pending -------------------------------------------
 
     async def _reclaim_entries(self, report: SweepReport) -> None:
+        idle_ms = int(self.lease_ttl * 1000)
+        # Whether each consumer holding an idle entry is alive, asked once per sweep. The
+        # sweeper's own consumer holds only entries a sweep claimed and did not settle
+        # (it ended on an outage): no worker took them, so they are not counted.
+        alive: dict[str, bool] = {CONSUMER: True}
         for stream in await self.queue.streams(self.prefix):
-            start = "0-0"
+            start = "-"
             while True:
-                page = await self.queue.reclaim(
-                    stream,
-                    CONSUMER,
-                    min_idle_ms=int(self.lease_ttl * 1000),
-                    start=start,
-                    count=self.batch_size,
+                idle = await self.queue.pending(
+                    stream, min_idle_ms=idle_ms, start=start, count=self.batch_size
                 )
-                if page.entries:
-                    await self._settle(page.entries, report)
-                if page.done:
+                if not idle:
                     break
-                start = page.next_start
+                if unknown := {p.consumer for p in idle} - alive.keys():
+                    live = await self.queue.alive(self.prefix, unknown)
+                    alive |= {c: c in live for c in unknown}
+                gone = {p.entry_id: not alive[p.consumer] for p in idle}
+                claimed = await self.queue.claim(
+                    stream, CONSUMER, [p.entry_id for p in idle], min_idle_ms=idle_ms
+                )
+                if claimed:
+                    await self._settle(claimed, gone, report)
+                if len(idle) < self.batch_size:
+                    break
+                start = f"({idle[-1].entry_id}"
 
-    async def _settle(self, claimed: list[cq.Entry], report: SweepReport) -> None:
+    async def _settle(
+        self, claimed: list[cq.Entry], gone: dict[str, bool], report: SweepReport
+    ) -> None:
         """Ask the policy what each claimed entry still means, and do it."""
         done: list[tuple[str, str]] = []  # acknowledged away, in one step at the end
         entries: list[tuple[cq.Entry, cq.TaskMessage]] = []
@@ -172,39 +202,121 @@ class Sweeper:
                 done.append(entry.ref)
                 report.acked += 1
         try:
-            async with repo.transaction(self.engine.pool) as conn:
-                tasks = await repo.task_attempts(conn, [(m.run_id, m.task_id) for _, m in entries])
+            tasks = await self._tasks_of(entries, done, report)
             for entry, msg in entries:
-                facts = ClaimedEntry(msg.task_id, msg.attempt, entry.deliveries)
-                task = tasks.get(msg.task_id)
-                node_id = task.node_id if task is not None else "?"
-                match settle_entry(facts, task, self.limits):
-                    case Acknowledge():
+                if entry.ref in done:
+                    continue
+                try:
+                    if await self._settle_one(entry, msg, tasks, gone, report):
                         done.append(entry.ref)
-                        report.acked += 1
-                    case GiveUp() as give_up:
-                        await self._give_up(msg, node_id, give_up)
-                        done.append(entry.ref)
-                        report.given_up += 1
-                    case Redeliver(deliveries=again):
-                        # The policy counts from entry.deliveries, as redeliver does when
-                        # it writes the DELIVERIES field: the new entry carries ``again``.
-                        await self.queue.redeliver(entry)
-                        report.redelivered += 1
-                        log.warning(
-                            "task %s (%s) attempt %d of run %s: its entry sat unacknowledged "
-                            "on a worker for over %.0fs and nobody leased it; delivered again "
-                            "(delivery %d of at most %d)",
-                            msg.task_id,
-                            node_id,
-                            msg.attempt,
-                            msg.run_id,
-                            self.lease_ttl,
-                            again,
-                            self.max_deliveries,
-                        )
+                except (Unavailable, repo.Transient, cq.QueueUnavailable):
+                    raise  # an outage ends the sweep; the next one sees the entry again
+                except Exception as exc:  # a bug: this entry waits for the next look
+                    log.log(
+                        ALERT,
+                        "task %s attempt %d of run %s: settling its entry %s on %s failed "
+                        "(%s: %s); it stays pending and is looked at again in %.0fs",
+                        msg.task_id,
+                        msg.attempt,
+                        msg.run_id,
+                        entry.entry_id,
+                        entry.stream,
+                        type(exc).__name__,
+                        exc,
+                        self.lease_ttl,
+                        exc_info=True,
+                    )
         finally:
             await self.queue.ack(done)
+
+    async def _tasks_of(
+        self,
+        entries: list[tuple[cq.Entry, cq.TaskMessage]],
+        done: list[tuple[str, str]],
+        report: SweepReport,
+    ) -> dict[str, repo.TaskAttempt]:
+        """Where the entries' tasks stand, in one query; if the database refuses the batch
+        (an entry naming an id it cannot hold), one query per entry, and an entry whose
+        task cannot be looked up at all is acknowledged away (added to ``done``)."""
+        try:
+            async with repo.transaction(self.engine.pool) as conn:
+                return await repo.task_attempts(conn, [(m.run_id, m.task_id) for _, m in entries])
+        except repo.Invalid:
+            pass  # find which entry, below
+        tasks: dict[str, repo.TaskAttempt] = {}
+        for entry, msg in entries:
+            try:
+                async with repo.transaction(self.engine.pool) as conn:
+                    tasks |= await repo.task_attempts(conn, [(msg.run_id, msg.task_id)])
+            except repo.Invalid as exc:
+                alert(
+                    log,
+                    "task %r attempt %d of run %r: its entry %s on %s names a task that "
+                    "cannot exist (%s); acknowledged away",
+                    msg.task_id,
+                    msg.attempt,
+                    msg.run_id,
+                    entry.entry_id,
+                    entry.stream,
+                    exc,
+                )
+                done.append(entry.ref)
+                report.acked += 1
+        return tasks
+
+    async def _settle_one(
+        self,
+        entry: cq.Entry,
+        msg: cq.TaskMessage,
+        tasks: dict[str, repo.TaskAttempt],
+        gone: dict[str, bool],
+        report: SweepReport,
+    ) -> bool:
+        """Apply the policy's decision on one entry; True if it is to be acknowledged."""
+        holder_gone = gone.get(entry.entry_id, True)
+        facts = ClaimedEntry(msg.task_id, msg.attempt, entry.deliveries, holder_gone)
+        task = tasks.get(msg.task_id)
+        node_id = task.node_id if task is not None else "?"
+        match settle_entry(facts, task, self.limits):
+            case Acknowledge():
+                report.acked += 1
+                return True
+            case GiveUp() as give_up:
+                await self._give_up(msg, node_id, give_up)
+                report.given_up += 1
+                return True
+            case GiveBack():
+                await self.queue.give_back([entry])
+                report.returned += 1
+                log.warning(
+                    "task %s (%s) attempt %d of run %s: its entry sat unacknowledged on a "
+                    "live worker for over %gs and nobody leased it; put back in its stream "
+                    "(not counted as a delivery)",
+                    msg.task_id,
+                    node_id,
+                    msg.attempt,
+                    msg.run_id,
+                    self.lease_ttl,
+                )
+                return False
+            case Redeliver(deliveries=again):
+                # The policy counts from entry.deliveries, as redeliver does when
+                # it writes the DELIVERIES field: the new entry carries ``again``.
+                await self.queue.redeliver(entry)
+                report.redelivered += 1
+                log.warning(
+                    "task %s (%s) attempt %d of run %s: its entry sat unacknowledged on a "
+                    "worker that is gone (no heartbeat) for over %gs and nobody leased it; "
+                    "delivered again (delivery %d of at most %d)",
+                    msg.task_id,
+                    node_id,
+                    msg.attempt,
+                    msg.run_id,
+                    self.lease_ttl,
+                    again,
+                    self.max_deliveries,
+                )
+                return False
 
     async def _give_up(self, msg: cq.TaskMessage, node_id: str, decision: GiveUp) -> None:
         failed = await _apply(
@@ -284,7 +396,7 @@ class Sweeper:
     async def _watch_queues(self) -> None:
         """Pending counts per stream (a gauge), and an ALERT for a queue nobody serves.
 
-        The sweeper's own consumer, which XAUTOCLAIM registered on each stream it
+        The sweeper's own consumer, which XCLAIM registered on each stream it
         claimed entries from, is no worker: it is left out, or it would hide such a queue.
         """
         now = self.clock()
@@ -313,12 +425,23 @@ class Sweeper:
 
 async def _apply(what: str, call: Awaitable[bool]) -> bool:
     """Apply a decision through the engine. A run that cannot take it (deleted, a broken
-    definition) is logged and skipped, so it cannot stop the rest of the sweep; a
-    database outage (Unavailable) ends the sweep."""
+    definition) is logged and skipped, and anything unexpected is an ALERT, so one run
+    cannot stop the rest of the sweep (the next sweep tries it again); a database
+    outage (Unavailable) ends the sweep."""
     try:
         return await call
     except Unavailable:
         raise
     except EngineError as exc:
         log.error("cannot %s: %s", what, exc)
+        return False
+    except Exception as exc:
+        log.log(
+            ALERT,
+            "cannot %s (%s: %s); the next sweep tries again",
+            what,
+            type(exc).__name__,
+            exc,
+            exc_info=True,
+        )
         return False

@@ -19,8 +19,10 @@ class SweepReport:
     expired: int = 0
     #: Attempts dispatched again because their dispatch was lost.
     redispatched: int = 0
-    #: Stream entries delivered again, and entries acknowledged away.
+    #: Stream entries delivered again (their consumer was gone: a delivery counted),
+    #: entries a live worker left, put back uncounted, and entries acknowledged away.
     redelivered: int = 0
+    returned: int = 0
     acked: int = 0
     #: Attempts failed for good for being delivered too often.
     given_up: int = 0
