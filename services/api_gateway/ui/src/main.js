@@ -29,7 +29,7 @@ function showSignIn(reason) {
   const error = h('p', { id: 'signin-error', class: 'signin-error', role: 'alert', hidden: !reason }, reason || '');
   const form = h('form', { class: 'signin card', id: 'signin' },
     h('h1', {}, 'Sign in to Composer'),
-    h('p', {}, 'Paste an API token (COMPOSER_API_TOKENS on the api-gateway; `make run` prints a dev token). ',
+    h('p', {}, 'Paste an API token (COMPOSER_API_TOKENS on the api-gateway; `make run` prints it and keeps it in .state/tokens.env). ',
       'It is kept in this tab’s session storage only.'),
     input,
     h('button', { type: 'submit', class: 'primary' }, 'Sign in'),
