@@ -50,8 +50,6 @@ async def test_a_python_node_reads_no_secret_of_the_stack(
     database_url: str,
 ) -> None:
     stack = running_stack
-    tokens = saved_tokens(stack)
-    auth = {"Authorization": f"Bearer {tokens['COMPOSER_API_TOKEN']}"}
     definition = {
         "id": "snoop",
         "nodes": [
@@ -68,6 +66,8 @@ async def test_a_python_node_reads_no_secret_of_the_stack(
         await ready(session, f"{stack.api}/healthz")
         for i in range(len(SERVICES)):
             await ready(session, f"http://127.0.0.1:{stack.admin_base + i}/readyz")
+        tokens = saved_tokens(stack)  # written before the services started
+        auth = {"Authorization": f"Bearer {tokens['COMPOSER_API_TOKEN']}"}
         async with session.post(
             f"{stack.api}/v1/workflows?deploy=true", json=definition, headers=auth
         ) as r:
