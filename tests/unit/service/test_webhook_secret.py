@@ -10,6 +10,7 @@ from composer_outbox_enqueuer.__main__ import serve
 from composer_outbox_enqueuer.settings import EnqueuerSettings
 from composer_service.tokens import WeakTokenError
 
+
 @pytest.mark.parametrize("secret", ["CHANGE-ME-webhook-secret", "short"])
 async def test_a_weak_webhook_secret_stops_the_enqueuer_at_start(secret: str) -> None:
     settings = EnqueuerSettings(
