@@ -93,7 +93,7 @@ def test_token_parsing() -> None:
     ]
     with pytest.raises(ValueError, match="unknown role 'root'"):
         parse_tokens("abc:root")
-    with pytest.raises(ValueError, match="not token:role"):
+    with pytest.raises(ValueError, match="not name=token:role"):
         parse_tokens("just-a-token")
     with pytest.raises(ValueError, match="unknown role") as info:
         parse_tokens("supersecret:boss")

@@ -21,7 +21,8 @@ async def test_answers_promptly_when_the_run_finishes(gateway: Gateway) -> None:
     )
     run_id = started.body["run_id"]
     waiter = asyncio.create_task(
-        gateway.call("GET", f"/v1/runs/{run_id}/result", role="viewer", params={"timeout": "30"})
+        # operator: a viewer would see the output redacted (test_callers.py)
+        gateway.call("GET", f"/v1/runs/{run_id}/result", role="operator", params={"timeout": "30"})
     )
     waiters = gateway.app[WAITERS]
     await eventually(lambda: waiters.waiting == 1, what="the long-poll registered")
@@ -117,7 +118,10 @@ async def test_a_run_finished_by_workers_wakes_the_waiter(live: Live) -> None:
         "POST", "/v1/runs", role="operator", json={"workflow_id": "lp-python", "input": {"n": 21}}
     )
     answer = await live.gateway.call(
-        "GET", f"/v1/runs/{started.body['run_id']}/result", role="viewer", params={"timeout": "20"}
+        "GET",
+        f"/v1/runs/{started.body['run_id']}/result",
+        role="operator",
+        params={"timeout": "20"},
     )
     assert answer.status == 200, answer.body
     assert answer.body["status"] == "SUCCEEDED" and answer.body["output"] == 42

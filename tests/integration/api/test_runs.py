@@ -22,7 +22,8 @@ async def test_start_and_get(gateway: Gateway) -> None:
     status, body = await start(gateway, workflow_id="queued", input={"n": 1}, config={"c": True})
     assert status == 201, body
     assert body["status"] == "RUNNING" and body["created"] is True
-    run = await gateway.call("GET", f"/v1/runs/{body['run_id']}", role="viewer")
+    # operator: a viewer sees payloads redacted (test_callers.py)
+    run = await gateway.call("GET", f"/v1/runs/{body['run_id']}", role="operator")
     assert run.status == 200
     assert run.body["workflow_id"] == "queued" and run.body["version"] == 1
     assert run.body["input"] == {"n": 1} and run.body["config"] == {"c": True}
@@ -43,7 +44,7 @@ async def test_idempotent_start_answers_200_with_the_same_run(gateway: Gateway) 
     )
     assert (first_status, again_status) == (201, 200)
     assert again["run_id"] == first["run_id"] and again["created"] is False
-    run = await gateway.call("GET", f"/v1/runs/{first['run_id']}", role="viewer")
+    run = await gateway.call("GET", f"/v1/runs/{first['run_id']}", role="operator")
     assert run.body["input"] == {"n": 1}  # the repeat changed nothing
 
 
@@ -165,7 +166,7 @@ async def test_signal_buffered_then_delivered(gateway: Gateway) -> None:
         "POST", f"/v1/runs/{run_id}/signals/go", role="operator", json={"paid": 42}
     )
     assert (delivered.status, delivered.body) == (200, {"delivered": True})
-    run = await gateway.call("GET", f"/v1/runs/{run_id}", role="viewer")
+    run = await gateway.call("GET", f"/v1/runs/{run_id}", role="operator")
     assert run.body["status"] == "SUCCEEDED"
     assert run.body["output"] == {"got": {"paid": 42}}
     finished = await gateway.call("POST", f"/v1/runs/{run_id}/signals/go", role="operator")

@@ -44,6 +44,9 @@ PRUNED: dict[str, tuple[Any, ...]] = {
     "try_lock_run": (),
     "lock_expired_lease": (T, 0, "w"),
     "park_wait": (T, NOW),
+    "record_cancelled_by": ("name",),
+    "record_retried_by": ("name",),
+    "record_signal_sender": (T, "name"),
 }
 
 #: Statements on partitioned tables that do not (and need not) name one run.
@@ -51,6 +54,7 @@ WIDER = {
     "insert_run": "INSERT: the row is routed to its partition",
     "insert_task": "INSERT: the row is routed to its partition",
     "buffer_signal": "INSERT: the row is routed to its partition",
+    "record_taken_signal": "INSERT: the row is routed to its partition",
     "find_idempotent_run": "joins from the key row: pruned at run time",
     "mark_published": "a batch of (run id, task id) pairs",
     "lock_runs": "a batch of run ids (the group commit)",

@@ -27,17 +27,20 @@ import composer_queue as cq
 import composer_repo as repo
 from composer_common import ids, limits
 from composer_common.batching import Batcher
+from composer_common.caller import Caller
 from composer_common.logs import alert
 from composer_common.telemetry import tracer
 from composer_core import errors as core_errors
 from composer_core.model import RunStatus, WorkflowDAG
 from composer_core.statemachine import (
+    BufferSignal,
     Deps,
     Event,
     Machine,
     Missing,
     NodeCompleted,
     NodeFailed,
+    ResolveWait,
     Run,
     RunCancelled,
     RunRetried,
@@ -209,13 +212,18 @@ class Engine:
         run_id: str | None = None,
         idempotency_key: str | None = None,
         start_node: str | None = None,
+        caller: Caller | None = None,
     ) -> Started:
         """Insert a run and apply RunStarted in one transaction.
 
         ``version`` None (or 0) is the deployed one. A client ``run_id`` must be
         a UUIDv7 from the last 24 h and at most 1 h ahead. A repeated
         ``idempotency_key`` returns the run it started, changing nothing.
+        ``caller``, who starts it and the metadata they pass, is recorded
+        (``started_by``) and kept as the run's calling context, which every TASK
+        node's handler gets with its lease (None: the run has none).
         """
+        context = None if caller is None else caller.document()
         if run_id is not None:
             try:
                 run_id = ids.check_client_run_id(run_id, self._clock())
@@ -236,6 +244,8 @@ class Engine:
                 input=input if input is not None else {},
                 config=config,
                 idempotency_key=idempotency_key,
+                started_by=None if caller is None else caller.name,
+                context=context,
             )
             if not started.created:
                 return Started(started.run_id, started.status, created=False)
@@ -249,7 +259,9 @@ class Engine:
                 config,
                 signals=(),
             )
-            await self._decide(tx, dag, repo.LockedRun(run, started.now), RunStarted(start_node))
+            await self._decide(
+                tx, dag, repo.LockedRun(run, started.now, context), RunStarted(start_node)
+            )
             tx.after_commit(
                 lambda: log.info("run %s of %s v%d started", new_run_id, workflow_id, dag.version)
             )
@@ -388,7 +400,9 @@ class Engine:
                         results[i] = False
                         continue
                 dag = await self.definitions.get(tx.conn, run.workflow_id, run.version)
-                transition = await self._decide(tx, dag, repo.LockedRun(run, locked.now), r.event())
+                # the run as the batch's earlier reports left it, with its context
+                this = dataclasses.replace(locked.locked(r.run_id), run=run)
+                transition = await self._decide(tx, dag, this, r.event())
                 snapshots[r.run_id] = transition.run
                 results[i] = transition.ignored is None
 
@@ -522,39 +536,83 @@ class Engine:
         return await self._in_tx(attempt_tx)
 
     async def signal(
-        self, run_id: str, name: str, payload: Json = None, *, idempotency_key: str | None = None
+        self,
+        run_id: str,
+        name: str,
+        payload: Json = None,
+        *,
+        idempotency_key: str | None = None,
+        sent_by: str | None = None,
     ) -> bool:
         """Send a signal; True if a waiting node took it, False if it was buffered.
 
         A repeated ``idempotency_key`` (a client sending again a request whose answer
         it lost) changes nothing and answers as the first request did; the same key
-        for another signal name is a Conflict."""
-        if idempotency_key is None:
-            tr = await self.handle(run_id, SignalReceived(name, payload))
-            return tr.signal_delivered
+        for another signal name is a Conflict. Every signal is kept with ``sent_by``
+        (the name of the API token that sent it): one a waiting node took at once
+        is kept consumed (``repo.run_signals``)."""
 
         async def attempt(tx: Tx) -> bool:
             locked = await repo.load_run(tx.conn, run_id)
-            seen = await repo.signal_key(tx.conn, run_id, idempotency_key)
-            if seen is not None:
-                first_name, delivered = seen
-                if first_name != name:
-                    raise Conflict(
-                        f"Idempotency-Key {idempotency_key!r} was used for signal "
-                        f"{first_name!r} of this run, not {name!r}: use a new key"
-                    )
-                return delivered
+            if idempotency_key is not None:
+                seen = await repo.signal_key(tx.conn, run_id, idempotency_key)
+                if seen is not None:
+                    first_name, delivered = seen
+                    if first_name != name:
+                        raise Conflict(
+                            f"Idempotency-Key {idempotency_key!r} was used for signal "
+                            f"{first_name!r} of this run, not {name!r}: use a new key"
+                        )
+                    return delivered
             dag = await self.definitions.get(tx.conn, locked.run.workflow_id, locked.run.version)
             tr = await self._decide(tx, dag, locked, SignalReceived(name, payload))
-            await repo.record_signal_key(
-                tx.conn, run_id, idempotency_key, name=name, delivered=tr.signal_delivered
-            )
+            await self._keep_signal(tx, run_id, name, payload, tr, sent_by)
+            if idempotency_key is not None:
+                await repo.record_signal_key(
+                    tx.conn, run_id, idempotency_key, name=name, delivered=tr.signal_delivered
+                )
             return tr.signal_delivered
 
         return await self._in_tx(attempt)
 
-    async def cancel(self, run_id: str, reason: str = "") -> None:
-        await self.handle(run_id, RunCancelled(reason))
+    async def _keep_signal(
+        self,
+        tx: Tx,
+        run_id: str,
+        name: str,
+        payload: Json,
+        transition: Transition,
+        sent_by: str | None,
+    ) -> None:
+        """Record who sent the signal: on its buffered row, or on a row of its own,
+        consumed at once, when a waiting node took it (the first wait it resolved)."""
+        for action in transition.actions:
+            if isinstance(action, BufferSignal):
+                if sent_by is not None:
+                    await repo.record_signal_sender(tx.conn, run_id, action.signal_id, sent_by)
+                return
+        taker = next((a.node_id for a in transition.actions if isinstance(a, ResolveWait)), None)
+        if transition.signal_delivered and taker is not None:
+            await repo.record_taken_signal(
+                tx.conn, run_id, self._new_id(), name, payload, node_id=taker, sent_by=sent_by
+            )
+
+    async def cancel(
+        self, run_id: str, reason: str = "", *, cancelled_by: str | None = None
+    ) -> None:
+        """Cancel a run that is still going (Conflict when it finished otherwise; a
+        cancelled run answers as the first cancel did). ``cancelled_by``, the name of
+        the API token, is recorded with the cancel that took effect."""
+
+        async def attempt(tx: Tx) -> Transition:
+            locked = await repo.load_run(tx.conn, run_id)
+            dag = await self.definitions.get(tx.conn, locked.run.workflow_id, locked.run.version)
+            transition = await self._decide(tx, dag, locked, RunCancelled(reason))
+            if cancelled_by is not None and transition.ignored is None:
+                await repo.record_cancelled_by(tx.conn, run_id, cancelled_by)
+            return transition
+
+        await self._in_tx(attempt)
 
     async def retry(
         self,
@@ -564,11 +622,14 @@ class Engine:
         version: int | None = None,
         input: Json = None,
         config: Json = None,
+        retried_by: str | None = None,
     ) -> None:
         """Restart a finished run from a node (refused while tasks are active).
 
         ``version`` None keeps the run's version, 0 moves it to the deployed
         one, a positive number to that version; ``input``/``config`` replace the run's.
+        ``retried_by``, the name of the API token, is recorded as the run's last
+        retrier. The run keeps the calling context of its start.
         """
 
         async def attempt(tx: Tx) -> Transition:
@@ -584,7 +645,10 @@ class Engine:
                 raise BadRequest(
                     f"version must be 0 (the deployed one) or a version number, not {version}"
                 )
-            return await self._decide(tx, dag, locked, RunRetried(from_node, input, config))
+            transition = await self._decide(tx, dag, locked, RunRetried(from_node, input, config))
+            if retried_by is not None and transition.ignored is None:
+                await repo.record_retried_by(tx.conn, run_id, retried_by)
+            return transition
 
         await self._in_tx(attempt)
 
@@ -755,7 +819,7 @@ class Engine:
                 tx.deciding = lambda: (
                     f"run {run.run_id}, event {event!r}, actions {list(actions)!r}"
                 )
-                effects = await persist(tx, dag, run, transition.actions)
+                effects = await persist(tx, dag, run, transition.actions, context=locked.context)
                 announce(tx, effects, redis=self.redis, prefix=self.prefix, run=run)
             else:
                 outcome = "ignored"

@@ -54,6 +54,9 @@ class LeaseGrant:
     #: Not granted because the input is over the node input limit (``reason`` says
     #: so): the task is to be failed, since no worker could take it.
     too_large: bool = False
+    #: The run's calling context (``composer_common.caller``), from the task's copy;
+    #: None: the run has none, or the task is not a TASK node.
+    context: Json = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +142,7 @@ async def grant_leases(
                 workflow_version=lease.workflow_version,
                 timeout_seconds=node.timeout_seconds if node is not None else None,
                 input_json=encoded,
+                context=lease.context,
             )
         )
     return answers

@@ -21,7 +21,7 @@ from typing import assert_never
 
 import composer_queue as cq
 import composer_repo as repo
-from composer_core.model import WorkflowDAG
+from composer_core.model import NodeType, WorkflowDAG
 from composer_core.statemachine import (
     Action,
     BufferSignal,
@@ -37,6 +37,7 @@ from composer_core.statemachine import (
     RetryTask,
     Run,
 )
+from composer_core.templates import Json
 from composer_engine._metrics import instruments
 from composer_engine._tx import Tx
 from composer_engine.errors import StaleSnapshot
@@ -61,8 +62,15 @@ class Effects:
     finished_run: repo.FinishedRun | None = None
 
 
-async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: Sequence[Action]) -> Effects:
-    """Write ``actions`` in order; a write that matches no row raises StaleSnapshot."""
+async def persist(
+    tx: Tx, dag: WorkflowDAG, run: Run, actions: Sequence[Action], *, context: Json = None
+) -> Effects:
+    """Write ``actions`` in order; a write that matches no row raises StaleSnapshot.
+
+    ``context``, the run's calling context (None: none), is copied onto every TASK
+    node's row: its lease hands it to the user's handler without reading the run's
+    row. Other tasks (control, waits, the built-in executors' HTTP and PYTHON
+    nodes) carry none."""
     effects = Effects()
     conn, run_id = tx.conn, run.run_id
     writes = tx.writes
@@ -86,6 +94,7 @@ async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: Sequence[Action])
                         max_attempts=(
                             dag.retry_policy(action.node_id).max_attempts if worker else None
                         ),
+                        context=context if action.node_type is NodeType.TASK else None,
                     )
                 )
                 if action.wake_at is not None:
@@ -123,6 +132,7 @@ async def persist(tx: Tx, dag: WorkflowDAG, run: Run, actions: Sequence[Action])
                     awaited_signal=action.awaited_signal,
                     queue=dag.queue(action.node_id) if worker else None,
                     max_attempts=dag.retry_policy(action.node_id).max_attempts if worker else None,
+                    context=context if action.node_type is NodeType.TASK else None,
                 ):
                     raise StaleSnapshot(f"node {action.node_id} of run {run_id} already has a task")
                 if action.wake_at is not None:

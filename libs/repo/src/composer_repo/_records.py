@@ -7,7 +7,7 @@ libs/repo depends on asyncpg's types.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from composer_core.model import NodeType, RunStatus, TaskState
@@ -101,6 +101,9 @@ class LockedRun:
 
     run: Run
     now: dt.datetime
+    #: The run's calling context document (None: it has none), which the TASK rows
+    #: this event inserts copy: a lease reads it from the task, not from the run.
+    context: Json = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +122,9 @@ class NewTask:
     awaited_signal: str | None = None
     queue: str | None = None
     max_attempts: int | None = None
+    #: The run's calling context, copied for the lease (None: none, or no handler of
+    #: the user's runs this task).
+    context: Json = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +148,13 @@ class LockedRuns:
     now: dt.datetime | None
     #: (run id, task id, attempt) → its lease, for every RUNNING attempt of those runs.
     leases: dict[tuple[str, str, int], LeaseHolder]
+    #: run id → its calling context, for the locked runs that have one.
+    contexts: dict[str, Json] = field(default_factory=dict)
+
+    def locked(self, run_id: str) -> LockedRun:
+        """One run of the batch as ``load_run`` would have returned it (it must be locked)."""
+        assert self.now is not None
+        return LockedRun(self.runs[run_id], self.now, self.contexts.get(run_id))
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +188,12 @@ class RunRecord:
     created_at: dt.datetime
     updated_at: dt.datetime
     completed_at: dt.datetime | None
+    #: The calling context of the start (``composer_common.caller``); None: none.
+    context: Json = None
+    #: The names of the API tokens that started, cancelled and last retried the run.
+    started_by: str | None = None
+    cancelled_by: str | None = None
+    retried_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +209,7 @@ class RunSummary:
     created_at: dt.datetime
     updated_at: dt.datetime
     completed_at: dt.datetime | None
+    started_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,6 +286,8 @@ class Lease:
     token: str = ""
     workflow_id: str = ""
     workflow_version: int = 0
+    #: The run's calling context, from the task's copy (None: none).
+    context: Json = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,7 +363,8 @@ class TaskAttempt:
 
 @dataclass(frozen=True, slots=True)
 class BufferedSignal:
-    """A signal kept for a run because no node was waiting for it when it arrived."""
+    """A signal sent to a run: buffered until a WAIT_FOR_EVENT node takes it, or taken
+    as it arrived (consumed at once; since V007)."""
 
     signal_id: str
     name: str
@@ -350,6 +373,8 @@ class BufferedSignal:
     consumed_at: dt.datetime | None
     #: The WAIT_FOR_EVENT node that took it (None while it waits).
     consumed_by: str | None
+    #: The name of the API token that sent it (None: sent by no token, or before V007).
+    sent_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

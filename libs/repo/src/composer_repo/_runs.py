@@ -39,8 +39,13 @@ async def insert_run(
     config: Json = None,
     idempotency_key: str | None = None,
     status: RunStatus = RunStatus.RUNNING,
+    started_by: str | None = None,
+    context: Json = None,
 ) -> StartedRun:
     """Create a run of a definition version that exists and is not deleted.
+
+    ``started_by`` is the name of the API token that started it; ``context`` its
+    calling context document (``composer_common.caller``; None: none).
 
     With an ``idempotency_key`` already used for this workflow, nothing is
     written and the existing run comes back (``created=False``); a concurrent
@@ -77,6 +82,8 @@ async def insert_run(
         input,
         config,
         idempotency_key,
+        started_by,
+        context,
     )
     if stored is None:
         raise RunAlreadyExists(run_id)
@@ -130,12 +137,13 @@ async def lock_runs(conn: Connection, run_ids: Collection[str]) -> LockedRuns:
         if t["state"] == "RUNNING":
             leases[(t["run_id"], t["id"], t["attempt"])] = LeaseHolder(t["lease_token"], t["queue"])
     runs = {r["id"]: _run(r["id"], r, nodes[r["id"]]) for r in rows}
-    return LockedRuns(runs, rows[0]["now"], leases)
+    contexts = {r["id"]: r["context"] for r in rows if r["context"] is not None}
+    return LockedRuns(runs, rows[0]["now"], leases, contexts)
 
 
 async def _snapshot(conn: Connection, run_id: str, row: Any) -> LockedRun:
     nodes = {t["node_id"]: _node_state(t) for t in await conn.fetch(q("load_task_states"), run_id)}
-    return LockedRun(_run(run_id, row, nodes), row["now"])
+    return LockedRun(_run(run_id, row, nodes), row["now"], row["context"])
 
 
 def _node_state(t: Any) -> NodeState:
@@ -192,6 +200,21 @@ async def reopen_run(
 
 
 @translated
+async def record_cancelled_by(conn: Connection, run_id: str, name: str) -> None:
+    """Record who cancelled the run (their API token's name), in the cancel's
+    transaction. Raises NotFound."""
+    if await conn.fetchval(q("record_cancelled_by"), run_id, name) is None:
+        raise NotFound(f"workflow run {run_id} does not exist")
+
+
+@translated
+async def record_retried_by(conn: Connection, run_id: str, name: str) -> None:
+    """Record who last retried the run, in the retry's transaction. Raises NotFound."""
+    if await conn.fetchval(q("record_retried_by"), run_id, name) is None:
+        raise NotFound(f"workflow run {run_id} does not exist")
+
+
+@translated
 async def finish_run(
     conn: Connection,
     run_id: str,
@@ -238,6 +261,10 @@ async def get_run(conn: Connection, run_id: str) -> RunRecord:
         created_at=r["created_at"],
         updated_at=r["updated_at"],
         completed_at=r["completed_at"],
+        context=r["context"],
+        started_by=r["started_by"],
+        cancelled_by=r["cancelled_by"],
+        retried_by=r["retried_by"],
     )
 
 
@@ -289,6 +316,7 @@ async def list_runs(
             created_at=r["created_at"],
             updated_at=r["updated_at"],
             completed_at=r["completed_at"],
+            started_by=r["started_by"],
         )
         for r in rows[:limit]
     ]

@@ -1,10 +1,12 @@
-"""Buffered signals: kept until a WAIT_FOR_EVENT node takes them, oldest first."""
+"""Signals: buffered until a WAIT_FOR_EVENT node takes them, oldest first; every
+signal a run got is kept with who sent it."""
 
 from __future__ import annotations
 
 from composer_core.statemachine import Signal
 from composer_core.templates import Json
 from composer_repo._db import Connection, translated
+from composer_repo._errors import NotFound
 from composer_repo._records import BufferedSignal
 from composer_repo._sql import q
 
@@ -15,6 +17,29 @@ async def buffer_signal(
 ) -> None:
     """Store a signal no node was waiting for when it arrived."""
     await conn.execute(q("buffer_signal"), signal_id, run_id, name, payload)
+
+
+@translated
+async def record_signal_sender(conn: Connection, run_id: str, signal_id: str, sent_by: str) -> None:
+    """Record who sent a signal this transaction buffered (their API token's name)."""
+    if await conn.fetchval(q("record_signal_sender"), run_id, signal_id, sent_by) is None:
+        raise NotFound(f"run {run_id} has no signal {signal_id}")
+
+
+@translated
+async def record_taken_signal(
+    conn: Connection,
+    run_id: str,
+    signal_id: str,
+    name: str,
+    payload: Json = None,
+    *,
+    node_id: str,
+    sent_by: str | None = None,
+) -> None:
+    """Keep a signal the waiting node ``node_id`` took as it arrived, consumed at once,
+    so that the run's signals (``run_signals``) list it with who sent it."""
+    await conn.execute(q("record_taken_signal"), signal_id, run_id, name, payload, node_id, sent_by)
 
 
 @translated
@@ -33,8 +58,8 @@ async def consume_signal(conn: Connection, run_id: str, signal_id: str, *, node_
 
 @translated
 async def run_signals(conn: Connection, run_id: str) -> list[BufferedSignal]:
-    """Every signal buffered for the run, consumed or not, oldest first. A signal a
-    waiting node took as it arrived was never buffered and is not listed."""
+    """Every signal of the run, consumed or not, oldest first, with who sent it. One a
+    waiting node took as it arrived is listed consumed (since V007; not before)."""
     rows = await conn.fetch(q("run_signals"), run_id)
     return [
         BufferedSignal(
@@ -44,6 +69,7 @@ async def run_signals(conn: Connection, run_id: str) -> list[BufferedSignal]:
             created_at=r["created_at"],
             consumed_at=r["consumed_at"],
             consumed_by=r["consumed_by"],
+            sent_by=r["sent_by"],
         )
         for r in rows
     ]

@@ -38,9 +38,11 @@ async def insert_task(
     awaited_signal: str | None = None,
     queue: str | None = None,
     max_attempts: int | None = None,
+    context: Json = None,
 ) -> bool:
     """Insert a node's one task; ``queue`` and ``max_attempts`` (its node's attempt
-    budget, handed out with each lease) for a task that goes to a worker.
+    budget, handed out with each lease) for a task that goes to a worker, and
+    ``context``, the run's calling context its lease hands to the handler.
 
     Returns False, without raising, when the node already has a task in this
     run (the unique (run_id, node_id) index): two decisions raced, or the
@@ -61,6 +63,7 @@ async def insert_task(
         awaited_signal,
         queue,
         max_attempts,
+        context,
     )
     return inserted is not None
 
@@ -85,6 +88,7 @@ async def insert_tasks(conn: Connection, tasks: Sequence[NewTask]) -> set[str]:
         [t.awaited_signal for t in tasks],
         [t.queue for t in tasks],
         [t.max_attempts for t in tasks],
+        [t.context for t in tasks],
     )
     return {r["id"] for r in rows}
 
@@ -303,6 +307,7 @@ async def acquire_leases(conn: Connection, requests: Sequence[LeaseRequest]) -> 
                 token=row["lease_token"],
                 workflow_id=row["workflow_id"],
                 workflow_version=row["version"],
+                context=row["context"],
             )
         )
     return leases

@@ -9,14 +9,19 @@ async def charge(ctx: TaskContext, input: Charge) -> dict:
     return {"charged": input.amount, "key": ctx.idempotency_key}
 
 await worker.run()
+
+``ctx.caller`` (a ``Caller``: name, role, metadata; None when the run has none) says
+who started the run and the request metadata they passed.
 """
 
+from composer_common.caller import Caller
 from composer_sdk._handler import Outcome, TaskContext
 from composer_sdk._worker import Worker, WorkerConfig
 from composer_sdk.errors import CoordinatorUnavailable, PermanentError, SdkError, TaskFailed
 from composer_sdk.testing import run_handler
 
 __all__ = [
+    "Caller",
     "CoordinatorUnavailable",
     "Outcome",
     "PermanentError",

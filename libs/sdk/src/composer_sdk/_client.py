@@ -119,6 +119,8 @@ class Lease:
     timeout_seconds: float | None = None
     #: The TTL granted (the coordinator cuts one above its maximum); 0: as asked.
     ttl: float = 0.0
+    #: The run's calling context as JSON ("": none, or a coordinator that predates it).
+    context_json: str = ""
 
 
 class Coordinator(Protocol):
@@ -280,6 +282,7 @@ class CoordinatorClient:
             workflow_version=reply.workflow_version,
             timeout_seconds=reply.timeout_seconds or None,
             ttl=reply.ttl_seconds,
+            context_json=reply.context_json,
         )
 
     async def renew(

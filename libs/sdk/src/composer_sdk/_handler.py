@@ -13,6 +13,7 @@ from typing import Any, Literal, get_type_hints
 from pydantic import BaseModel, ValidationError
 
 from composer_common import limits
+from composer_common.caller import Caller
 from composer_rpc.codes import ErrorCode
 from composer_sdk.errors import TaskFailed
 
@@ -33,6 +34,10 @@ class TaskContext:
     #: Seconds this attempt may run (the node's timeout_seconds, or the worker's default).
     timeout: float | None = None
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("composer.task"))
+    #: Who started the run (their API token's name and role) and the request metadata
+    #: they passed with the start; None when the run has no calling context (started
+    #: by no API token, or before the coordinator sent it).
+    caller: Caller | None = None
 
     @property
     def idempotency_key(self) -> str:
@@ -43,6 +48,17 @@ class TaskContext:
     def is_last_attempt(self) -> bool:
         """True when a failure now fails the node for good (time for give-up side effects)."""
         return self.attempt + 1 >= self.max_attempts
+
+
+def caller_of(context_json: str) -> Caller | None:
+    """The caller a lease's calling context names (None: none, or not one we read)."""
+    if not context_json:
+        return None
+    try:
+        document = json.loads(context_json)
+    except ValueError:
+        return None
+    return Caller.from_document(document)
 
 
 @dataclass(frozen=True, slots=True)

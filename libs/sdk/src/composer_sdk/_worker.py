@@ -55,7 +55,7 @@ from composer_sdk._client import (
     CoordinatorClient,
     Lease,
 )
-from composer_sdk._handler import Handler, HandlerFn, Outcome, TaskContext
+from composer_sdk._handler import Handler, HandlerFn, Outcome, TaskContext, caller_of
 from composer_sdk.errors import CoordinatorUnavailable, SdkError
 
 log = logging.getLogger("composer.sdk")
@@ -564,6 +564,7 @@ class Worker:
             lease.workflow_version,
             timeout,
             logging.getLogger(f"composer.task.{handler.queue}"),
+            caller_of(lease.context_json),
         )
         task_input = json.loads(lease.input_json) if lease.input_json else None
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from composer_common.caller import Caller
 from composer_sdk._handler import Handler, HandlerFn, Outcome, TaskContext
 
 
@@ -23,10 +24,20 @@ async def run_handler(
     workflow_id: str = "test-workflow",
     workflow_version: int = 1,
     timeout: float | None = None,
+    caller: Caller | None = None,
 ) -> Outcome:
-    """Invoke ``fn`` exactly as a worker would and return the Outcome it would report."""
+    """Invoke ``fn`` exactly as a worker would and return the Outcome it would report
+    (``caller``: the ``ctx.caller`` it sees)."""
     handler = Handler.of("test", fn)
     ctx = TaskContext(
-        task_id, run_id, node_id, attempt, max_attempts, workflow_id, workflow_version
+        task_id,
+        run_id,
+        node_id,
+        attempt,
+        max_attempts,
+        workflow_id,
+        workflow_version,
+        timeout,
+        caller=caller,
     )
     return await handler.invoke(ctx, input, timeout)

@@ -26,6 +26,7 @@ from composer_api_gateway.problems import ApiProblem, from_engine, from_repo
 from composer_api_gateway.routes import ROUTES, Handler, Route
 from composer_api_gateway.state import (
     AUTH,
+    CALLER,
     CONFIG,
     DOCS,
     ENGINE,
@@ -86,8 +87,9 @@ def guarded(route: Route, auth: Authenticator) -> Handler:
     action = f"{route.method} {route.path}"
 
     async def handler(request: web.Request) -> web.StreamResponse:
-        role = auth.role_of(request.headers.get("Authorization"))
-        auth.require(role, needed, action)
+        caller = auth.caller_of(request.headers.get("Authorization"))
+        auth.require(caller.role, needed, action)
+        request[CALLER] = caller
         return await route.handler(request)
 
     handler.__name__ = route.handler.__name__

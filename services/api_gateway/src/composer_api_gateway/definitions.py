@@ -24,7 +24,7 @@ from composer_api_gateway.models import (
     WorkflowSummary,
 )
 from composer_api_gateway.problems import ApiProblem
-from composer_api_gateway.state import POOL, WORKFLOWS
+from composer_api_gateway.state import CALLER, POOL, WORKFLOWS
 from composer_core.errors import DefinitionInvalid, Problem
 from composer_core.model import DEFAULT_LIMITS
 from composer_engine import ValidDefinition, validate_definition
@@ -96,7 +96,9 @@ async def parse_body(request: web.Request) -> ValidDefinition:
 
 async def create(request: web.Request) -> web.Response:
     query = bodies.read_query(request, DeployQuery)
-    definition = await request.app[WORKFLOWS].create(await parse_body(request), deploy=query.deploy)
+    definition = await request.app[WORKFLOWS].create(
+        await parse_body(request), deploy=query.deploy, created_by=request[CALLER].name
+    )
     return json_response(
         DefinitionCreated(
             id=definition.workflow_id,

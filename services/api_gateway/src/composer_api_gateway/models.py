@@ -4,6 +4,10 @@ The same models validate requests, serialize answers and become the
 OpenAPI document's schemas, so the spec cannot drift from the code.
 Requests forbid unknown fields: a misspelt ``idempotency_kye`` must be an
 error, not a silently non-idempotent start.
+
+Payloads are redacted for the viewer role (``redacted: true``, each payload
+field null) unless the run's workflow sets ``viewers_see_payloads: true``:
+``REDACTION`` says which fields, and the OpenAPI document repeats it.
 """
 
 from __future__ import annotations
@@ -17,6 +21,15 @@ from composer_core.model import NodeType, RunStatus, TaskState
 
 #: Any JSON value (inputs, outputs, payloads).
 JsonValue = Any
+
+REDACTION = (
+    "true: this answer went to a viewer token and the workflow does not set "
+    "viewers_see_payloads, so its payload fields ({fields}) are null whatever they hold"
+)
+
+
+def _redacted(fields: str) -> Any:
+    return Field(default=False, description=REDACTION.format(fields=fields))
 
 
 class Request(BaseModel):
@@ -54,7 +67,7 @@ class VersionSummary(Response):
     version: int
     name: str
     webhook_url: str | None
-    created_by: str | None
+    created_by: str | None = Field(description="the name of the API token that created it")
     deployed: bool
     deployed_at: dt.datetime | None
     created_at: dt.datetime
@@ -73,7 +86,7 @@ class VersionDetail(Response):
     version: int
     name: str
     webhook_url: str | None
-    created_by: str | None
+    created_by: str | None = Field(description="the name of the API token that created it")
     deployed: bool
     deployed_at: dt.datetime | None
     created_at: dt.datetime
@@ -107,6 +120,12 @@ class StartRun(Request):
         description="a repeated key answers 200 with the run it started, changing nothing",
     )
     start_node: str | None = Field(default=None, min_length=1, max_length=64)
+    context: dict[str, JsonValue] | None = Field(
+        default=None,
+        description="request metadata of your choosing (a JSON object, at most "
+        "COMPOSER_MAX_CONTEXT_BYTES as JSON), kept with the run beside who started it "
+        "and handed to its TASK handlers as ctx.caller.metadata",
+    )
 
 
 class RunStarted(Response):
@@ -135,6 +154,34 @@ class Task(Response):
     updated_at: dt.datetime
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
+    redacted: bool = _redacted("input, output, error")
+
+
+class Signal(Response):
+    """A signal sent to the run: buffered until a node took it, or taken as it arrived."""
+
+    signal_id: str
+    name: str
+    payload: JsonValue = None
+    sent_by: str | None = Field(default=None, description="the name of the API token that sent it")
+    created_at: dt.datetime
+    consumed_at: dt.datetime | None = None
+    consumed_by: str | None = Field(
+        default=None, description="the WAIT_FOR_EVENT node that took it; null: still buffered"
+    )
+    redacted: bool = _redacted("payload")
+
+
+class Caller(Response):
+    name: str = Field(description="the name of the API token")
+    role: str = Field(description="admin, operator or viewer")
+
+
+class CallingContext(Response):
+    """Who started the run and the request metadata they passed (StartRun.context)."""
+
+    caller: Caller
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
 
 
 class Run(Response):
@@ -150,7 +197,24 @@ class Run(Response):
     created_at: dt.datetime
     updated_at: dt.datetime
     completed_at: dt.datetime | None = None
+    started_by: str | None = Field(
+        default=None, description="the name of the API token that started the run"
+    )
+    cancelled_by: str | None = Field(
+        default=None, description="the name of the API token that cancelled it"
+    )
+    retried_by: str | None = Field(
+        default=None, description="the name of the API token that last retried it"
+    )
+    context: CallingContext | None = Field(
+        default=None,
+        description="the calling context of the start; null when it has none (or redacted)",
+    )
+    redacted: bool = _redacted("input, config, output, error, context")
     tasks: list[Task]
+    signals: list[Signal] = Field(
+        default_factory=list, description="every signal sent to the run, oldest first"
+    )
 
 
 class RunSummary(Response):
@@ -163,6 +227,10 @@ class RunSummary(Response):
     created_at: dt.datetime
     updated_at: dt.datetime
     completed_at: dt.datetime | None = None
+    started_by: str | None = Field(
+        default=None, description="the name of the API token that started the run"
+    )
+    redacted: bool = _redacted("error")
 
 
 class RunList(Response):
@@ -237,6 +305,7 @@ class Problem(BaseModel):
 
 
 class Identity(Response):
+    name: str = Field(description="the token's name (what audit fields record)")
     role: str = Field(description="admin, operator or viewer")
 
 

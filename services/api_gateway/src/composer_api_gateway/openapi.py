@@ -147,7 +147,9 @@ def build_spec(routes: tuple[Route, ...] = ROUTES, *, version: str = "0.1.0") ->
                 "bearer": {
                     "type": "http",
                     "scheme": "bearer",
-                    "description": "A token from COMPOSER_API_TOKENS; roles admin ⊇ operator ⊇ viewer",
+                    "description": "A token from COMPOSER_API_TOKENS (name=token:role); roles "
+                    "admin ⊇ operator ⊇ viewer. Its name is what audit fields record; a viewer "
+                    "sees payloads redacted unless the workflow sets viewers_see_payloads.",
                 }
             },
         },

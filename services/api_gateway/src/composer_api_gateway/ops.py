@@ -13,7 +13,7 @@ from aiohttp import web
 
 from composer_api_gateway.definitions import json_response
 from composer_api_gateway.models import Health, Identity
-from composer_api_gateway.state import AUTH, DOCS, SPEC
+from composer_api_gateway.state import CALLER, DOCS, SPEC
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -23,9 +23,10 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def whoami(request: web.Request) -> web.Response:
-    """The role of the caller's token (the web UI shows only the actions it allows)."""
-    role = request.app[AUTH].role_of(request.headers.get("Authorization"))
-    return json_response(Identity(role=role.label))
+    """The name and role of the caller's token (the web UI shows only the actions the
+    role allows)."""
+    caller = request[CALLER]
+    return json_response(Identity(name=caller.name, role=caller.role.label))
 
 
 async def openapi(request: web.Request) -> web.Response:

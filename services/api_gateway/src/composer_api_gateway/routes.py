@@ -42,6 +42,13 @@ Body = type[BaseModel] | Literal["definition", "payload"] | None
 #: A model for a JSON answer, or a media type for another kind of answer.
 Answer = type[BaseModel] | str
 
+#: What every answer with run data says about the viewer role.
+REDACTED = (
+    " For a viewer token, payloads (run input, config, output, error and context; task "
+    "input, output and error; signal payloads) are null with `redacted: true`, unless the "
+    "run's workflow sets `viewers_see_payloads: true`."
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Route:
@@ -138,7 +145,9 @@ ROUTES: tuple[Route, ...] = (
         body=StartRun,
         errors=(400, 404, 409, 413, 503),
         description="201 for a new run. A repeated idempotency_key answers 200 with the run "
-        "it started and changes nothing. A client run_id already in use answers 409.",
+        "it started and changes nothing. A client run_id already in use answers 409. The "
+        "run records the token's name (started_by); with `context`, your request metadata "
+        "is kept beside it and handed to the run's TASK handlers (ctx.caller in the SDK).",
     ),
     Route(
         "GET",
@@ -150,17 +159,20 @@ ROUTES: tuple[Route, ...] = (
         {200: RunList},
         query=RunListQuery,
         errors=(400, 503),
-        description="Pass the answer's next_cursor as ?cursor= for the next page.",
+        description="Pass the answer's next_cursor as ?cursor= for the next page." + REDACTED,
     ),
     Route(
         "GET",
         "/v1/runs/{run_id}",
         runs.show,
-        "One run with every task",
+        "One run with every task and signal",
         "runs",
         Role.VIEWER,
         {200: Run},
         errors=(400, 404, 503),
+        description="With who started, cancelled and last retried it (started_by, "
+        "cancelled_by, retried_by: the names of their API tokens) and who sent each "
+        "signal (sent_by)." + REDACTED,
     ),
     Route(
         "GET",
@@ -173,7 +185,8 @@ ROUTES: tuple[Route, ...] = (
         query=ResultQuery,
         errors=(400, 404, 503),
         description="Long-polls up to ?timeout= seconds. 200 with the run once it is "
-        "terminal; 202 with the run as it is now when the timeout passes first (ask again).",
+        "terminal; 202 with the run as it is now when the timeout passes first (ask again)."
+        + REDACTED,
     ),
     Route(
         "POST",
@@ -221,7 +234,7 @@ ROUTES: tuple[Route, ...] = (
         "GET",
         "/v1/whoami",
         ops.whoami,
-        "The role of this token",
+        "The name and role of this token",
         "operations",
         Role.VIEWER,
         {200: Identity},

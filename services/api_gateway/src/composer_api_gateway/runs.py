@@ -1,9 +1,16 @@
 """Handlers of /v1/runs: start, list, show, await the result, signal, cancel, retry.
 
-Writes go through libs/engine (lock → decide → persist → commit); reads call
-libs/repo directly. Cursors are opaque to clients: a versioned, base64url
-wrapper around the repository's cursor, so its form can change without
-breaking anyone who stored one.
+Writes go through libs/engine (lock → decide → persist → commit), each with
+the name of the token behind it (who started, signalled, cancelled or retried
+the run); reads call libs/repo directly. Cursors are opaque to clients: a
+versioned, base64url wrapper around the repository's cursor, so its form can
+change without breaking anyone who stored one.
+
+What a viewer token reads has its payloads redacted (``redacted: true``, the
+payload fields null) unless the run's workflow sets ``viewers_see_payloads``:
+inputs, configs, outputs, errors and signal payloads can hold what a viewer
+should not see (an API key in a config, an Authorization header resolved into
+a task's input).
 """
 
 from __future__ import annotations
@@ -15,8 +22,10 @@ from aiohttp import web
 
 import composer_repo as repo
 from composer_api_gateway import bodies
+from composer_api_gateway.auth import Caller, Role
 from composer_api_gateway.definitions import json_response
 from composer_api_gateway.models import (
+    CallingContext,
     CancelRun,
     ResultQuery,
     RetryRun,
@@ -25,12 +34,15 @@ from composer_api_gateway.models import (
     RunListQuery,
     RunStarted,
     RunSummary,
+    Signal,
     SignalDelivered,
     StartRun,
     Task,
 )
 from composer_api_gateway.problems import bad_request
-from composer_api_gateway.state import CONFIG, ENGINE, POOL, WAITERS
+from composer_api_gateway.state import CALLER, CONFIG, ENGINE, POOL, WAITERS
+from composer_common import caller as calling
+from composer_engine import DefinitionCache
 
 #: The status a long-poll answers when the run is still going: "ask again".
 STILL_RUNNING = 202
@@ -55,24 +67,74 @@ def decode_cursor(cursor: str) -> str:
     return text[len(_CURSOR_PREFIX) :]
 
 
-async def load(pool: repo.Pool, run_id: str) -> Run:
-    """The run with its tasks, read in one transaction (a consistent pair)."""
-    async with repo.transaction(pool) as conn:
+async def shows_payloads(
+    conn: repo.Connection,
+    definitions: DefinitionCache,
+    caller: Caller,
+    workflow_id: str,
+    version: int,
+) -> bool:
+    """Whether ``caller`` sees the payloads of a run of this workflow version:
+    operators and admins always; viewers when the definition says
+    ``viewers_see_payloads: true``."""
+    if caller.role >= Role.OPERATOR:
+        return True
+    dag = await definitions.get(conn, workflow_id, version)
+    return dag.spec.viewers_see_payloads
+
+
+def _context(document: object) -> CallingContext | None:
+    found = calling.Caller.from_document(document)
+    if found is None:
+        return None
+    return CallingContext.model_validate(
+        {"caller": {"name": found.name, "role": found.role}, "metadata": dict(found.metadata)}
+    )
+
+
+async def load(request: web.Request, run_id: str) -> Run:
+    """The run with its tasks and signals, read in one transaction (a consistent
+    view), its payloads redacted when the caller may not see them."""
+    caller = request[CALLER]
+    async with repo.transaction(request.app[POOL]) as conn:
         r = await repo.get_run(conn, run_id)
         tasks = await repo.get_run_tasks(conn, run_id)
+        signals = await repo.run_signals(conn, run_id)
+        shown = await shows_payloads(
+            conn, request.app[ENGINE].definitions, caller, r.workflow_id, r.version
+        )
+    hidden = not shown
     return Run(
         run_id=r.run_id,
         workflow_id=r.workflow_id,
         version=r.version,
         status=r.status,
-        input=r.input,
-        config=r.config,
-        output=r.output,
-        error=r.error,
+        input=None if hidden else r.input,
+        config=None if hidden else r.config,
+        output=None if hidden else r.output,
+        error=None if hidden else r.error,
         idempotency_key=r.idempotency_key,
         created_at=r.created_at,
         updated_at=r.updated_at,
         completed_at=r.completed_at,
+        started_by=r.started_by,
+        cancelled_by=r.cancelled_by,
+        retried_by=r.retried_by,
+        context=None if hidden else _context(r.context),
+        redacted=hidden,
+        signals=[
+            Signal(
+                signal_id=s.signal_id,
+                name=s.name,
+                payload=None if hidden else s.payload,
+                sent_by=s.sent_by,
+                created_at=s.created_at,
+                consumed_at=s.consumed_at,
+                consumed_by=s.consumed_by,
+                redacted=hidden,
+            )
+            for s in signals
+        ],
         tasks=[
             Task(
                 task_id=t.task_id,
@@ -80,9 +142,9 @@ async def load(pool: repo.Pool, run_id: str) -> Run:
                 type=t.node_type,
                 state=t.state,
                 attempt=t.attempt,
-                input=t.input,
-                output=t.output,
-                error=t.error,
+                input=None if hidden else t.input,
+                output=None if hidden else t.output,
+                error=None if hidden else t.error,
                 error_code=t.error_code,
                 queue=t.queue,
                 branches=None if t.branches is None else list(t.branches),
@@ -92,6 +154,7 @@ async def load(pool: repo.Pool, run_id: str) -> Run:
                 updated_at=t.updated_at,
                 started_at=t.started_at,
                 finished_at=t.finished_at,
+                redacted=hidden,
             )
             for t in tasks
         ],
@@ -108,6 +171,13 @@ def check_run_input(request: web.Request, input: object, config: object) -> None
 async def start(request: web.Request) -> web.Response:
     body = await bodies.read_model(request, StartRun)
     check_run_input(request, body.input, body.config)
+    bodies.check_size(
+        body.context,
+        "start context",
+        request.app[CONFIG].max_context_bytes,
+        "COMPOSER_MAX_CONTEXT_BYTES",
+    )
+    who = request[CALLER]
     started = await request.app[ENGINE].start(
         body.workflow_id,
         version=body.version,
@@ -116,6 +186,7 @@ async def start(request: web.Request) -> web.Response:
         run_id=body.run_id,
         idempotency_key=body.idempotency_key,
         start_node=body.start_node,
+        caller=calling.Caller(who.name, who.role.label, body.context or {}),
     )
     return json_response(
         RunStarted(run_id=started.run_id, status=started.status, created=started.created),
@@ -133,6 +204,8 @@ async def list_runs(request: web.Request) -> web.Response:
         if value is not None and value.tzinfo is None:
             raise bad_request(f"{name} needs a time zone, e.g. 2026-01-01T00:00:00Z")
     cursor = decode_cursor(query.cursor) if query.cursor else None
+    caller = request[CALLER]
+    definitions = request.app[ENGINE].definitions
     async with repo.transaction(request.app[POOL]) as conn:
         page = await repo.list_runs(
             conn,
@@ -143,6 +216,10 @@ async def list_runs(request: web.Request) -> web.Response:
             cursor=cursor,
             limit=query.limit,
         )
+        shown = {
+            key: await shows_payloads(conn, definitions, caller, *key)
+            for key in {(s.workflow_id, s.version) for s in page.runs}
+        }
     return json_response(
         RunList(
             runs=[
@@ -151,11 +228,13 @@ async def list_runs(request: web.Request) -> web.Response:
                     workflow_id=s.workflow_id,
                     version=s.version,
                     status=s.status,
-                    error=s.error,
+                    error=s.error if shown[(s.workflow_id, s.version)] else None,
                     idempotency_key=s.idempotency_key,
                     created_at=s.created_at,
                     updated_at=s.updated_at,
                     completed_at=s.completed_at,
+                    started_by=s.started_by,
+                    redacted=not shown[(s.workflow_id, s.version)],
                 )
                 for s in page.runs
             ],
@@ -166,7 +245,7 @@ async def list_runs(request: web.Request) -> web.Response:
 
 async def show(request: web.Request) -> web.Response:
     run_id = bodies.run_id_param(request)
-    return json_response(await load(request.app[POOL], run_id))
+    return json_response(await load(request, run_id))
 
 
 async def result(request: web.Request) -> web.Response:
@@ -174,10 +253,9 @@ async def result(request: web.Request) -> web.Response:
     run_id = bodies.run_id_param(request)
     query = bodies.read_query(request, ResultQuery)
     timeout = min(query.timeout, request.app[CONFIG].max_wait_seconds)
-    pool = request.app[POOL]
 
     async def read() -> Run:
-        return await load(pool, run_id)
+        return await load(request, run_id)
 
     run, finished = await request.app[WAITERS].wait(
         run_id, timeout, read, lambda r: r.status.is_terminal
@@ -195,7 +273,9 @@ async def signal(request: web.Request) -> web.Response:
     limit = request.app[CONFIG].max_signal_bytes
     bodies.check_size(payload, "signal payload", limit, "COMPOSER_MAX_SIGNAL_BYTES")
     key = idempotency_key(request)
-    delivered = await request.app[ENGINE].signal(run_id, name, payload, idempotency_key=key)
+    delivered = await request.app[ENGINE].signal(
+        run_id, name, payload, idempotency_key=key, sent_by=request[CALLER].name
+    )
     return json_response(SignalDelivered(delivered=delivered))
 
 
@@ -212,8 +292,8 @@ def idempotency_key(request: web.Request) -> str | None:
 async def cancel(request: web.Request) -> web.Response:
     run_id = bodies.run_id_param(request)
     body = await bodies.read_model(request, CancelRun)
-    await request.app[ENGINE].cancel(run_id, body.reason)
-    return json_response(await load(request.app[POOL], run_id))
+    await request.app[ENGINE].cancel(run_id, body.reason, cancelled_by=request[CALLER].name)
+    return json_response(await load(request, run_id))
 
 
 async def retry(request: web.Request) -> web.Response:
@@ -221,6 +301,11 @@ async def retry(request: web.Request) -> web.Response:
     body = await bodies.read_model(request, RetryRun)
     check_run_input(request, body.input, body.config)
     await request.app[ENGINE].retry(
-        run_id, body.from_node, version=body.version, input=body.input, config=body.config
+        run_id,
+        body.from_node,
+        version=body.version,
+        input=body.input,
+        config=body.config,
+        retried_by=request[CALLER].name,
     )
-    return json_response(await load(request.app[POOL], run_id))
+    return json_response(await load(request, run_id))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from composer_common import limits
+from composer_common.caller import DEFAULT_MAX_CONTEXT_BYTES
 from composer_service import ServerSettings
 
 
@@ -10,7 +11,8 @@ class GatewaySettings(ServerSettings):
     #: Bind address; containers set 0.0.0.0.
     api_host: str = "127.0.0.1"
     api_port: int = 8080
-    #: ``token:role,…`` with roles admin, operator, viewer. Empty: every /v1 call is refused.
+    #: ``name=token:role,…`` with roles admin, operator, viewer (``token:role`` entries are
+    #: still read: composer_api_gateway.auth names them). Empty: every /v1 call is refused.
     #: Outside COMPOSER_DEV_MODE each token must be a random secret of 32 characters or more.
     api_tokens: str = ""
     #: COMPOSER_ALLOWED_HOSTS: the host names (comma-separated, any port) the API answers for;
@@ -24,6 +26,10 @@ class GatewaySettings(ServerSettings):
     max_run_input_bytes: int = limits.DEFAULT_MAX_RUN_INPUT_BYTES
     #: COMPOSER_MAX_SIGNAL_BYTES: the largest signal payload, as JSON; larger ones answer 413.
     max_signal_bytes: int = limits.DEFAULT_MAX_SIGNAL_BYTES
+    #: COMPOSER_MAX_CONTEXT_BYTES: the largest request metadata (``context``) a start may
+    #: carry, as JSON; larger ones answer 413. It is copied onto each TASK node's row and
+    #: sent with each of their leases: keep it small.
+    max_context_bytes: int = DEFAULT_MAX_CONTEXT_BYTES
     #: The longest ``?timeout=`` a result long-poll may ask for; larger ones are cut to it.
     api_max_wait_seconds: float = 60.0
     #: How often a long-poll re-reads the run when no run-finished hint comes.

@@ -8,10 +8,11 @@ from aiohttp import web
 
 import composer_queue
 import composer_repo as repo
-from composer_api_gateway.auth import Authenticator
+from composer_api_gateway.auth import Authenticator, Caller
 from composer_api_gateway.hosts import LOOPBACK_HOSTS
 from composer_api_gateway.waiters import RunWaiters
 from composer_common import limits
+from composer_common.caller import DEFAULT_MAX_CONTEXT_BYTES
 from composer_engine import Engine, Workflows
 
 
@@ -26,6 +27,8 @@ class GatewayConfig:
     max_body_bytes: int = 2 * 1024 * 1024
     max_run_input_bytes: int = limits.DEFAULT_MAX_RUN_INPUT_BYTES
     max_signal_bytes: int = limits.DEFAULT_MAX_SIGNAL_BYTES
+    #: COMPOSER_MAX_CONTEXT_BYTES: the request metadata a start may carry (``context``).
+    max_context_bytes: int = DEFAULT_MAX_CONTEXT_BYTES
     max_wait_seconds: float = 60.0
     result_poll_seconds: float = 2.0
     #: The Host names the API answers for (composer_api_gateway.hosts).
@@ -44,3 +47,5 @@ WAITERS = web.AppKey("waiters", RunWaiters)
 #: The OpenAPI document and the docs page, built once from the route table.
 SPEC = web.AppKey("openapi", dict)
 DOCS = web.AppKey("docs", str)
+#: Who sent the request (its token's name and role), set by the auth check of its route.
+CALLER = web.RequestKey("caller", Caller)

@@ -178,6 +178,9 @@ class WorkerService(WorkerServiceServicer):
             workflow_version=grant.workflow_version,
             timeout_seconds=grant.timeout_seconds or 0.0,
             ttl_seconds=ttl,
+            context_json=""
+            if grant.context is None
+            else json.dumps(grant.context, separators=(",", ":"), ensure_ascii=False),
         )
 
     async def _renew(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from composer_core.model._limits import MAX_SECONDS
 from composer_core.model._states import NodeType
@@ -78,5 +78,10 @@ class WorkflowSpec(_Strict):
     start: str | None = None
     webhook_url: str | None = None
     output: Any = None
+    #: Whether tokens with the viewer role see this workflow's payloads in the API:
+    #: run input, config, output and error, task input, output and error, signal
+    #: payloads. Off by default: they are redacted for viewers (operators and admins
+    #: always see them).
+    viewers_see_payloads: StrictBool = False
     nodes: list[Node]
     edges: list[Edge] = Field(default_factory=list)

@@ -100,8 +100,9 @@ SELECT r.id, r.status, now() AS now
  WHERE k.workflow_id = $1 AND k.idempotency_key = $2;
 
 -- name: insert_run
-INSERT INTO workflow_runs (id, workflow_id, version, status, input, config, idempotency_key)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+INSERT INTO workflow_runs (id, workflow_id, version, status, input, config, idempotency_key,
+                           started_by, context)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 ON CONFLICT (id) DO NOTHING
 RETURNING status, now() AS now;
 
@@ -110,10 +111,11 @@ RETURNING status, now() AS now;
 -- held until commit, serializes all events of one run. It also returns the
 -- event's clock, read after the lock (every time the event persists is it).
 -- Buffered signals are read only when the machine asks (a WAIT_FOR_EVENT parks).
-SELECT s.workflow_id, s.version, s.status, s.input, s.config,
+-- The calling context comes along: the TASK rows the event inserts copy it (V007).
+SELECT s.workflow_id, s.version, s.status, s.input, s.config, s.context,
        -- evaluated above the row lock (a subquery with FOR UPDATE is not flattened)
        set_config('composer.now', clock_timestamp()::text, true)::timestamptz AS now
-  FROM (SELECT r.workflow_id, r.version, r.status, r.input, r.config
+  FROM (SELECT r.workflow_id, r.version, r.status, r.input, r.config, r.context
           FROM workflow_runs r
          WHERE r.id = $1
            FOR UPDATE) s;
@@ -131,7 +133,7 @@ SELECT node_id, id, state, attempt, branches, awaited_signal, error
 -- after the last lock was granted. A run another transaction holds is skipped:
 -- its event is applied on its own, waiting for the lock.
 WITH locked AS MATERIALIZED (
-    SELECT r.id, r.workflow_id, r.version, r.status, r.input, r.config
+    SELECT r.id, r.workflow_id, r.version, r.status, r.input, r.config, r.context
       FROM workflow_runs r
      WHERE r.id = ANY($1::text[])
      ORDER BY r.id
@@ -140,7 +142,7 @@ WITH locked AS MATERIALIZED (
     SELECT set_config('composer.now', clock_timestamp()::text, true)::timestamptz AS now
       FROM (SELECT count(*) FROM locked) c
 )
-SELECT l.id, l.workflow_id, l.version, l.status, l.input, l.config, clock.now
+SELECT l.id, l.workflow_id, l.version, l.status, l.input, l.config, l.context, clock.now
   FROM clock, locked l;
 
 -- name: load_task_states_of_runs
@@ -179,9 +181,17 @@ RETURNING workflow_id, version, created_at, completed_at,
 
 -- name: get_run
 SELECT id, workflow_id, version, status, input, config, output, error, idempotency_key,
-       created_at, updated_at, completed_at
+       created_at, updated_at, completed_at, context, started_by, cancelled_by, retried_by
   FROM workflow_runs
  WHERE id = $1;
+
+-- name: record_cancelled_by
+-- Who cancelled the run (the name of their API token), in the cancel's transaction.
+UPDATE workflow_runs SET cancelled_by = $2 WHERE id = $1 RETURNING 1;
+
+-- name: record_retried_by
+-- Who last retried the run, in the retry's transaction.
+UPDATE workflow_runs SET retried_by = $2 WHERE id = $1 RETURNING 1;
 
 -- name: get_run_tasks
 SELECT id, node_id, node_type, state, attempt, input, output, error, error_code, branches,
@@ -197,28 +207,32 @@ SELECT id, node_id, node_type, state, attempt, input, output, error, error_code,
 -- a plan that uses its index.
 
 -- name: list_runs
-SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at
+SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at,
+       started_by
   FROM workflow_runs
  WHERE id < $1 AND id >= $2
  ORDER BY id DESC
  LIMIT $3;
 
 -- name: list_runs_by_workflow
-SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at
+SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at,
+       started_by
   FROM workflow_runs
  WHERE id < $1 AND id >= $2 AND workflow_id = $4
  ORDER BY id DESC
  LIMIT $3;
 
 -- name: list_runs_by_status
-SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at
+SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at,
+       started_by
   FROM workflow_runs
  WHERE id < $1 AND id >= $2 AND status = $4
  ORDER BY id DESC
  LIMIT $3;
 
 -- name: list_runs_by_workflow_status
-SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at
+SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at,
+       started_by
   FROM workflow_runs
  WHERE id < $1 AND id >= $2 AND workflow_id = $4 AND status = $5
  ORDER BY id DESC
@@ -234,9 +248,9 @@ SELECT id, workflow_id, version, status, error, idempotency_key, created_at, upd
 -- final (control nodes, satisfied waits, skips, failures) is finished now.
 INSERT INTO task_instances
        (id, run_id, node_id, node_type, state, input, output, error, branches, wake_at,
-        awaited_signal, queue, max_attempts, created_at, updated_at, dispatched_at, started_at,
-        finished_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, composer_now(), composer_now(),
+        awaited_signal, queue, max_attempts, context, created_at, updated_at, dispatched_at,
+        started_at, finished_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, composer_now(), composer_now(),
         CASE WHEN $5 = 'PENDING' THEN composer_now() END,
         CASE WHEN $5 IN ('WAITING', 'COMPLETED', 'FAILED') THEN composer_now() END,
         CASE WHEN $5 IN ('COMPLETED', 'FAILED', 'SKIPPED') THEN composer_now() END)
@@ -249,17 +263,18 @@ RETURNING 1;
 -- left out: the caller's snapshot was stale). No SWITCH branches here.
 INSERT INTO task_instances
        (id, run_id, node_id, node_type, state, input, output, error, wake_at,
-        awaited_signal, queue, max_attempts, created_at, updated_at, dispatched_at, started_at,
-        finished_at)
+        awaited_signal, queue, max_attempts, context, created_at, updated_at, dispatched_at,
+        started_at, finished_at)
 SELECT u.id, u.run_id, u.node_id, u.node_type, u.state, u.input, u.output, u.error, u.wake_at,
-       u.awaited_signal, u.queue, u.max_attempts, composer_now(), composer_now(),
+       u.awaited_signal, u.queue, u.max_attempts, u.context, composer_now(), composer_now(),
        CASE WHEN u.state = 'PENDING' THEN composer_now() END,
        CASE WHEN u.state IN ('WAITING', 'COMPLETED', 'FAILED') THEN composer_now() END,
        CASE WHEN u.state IN ('COMPLETED', 'FAILED', 'SKIPPED') THEN composer_now() END
   FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[],
-              $7::jsonb[], $8::text[], $9::timestamptz[], $10::text[], $11::text[], $12::int[])
+              $7::jsonb[], $8::text[], $9::timestamptz[], $10::text[], $11::text[], $12::int[],
+              $13::jsonb[])
            AS u(id, run_id, node_id, node_type, state, input, output, error, wake_at,
-                awaited_signal, queue, max_attempts)
+                awaited_signal, queue, max_attempts, context)
 ON CONFLICT (run_id, node_id) DO NOTHING
 RETURNING id;
 
@@ -327,7 +342,8 @@ DELETE FROM outbox
 -- worker's credentials cover ($8: the queues joined by '|', NULL for all). A new
 -- grant takes the coordinator's fresh token ($6); the same request sent again
 -- keeps the token it was given. Returns what the handler needs: the input and
--- the node from the database, never from the stream.
+-- the node from the database, never from the stream, and the run's calling context
+-- from the task's own copy (V007: the run's row is not read for it).
 UPDATE task_instances t
    SET state = 'RUNNING', lease_owner = u.owner,
        lease_expires_at = statement_timestamp() + make_interval(secs => u.ttl),
@@ -350,7 +366,7 @@ UPDATE task_instances t
                  OR t.lease_expires_at < statement_timestamp())))
    AND (u.queues IS NULL OR t.queue = ANY(string_to_array(u.queues, '|')))
 RETURNING t.run_id, t.id, t.attempt, t.node_id, t.node_type, t.queue, t.input,
-          t.lease_expires_at, t.max_attempts, t.lease_token, r.workflow_id, r.version;
+          t.lease_expires_at, t.max_attempts, t.lease_token, r.workflow_id, r.version, t.context;
 
 -- name: task_queues
 -- The queue of each of these tasks: why a lease was refused to credentials that
@@ -386,6 +402,17 @@ SELECT lease_token, queue FROM task_instances
 INSERT INTO workflow_events (id, run_id, name, payload, created_at)
 VALUES ($1, $2, $3, $4, composer_now());
 
+-- name: record_signal_sender
+-- Who sent a signal the same transaction buffered (the name of their API token).
+UPDATE workflow_events SET sent_by = $3 WHERE run_id = $1 AND id = $2 RETURNING 1;
+
+-- name: record_taken_signal
+-- A signal a waiting node took as it arrived: kept too, consumed at once, so every
+-- signal of a run is listed with who sent it.
+INSERT INTO workflow_events (id, run_id, name, payload, created_at, consumed_at, consumed_by,
+                             sent_by)
+VALUES ($1, $2, $3, $4, composer_now(), composer_now(), $5, $6);
+
 -- name: pending_signals
 -- The run's buffered signals no node took yet, oldest first (the snapshot's).
 SELECT id, name, payload
@@ -400,9 +427,10 @@ UPDATE workflow_events
 RETURNING 1;
 
 -- name: run_signals
--- Every signal buffered for a run, consumed or not, oldest first (operators and
--- the chaos suite's accounting; signals a waiting node took at once are not here).
-SELECT id, name, payload, created_at, consumed_at, consumed_by
+-- Every signal of a run, consumed or not, oldest first, with who sent it (the API's
+-- run page, operators and the chaos suite's accounting). A signal a waiting node
+-- took at once is here, consumed, since V007; not before.
+SELECT id, name, payload, created_at, consumed_at, consumed_by, sent_by
   FROM workflow_events
  WHERE run_id = $1
  ORDER BY created_at, id;
@@ -560,10 +588,10 @@ RETURNING node_id, node_type, queue, input;
 -- the same run (the timer: one busy run must not hold up every due wait
 -- behind it, and two timer replicas pass each other's runs). No row when the
 -- run is locked (or gone); the loop comes back to it on its next pass.
-SELECT s.workflow_id, s.version, s.status, s.input, s.config,
+SELECT s.workflow_id, s.version, s.status, s.input, s.config, s.context,
        -- evaluated above the row lock (a subquery with FOR UPDATE is not flattened)
        set_config('composer.now', clock_timestamp()::text, true)::timestamptz AS now
-  FROM (SELECT r.workflow_id, r.version, r.status, r.input, r.config
+  FROM (SELECT r.workflow_id, r.version, r.status, r.input, r.config, r.context
           FROM workflow_runs r
          WHERE r.id = $1
            FOR UPDATE SKIP LOCKED) s;

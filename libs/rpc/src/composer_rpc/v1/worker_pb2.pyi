@@ -243,6 +243,7 @@ class AcquireTaskLeaseResponse(_message.Message):
     WORKFLOW_VERSION_FIELD_NUMBER: _builtins.int
     TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
     TTL_SECONDS_FIELD_NUMBER: _builtins.int
+    CONTEXT_JSON_FIELD_NUMBER: _builtins.int
     PROBLEM_FIELD_NUMBER: _builtins.int
     granted: _builtins.bool
     reason: _builtins.str
@@ -264,6 +265,11 @@ class AcquireTaskLeaseResponse(_message.Message):
     """The node's timeout in seconds; 0: none set (the worker's default)."""
     ttl_seconds: _builtins.float
     """The TTL granted: the one asked for, or the coordinator's maximum if lower."""
+    context_json: _builtins.str
+    """The run's calling context as JSON (who started the run, the metadata they
+    passed: {"caller": {"name", "role"}, "metadata": {...}}), for TASK nodes;
+    empty when the run has none. The SDK hands it to the handler as ctx.caller.
+    """
     @_builtins.property
     def problem(self) -> Global___Problem:
         """Only in a batched answer: this item failed (see Problem)."""
@@ -283,11 +289,12 @@ class AcquireTaskLeaseResponse(_message.Message):
         workflow_version: _builtins.int = ...,
         timeout_seconds: _builtins.float = ...,
         ttl_seconds: _builtins.float = ...,
+        context_json: _builtins.str = ...,
         problem: Global___Problem | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["problem", b"problem"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["granted", b"granted", "input_json", b"input_json", "lease_expires_at", b"lease_expires_at", "lease_token", b"lease_token", "max_attempts", b"max_attempts", "node_id", b"node_id", "node_type", b"node_type", "problem", b"problem", "reason", b"reason", "timeout_seconds", b"timeout_seconds", "ttl_seconds", b"ttl_seconds", "workflow_id", b"workflow_id", "workflow_version", b"workflow_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_json", b"context_json", "granted", b"granted", "input_json", b"input_json", "lease_expires_at", b"lease_expires_at", "lease_token", b"lease_token", "max_attempts", b"max_attempts", "node_id", b"node_id", "node_type", b"node_type", "problem", b"problem", "reason", b"reason", "timeout_seconds", b"timeout_seconds", "ttl_seconds", b"ttl_seconds", "workflow_id", b"workflow_id", "workflow_version", b"workflow_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
