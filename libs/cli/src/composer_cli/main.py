@@ -163,6 +163,14 @@ def start(
         str | None, typer.Option(help="a repeated key returns the run it started")
     ] = None,
     run_id: Annotated[str | None, typer.Option(help="your own run id (a recent UUIDv7)")] = None,
+    context: Annotated[
+        str | None,
+        typer.Option(
+            help="request metadata, a JSON object (text, @file or @-), kept with the run "
+            "and handed to its handlers as ctx.caller.metadata",
+            show_default=False,
+        ),
+    ] = None,
     wait: Annotated[bool, typer.Option(help="show progress until the run ends")] = False,
 ) -> None:
     """Start a run; with --wait, follow it and exit 1 unless it succeeds."""
@@ -174,6 +182,7 @@ def start(
         ("version", version),
         ("idempotency_key", idempotency_key),
         ("run_id", run_id),
+        ("context", read_json(context, "--context")),
     ):
         if value is not None:
             body[key] = value

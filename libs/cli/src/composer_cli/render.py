@@ -11,6 +11,8 @@ from rich.table import Table
 from rich.text import Text
 
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+#: What stands for a payload the API redacted (a viewer token; docs: viewers_see_payloads).
+REDACTED = "redacted"
 _STYLES = {
     "SUCCEEDED": "green",
     "COMPLETED": "green",
@@ -54,8 +56,42 @@ def compact(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def audit_line(run: dict[str, Any]) -> Text | None:
+    """Who started, cancelled and last retried the run (the names of their API tokens)."""
+    parts = [
+        f"{what} by {run[key]}"
+        for what, key in (
+            ("started", "started_by"),
+            ("cancelled", "cancelled_by"),
+            ("retried", "retried_by"),
+        )
+        if run.get(key)
+    ]
+    return Text("  ·  ".join(parts), style="dim") if parts else None
+
+
+def _failed_error(item: dict[str, Any], failed: bool) -> str:
+    """An error to show: the API's, or "redacted" where it withheld one."""
+    if item.get("redacted"):
+        return REDACTED if failed else ""
+    return str(item.get("error") or "")
+
+
+def signals_table(signals: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("signal", "sent by", "taken by", "payload"):
+        table.add_column(column, overflow="fold")
+    for s in signals:
+        payload = Text(REDACTED, style="dim") if s.get("redacted") else compact(s.get("payload"))
+        table.add_row(
+            s["name"], s.get("sent_by") or "-", s.get("consumed_by") or "(buffered)", payload
+        )
+    return table
+
+
 def run_view(run: dict[str, Any]) -> Group:
-    """The run's header and a table of its tasks (state, attempt, duration, error)."""
+    """The run's header, who acted on it, a table of its tasks (state, attempt, duration,
+    error) and one of its signals. Payloads the API redacted show as "redacted"."""
     head = Text.assemble(
         ("run ", "bold"),
         (run["run_id"], "bold"),
@@ -65,10 +101,23 @@ def run_view(run: dict[str, Any]) -> Group:
         f"  {duration(run['created_at'], run.get('completed_at'))}",
     )
     lines: list[Any] = [head]
-    if run.get("error"):
-        lines.append(Text(f"error: {run['error']}", style="red"))
-    if run["status"] == "SUCCEEDED" and run.get("output") is not None:
+    audit = audit_line(run)
+    if audit is not None:
+        lines.append(audit)
+    error = _failed_error(run, run["status"] in ("FAILED", "CANCELLED"))
+    if error:
+        lines.append(Text(f"error: {error}", style="red"))
+    if run["status"] == "SUCCEEDED" and run.get("redacted"):
+        lines.append(Text(f"output: {REDACTED}", style="dim"))
+    elif run["status"] == "SUCCEEDED" and run.get("output") is not None:
         lines.append(Text(f"output: {compact(run['output'], 200)}"))
+    if run.get("redacted"):
+        lines.append(
+            Text(
+                "input, config, output and errors are redacted for this viewer token",
+                style="dim",
+            )
+        )
     table = Table(box=None, pad_edge=False, header_style="bold")
     for column in ("node", "type", "state", "attempt", "duration", "error"):
         table.add_column(column, overflow="fold")
@@ -79,9 +128,12 @@ def run_view(run: dict[str, Any]) -> Group:
             styled(task["state"]),
             str(task["attempt"]),
             duration(task.get("started_at") or task.get("created_at"), task.get("finished_at")),
-            Text(task.get("error") or "", style="red"),
+            Text(_failed_error(task, task["state"] == "FAILED"), style="red"),
         )
     lines.append(table)
+    if run.get("signals"):
+        lines.append(Text("signals", style="bold"))
+        lines.append(signals_table(run["signals"]))
     return Group(*lines)
 
 
@@ -100,7 +152,7 @@ def runs_table(runs: list[dict[str, Any]]) -> Table:
             styled(run["status"]),
             created.strftime("%m-%d %H:%M:%S") if created else "",
             duration(run["created_at"], run.get("completed_at")),
-            Text(run.get("error") or "", style="red"),
+            Text(_failed_error(run, run["status"] in ("FAILED", "CANCELLED")), style="red"),
         )
     return table
 

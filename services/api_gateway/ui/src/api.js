@@ -7,6 +7,8 @@ const RANK = { viewer: 1, operator: 2, admin: 3 };
 
 export const session = {
   role: null,
+  /** The token's name: what the audit fields (started by, sent by…) record. */
+  name: null,
   get token() { return sessionStorage.getItem(TOKEN_KEY); },
   set token(value) {
     if (value) sessionStorage.setItem(TOKEN_KEY, value);

@@ -17,6 +17,7 @@ let dispose = () => {};
 function signOut(reason) {
   session.token = null;
   session.role = null;
+  session.name = null;
   route(reason);
 }
 
@@ -38,7 +39,7 @@ function showSignIn(reason) {
     ev.preventDefault();
     session.token = input.value.trim();
     try {
-      session.role = (await get('/v1/whoami')).role;
+      ({ role: session.role, name: session.name } = await get('/v1/whoami'));
     } catch (err) {
       session.token = null;
       error.textContent = err.status === 401
@@ -62,6 +63,7 @@ function drawNav() {
     h('a', { href: '#/runs', class: page === 'runs' ? 'active' : '' }, 'Runs'),
     h('a', { href: '#/workflows', class: page === 'workflows' ? 'active' : '' }, 'Workflows'),
     h('span', { class: 'spacer' }),
+    h('span', { class: 'token-name', id: 'token-name', title: 'the name of this token' }, session.name || ''),
     h('span', { class: `role role-${session.role}`, id: 'role', title: 'the role of this token' }, session.role),
     h('button', { type: 'button', id: 'signout', onclick: () => signOut() }, 'Sign out'));
 }
@@ -75,7 +77,7 @@ async function route(reason) {
   }
   if (!session.role) {
     try {
-      session.role = (await get('/v1/whoami')).role;
+      ({ role: session.role, name: session.name } = await get('/v1/whoami'));
     } catch (err) {
       if (err.status === 401) {
         session.token = null;

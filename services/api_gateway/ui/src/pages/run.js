@@ -32,6 +32,34 @@ function block(title, value, cls = '') {
     : h('section', { class: 'block' }, h('h3', {}, title), h('pre', { class: cls }, json(value)));
 }
 
+// A payload the API withheld from this (viewer) token: said so, never left blank.
+const REDACTED_NOTE = 'redacted: this token has the viewer role and the workflow does not set viewers_see_payloads';
+
+function redactedBlock(title) {
+  return h('section', { class: 'block' }, h('h3', {}, title),
+    h('p', { class: 'muted redacted', title: REDACTED_NOTE }, 'redacted'));
+}
+
+/** The block of a payload, or "redacted" when the API withheld it (`item.redacted`). */
+function payload(item, title, value, cls = '') {
+  return item.redacted ? redactedBlock(title) : block(title, value, cls);
+}
+
+function signalsBlock(signals) {
+  if (!signals || signals.length === 0) return null;
+  return h('details', { class: 'card', id: 'run-signals' }, h('summary', {}, `Signals (${signals.length})`),
+    h('table', { class: 'signals' },
+      h('thead', {}, h('tr', {}, h('th', {}, 'signal'), h('th', {}, 'sent by'), h('th', {}, 'sent'),
+        h('th', {}, 'taken by'), h('th', {}, 'payload'))),
+      h('tbody', {}, ...signals.map((s) => h('tr', {},
+        h('td', { class: 'mono' }, s.name),
+        h('td', { class: 'sent-by' }, s.sent_by || '—'),
+        h('td', {}, when(s.created_at)),
+        h('td', {}, s.consumed_by || 'buffered'),
+        h('td', {}, s.redacted ? h('span', { class: 'muted redacted', title: REDACTED_NOTE }, 'redacted')
+          : h('code', {}, json(s.payload))))))));
+}
+
 export function runPage(main, runId) {
   let run = null;
   let spec = null;
@@ -95,7 +123,11 @@ export function runPage(main, runId) {
         field('created', when(run.created_at)),
         field('finished', run.completed_at ? when(run.completed_at) : null),
         field('duration', duration(run.created_at, run.completed_at)),
-        field('error', run.error, 'error-text')));
+        field('started by', run.started_by, 'started-by'),
+        field('cancelled by', run.cancelled_by, 'cancelled-by'),
+        field('retried by', run.retried_by, 'retried-by'),
+        field('error', run.redacted && ['FAILED', 'CANCELLED'].includes(run.status)
+          ? h('span', { class: 'muted redacted', title: REDACTED_NOTE }, 'redacted') : run.error, 'error-text')));
     mount(graphPane, drawGraph(spec, { tasks, selected, onSelect: select }));
     drawDetails(tasks);
     const key = `${selected}|${terminal}|${session.role}`;
@@ -104,8 +136,10 @@ export function runPage(main, runId) {
       drawActions(tasks, terminal);
     }
     mount(extra,
-      h('details', { class: 'card' }, h('summary', {}, 'Run input, config and output'),
-        block('Input', run.input), block('Config', run.config), block('Output', run.output)));
+      h('details', { class: 'card', id: 'run-payloads' }, h('summary', {}, 'Run input, config and output'),
+        payload(run, 'Input', run.input), payload(run, 'Config', run.config), payload(run, 'Output', run.output),
+        run.context ? block('Calling context', run.context) : null),
+      signalsBlock(run.signals));
   }
 
   function drawDetails(tasks) {
@@ -138,8 +172,9 @@ export function runPage(main, runId) {
         field('ran for', ran)),
       task.error ? h('section', { class: 'block' }, h('h3', {}, 'Error', task.error_code ? ` (${task.error_code})` : ''),
         h('pre', { class: 'error-text', id: 'node-error' }, task.error)) : null,
-      block('Input', task.input),
-      block('Output', task.output),
+      task.redacted && task.state === 'FAILED' ? redactedBlock(task.error_code ? `Error (${task.error_code})` : 'Error') : null,
+      payload(task, 'Input', task.input),
+      payload(task, 'Output', task.output),
       h('details', {}, h('summary', {}, 'Definition'), h('pre', {}, json(node))));
   }
 

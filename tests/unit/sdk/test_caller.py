@@ -1,0 +1,45 @@
+"""ctx.caller: the calling context a lease carries, as the handler sees it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from composer_sdk import Caller, TaskContext, run_handler
+from composer_sdk._handler import caller_of
+
+
+def test_the_lease_document_becomes_a_typed_caller() -> None:
+    document = {"caller": {"name": "ci", "role": "operator"}, "metadata": {"ticket": "OPS-1"}}
+    caller = caller_of(json.dumps(document))
+    assert caller == Caller("ci", "operator", {"ticket": "OPS-1"})
+    assert caller is not None and caller.document() == document
+    with pytest.raises(TypeError):
+        caller.metadata["ticket"] = "changed"  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "not json", "[]", '{"metadata": {}}', '{"caller": {"name": "ci"}}', '{"caller": 1}'],
+)
+def test_no_document_or_another_shape_is_no_caller(text: str) -> None:
+    assert caller_of(text) is None
+
+
+def test_missing_metadata_reads_as_empty() -> None:
+    caller = caller_of('{"caller": {"name": "ci", "role": "admin"}}')
+    assert caller is not None and dict(caller.metadata) == {}
+
+
+async def test_run_handler_hands_the_caller_to_the_handler() -> None:
+    async def who(ctx: TaskContext, input: Any) -> dict[str, Any]:
+        if ctx.caller is None:
+            return {"who": None}
+        return {"who": ctx.caller.name, "ticket": ctx.caller.metadata.get("ticket")}
+
+    alone = await run_handler(who, {})
+    assert alone.output == {"who": None}
+    told = await run_handler(who, {}, caller=Caller("ci", "operator", {"ticket": "OPS-2"}))
+    assert told.output == {"who": "ci", "ticket": "OPS-2"}
