@@ -185,8 +185,11 @@ class Driver:
                 break
             except repo.RepoError:
                 await asyncio.sleep(0.5)
-        if any(s.payload == {"sig": signal_id} for s in buffered):
-            return "buffered"
+        kept = [s for s in buffered if s.payload == {"sig": signal_id}]
+        if kept:
+            # a signal a waiting node took as it arrived is kept too, consumed in the
+            # transaction that wrote it (one time for both)
+            return "delivered" if kept[0].consumed_at == kept[0].created_at else "buffered"
         if any(t.output == {"sig": signal_id} for t in tasks):
             return "delivered"
         return None

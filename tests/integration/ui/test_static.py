@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tests.integration.api.conftest import Gateway
+from composer_api_gateway.auth import Role, default_name
+from tests.integration.api.conftest import TOKENS, Gateway
 
 
 async def test_ui_is_served_open_with_a_strict_policy(gateway: Gateway) -> None:
@@ -41,5 +42,6 @@ async def test_bare_ui_redirects_and_other_paths_are_not_found(gateway: Gateway)
 async def test_whoami_tells_the_role(gateway: Gateway) -> None:
     for role in ("admin", "operator", "viewer"):
         answer = await gateway.call("GET", "/v1/whoami", role=role)
-        assert (answer.status, answer.body) == (200, {"role": role})
+        name = default_name(TOKENS[role], Role[role.upper()])  # the old form: a derived name
+        assert (answer.status, answer.body) == (200, {"name": name, "role": role})
     assert (await gateway.call("GET", "/v1/whoami", role=None)).status == 401

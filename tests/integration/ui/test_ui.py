@@ -12,8 +12,9 @@ from typing import Any
 
 from playwright.async_api import expect
 
+from composer_api_gateway.auth import Role, default_name
 from composer_sdk import PermanentError, TaskContext
-from tests.integration.api.conftest import deploy, waiting_workflow
+from tests.integration.api.conftest import TOKENS, deploy, waiting_workflow
 from tests.integration.ui.conftest import Ui
 
 #: What each task state looks like (style.css): the fill of a node's box.
@@ -145,6 +146,8 @@ async def test_live_updates_and_a_signal_from_the_page(ui: Ui) -> None:
     started = await ui.gateway.call("POST", "/v1/runs", json={"workflow_id": "ui-waits"})
     run_id = started.body["run_id"]
     await ui.sign_in("operator", f"#/runs/{run_id}")
+    admin = default_name(TOKENS["admin"], Role.ADMIN)
+    operator = default_name(TOKENS["operator"], Role.OPERATOR)
 
     wait = ui.page.locator('#graph g.node[data-node="wait"]')
     await expect(wait).to_have_attribute("data-state", "WAITING")
@@ -157,6 +160,11 @@ async def test_live_updates_and_a_signal_from_the_page(ui: Ui) -> None:
     await expect(wait).to_have_attribute("data-state", "COMPLETED")
     await expect(ui.page.locator("#run-status")).to_have_text("succeeded")
     await expect(ui.page.locator("#cancel")).to_have_count(0)  # nothing to cancel any more
+    # who did what: the start (the admin token) and the signal (this operator token)
+    await expect(ui.page.locator("#token-name")).to_have_text(operator)
+    await expect(ui.page.locator(".run-head .started-by")).to_have_text(admin)
+    await ui.page.click("#run-signals summary")
+    await expect(ui.page.locator("#run-signals .sent-by")).to_have_text([operator])
 
     # a change made elsewhere shows up without a reload: a second run, cancelled by the API
     second = (await ui.gateway.call("POST", "/v1/runs", json={"workflow_id": "ui-waits"})).body
@@ -164,6 +172,7 @@ async def test_live_updates_and_a_signal_from_the_page(ui: Ui) -> None:
     await expect(ui.page.locator("#run-status")).to_have_text("running")
     await ui.gateway.call("POST", f"/v1/runs/{second['run_id']}/cancel", json={"reason": "test"})
     await expect(ui.page.locator("#run-status")).to_have_text("cancelled")
+    await expect(ui.page.locator(".run-head .cancelled-by")).to_have_text(admin)
 
 
 async def test_runs_list_filters_pages_and_workflow_diff(ui: Ui) -> None:
@@ -209,7 +218,9 @@ async def test_a_viewer_sees_no_action_buttons(ui: Ui) -> None:
     run_id = await failed_fork_run(ui)
     await ui.sign_in("viewer", f"#/runs/{run_id}")
     await ui.page.click('#graph g.node[data-node="right"]')
-    await expect(ui.page.locator("#node-error")).to_contain_text("refused")
+    # its error, input and output are withheld from a viewer, and the page says so
+    await expect(ui.page.locator("#node-details .redacted")).to_have_text(["redacted"] * 3)
+    assert await ui.page.locator("#node-error").count() == 0
     assert await ui.page.locator("#main button").count() == 0
     await ui.page.click("#nav >> text=Workflows")
     await ui.page.click("#workflows >> text=ui-fork")
