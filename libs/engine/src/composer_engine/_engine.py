@@ -47,6 +47,7 @@ from composer_core.statemachine import (
     Transition,
 )
 from composer_core.templates import Json
+from composer_engine import opened as _opened
 from composer_engine._definitions import DefinitionCache
 from composer_engine._leases import LeaseGrant, Reporter, grant_leases, new_token
 from composer_engine._metrics import instruments
@@ -63,6 +64,7 @@ from composer_engine.errors import (
     StaleSnapshot,
     Unavailable,
 )
+from composer_engine.sealing import KeyUnavailable, RunSeal, Sealer, looks_sealed
 from composer_rpc.codes import ErrorCode
 
 log = logging.getLogger("composer.engine")
@@ -148,6 +150,7 @@ class Engine:
         batches_in_flight: int = 2,
         max_node_input_bytes: int | None = limits.DEFAULT_MAX_NODE_INPUT_BYTES,
         max_output_bytes: int | None = limits.DEFAULT_MAX_OUTPUT_BYTES,
+        sealer: Sealer | None = None,
     ) -> None:
         """``batch_size`` and ``batches_in_flight`` bound the group commit of reports
         (``report``): how many go in one transaction, how many transactions at once.
@@ -155,8 +158,12 @@ class Engine:
         ``max_node_input_bytes`` (COMPOSER_MAX_NODE_INPUT_BYTES): an attempt whose
         input is larger is not leased but failed for good; ``max_output_bytes``
         (COMPOSER_MAX_OUTPUT_BYTES): a worker's report of a larger output fails its
-        node for good instead (None: no limit)."""
+        node for good instead (None: no limit).
+
+        ``sealer`` seals every document written and opens what the machine and the
+        lease use (COMPOSER_ENCRYPTION_KEYS; None: no keys, documents stay plain)."""
         self.pool = pool
+        self.sealer = sealer or Sealer()
         self.max_node_input_bytes = max_node_input_bytes
         self.max_output_bytes = max_output_bytes
         self.redis = redis
@@ -222,6 +229,10 @@ class Engine:
             except ids.InvalidRunId as exc:
                 raise BadRequest(str(exc)) from exc
         new_run_id = run_id or self._new_id()
+        _refuse_sealed_looking(input, "the run input")
+        _refuse_sealed_looking(config, "the run config")
+        data_key = self.sealer.new_data_key(new_run_id)
+        seal = self.sealer.for_run(new_run_id, data_key)
 
         async def attempt(tx: Tx) -> Started:
             if version:
@@ -233,9 +244,10 @@ class Engine:
                 new_run_id,
                 workflow_id=workflow_id,
                 version=dag.version,
-                input=input if input is not None else {},
-                config=config,
+                input=seal.doc(input if input is not None else {}),
+                config=seal.doc(config),
                 idempotency_key=idempotency_key,
+                data_key=data_key,
             )
             if not started.created:
                 return Started(started.run_id, started.status, created=False)
@@ -249,7 +261,9 @@ class Engine:
                 config,
                 signals=(),
             )
-            await self._decide(tx, dag, repo.LockedRun(run, started.now), RunStarted(start_node))
+            await self._decide(
+                tx, dag, repo.LockedRun(run, started.now, data_key), RunStarted(start_node)
+            )
             tx.after_commit(
                 lambda: log.info("run %s of %s v%d started", new_run_id, workflow_id, dag.version)
             )
@@ -341,7 +355,19 @@ class Engine:
         or NaN, Infinity, ``\\u0000``: JSONB refuses them), the permanent failure of
         its attempt that says why. The SDK checks first; an older one may not."""
         if not report.completed:
+            if looks_sealed(report.error):  # never read back as a sealed document
+                return dataclasses.replace(report, error=" " + report.error)
             return report
+        if looks_sealed(report.output):
+            return dataclasses.replace(
+                report,
+                completed=False,
+                output=None,
+                error="the output is a string that starts with '$sealed:v1:', which Composer "
+                "keeps for sealed documents: wrap it in an object",
+                code=ErrorCode.BAD_OUTPUT,
+                permanent=True,
+            )
         encoded = limits.encode(
             report.output,
             "output",
@@ -388,7 +414,8 @@ class Engine:
                         results[i] = False
                         continue
                 dag = await self.definitions.get(tx.conn, run.workflow_id, run.version)
-                transition = await self._decide(tx, dag, repo.LockedRun(run, locked.now), r.event())
+                locked_run = repo.LockedRun(run, locked.now, locked.data_keys.get(r.run_id))
+                transition = await self._decide(tx, dag, locked_run, r.event())
                 snapshots[r.run_id] = transition.run
                 results[i] = transition.ignored is None
 
@@ -529,6 +556,7 @@ class Engine:
         A repeated ``idempotency_key`` (a client sending again a request whose answer
         it lost) changes nothing and answers as the first request did; the same key
         for another signal name is a Conflict."""
+        _refuse_sealed_looking(payload, "the signal payload")
         if idempotency_key is None:
             tr = await self.handle(run_id, SignalReceived(name, payload))
             return tr.signal_delivered
@@ -629,7 +657,11 @@ class Engine:
             conn: repo.Connection, batch: Sequence[repo.LeaseRequest]
         ) -> list[LeaseGrant | EngineError]:
             return await grant_leases(
-                conn, self.definitions, batch, max_input_bytes=self.max_node_input_bytes
+                conn,
+                self.definitions,
+                batch,
+                max_input_bytes=self.max_node_input_bytes,
+                sealer=self.sealer,
             )
 
         answers = await self._fenced_batch(tokened, grant, self._acquire_one)
@@ -734,29 +766,42 @@ class Engine:
     async def _decide(
         self, tx: Tx, dag: WorkflowDAG, locked: repo.LockedRun, event: Event
     ) -> Transition:
-        run = locked.run
         kind = type(event).__name__
+        node_id = getattr(event, "node_id", None)
+        # names only: an event's and its actions' values may be sealed documents,
+        # which are never logged
+        about = f"run {locked.run.run_id}, event {kind}" + (f" of {node_id}" if node_id else "")
+        tx.deciding = lambda: about
+        seal = await self._run_seal(tx, locked)
+        run = _opened.snapshot(self.sealer, locked.run)
+        if run is not locked.run:
+            locked = repo.LockedRun(run, locked.now, locked.data_key)
         attributes = {
             "composer.run_id": run.run_id,
             "composer.workflow_id": run.workflow_id,
             "composer.event": kind,
         }
-        node_id = getattr(event, "node_id", None)
         if node_id:
             attributes["composer.node_id"] = node_id
         with tracer().start_as_current_span(f"apply {kind}", attributes=attributes) as span:
             tx.now = locked.now
-            tx.deciding = lambda: f"run {run.run_id}, event {event!r}"
             transition = await self._transition(tx, dag, locked, event)
             span.set_attribute("composer.actions", len(transition.actions))
             outcome = "applied"
             if transition.ignored is None:
                 actions = transition.actions
                 tx.deciding = lambda: (
-                    f"run {run.run_id}, event {event!r}, actions {list(actions)!r}"
+                    f"{about}, actions {', '.join(type(a).__name__ for a in actions)}"
                 )
-                effects = await persist(tx, dag, run, transition.actions)
-                announce(tx, effects, redis=self.redis, prefix=self.prefix, run=run)
+                effects = await persist(tx, dag, run, transition.actions, seal)
+                announce(
+                    tx,
+                    effects,
+                    redis=self.redis,
+                    prefix=self.prefix,
+                    run=run,
+                    log_error=not seal.sealing,
+                )
             else:
                 outcome = "ignored"
                 span.set_attribute("composer.ignored", transition.ignored)
@@ -782,13 +827,30 @@ class Engine:
                 raise Conflict(str(exc)) from exc
             if not isinstance(result, Missing):
                 return result
+            run_id = snapshot.run_id
             snapshot = snapshot.with_data(
-                await repo.load_outputs(tx.conn, snapshot.run_id, result.outputs)
+                _opened.outputs(
+                    self.sealer, run_id, await repo.load_outputs(tx.conn, run_id, result.outputs)
+                )
                 if result.outputs
                 else None,
-                await repo.pending_signals(tx.conn, snapshot.run_id) if result.signals else None,
+                _opened.signals(self.sealer, run_id, await repo.pending_signals(tx.conn, run_id))
+                if result.signals
+                else None,
             )
         raise AssertionError(f"the machine keeps asking for data it was given: {result}")
+
+    async def _run_seal(self, tx: Tx, locked: repo.LockedRun) -> RunSeal:
+        """What seals the run's documents; a run started before sealing was turned on
+        gets its data key now."""
+        data_key = locked.data_key
+        run_id = locked.run.run_id
+        if data_key is None:
+            new_key = self.sealer.new_data_key(run_id)
+            if new_key is None:
+                return self.sealer.for_run(run_id, None)
+            data_key = await repo.set_data_key(tx.conn, run_id, new_key)
+        return self.sealer.for_run(run_id, data_key)
 
     async def _in_tx(
         self, fn: Callable[[Tx], Awaitable[T]], *, single_statement: bool = False
@@ -883,6 +945,8 @@ async def in_transaction(
             raise BadRequest(str(exc)) from exc
         except EngineError:
             raise
+        except KeyUnavailable as exc:
+            raise _parked(tx, exc) from exc
         except Exception as exc:  # a bug, here or below: say so once, never retry it
             raise _internal(tx, f"{type(exc).__name__}: {exc}") from exc
     raise Unavailable(f"gave up after {attempts} attempts")  # pragma: no cover
@@ -915,6 +979,23 @@ async def committed(pool: repo.Pool, lost: repo.CommitUnknown, *, attempts: int)
         )
         return status == "committed"
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _parked(tx: Tx | None, exc: KeyUnavailable) -> Unavailable:
+    """A run whose documents do not open here waits, unchanged, until its key is
+    configured again: one ALERT line naming the key, and Unavailable (the caller
+    tries again later; nothing was written, no attempt spent)."""
+    where = tx.deciding() if tx is not None and tx.deciding else "outside a decision"
+    alert(log, "parked (%s): %s", where, exc)
+    return Unavailable(f"the run is parked: {exc}")
+
+
+def _refuse_sealed_looking(value: Json, what: str) -> None:
+    if looks_sealed(value):
+        raise BadRequest(
+            f"{what} is a string that starts with '$sealed:v1:', which Composer keeps for "
+            "sealed documents: wrap it in an object"
+        )
 
 
 def _internal(tx: Tx | None, problem: str) -> Internal:

@@ -7,7 +7,7 @@ libs/repo depends on asyncpg's types.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from composer_core.model import NodeType, RunStatus, TaskState
@@ -101,6 +101,8 @@ class LockedRun:
 
     run: Run
     now: dt.datetime
+    #: The run's sealed data key (None: its documents are plain).
+    data_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +144,8 @@ class LockedRuns:
     now: dt.datetime | None
     #: (run id, task id, attempt) → its lease, for every RUNNING attempt of those runs.
     leases: dict[tuple[str, str, int], LeaseHolder]
+    #: run id → its sealed data key (None: its documents are plain).
+    data_keys: dict[str, str | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

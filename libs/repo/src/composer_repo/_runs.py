@@ -39,6 +39,7 @@ async def insert_run(
     config: Json = None,
     idempotency_key: str | None = None,
     status: RunStatus = RunStatus.RUNNING,
+    data_key: str | None = None,
 ) -> StartedRun:
     """Create a run of a definition version that exists and is not deleted.
 
@@ -77,6 +78,7 @@ async def insert_run(
         input,
         config,
         idempotency_key,
+        data_key,
     )
     if stored is None:
         raise RunAlreadyExists(run_id)
@@ -130,12 +132,12 @@ async def lock_runs(conn: Connection, run_ids: Collection[str]) -> LockedRuns:
         if t["state"] == "RUNNING":
             leases[(t["run_id"], t["id"], t["attempt"])] = LeaseHolder(t["lease_token"], t["queue"])
     runs = {r["id"]: _run(r["id"], r, nodes[r["id"]]) for r in rows}
-    return LockedRuns(runs, rows[0]["now"], leases)
+    return LockedRuns(runs, rows[0]["now"], leases, {r["id"]: r["data_key"] for r in rows})
 
 
 async def _snapshot(conn: Connection, run_id: str, row: Any) -> LockedRun:
     nodes = {t["node_id"]: _node_state(t) for t in await conn.fetch(q("load_task_states"), run_id)}
-    return LockedRun(_run(run_id, row, nodes), row["now"])
+    return LockedRun(_run(run_id, row, nodes), row["now"], row["data_key"])
 
 
 def _node_state(t: Any) -> NodeState:
@@ -332,3 +334,11 @@ def _task(r: Any) -> TaskRecord:
         started_at=r["started_at"],
         finished_at=r["finished_at"],
     )
+
+
+@translated
+async def set_data_key(conn: Connection, run_id: str, data_key: str) -> str:
+    """Give a run started with sealing off its data key (under its lock). Returns the
+    run's key: this one, or the one it already had."""
+    stored: str = await conn.fetchval(q("set_data_key"), run_id, data_key)
+    return stored

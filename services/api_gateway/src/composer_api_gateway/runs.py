@@ -31,6 +31,7 @@ from composer_api_gateway.models import (
 )
 from composer_api_gateway.problems import bad_request
 from composer_api_gateway.state import CONFIG, ENGINE, POOL, WAITERS
+from composer_engine import opened
 
 #: The status a long-poll answers when the run is still going: "ask again".
 STILL_RUNNING = 202
@@ -55,11 +56,15 @@ def decode_cursor(cursor: str) -> str:
     return text[len(_CURSOR_PREFIX) :]
 
 
-async def load(pool: repo.Pool, run_id: str) -> Run:
-    """The run with its tasks, read in one transaction (a consistent pair)."""
-    async with repo.transaction(pool) as conn:
-        r = await repo.get_run(conn, run_id)
-        tasks = await repo.get_run_tasks(conn, run_id)
+async def load(app: web.Application, run_id: str) -> Run:
+    """The run with its tasks, read in one transaction (a consistent pair), its
+    documents opened (composer_engine.sealing)."""
+    sealer = app[ENGINE].sealer
+    async with repo.transaction(app[POOL]) as conn:
+        r = opened.run_record(sealer, await repo.get_run(conn, run_id))
+        tasks = [
+            opened.task_record(sealer, run_id, t) for t in await repo.get_run_tasks(conn, run_id)
+        ]
     return Run(
         run_id=r.run_id,
         workflow_id=r.workflow_id,
@@ -133,6 +138,7 @@ async def list_runs(request: web.Request) -> web.Response:
         if value is not None and value.tzinfo is None:
             raise bad_request(f"{name} needs a time zone, e.g. 2026-01-01T00:00:00Z")
     cursor = decode_cursor(query.cursor) if query.cursor else None
+    sealer = request.app[ENGINE].sealer
     async with repo.transaction(request.app[POOL]) as conn:
         page = await repo.list_runs(
             conn,
@@ -151,7 +157,7 @@ async def list_runs(request: web.Request) -> web.Response:
                     workflow_id=s.workflow_id,
                     version=s.version,
                     status=s.status,
-                    error=s.error,
+                    error=opened.shown_text(sealer, s.run_id, s.error),
                     idempotency_key=s.idempotency_key,
                     created_at=s.created_at,
                     updated_at=s.updated_at,
@@ -166,7 +172,7 @@ async def list_runs(request: web.Request) -> web.Response:
 
 async def show(request: web.Request) -> web.Response:
     run_id = bodies.run_id_param(request)
-    return json_response(await load(request.app[POOL], run_id))
+    return json_response(await load(request.app, run_id))
 
 
 async def result(request: web.Request) -> web.Response:
@@ -174,10 +180,9 @@ async def result(request: web.Request) -> web.Response:
     run_id = bodies.run_id_param(request)
     query = bodies.read_query(request, ResultQuery)
     timeout = min(query.timeout, request.app[CONFIG].max_wait_seconds)
-    pool = request.app[POOL]
 
     async def read() -> Run:
-        return await load(pool, run_id)
+        return await load(request.app, run_id)
 
     run, finished = await request.app[WAITERS].wait(
         run_id, timeout, read, lambda r: r.status.is_terminal
@@ -213,7 +218,7 @@ async def cancel(request: web.Request) -> web.Response:
     run_id = bodies.run_id_param(request)
     body = await bodies.read_model(request, CancelRun)
     await request.app[ENGINE].cancel(run_id, body.reason)
-    return json_response(await load(request.app[POOL], run_id))
+    return json_response(await load(request.app, run_id))
 
 
 async def retry(request: web.Request) -> web.Response:
@@ -223,4 +228,4 @@ async def retry(request: web.Request) -> web.Response:
     await request.app[ENGINE].retry(
         run_id, body.from_node, version=body.version, input=body.input, config=body.config
     )
-    return json_response(await load(request.app[POOL], run_id))
+    return json_response(await load(request.app, run_id))
