@@ -151,6 +151,7 @@ class Engine:
         max_node_input_bytes: int | None = limits.DEFAULT_MAX_NODE_INPUT_BYTES,
         max_output_bytes: int | None = limits.DEFAULT_MAX_OUTPUT_BYTES,
         sealer: Sealer | None = None,
+        park_seconds: float = 300.0,
     ) -> None:
         """``batch_size`` and ``batches_in_flight`` bound the group commit of reports
         (``report``): how many go in one transaction, how many transactions at once.
@@ -161,9 +162,11 @@ class Engine:
         node for good instead (None: no limit).
 
         ``sealer`` seals every document written and opens what the machine and the
-        lease use (COMPOSER_ENCRYPTION_KEYS; None: no keys, documents stay plain)."""
+        lease use (COMPOSER_ENCRYPTION_KEYS; None: no keys, documents stay plain). An
+        attempt whose input does not open here is parked for ``park_seconds``."""
         self.pool = pool
         self.sealer = sealer or Sealer()
+        self.park_for = dt.timedelta(seconds=park_seconds)
         self.max_node_input_bytes = max_node_input_bytes
         self.max_output_bytes = max_output_bytes
         self.redis = redis
@@ -662,6 +665,7 @@ class Engine:
                 batch,
                 max_input_bytes=self.max_node_input_bytes,
                 sealer=self.sealer,
+                park_for=self.park_for,
             )
 
         answers = await self._fenced_batch(tokened, grant, self._acquire_one)
