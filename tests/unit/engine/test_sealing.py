@@ -9,9 +9,8 @@ import pytest
 
 from composer_engine.sealing import (
     PREFIX,
-    KeyUnavailable,
     Keyring,
-    Sealer,
+    KeyUnavailable,
     Tampered,
     looks_sealed,
     sealer_from,
