@@ -67,6 +67,7 @@ def test_each_service_gets_only_the_secrets_it_uses(tmp_path: Path) -> None:
             "COMPOSER_API_TOKEN": "the-cli-token-in-your-shell",
             "COMPOSER_WORKER_TOKENS": "team-token:payments",
             "PGPASSWORD": "pw",
+            "COMPOSER_ENCRYPTION_KEYS": "k1:c2VhbGluZyBrZXkgb2YgdGhlIHN0YWNr",
             "PATH": "/usr/bin",
         },
         tokens,
@@ -78,6 +79,7 @@ def test_each_service_gets_only_the_secrets_it_uses(tmp_path: Path) -> None:
         "COMPOSER_API_TOKEN",
         "COMPOSER_WORKER_TOKENS",
         "COMPOSER_BUILTIN_WORKER_TOKEN",
+        "COMPOSER_ENCRYPTION_KEYS",  # they get opened inputs; PYTHON nodes must not read keys
         "PGPASSWORD",
     ):
         assert secret not in workers, secret
@@ -88,6 +90,7 @@ def test_each_service_gets_only_the_secrets_it_uses(tmp_path: Path) -> None:
     assert workers["PATH"] == "/usr/bin"
 
     gateway = service_env("api-gateway", env)
+    assert gateway["COMPOSER_ENCRYPTION_KEYS"] == env["COMPOSER_ENCRYPTION_KEYS"]
     assert gateway["COMPOSER_API_TOKENS"] == f"{tokens.api}:admin"
     assert "COMPOSER_WORKER_TOKEN" not in gateway and "COMPOSER_WORKER_TOKENS" not in gateway
 

@@ -52,8 +52,8 @@ _HOLDERS: dict[str, frozenset[str]] = {
 }
 #: What the built-in workers never hold, beyond _HOLDERS: a COMPOSER_* variable whose
 #: name has one of these (a secret some other service uses: the database URL, a webhook
-#: signing secret, …), and libpq's PG* variables (PGPASSWORD, PGSERVICEFILE, …).
-_NOT_FOR_WORKERS = ("DATABASE", "TOKEN", "SECRET", "PASSWORD")
+#: signing secret, the payload keys, …), and libpq's PG* variables (PGPASSWORD, PGSERVICEFILE, …).
+_NOT_FOR_WORKERS = ("DATABASE", "TOKEN", "SECRET", "PASSWORD", "KEY")
 
 
 @dataclass(frozen=True, slots=True)
