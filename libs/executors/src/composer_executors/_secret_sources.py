@@ -115,10 +115,11 @@ class DirectorySecrets:
             text = await asyncio.to_thread(path.read_text, encoding="utf-8")
         except FileNotFoundError:
             return None
-        except UnicodeDecodeError as exc:
+        except UnicodeDecodeError:
+            # Not chained: the decode error holds the file's bytes.
             raise SecretUnavailable(
                 f"secret {name!r}: {path} is not UTF-8 text", permanent=True
-            ) from exc
+            ) from None
         except OSError as exc:
             raise SecretUnavailable(
                 f"secret {name!r}: cannot read {path}: {exc.strerror or exc}",
