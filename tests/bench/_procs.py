@@ -216,6 +216,15 @@ class ProcessStack:
     def pid(self, name: str) -> int:
         return next(p.pid for p in self.procs if p.name == name)
 
+    async def restart(self, settings: dict[str, str]) -> None:
+        """Stop every process and start them again with ``settings`` over the stack's own
+        (the database and Redis keep their data)."""
+        await self.stop()
+        self.procs.clear()
+        self.admin_ports.clear()
+        self.settings = {k: v for k, v in self.settings.items() if k not in settings} | settings
+        await self.start()
+
     async def stop(self, grace: float = 15.0) -> None:
         self.sample_rss()
         running = [p for p in self.procs if p.process and p.process.returncode is None]

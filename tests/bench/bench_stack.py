@@ -116,11 +116,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import datetime as dt
 import itertools
 import json
 import os
+import statistics
 import tempfile
 import time
 import uuid
@@ -155,7 +157,7 @@ ADMIN_URL = os.environ.get(
     "COMPOSER_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
 REDIS_URL = os.environ.get("COMPOSER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-WORKLOADS = ("idle", "w1", "ceiling", "w2", "w4", "w3")
+WORKLOADS = ("idle", "w1", "ceiling", "w2", "w4", "w3", "sealing")
 #: Seconds of quiet before reading pg_stat_database (idle backends flush after ~10 s).
 SETTLE = 11.5
 #: Seconds over which the idle services' own commits are measured, before W1.
@@ -589,9 +591,16 @@ async def chain_figures(b: Bench, label: str, loop: Loop, in_flight: int) -> flo
 
 
 def cost(
-    b: Bench, steps: float, cpu0: dict[str, float], cpu1: dict[str, float], seconds: float
+    b: Bench,
+    steps: float,
+    cpu0: dict[str, float],
+    cpu1: dict[str, float],
+    seconds: float,
+    *,
+    prefix: str = "",
 ) -> None:
-    """CPU seconds per 1,000 steps by process (services, PostgreSQL backends, Redis)."""
+    """CPU seconds per 1,000 steps by process (services, PostgreSQL backends, Redis),
+    as figures whose names start with ``prefix``."""
     per_k = 1000.0 / max(1.0, steps)
     delta = {k: max(0.0, v - cpu0.get(k, 0.0)) for k, v in cpu1.items() if k != "machine"}
     postgres = sum(v for k, v in delta.items() if k.startswith("pg:"))
@@ -599,18 +608,52 @@ def cost(
     services.pop("redis")
     bench_client = services.pop("bench")
     for name, seconds_used in services.items():
-        b.figures[f"cpu_{name.replace('-', '_')}_s_per_1k_steps"] = seconds_used * per_k
+        b.figures[f"{prefix}cpu_{name.replace('-', '_')}_s_per_1k_steps"] = seconds_used * per_k
     ours = sum(delta.values())
     b.figures |= {
-        "cpu_services_s_per_1k_steps": sum(services.values()) * per_k,
-        "cpu_postgres_s_per_1k_steps": postgres * per_k,
-        "cpu_redis_s_per_1k_steps": delta["redis"] * per_k,
-        "cpu_total_s_per_1k_steps": (ours - bench_client) * per_k,
-        "cpu_bench_client_s_per_1k_steps": bench_client * per_k,
+        f"{prefix}cpu_services_s_per_1k_steps": sum(services.values()) * per_k,
+        f"{prefix}cpu_postgres_s_per_1k_steps": postgres * per_k,
+        f"{prefix}cpu_redis_s_per_1k_steps": delta["redis"] * per_k,
+        f"{prefix}cpu_total_s_per_1k_steps": (ours - bench_client) * per_k,
+        f"{prefix}cpu_bench_client_s_per_1k_steps": bench_client * per_k,
     }
     machine = cpu1["machine"] - cpu0["machine"]
-    b.figures["machine_busy_cores_w1"] = machine / seconds
-    b.figures["foreign_cores_w1"] = max(0.0, machine - ours) / seconds
+    b.figures[f"{prefix}machine_busy_cores_w1"] = machine / seconds
+    b.figures[f"{prefix}foreign_cores_w1"] = max(0.0, machine - ours) / seconds
+
+
+async def sealing(b: Bench) -> None:
+    """W1 with payloads sealed at rest and without, alternating (sealed, plain, sealed,
+    plain), each on services restarted with (without) COMPOSER_ENCRYPTION_KEYS, in
+    this one run; half of W1's runs each. The ratio of the means is what sealing
+    costs (docs/sealing.md): alternating takes the machine's drift and a cold first
+    phase out of it. Every document is sealed, the bench's empty inputs and outputs
+    too, so each step pays the full number of seals."""
+    key = base64.b64encode(os.urandom(32)).decode()
+    in_flight = b.n(W1_IN_FLIGHT)
+    phases = [("sealed", f"bench:{key}"), ("plain", "")] * 2
+    for i, (kind, keys) in enumerate(phases):
+        label = f"w1_{kind}_{i // 2 + 1}"
+        await b.stack.restart({"COMPOSER_ENCRYPTION_KEYS": keys})
+        loop, cpu0, cpu1 = await run_chains(
+            b,
+            runs=b.n(W1_RUNS // 2),
+            in_flight=in_flight,
+            seconds=STARTING_SECONDS / 2 * b.args.scale,
+        )
+        steps = await chain_figures(b, label, loop, in_flight)
+        cost(b, steps, cpu0, cpu1, b.figures[f"{label}_elapsed_s"], prefix=f"{label}_")
+    for kind in ("sealed", "plain"):
+        for figure in ("steps_per_s", "cpu_total_s_per_1k_steps"):
+            b.figures[f"w1_{kind}_{figure}"] = statistics.fmean(
+                b.figures[f"w1_{kind}_{n}_{figure}"] for n in (1, 2)
+            )
+    b.figures["sealing_steps_ratio"] = b.figures["w1_sealed_steps_per_s"] / max(
+        1e-9, b.figures["w1_plain_steps_per_s"]
+    )
+    b.figures["sealing_cpu_ratio"] = b.figures["w1_sealed_cpu_total_s_per_1k_steps"] / max(
+        1e-9, b.figures["w1_plain_cpu_total_s_per_1k_steps"]
+    )
 
 
 async def idle(b: Bench) -> None:
@@ -916,6 +959,7 @@ async def main() -> dict[str, float]:
                 "w2": lambda: w2(b),
                 "w4": lambda: w4(b),
                 "w3": lambda: w3(b),
+                "sealing": lambda: sealing(b),
             }
             for workload in WORKLOADS:
                 if workload in args.only:

@@ -25,6 +25,7 @@ import composer_queue
 import composer_repo as repo
 from composer_coordinator.server import start_server
 from composer_engine import Engine, Workflows, validate_definition
+from composer_engine.sealing import Sealer
 from composer_executors import HttpPolicy, create_http_session
 from composer_lease_sweeper.loop import Sweeper
 from composer_outbox_enqueuer.loop import Enqueuer
@@ -141,17 +142,22 @@ async def open_stack(
     poll_seconds: float = 0.2,
     timer: bool = False,
     sweeper: bool | dict[str, Any] = False,
+    sealer: Sealer | None = None,
+    park_seconds: float = 300.0,
 ) -> AsyncIterator[Stack]:
     """Run the stack in this event loop until the block ends (also used by the benchmarks).
 
     ``timer`` also runs the timer loop; ``sweeper`` the lease-sweeper (a dict overrides
     TEST_SWEEPER's settings; workers that should be recovered from need a lease TTL no
-    longer than its ``lease_ttl``).
+    longer than its ``lease_ttl``). ``sealer`` seals and opens payloads in the engine
+    and the enqueuer (None: plain).
     """
     prefix = f"test-{uuid.uuid4().hex[:10]}"
     pool = await repo.create_pool(database_url, min_size=2, max_size=10)
     redis = composer_queue.connect(redis_url)
-    engine = Engine(pool, redis=redis, redis_prefix=prefix)
+    engine = Engine(
+        pool, redis=redis, redis_prefix=prefix, sealer=sealer, park_seconds=park_seconds
+    )
     server, port = await start_server(engine, address="127.0.0.1:0", token=TOKEN)
     enqueuer = Enqueuer(
         pool,
@@ -160,6 +166,7 @@ async def open_stack(
         poll_seconds=poll_seconds,
         webhook_backoff=0.2,
         http_policy=HttpPolicy(allow_private=True),
+        sealer=sealer or Sealer(),
     )
     s = Stack(engine, pool, redis, redis_url, prefix, f"127.0.0.1:{port}", enqueuer)
     s.server = server

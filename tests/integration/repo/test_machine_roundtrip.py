@@ -29,6 +29,7 @@ from composer_core.statemachine import (
 )
 from composer_engine._persist import persist
 from composer_engine._tx import Tx
+from composer_engine.sealing import PLAIN
 
 from .helpers import uuid7
 
@@ -74,7 +75,7 @@ async def apply(pool: repo.Pool, dag: WorkflowDAG, run_id: str, event: Event) ->
         if result.ignored is None:
             tx = Tx(conn)
             tx.now = locked.now
-            await persist(tx, dag, snapshot, result.actions)  # the engine's own table
+            await persist(tx, dag, snapshot, result.actions, PLAIN)  # the engine's own table
             await tx.writes.flush(tx)  # what it held back, as the engine does before commit
         return result
 

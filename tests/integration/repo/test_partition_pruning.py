@@ -41,6 +41,8 @@ PRUNED: dict[str, tuple[Any, ...]] = {
     "consume_signal": (T, "node"),
     "run_signals": (),
     "redispatch_task": (T, 0),
+    "park_task": (T, 0, "token", dt.timedelta(minutes=5), "parked"),
+    "set_data_key": ("k1:key",),
     "try_lock_run": (),
     "lock_expired_lease": (T, 0, "w"),
     "park_wait": (T, NOW),

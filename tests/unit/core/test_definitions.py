@@ -580,11 +580,11 @@ def test_a_condition_may_read_only_upstream_of_its_switch() -> None:
         [
             ("a", "s"),
             {"from": "s", "to": "b", "condition": "{{tasks.a.output.ok}}"},
-            {"from": "s", "to": "c", "condition": "{{tasks.b.output.ok || secret}}"},
+            {"from": "s", "to": "c", "condition": "{{tasks.b.output.ok || flag}}"},
         ],
     )
     assert problems(doc) == [
-        "edges[2].condition: unknown name 'secret': expressions start from config, input, run, system, tasks",
+        "edges[2].condition: unknown name 'flag': expressions start from config, input, run, system, tasks",
         "edges[2].condition: tasks.b: 'b' is not upstream of 's', so its output is not there yet when 's' runs",
     ]
 

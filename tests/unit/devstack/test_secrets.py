@@ -67,6 +67,7 @@ def test_each_service_gets_only_the_secrets_it_uses(tmp_path: Path) -> None:
             "COMPOSER_API_TOKEN": "the-cli-token-in-your-shell",
             "COMPOSER_WORKER_TOKENS": "team-token:payments",
             "PGPASSWORD": "pw",
+            "COMPOSER_ENCRYPTION_KEYS": "k1:c2VhbGluZyBrZXkgb2YgdGhlIHN0YWNr",
             "PATH": "/usr/bin",
         },
         tokens,
@@ -78,6 +79,7 @@ def test_each_service_gets_only_the_secrets_it_uses(tmp_path: Path) -> None:
         "COMPOSER_API_TOKEN",
         "COMPOSER_WORKER_TOKENS",
         "COMPOSER_BUILTIN_WORKER_TOKEN",
+        "COMPOSER_ENCRYPTION_KEYS",  # they get opened inputs; PYTHON nodes must not read keys
         "PGPASSWORD",
     ):
         assert secret not in workers, secret
@@ -88,6 +90,7 @@ def test_each_service_gets_only_the_secrets_it_uses(tmp_path: Path) -> None:
     assert workers["PATH"] == "/usr/bin"
 
     gateway = service_env("api-gateway", env)
+    assert gateway["COMPOSER_ENCRYPTION_KEYS"] == env["COMPOSER_ENCRYPTION_KEYS"]
     assert gateway["COMPOSER_API_TOKENS"] == f"{tokens.api}:admin"
     assert "COMPOSER_WORKER_TOKEN" not in gateway and "COMPOSER_WORKER_TOKENS" not in gateway
 
@@ -101,3 +104,27 @@ def test_each_service_gets_only_the_secrets_it_uses(tmp_path: Path) -> None:
         started = service_env(name, env)
         assert "COMPOSER_API_TOKEN" not in started
         assert ("COMPOSER_DATABASE_URL" in started) == (name != "workers")
+
+
+def test_the_workflows_secrets_go_to_the_built_in_workers_alone(tmp_path: Path) -> None:
+    """``{{ secret.NAME }}`` is resolved by the built-in workers (docs/secrets.md): they get
+    the COMPOSER_SECRET_* variables and COMPOSER_SECRETS_DIR although their names say
+    SECRET (and KEY), and no other service holds them."""
+    tokens = load_tokens(tmp_path / ".state")
+    env = stack_env(
+        {
+            "COMPOSER_SECRET_API_KEY": "sk_live_1",
+            "COMPOSER_SECRETS_DIR": "/run/secrets/composer",
+            "COMPOSER_WEBHOOK_SECRET": "whsec",
+        },
+        tokens,
+    )
+    workers = service_env("workers", env)
+    assert workers["COMPOSER_SECRET_API_KEY"] == "sk_live_1"
+    assert workers["COMPOSER_SECRETS_DIR"] == "/run/secrets/composer"
+    assert "COMPOSER_WEBHOOK_SECRET" not in workers
+    for name, _ in devstack.SERVICES:
+        if name != "workers":
+            started = service_env(name, env)
+            assert "COMPOSER_SECRET_API_KEY" not in started
+            assert "COMPOSER_SECRETS_DIR" not in started

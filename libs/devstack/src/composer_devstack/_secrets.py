@@ -52,8 +52,8 @@ _HOLDERS: dict[str, frozenset[str]] = {
 }
 #: What the built-in workers never hold, beyond _HOLDERS: a COMPOSER_* variable whose
 #: name has one of these (a secret some other service uses: the database URL, a webhook
-#: signing secret, …), and libpq's PG* variables (PGPASSWORD, PGSERVICEFILE, …).
-_NOT_FOR_WORKERS = ("DATABASE", "TOKEN", "SECRET", "PASSWORD")
+#: signing secret, the payload keys, …), and libpq's PG* variables (PGPASSWORD, PGSERVICEFILE, …).
+_NOT_FOR_WORKERS = ("DATABASE", "TOKEN", "SECRET", "PASSWORD", "KEY")
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,16 +116,30 @@ def stack_env(environ: Mapping[str, str], tokens: Tokens) -> dict[str, str]:
     return {**DEFAULTS, **generated, **environ}
 
 
+def _workflow_secret(key: str) -> bool:
+    """A secret workflows reference (``{{ secret.NAME }}``, docs/secrets.md), or where
+    they are mounted: the built-in workers resolve them, and only they hold them."""
+    return key.startswith("COMPOSER_SECRET_") or key == "COMPOSER_SECRETS_DIR"
+
+
 def service_env(service: str, env: Mapping[str, str]) -> dict[str, str]:
     """What ``service`` is started with: ``env`` without the secrets it does not use."""
-    own = {k: v for k, v in env.items() if k not in _HOLDERS or service in _HOLDERS[k]}
+    own = {
+        k: v
+        for k, v in env.items()
+        if (k not in _HOLDERS or service in _HOLDERS[k])
+        and (service == "workers" or not _workflow_secret(k))
+    }
     if service != "workers":
         return own
     own = {
         k: v
         for k, v in own.items()
-        if not k.startswith("PG")
-        and not (k.startswith("COMPOSER_") and any(word in k for word in _NOT_FOR_WORKERS))
+        if _workflow_secret(k)
+        or (
+            not k.startswith("PG")
+            and not (k.startswith("COMPOSER_") and any(word in k for word in _NOT_FOR_WORKERS))
+        )
     }
     # the built-in workers present their own token, which serves http and python only
     own["COMPOSER_WORKER_TOKEN"] = env["COMPOSER_BUILTIN_WORKER_TOKEN"]

@@ -50,6 +50,7 @@ from composer_core.statemachine import (
     Transition,
 )
 from composer_core.templates import Json
+from composer_engine import opened as _opened
 from composer_engine._definitions import DefinitionCache
 from composer_engine._leases import LeaseGrant, Reporter, grant_leases, new_token
 from composer_engine._metrics import instruments
@@ -66,6 +67,7 @@ from composer_engine.errors import (
     StaleSnapshot,
     Unavailable,
 )
+from composer_engine.sealing import KeyUnavailable, RunSeal, Sealer, looks_sealed
 from composer_rpc.codes import ErrorCode
 
 log = logging.getLogger("composer.engine")
@@ -151,6 +153,8 @@ class Engine:
         batches_in_flight: int = 2,
         max_node_input_bytes: int | None = limits.DEFAULT_MAX_NODE_INPUT_BYTES,
         max_output_bytes: int | None = limits.DEFAULT_MAX_OUTPUT_BYTES,
+        sealer: Sealer | None = None,
+        park_seconds: float = 300.0,
     ) -> None:
         """``batch_size`` and ``batches_in_flight`` bound the group commit of reports
         (``report``): how many go in one transaction, how many transactions at once.
@@ -158,8 +162,14 @@ class Engine:
         ``max_node_input_bytes`` (COMPOSER_MAX_NODE_INPUT_BYTES): an attempt whose
         input is larger is not leased but failed for good; ``max_output_bytes``
         (COMPOSER_MAX_OUTPUT_BYTES): a worker's report of a larger output fails its
-        node for good instead (None: no limit)."""
+        node for good instead (None: no limit).
+
+        ``sealer`` seals every document written and opens what the machine and the
+        lease use (COMPOSER_ENCRYPTION_KEYS; None: no keys, documents stay plain). An
+        attempt whose input does not open here is parked for ``park_seconds``."""
         self.pool = pool
+        self.sealer = sealer or Sealer()
+        self.park_for = dt.timedelta(seconds=park_seconds)
         self.max_node_input_bytes = max_node_input_bytes
         self.max_output_bytes = max_output_bytes
         self.redis = redis
@@ -230,6 +240,12 @@ class Engine:
             except ids.InvalidRunId as exc:
                 raise BadRequest(str(exc)) from exc
         new_run_id = run_id or self._new_id()
+        _refuse_sealed_looking(input, "the run input")
+        _refuse_sealed_looking(config, "the run config")
+        data_key = self.sealer.new_data_key(new_run_id)
+        seal = self.sealer.for_run(new_run_id, data_key)
+        # sealed once: the run's row and its TASK rows' copies hold the same document
+        sealed_context = seal.doc(context)
 
         async def attempt(tx: Tx) -> Started:
             if version:
@@ -241,11 +257,12 @@ class Engine:
                 new_run_id,
                 workflow_id=workflow_id,
                 version=dag.version,
-                input=input if input is not None else {},
-                config=config,
+                input=seal.doc(input if input is not None else {}),
+                config=seal.doc(config),
                 idempotency_key=idempotency_key,
+                data_key=data_key,
                 started_by=None if caller is None else caller.name,
-                context=context,
+                context=sealed_context,
             )
             if not started.created:
                 return Started(started.run_id, started.status, created=False)
@@ -260,7 +277,10 @@ class Engine:
                 signals=(),
             )
             await self._decide(
-                tx, dag, repo.LockedRun(run, started.now, context), RunStarted(start_node)
+                tx,
+                dag,
+                repo.LockedRun(run, started.now, data_key=data_key, context=sealed_context),
+                RunStarted(start_node),
             )
             tx.after_commit(
                 lambda: log.info("run %s of %s v%d started", new_run_id, workflow_id, dag.version)
@@ -353,7 +373,19 @@ class Engine:
         or NaN, Infinity, ``\\u0000``: JSONB refuses them), the permanent failure of
         its attempt that says why. The SDK checks first; an older one may not."""
         if not report.completed:
+            if looks_sealed(report.error):  # never read back as a sealed document
+                return dataclasses.replace(report, error=" " + report.error)
             return report
+        if looks_sealed(report.output):
+            return dataclasses.replace(
+                report,
+                completed=False,
+                output=None,
+                error="the output is a string that starts with '$sealed:v1:', which Composer "
+                "keeps for sealed documents: wrap it in an object",
+                code=ErrorCode.BAD_OUTPUT,
+                permanent=True,
+            )
         encoded = limits.encode(
             report.output,
             "output",
@@ -400,7 +432,7 @@ class Engine:
                         results[i] = False
                         continue
                 dag = await self.definitions.get(tx.conn, run.workflow_id, run.version)
-                # the run as the batch's earlier reports left it, with its context
+                # the run as the batch's earlier reports left it, with its key and context
                 this = dataclasses.replace(locked.locked(r.run_id), run=run)
                 transition = await self._decide(tx, dag, this, r.event())
                 snapshots[r.run_id] = transition.run
@@ -551,6 +583,7 @@ class Engine:
         for another signal name is a Conflict. Every signal is kept with ``sent_by``
         (the name of the API token that sent it): one a waiting node took at once
         is kept consumed (``repo.run_signals``)."""
+        _refuse_sealed_looking(payload, "the signal payload")
 
         async def attempt(tx: Tx) -> bool:
             locked = await repo.load_run(tx.conn, run_id)
@@ -566,7 +599,7 @@ class Engine:
                     return delivered
             dag = await self.definitions.get(tx.conn, locked.run.workflow_id, locked.run.version)
             tr = await self._decide(tx, dag, locked, SignalReceived(name, payload))
-            await self._keep_signal(tx, run_id, name, payload, tr, sent_by)
+            await self._keep_signal(tx, locked, name, payload, tr, sent_by)
             if idempotency_key is not None:
                 await repo.record_signal_key(
                     tx.conn, run_id, idempotency_key, name=name, delivered=tr.signal_delivered
@@ -578,14 +611,16 @@ class Engine:
     async def _keep_signal(
         self,
         tx: Tx,
-        run_id: str,
+        locked: repo.LockedRun,
         name: str,
         payload: Json,
         transition: Transition,
         sent_by: str | None,
     ) -> None:
         """Record who sent the signal: on its buffered row, or on a row of its own,
-        consumed at once, when a waiting node took it (the first wait it resolved)."""
+        consumed at once (its payload sealed like the run's other documents), when a
+        waiting node took it (the first wait it resolved)."""
+        run_id = locked.run.run_id
         for action in transition.actions:
             if isinstance(action, BufferSignal):
                 if sent_by is not None:
@@ -593,8 +628,15 @@ class Engine:
                 return
         taker = next((a.node_id for a in transition.actions if isinstance(a, ResolveWait)), None)
         if transition.signal_delivered and taker is not None:
+            seal = await self._run_seal(tx, locked)  # the decision's: its key is stored now
             await repo.record_taken_signal(
-                tx.conn, run_id, self._new_id(), name, payload, node_id=taker, sent_by=sent_by
+                tx.conn,
+                run_id,
+                self._new_id(),
+                name,
+                seal.doc(payload),
+                node_id=taker,
+                sent_by=sent_by,
             )
 
     async def cancel(
@@ -693,7 +735,12 @@ class Engine:
             conn: repo.Connection, batch: Sequence[repo.LeaseRequest]
         ) -> list[LeaseGrant | EngineError]:
             return await grant_leases(
-                conn, self.definitions, batch, max_input_bytes=self.max_node_input_bytes
+                conn,
+                self.definitions,
+                batch,
+                max_input_bytes=self.max_node_input_bytes,
+                sealer=self.sealer,
+                park_for=self.park_for,
             )
 
         answers = await self._fenced_batch(tokened, grant, self._acquire_one)
@@ -798,29 +845,44 @@ class Engine:
     async def _decide(
         self, tx: Tx, dag: WorkflowDAG, locked: repo.LockedRun, event: Event
     ) -> Transition:
-        run = locked.run
         kind = type(event).__name__
+        node_id = getattr(event, "node_id", None)
+        # names only: an event's and its actions' values may be sealed documents,
+        # which are never logged
+        about = f"run {locked.run.run_id}, event {kind}" + (f" of {node_id}" if node_id else "")
+        tx.deciding = lambda: about
+        seal = await self._run_seal(tx, locked)
+        run = _opened.snapshot(self.sealer, locked.run)
+        if run is not locked.run:
+            locked = dataclasses.replace(locked, run=run)
         attributes = {
             "composer.run_id": run.run_id,
             "composer.workflow_id": run.workflow_id,
             "composer.event": kind,
         }
-        node_id = getattr(event, "node_id", None)
         if node_id:
             attributes["composer.node_id"] = node_id
         with tracer().start_as_current_span(f"apply {kind}", attributes=attributes) as span:
             tx.now = locked.now
-            tx.deciding = lambda: f"run {run.run_id}, event {event!r}"
             transition = await self._transition(tx, dag, locked, event)
             span.set_attribute("composer.actions", len(transition.actions))
             outcome = "applied"
             if transition.ignored is None:
                 actions = transition.actions
                 tx.deciding = lambda: (
-                    f"run {run.run_id}, event {event!r}, actions {list(actions)!r}"
+                    f"{about}, actions {', '.join(type(a).__name__ for a in actions)}"
                 )
-                effects = await persist(tx, dag, run, transition.actions, context=locked.context)
-                announce(tx, effects, redis=self.redis, prefix=self.prefix, run=run)
+                effects = await persist(
+                    tx, dag, run, transition.actions, seal, context=locked.context
+                )
+                announce(
+                    tx,
+                    effects,
+                    redis=self.redis,
+                    prefix=self.prefix,
+                    run=run,
+                    log_error=not seal.sealing,
+                )
             else:
                 outcome = "ignored"
                 span.set_attribute("composer.ignored", transition.ignored)
@@ -846,13 +908,30 @@ class Engine:
                 raise Conflict(str(exc)) from exc
             if not isinstance(result, Missing):
                 return result
+            run_id = snapshot.run_id
             snapshot = snapshot.with_data(
-                await repo.load_outputs(tx.conn, snapshot.run_id, result.outputs)
+                _opened.outputs(
+                    self.sealer, run_id, await repo.load_outputs(tx.conn, run_id, result.outputs)
+                )
                 if result.outputs
                 else None,
-                await repo.pending_signals(tx.conn, snapshot.run_id) if result.signals else None,
+                _opened.signals(self.sealer, run_id, await repo.pending_signals(tx.conn, run_id))
+                if result.signals
+                else None,
             )
         raise AssertionError(f"the machine keeps asking for data it was given: {result}")
+
+    async def _run_seal(self, tx: Tx, locked: repo.LockedRun) -> RunSeal:
+        """What seals the run's documents; a run started before sealing was turned on
+        gets its data key now."""
+        data_key = locked.data_key
+        run_id = locked.run.run_id
+        if data_key is None:
+            new_key = self.sealer.new_data_key(run_id)
+            if new_key is None:
+                return self.sealer.for_run(run_id, None)
+            data_key = await repo.set_data_key(tx.conn, run_id, new_key)
+        return self.sealer.for_run(run_id, data_key)
 
     async def _in_tx(
         self, fn: Callable[[Tx], Awaitable[T]], *, single_statement: bool = False
@@ -947,6 +1026,8 @@ async def in_transaction(
             raise BadRequest(str(exc)) from exc
         except EngineError:
             raise
+        except KeyUnavailable as exc:
+            raise _parked(tx, exc) from exc
         except Exception as exc:  # a bug, here or below: say so once, never retry it
             raise _internal(tx, f"{type(exc).__name__}: {exc}") from exc
     raise Unavailable(f"gave up after {attempts} attempts")  # pragma: no cover
@@ -979,6 +1060,23 @@ async def committed(pool: repo.Pool, lost: repo.CommitUnknown, *, attempts: int)
         )
         return status == "committed"
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _parked(tx: Tx | None, exc: KeyUnavailable) -> Unavailable:
+    """A run whose documents do not open here waits, unchanged, until its key is
+    configured again: one ALERT line naming the key, and Unavailable (the caller
+    tries again later; nothing was written, no attempt spent)."""
+    where = tx.deciding() if tx is not None and tx.deciding else "outside a decision"
+    alert(log, "parked (%s): %s", where, exc)
+    return Unavailable(f"the run is parked: {exc}")
+
+
+def _refuse_sealed_looking(value: Json, what: str) -> None:
+    if looks_sealed(value):
+        raise BadRequest(
+            f"{what} is a string that starts with '$sealed:v1:', which Composer keeps for "
+            "sealed documents: wrap it in an object"
+        )
 
 
 def _internal(tx: Tx | None, problem: str) -> Internal:

@@ -17,16 +17,24 @@ count, is decided here from the database alone:
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import composer_repo as repo
 from composer_common import limits
+from composer_common.logs import alert
 from composer_core.model import NodeType
 from composer_core.templates import Json
 from composer_engine._definitions import DefinitionCache
 from composer_engine.errors import EngineError, Forbidden
+from composer_engine.sealing import Sealer, SealingError
+
+log = logging.getLogger("composer.engine")
+
+#: How long an attempt whose input does not open here waits before it is sent again.
+PARK_FOR = dt.timedelta(minutes=5)
 
 #: The reason a lease is not granted, whatever it is: a stale attempt, a finished
 #: task, or a live lease of another worker (the database cannot tell cheaply which).
@@ -94,12 +102,19 @@ async def grant_leases(
     requests: Sequence[repo.LeaseRequest],
     *,
     max_input_bytes: int | None = None,
+    sealer: Sealer | None = None,
+    park_for: dt.timedelta = PARK_FOR,
 ) -> list[LeaseGrant | EngineError]:
     """``repo.acquire_leases`` and what each answer means to the worker: the grant
     with the node's timeout from its definition, a refusal, or Forbidden for an
     attempt on a queue the request's credentials do not cover. An input over
     ``max_input_bytes`` is not granted but answered ``too_large``: sent, it could
-    be too large for the worker's gRPC messages, and no worker could ever take it."""
+    be too large for the worker's gRPC messages, and no worker could ever take it.
+
+    The input is opened here (``sealer``), the one place a worker's input is in the
+    clear before the worker. One sealed under a key not configured here is not
+    given: the attempt is parked (``repo.park_task``: unspent, sent again after
+    ``park_for``) with an ALERT naming the key."""
     leases = await repo.acquire_leases(conn, requests)
     refused_scoped = [
         (r.run_id, r.task_id)
@@ -116,8 +131,16 @@ async def grant_leases(
             else:
                 answers.append(LeaseGrant(False, NOT_GRANTED))
             continue
+        lease_input, context = lease.input, lease.context
+        if sealer is not None:
+            try:
+                lease_input = sealer.open(request.run_id, lease_input)
+                context = sealer.open(request.run_id, context)
+            except SealingError as exc:  # its key is not here, or it was altered
+                answers.append(await _park(conn, request, lease, exc, park_for))
+                continue
         encoded = limits.encode(
-            lease.input,
+            lease_input,
             "node input",
             max_bytes=max_input_bytes,
             setting="COMPOSER_MAX_NODE_INPUT_BYTES",
@@ -132,7 +155,7 @@ async def grant_leases(
         answers.append(
             LeaseGrant(
                 True,
-                input=lease.input,
+                input=lease_input,
                 expires_at=lease.expires_at,
                 max_attempts=lease.max_attempts or 0,
                 token=lease.token,
@@ -142,10 +165,32 @@ async def grant_leases(
                 workflow_version=lease.workflow_version,
                 timeout_seconds=node.timeout_seconds if node is not None else None,
                 input_json=encoded,
-                context=lease.context,
+                context=context,
             )
         )
     return answers
+
+
+async def _park(
+    conn: repo.Connection,
+    request: repo.LeaseRequest,
+    lease: repo.Lease,
+    exc: SealingError,
+    park_for: dt.timedelta,
+) -> LeaseGrant:
+    ref = repo.TaskRef(request.run_id, request.task_id, lease.node_id, request.attempt)
+    reason = f"parked: its input is {exc}"
+    await repo.park_task(conn, ref, lease.token, park_for=park_for, reason=reason)
+    alert(
+        log,
+        "run %s: %s attempt %d parked for %ds: its input is %s",
+        request.run_id,
+        lease.node_id,
+        request.attempt,
+        park_for.total_seconds(),
+        exc,
+    )
+    return LeaseGrant(False, reason, node_id=lease.node_id)
 
 
 def _not_covered(queue: str | None) -> str:

@@ -41,6 +41,7 @@ from composer_core.templates import Json
 from composer_engine._metrics import instruments
 from composer_engine._tx import Tx
 from composer_engine.errors import StaleSnapshot
+from composer_engine.sealing import RunSeal
 
 log = logging.getLogger("composer.engine")
 
@@ -63,14 +64,22 @@ class Effects:
 
 
 async def persist(
-    tx: Tx, dag: WorkflowDAG, run: Run, actions: Sequence[Action], *, context: Json = None
+    tx: Tx,
+    dag: WorkflowDAG,
+    run: Run,
+    actions: Sequence[Action],
+    seal: RunSeal,
+    *,
+    context: Json = None,
 ) -> Effects:
-    """Write ``actions`` in order; a write that matches no row raises StaleSnapshot.
+    """Write ``actions`` in order, every document sealed by ``seal``; a write that
+    matches no row raises StaleSnapshot.
 
-    ``context``, the run's calling context (None: none), is copied onto every TASK
-    node's row: its lease hands it to the user's handler without reading the run's
-    row. Other tasks (control, waits, the built-in executors' HTTP and PYTHON
-    nodes) carry none."""
+    ``context``, the run's calling context as stored (sealed when the run is; None:
+    none), is copied onto every TASK node's row as it is: its lease hands it to the
+    user's handler without reading the run's row. Other tasks (control, waits, the
+    built-in executors' HTTP and PYTHON nodes) carry none."""
+    doc, text = seal.doc, seal.text
     effects = Effects()
     conn, run_id = tx.conn, run.run_id
     writes = tx.writes
@@ -85,9 +94,9 @@ async def persist(
                         action.node_id,
                         action.node_type,
                         action.state,
-                        input=action.input,
-                        output=action.output,
-                        error=action.error,
+                        input=doc(action.input),
+                        output=doc(action.output),
+                        error=text(action.error),
                         wake_at=action.wake_at,
                         awaited_signal=action.awaited_signal,
                         queue=dag.queue(action.node_id) if worker else None,
@@ -110,9 +119,9 @@ async def persist(
                 effects.wake_enqueuer |= not at_once
             case CompleteTask():
                 ref = repo.TaskRef(run_id, action.task_id, action.node_id, action.attempt)
-                writes.completions.append((ref, action.output, effects))
+                writes.completions.append((ref, doc(action.output), effects))
             case FinishRun():
-                writes.finishes.append((run, action, effects))
+                writes.finishes.append((run, action, effects, seal))
                 effects.finished = action
             case CreateTask():  # a SWITCH with its branches: written by itself
                 await writes.flush(tx)
@@ -124,9 +133,9 @@ async def persist(
                     action.node_id,
                     node_type=action.node_type,
                     state=action.state,
-                    input=action.input,
-                    output=action.output,
-                    error=action.error,
+                    input=doc(action.input),
+                    output=doc(action.output),
+                    error=text(action.error),
                     branches=action.branches,
                     wake_at=action.wake_at,
                     awaited_signal=action.awaited_signal,
@@ -141,7 +150,9 @@ async def persist(
             case FailTask():
                 await writes.flush(tx)
                 ref = repo.TaskRef(run_id, action.task_id, action.node_id, action.attempt)
-                done = await repo.fail_task(conn, ref, action.error, error_code=action.error_code)
+                done = await repo.fail_task(
+                    conn, ref, text(action.error) or "", error_code=action.error_code
+                )
                 if done is None:
                     raise StaleSnapshot(
                         f"task {action.task_id} attempt {action.attempt} is not active"
@@ -153,7 +164,7 @@ async def persist(
                 requeued = await repo.requeue_task(
                     conn,
                     ref,
-                    action.error,
+                    text(action.error) or "",
                     error_code=action.error_code,
                     not_before=action.not_before,
                 )
@@ -177,14 +188,14 @@ async def persist(
                     action.task_id,
                     action.node_id,
                     state=action.state,
-                    output=action.output,
-                    error=action.error,
+                    output=doc(action.output),
+                    error=text(action.error),
                 ):
                     raise StaleSnapshot(f"task {action.task_id} is not waiting")
             case BufferSignal():
                 await writes.flush(tx)
                 await repo.buffer_signal(
-                    conn, run_id, action.signal_id, action.name, action.payload
+                    conn, run_id, action.signal_id, action.name, doc(action.payload)
                 )
             case ConsumeSignal():
                 await writes.flush(tx)
@@ -198,8 +209,8 @@ async def persist(
                     conn,
                     run_id,
                     version=action.version,
-                    input=action.input,
-                    config=action.config,
+                    input=doc(action.input),
+                    config=doc(action.config),
                     reset_nodes=action.reset_nodes,
                 )
             case CancelTasks():
@@ -226,8 +237,17 @@ async def write_dispatch(
     return at_once
 
 
-def announce(tx: Tx, effects: Effects, *, redis: cq.Queue | None, prefix: str, run: Run) -> None:
-    """After commit: wake the loops that have new work, and log a finished run."""
+def announce(
+    tx: Tx,
+    effects: Effects,
+    *,
+    redis: cq.Queue | None,
+    prefix: str,
+    run: Run,
+    log_error: bool = True,
+) -> None:
+    """After commit: wake the loops that have new work, and log a finished run (with
+    its error only when ``log_error``: a sealed run's error is never logged)."""
     if redis is not None:
         # read after the commit: a finished run's webhook row is written at the flush
         tx.after_commit(lambda: _wake_enqueuer(redis, prefix, effects))
@@ -238,7 +258,7 @@ def announce(tx: Tx, effects: Effects, *, redis: cq.Queue | None, prefix: str, r
     tx.after_commit(lambda: _record(effects))
     finished = effects.finished
     if finished is not None:
-        detail = f": {finished.error}" if finished.error else ""
+        detail = f": {finished.error}" if finished.error and log_error else ""
         tx.after_commit(
             lambda: log.info(
                 "run %s of %s v%d %s%s",

@@ -22,6 +22,7 @@ from composer_core.statemachine import FinishRun, Run
 from composer_core.templates import Json
 from composer_engine._publish import Dispatched
 from composer_engine.errors import StaleSnapshot
+from composer_engine.sealing import RunSeal
 
 if TYPE_CHECKING:
     from composer_engine._persist import Effects
@@ -36,7 +37,7 @@ class Writes:
     dispatches: list[tuple[repo.NewDispatch, repo.TaskRef, dict[str, str], bool]] = field(
         default_factory=list
     )
-    finishes: list[tuple[Run, FinishRun, Effects]] = field(default_factory=list)
+    finishes: list[tuple[Run, FinishRun, Effects, RunSeal]] = field(default_factory=list)
 
     def dispatch(
         self, tx: Tx, ref: repo.TaskRef, *, queue: str, not_before: dt.datetime | None
@@ -80,13 +81,17 @@ class Writes:
                     tx.dispatched.append(Dispatched(ids[row.task_id], row.queue, ref, fields))
         if self.finishes:
             finishes, self.finishes = self.finishes, []
-            for run, action, effects in finishes:
-                await _finish(tx, run, action, effects)
+            for run, action, effects, seal in finishes:
+                await _finish(tx, run, action, effects, seal)
 
 
-async def _finish(tx: Tx, run: Run, action: FinishRun, effects: Effects) -> None:
+async def _finish(tx: Tx, run: Run, action: FinishRun, effects: Effects, seal: RunSeal) -> None:
     finished = await repo.finish_run(
-        tx.conn, run.run_id, action.status, output=action.output, error=action.error
+        tx.conn,
+        run.run_id,
+        action.status,
+        output=seal.doc(action.output),
+        error=seal.text(action.error),
     )
     if finished is None:
         raise StaleSnapshot(f"run {run.run_id} is already finished")
@@ -96,14 +101,17 @@ async def _finish(tx: Tx, run: Run, action: FinishRun, effects: Effects) -> None
             tx.conn,
             run_id=run.run_id,
             url=finished.webhook_url,
-            payload={
-                "run_id": run.run_id,
-                "workflow_id": finished.workflow_id,
-                "version": finished.version,
-                "status": action.status.value,
-                "error": action.error,
-                "output": action.output,
-            },
+            # sealed whole: the outbox-enqueuer opens it just before the POST
+            payload=seal.doc(
+                {
+                    "run_id": run.run_id,
+                    "workflow_id": finished.workflow_id,
+                    "version": finished.version,
+                    "status": action.status.value,
+                    "error": action.error,
+                    "output": action.output,
+                }
+            ),
         )
         effects.wrote_webhook = True
 

@@ -6,6 +6,10 @@ node's resolved spec and its timeout, returns the node's output (docs/architectu
 §8) and raises :class:`ExecutionError` (with ``code`` and ``permanent``)
 when the attempt fails. Settings (COMPOSER_HTTP_ALLOW_PRIVATE, COMPOSER_HTTP_ALLOW_NETWORKS, limits) are
 read by the service and passed in: nothing here reads the environment.
+
+Both resolve the node's ``{{ secret.NAME }}`` references from a
+:class:`SecretSource` just before they run, and keep the values out of what
+they return and raise (docs/secrets.md).
 """
 
 from composer_executors._errors import (
@@ -14,15 +18,32 @@ from composer_executors._errors import (
     HttpStatusError,
     InvalidSpec,
     PythonError,
+    SecretNotFound,
+    SecretUnavailable,
     TargetRefused,
 )
 from composer_executors._guard import HttpPolicy, create_http_session, parse_networks
 from composer_executors._http import CROSS_ORIGIN_HEADERS, run_http
 from composer_executors._python import run_python
+from composer_executors._secret_references import (
+    SECRETS_KEY,
+    Resolved,
+    resolve_secrets,
+    run_with_secrets,
+)
+from composer_executors._secret_sources import (
+    DirectorySecrets,
+    EnvironmentSecrets,
+    SecretChain,
+    SecretSource,
+)
 from composer_rpc.codes import ErrorCode
 
 __all__ = [
     "CROSS_ORIGIN_HEADERS",
+    "SECRETS_KEY",
+    "DirectorySecrets",
+    "EnvironmentSecrets",
     "ErrorCode",
     "ExecutionError",
     "ExecutionTimeout",
@@ -30,9 +51,16 @@ __all__ = [
     "HttpStatusError",
     "InvalidSpec",
     "PythonError",
+    "Resolved",
+    "SecretChain",
+    "SecretNotFound",
+    "SecretSource",
+    "SecretUnavailable",
     "TargetRefused",
     "create_http_session",
     "parse_networks",
+    "resolve_secrets",
     "run_http",
     "run_python",
+    "run_with_secrets",
 ]

@@ -11,9 +11,11 @@ needs to report it is on the error itself (``message``, ``code``,
     │                             or a redirect (to https → http, to a
     │                             non-http(s) or hostless target)
     ├── HttpStatusError           the server answered non-2xx             http_<status>
-    └── PythonError               the snippet failed (``exc_type`` names the exception)
-                                  exception, memory_limit, crashed: retryable;
-                                  syntax_error, no_main, not_json, result_too_large: permanent
+    ├── PythonError               the snippet failed (``exc_type`` names the exception)
+    │                             exception, memory_limit, crashed: retryable;
+    │                             syntax_error, no_main, not_json, result_too_large: permanent
+    ├── SecretNotFound            a referenced secret is in no source     secret_not_found, permanent
+    └── SecretUnavailable         a secret source could not answer        secret_unavailable
 
 Other codes on a plain ExecutionError: connection_error, tls_error (retryable),
 too_many_redirects, response_too_large (permanent).
@@ -101,3 +103,26 @@ def http_status_is_permanent(status: int) -> bool:
     if 400 <= status < 500:
         return status not in _RETRYABLE_4XX
     return status < 400
+
+
+class SecretNotFound(ExecutionError):
+    """A node references a secret that none of the workers' sources holds.
+
+    The message names the secret and where to set it, never a value.
+    """
+
+    def __init__(self, name: str, where: str) -> None:
+        super().__init__(
+            f"secret {name!r} is not set on the workers: set {where}",
+            code=ErrorCode.SECRET_NOT_FOUND,
+            permanent=True,
+        )
+        self.name = name
+
+
+class SecretUnavailable(ExecutionError):
+    """A secret source could not answer (a file it cannot read, a store that is down):
+    retryable unless the source says it is not."""
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message, code=ErrorCode.SECRET_UNAVAILABLE, permanent=permanent)

@@ -34,6 +34,8 @@ from composer_executors._errors import (
     TargetRefused,
 )
 from composer_executors._guard import AddressGuard, GuardedConnector, HttpPolicy
+from composer_executors._secret_references import run_with_secrets
+from composer_executors._secret_sources import SecretSource
 from composer_rpc.codes import ErrorCode
 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -65,6 +67,7 @@ async def run_http(
     session: aiohttp.ClientSession,
     policy: HttpPolicy,
     idempotency_key: str | None = None,
+    secrets: SecretSource | None = None,
 ) -> dict[str, Any]:
     """Send the request ``spec`` describes and return ``{status, headers, body}``.
 
@@ -77,6 +80,9 @@ async def run_http(
     SSRF guard. ``idempotency_key`` is sent as the ``Idempotency-Key`` header
     unless the spec's headers hold one (in any case): pass a key that is the
     same for every attempt of the node, so a retry can be recognised.
+    The secret references the spec lists under ``$secrets`` are resolved from
+    ``secrets`` just before the request, and their values kept out of the
+    output and the errors (docs/secrets.md).
     Raises :class:`ExecutionError` for every failure.
     """
     connector = session.connector
@@ -93,6 +99,19 @@ async def run_http(
     if timeout <= 0:
         raise ValueError(f"timeout must be positive, got {timeout}")
 
+    async def call(resolved: Mapping[str, Any]) -> dict[str, Any]:
+        return await _call(resolved, timeout, session, policy, idempotency_key)
+
+    return await run_with_secrets(spec, secrets, call)
+
+
+async def _call(
+    spec: Mapping[str, Any],
+    timeout: float,
+    session: aiohttp.ClientSession,
+    policy: HttpPolicy,
+    idempotency_key: str | None,
+) -> dict[str, Any]:
     request = _Request.from_spec(spec)
     if idempotency_key and IDEMPOTENCY_HEADER not in request.headers:
         request.headers[IDEMPOTENCY_HEADER] = idempotency_key

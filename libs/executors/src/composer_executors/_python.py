@@ -60,6 +60,8 @@ from composer_executors._errors import (
     InvalidSpec,
     PythonError,
 )
+from composer_executors._secret_references import run_with_secrets
+from composer_executors._secret_sources import SecretSource
 from composer_rpc.codes import ErrorCode
 
 _CHILD_SOURCE = (Path(__file__).parent / "_child.py").read_text(encoding="utf-8")
@@ -82,6 +84,7 @@ async def run_python(
     max_file_bytes: int = 16 * 1024 * 1024,
     max_open_files: int = 256,
     uid: int | None = None,
+    secrets: SecretSource | None = None,
 ) -> Any:
     """Run ``spec["code"]``'s ``main(spec["input"])`` in a child process; return its result.
 
@@ -94,6 +97,10 @@ async def run_python(
     libraries must be readable by that user). Raises :class:`ExecutionTimeout`
     past ``timeout`` seconds and :class:`PythonError` for everything the
     snippet did wrong; see the module docstring for what isolation this gives.
+    The secret references ``input`` holds (listed under ``$secrets``) are
+    resolved from ``secrets`` and handed to the code; their values are scrubbed
+    from its result and errors, as far as they appear as they are
+    (docs/secrets.md).
     """
     if timeout <= 0:
         raise ValueError(f"timeout must be positive, got {timeout}")
@@ -107,8 +114,15 @@ async def run_python(
         uid=uid,
         gid=_primary_gid(uid),
     )
-    payload = _payload(spec)
 
+    async def call(resolved: Mapping[str, Any]) -> Any:
+        return await _run(_payload(resolved), timeout, max_result_bytes, limits)
+
+    return await run_with_secrets(spec, secrets, call)
+
+
+async def _run(payload: bytes, timeout: float, max_result_bytes: int, limits: ProcessLimits) -> Any:
+    """Run the child on ``payload`` and turn what it left into the result or an error."""
     work = tempfile.mkdtemp(prefix="composer-python-")
     try:
         if limits.uid is not None:

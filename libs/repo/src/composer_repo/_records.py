@@ -101,6 +101,8 @@ class LockedRun:
 
     run: Run
     now: dt.datetime
+    #: The run's sealed data key (None: its documents are plain).
+    data_key: str | None = None
     #: The run's calling context document (None: it has none), which the TASK rows
     #: this event inserts copy: a lease reads it from the task, not from the run.
     context: Json = None
@@ -148,13 +150,20 @@ class LockedRuns:
     now: dt.datetime | None
     #: (run id, task id, attempt) → its lease, for every RUNNING attempt of those runs.
     leases: dict[tuple[str, str, int], LeaseHolder]
+    #: run id → its sealed data key (None: its documents are plain).
+    data_keys: dict[str, str | None] = field(default_factory=dict)
     #: run id → its calling context, for the locked runs that have one.
     contexts: dict[str, Json] = field(default_factory=dict)
 
     def locked(self, run_id: str) -> LockedRun:
         """One run of the batch as ``load_run`` would have returned it (it must be locked)."""
         assert self.now is not None
-        return LockedRun(self.runs[run_id], self.now, self.contexts.get(run_id))
+        return LockedRun(
+            self.runs[run_id],
+            self.now,
+            data_key=self.data_keys.get(run_id),
+            context=self.contexts.get(run_id),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,7 +373,7 @@ class TaskAttempt:
 @dataclass(frozen=True, slots=True)
 class BufferedSignal:
     """A signal sent to a run: buffered until a WAIT_FOR_EVENT node takes it, or taken
-    as it arrived (consumed at once; since V007)."""
+    as it arrived (consumed at once; since V008)."""
 
     signal_id: str
     name: str
@@ -373,7 +382,7 @@ class BufferedSignal:
     consumed_at: dt.datetime | None
     #: The WAIT_FOR_EVENT node that took it (None while it waits).
     consumed_by: str | None
-    #: The name of the API token that sent it (None: sent by no token, or before V007).
+    #: The name of the API token that sent it (None: sent by no token, or before V008).
     sent_by: str | None = None
 
 

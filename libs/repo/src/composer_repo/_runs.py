@@ -39,6 +39,7 @@ async def insert_run(
     config: Json = None,
     idempotency_key: str | None = None,
     status: RunStatus = RunStatus.RUNNING,
+    data_key: str | None = None,
     started_by: str | None = None,
     context: Json = None,
 ) -> StartedRun:
@@ -82,6 +83,7 @@ async def insert_run(
         input,
         config,
         idempotency_key,
+        data_key,
         started_by,
         context,
     )
@@ -138,12 +140,15 @@ async def lock_runs(conn: Connection, run_ids: Collection[str]) -> LockedRuns:
             leases[(t["run_id"], t["id"], t["attempt"])] = LeaseHolder(t["lease_token"], t["queue"])
     runs = {r["id"]: _run(r["id"], r, nodes[r["id"]]) for r in rows}
     contexts = {r["id"]: r["context"] for r in rows if r["context"] is not None}
-    return LockedRuns(runs, rows[0]["now"], leases, contexts)
+    data_keys = {r["id"]: r["data_key"] for r in rows}
+    return LockedRuns(runs, rows[0]["now"], leases, data_keys, contexts)
 
 
 async def _snapshot(conn: Connection, run_id: str, row: Any) -> LockedRun:
     nodes = {t["node_id"]: _node_state(t) for t in await conn.fetch(q("load_task_states"), run_id)}
-    return LockedRun(_run(run_id, row, nodes), row["now"], row["context"])
+    return LockedRun(
+        _run(run_id, row, nodes), row["now"], data_key=row["data_key"], context=row["context"]
+    )
 
 
 def _node_state(t: Any) -> NodeState:
@@ -360,3 +365,11 @@ def _task(r: Any) -> TaskRecord:
         started_at=r["started_at"],
         finished_at=r["finished_at"],
     )
+
+
+@translated
+async def set_data_key(conn: Connection, run_id: str, data_key: str) -> str:
+    """Give a run started with sealing off its data key (under its lock). Returns the
+    run's key: this one, or the one it already had."""
+    stored: str = await conn.fetchval(q("set_data_key"), run_id, data_key)
+    return stored

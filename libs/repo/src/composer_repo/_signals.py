@@ -59,7 +59,7 @@ async def consume_signal(conn: Connection, run_id: str, signal_id: str, *, node_
 @translated
 async def run_signals(conn: Connection, run_id: str) -> list[BufferedSignal]:
     """Every signal of the run, consumed or not, oldest first, with who sent it. One a
-    waiting node took as it arrived is listed consumed (since V007; not before)."""
+    waiting node took as it arrived is listed consumed (since V008; not before)."""
     rows = await conn.fetch(q("run_signals"), run_id)
     return [
         BufferedSignal(

@@ -382,3 +382,16 @@ def _finished(row: Any) -> FinishedTask:
         started_at=row["started_at"],
         finished_at=row["finished_at"],
     )
+
+
+@translated
+async def park_task(
+    conn: Connection, ref: TaskRef, token: str, *, park_for: dt.timedelta, reason: str
+) -> bool:
+    """Take back the grant of attempt ``ref`` (lease ``token``) before its worker runs it:
+    QUEUED again with its attempt unspent and ``reason`` as its error (code PARKED),
+    not dispatched again for ``park_for``. False when the grant is no longer there."""
+    status = await conn.execute(
+        q("park_task"), ref.run_id, ref.task_id, ref.attempt, token, park_for, reason
+    )
+    return status.endswith(" 1")

@@ -56,6 +56,10 @@ class ErrorCode(StrEnum):
     MEMORY_LIMIT = "memory_limit"
     RESULT_TOO_LARGE = "result_too_large"
     CRASHED = "crashed"
+    #: A secret the node references is in none of the workers' secret sources.
+    SECRET_NOT_FOUND = "secret_not_found"
+    #: A secret source could not answer (a file it cannot read, a store that is down).
+    SECRET_UNAVAILABLE = "secret_unavailable"
 
 
 def http_status(status: int) -> str:

@@ -56,6 +56,11 @@ class ServiceSettings(BaseSettings):
     #: HTTP nodes and webhooks may call although private, while the SSRF guard keeps
     #: refusing every other non-public address (the metadata service included).
     http_allow_networks: str = ""
+    #: COMPOSER_ENCRYPTION_KEYS: ``id:base64key,…`` (32-byte keys). Every payload is sealed
+    #: at rest with the first and opened with any, so a new key goes first and old ones
+    #: stay listed until nothing sealed with them is kept (docs/sealing.md). Empty:
+    #: payloads are stored as plain JSON. Every service that reads or writes runs needs it.
+    encryption_keys: str = ""
     log_level: str = "INFO"
     #: json, human, or auto (JSON unless stderr is a terminal).
     log_format: Literal["auto", "json", "human"] = "auto"

@@ -16,6 +16,7 @@ from composer_api_gateway.auth import parse_tokens
 from composer_api_gateway.hosts import parse_hosts
 from composer_api_gateway.settings import GatewaySettings
 from composer_api_gateway.state import GatewayConfig
+from composer_engine.sealing import sealer_from
 from composer_service import StartupError, run, serving
 from composer_service.tokens import check_tokens
 
@@ -29,6 +30,7 @@ def check_settings(settings: GatewaySettings) -> list[str]:
     try:
         tokens = parse_tokens(settings.api_tokens)
         parse_hosts(settings.allowed_hosts)
+        sealer_from(settings.encryption_keys)
     except ValueError as exc:
         raise StartupError(str(exc)) from exc
     return check_tokens(
@@ -52,6 +54,7 @@ def config_from(settings: GatewaySettings) -> GatewayConfig:
         max_wait_seconds=settings.api_max_wait_seconds,
         result_poll_seconds=settings.api_result_poll_seconds,
         allowed_hosts=parse_hosts(settings.allowed_hosts),
+        encryption_keys=settings.encryption_keys,
     )
 
 

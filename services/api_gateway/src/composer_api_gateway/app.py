@@ -40,6 +40,7 @@ from composer_api_gateway.state import (
 from composer_api_gateway.waiters import RunWaiters
 from composer_common.telemetry import extract, tracer
 from composer_engine import Engine, EngineError, Workflows
+from composer_engine.sealing import sealer_from
 
 log = logging.getLogger("composer.api")
 
@@ -48,7 +49,8 @@ def create_app(
     config: GatewayConfig, *, pool: repo.Pool, redis: composer_queue.RedisQueue
 ) -> web.Application:
     """Build the app on ``pool`` and the queue client ``redis`` (both stay the caller's
-    to close); raises ValueError for a malformed COMPOSER_API_TOKENS.
+    to close); raises ValueError for a malformed COMPOSER_API_TOKENS or
+    COMPOSER_ENCRYPTION_KEYS.
 
     The Host check runs inside the problems middleware (a refused host is a
     problem+json answer, counted like any other) and before every route."""
@@ -65,7 +67,13 @@ def create_app(
     app[AUTH] = authenticator
     app[POOL] = pool
     app[REDIS] = redis
-    app[ENGINE] = Engine(pool, redis=redis, redis_prefix=config.redis_prefix, shards=config.shards)
+    app[ENGINE] = Engine(
+        pool,
+        redis=redis,
+        redis_prefix=config.redis_prefix,
+        shards=config.shards,
+        sealer=sealer_from(config.encryption_keys),
+    )
     app[WORKFLOWS] = Workflows(pool)
     app[SPEC] = build_spec(ROUTES)
     app[DOCS] = render_docs(app[SPEC])

@@ -42,7 +42,7 @@ from composer_api_gateway.models import (
 from composer_api_gateway.problems import bad_request
 from composer_api_gateway.state import CALLER, CONFIG, ENGINE, POOL, WAITERS
 from composer_common import caller as calling
-from composer_engine import DefinitionCache
+from composer_engine import DefinitionCache, opened
 
 #: The status a long-poll answers when the run is still going: "ask again".
 STILL_RUNNING = 202
@@ -94,8 +94,10 @@ def _context(document: object) -> CallingContext | None:
 
 async def load(request: web.Request, run_id: str) -> Run:
     """The run with its tasks and signals, read in one transaction (a consistent
-    view), its payloads redacted when the caller may not see them."""
+    view), its documents opened (composer_engine.sealing) when the caller may see
+    them, and redacted, never opened, when not."""
     caller = request[CALLER]
+    sealer = request.app[ENGINE].sealer
     async with repo.transaction(request.app[POOL]) as conn:
         r = await repo.get_run(conn, run_id)
         tasks = await repo.get_run_tasks(conn, run_id)
@@ -104,6 +106,10 @@ async def load(request: web.Request, run_id: str) -> Run:
             conn, request.app[ENGINE].definitions, caller, r.workflow_id, r.version
         )
     hidden = not shown
+    if shown:
+        r = opened.run_record(sealer, r)
+        tasks = [opened.task_record(sealer, run_id, t) for t in tasks]
+        signals = [opened.buffered_signal(sealer, run_id, s) for s in signals]
     return Run(
         run_id=r.run_id,
         workflow_id=r.workflow_id,
@@ -206,6 +212,7 @@ async def list_runs(request: web.Request) -> web.Response:
     cursor = decode_cursor(query.cursor) if query.cursor else None
     caller = request[CALLER]
     definitions = request.app[ENGINE].definitions
+    sealer = request.app[ENGINE].sealer
     async with repo.transaction(request.app[POOL]) as conn:
         page = await repo.list_runs(
             conn,
@@ -228,7 +235,11 @@ async def list_runs(request: web.Request) -> web.Response:
                     workflow_id=s.workflow_id,
                     version=s.version,
                     status=s.status,
-                    error=s.error if shown[(s.workflow_id, s.version)] else None,
+                    error=(
+                        opened.shown_text(sealer, s.run_id, s.error)
+                        if shown[(s.workflow_id, s.version)]
+                        else None
+                    ),
                     idempotency_key=s.idempotency_key,
                     created_at=s.created_at,
                     updated_at=s.updated_at,

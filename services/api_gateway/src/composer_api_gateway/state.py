@@ -33,6 +33,8 @@ class GatewayConfig:
     result_poll_seconds: float = 2.0
     #: The Host names the API answers for (composer_api_gateway.hosts).
     allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
+    #: COMPOSER_ENCRYPTION_KEYS: seals what the API writes, opens what it answers.
+    encryption_keys: str = ""
 
 
 CONFIG = web.AppKey("config", GatewayConfig)

@@ -10,6 +10,7 @@ from composer_coordinator.server import ServerTls, start_server
 from composer_coordinator.settings import CoordinatorSettings
 from composer_coordinator.tokens import TokenConfigError, WorkerTokens
 from composer_engine import Engine
+from composer_engine.sealing import sealer_from
 from composer_service import StartupError, run, serving
 
 log = logging.getLogger("composer.coordinator")
@@ -47,6 +48,10 @@ async def serve(settings: CoordinatorSettings) -> None:
     except TokenConfigError as exc:
         raise StartupError(str(exc)) from exc
     warnings = tokens.check_strength(dev_mode=settings.dev_mode)
+    try:
+        sealer = sealer_from(settings.encryption_keys)
+    except ValueError as exc:
+        raise StartupError(str(exc)) from None
     tls = tls_of(settings)
     async with serving(settings.runtime("coordinator", pool_size=settings.pool_size)) as rt:
         for warning in warnings:
@@ -60,6 +65,7 @@ async def serve(settings: CoordinatorSettings) -> None:
             batches_in_flight=settings.batches_in_flight,
             max_node_input_bytes=settings.max_node_input_bytes,
             max_output_bytes=settings.max_output_bytes,
+            sealer=sealer,
         )
         server, port = await start_server(
             engine,

@@ -6,18 +6,27 @@ import logging
 import sys
 
 from composer_engine import Engine
+from composer_engine.sealing import sealer_from
 from composer_lease_sweeper.loop import Sweeper
 from composer_lease_sweeper.settings import SweeperSettings
-from composer_service import run, serving
+from composer_service import StartupError, run, serving
 
 log = logging.getLogger("composer.sweeper")
 
 
 async def serve(settings: SweeperSettings) -> None:
+    try:
+        sealer = sealer_from(settings.encryption_keys)
+    except ValueError as exc:
+        raise StartupError(str(exc)) from None
     # One connection holds the singleton lock through a sweep; the rest apply events.
     async with serving(settings.runtime("lease-sweeper", pool_size=4)) as rt:
         engine = Engine(
-            rt.pool, redis=rt.queue, redis_prefix=settings.redis_prefix, shards=settings.shards
+            rt.pool,
+            redis=rt.queue,
+            redis_prefix=settings.redis_prefix,
+            shards=settings.shards,
+            sealer=sealer,
         )
         sweeper = Sweeper(
             engine,

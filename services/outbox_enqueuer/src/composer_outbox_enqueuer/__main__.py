@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
+from composer_engine.sealing import sealer_from
 from composer_executors import HttpPolicy, parse_networks
 from composer_outbox_enqueuer.loop import Enqueuer
 from composer_outbox_enqueuer.settings import EnqueuerSettings
@@ -17,6 +18,7 @@ log = logging.getLogger("composer.outbox")
 async def serve(settings: EnqueuerSettings) -> None:
     try:
         allow_networks = parse_networks(settings.http_allow_networks)
+        sealer = sealer_from(settings.encryption_keys)
     except ValueError as exc:
         raise StartupError(str(exc)) from None
     if settings.webhook_secret:  # a placeholder or short secret signs nothing worth checking
@@ -37,6 +39,7 @@ async def serve(settings: EnqueuerSettings) -> None:
             webhook_timeout=settings.webhook_timeout_seconds,
             webhook_give_up=settings.webhook_give_up_seconds,
             webhook_secret=settings.webhook_secret,
+            sealer=sealer,
             http_policy=HttpPolicy(
                 allow_private=settings.http_allow_private, allow_networks=allow_networks
             ),

@@ -50,6 +50,7 @@ import composer_queue as cq
 import composer_repo as repo
 from composer_common.logs import ALERT, alert, log_context
 from composer_common.telemetry import meter
+from composer_engine.sealing import Sealer, SealingError
 from composer_executors import ExecutionError, HttpPolicy, create_http_session, run_http
 from composer_service import sleep_or_stop
 
@@ -93,6 +94,8 @@ class Enqueuer:
     #: each time it comes back, until someone fixes or deletes it.
     park_seconds: float = 3600.0
     http_policy: HttpPolicy = field(default_factory=HttpPolicy)
+    #: Opens webhook payloads, which the engine seals whole (COMPOSER_ENCRYPTION_KEYS).
+    sealer: Sealer = field(default_factory=Sealer)
     published: int = 0
     webhooks_delivered: int = 0
 
@@ -292,9 +295,19 @@ class Enqueuer:
         """POST one webhook; None when delivered, else why not. Never raises (but
         for cancellation): anything unexpected is an ALERT and a failed attempt."""
         try:
-            body = json.dumps(
-                message.payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False
-            )
+            payload = self.sealer.open(message.run_id, message.payload)
+        except SealingError as exc:
+            with log_context(run_id=message.run_id):
+                log.log(
+                    ALERT,
+                    "the webhook of run %s is parked: its payload is %s; it is tried again "
+                    "with backoff until it opens or is given up",
+                    message.run_id,
+                    exc,
+                )
+            return f"its payload is {exc}"
+        try:
+            body = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
             timestamp = str(int(time.time()))
             headers = {
                 "Content-Type": "application/json",

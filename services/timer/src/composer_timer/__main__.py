@@ -6,7 +6,8 @@ import logging
 import sys
 
 from composer_engine import Engine
-from composer_service import run, serving
+from composer_engine.sealing import sealer_from
+from composer_service import StartupError, run, serving
 from composer_timer.loop import Timer
 from composer_timer.settings import TimerSettings
 
@@ -14,9 +15,17 @@ log = logging.getLogger("composer.timer")
 
 
 async def serve(settings: TimerSettings) -> None:
+    try:
+        sealer = sealer_from(settings.encryption_keys)
+    except ValueError as exc:
+        raise StartupError(str(exc)) from None
     async with serving(settings.runtime("timer", pool_size=settings.timer_concurrency + 2)) as rt:
         engine = Engine(
-            rt.pool, redis=rt.queue, redis_prefix=settings.redis_prefix, shards=settings.shards
+            rt.pool,
+            redis=rt.queue,
+            redis_prefix=settings.redis_prefix,
+            shards=settings.shards,
+            sealer=sealer,
         )
         timer = Timer(
             engine,

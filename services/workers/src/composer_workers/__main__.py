@@ -6,18 +6,20 @@ import asyncio
 import logging
 import os
 import sys
+from collections.abc import Mapping
 
 from composer_executors import HttpPolicy, create_http_session, parse_networks
 from composer_sdk import SdkError, Worker, WorkerConfig
 from composer_service import StartupError, run, serving
 from composer_workers.handlers import http_handler, python_handler
+from composer_workers.secrets import secret_source, secret_variables
 from composer_workers.settings import WorkersSettings
 
 BUILT_IN = frozenset({"http", "python"})
 log = logging.getLogger("composer.workers")
 
 
-async def serve(settings: WorkersSettings) -> None:
+async def serve(settings: WorkersSettings, secret_variables: Mapping[str, str]) -> None:
     queues = {q.strip() for q in settings.queues.split(",") if q.strip()}
     if unknown := queues - BUILT_IN:
         raise StartupError(
@@ -25,6 +27,7 @@ async def serve(settings: WorkersSettings) -> None:
         )
     if "python" in queues:
         _check_python_uid(settings.python_uid)
+    secrets = secret_source(settings.secrets_dir, secret_variables)
     worker = Worker(
         WorkerConfig(
             redis_url=settings.redis_url,
@@ -51,8 +54,9 @@ async def serve(settings: WorkersSettings) -> None:
         serving(settings.runtime("workers")) as rt,
         create_http_session(policy) as session,
     ):
+        log.info("secret references resolve from %r", secrets)
         if "http" in queues:
-            worker.add_handler("http", http_handler(session, policy))
+            worker.add_handler("http", http_handler(session, policy, secrets))
         if "python" in queues:
             _warn_if_python_runs_as_root(settings.python_uid)
             worker.add_handler(
@@ -63,6 +67,7 @@ async def serve(settings: WorkersSettings) -> None:
                     max_file_bytes=settings.python_max_file_bytes,
                     max_open_files=settings.python_max_open_files,
                     uid=settings.python_uid,
+                    secrets=secrets,
                 ),
             )
         stopper = asyncio.create_task(_stop_on(rt.stop, worker))
@@ -100,7 +105,9 @@ async def _stop_on(stop: asyncio.Event, worker: Worker) -> None:
 
 def main() -> int:
     settings = WorkersSettings()
-    return run("workers", lambda: serve(settings), startup_errors=(SdkError,))
+    # The COMPOSER_SECRET_<NAME> variables, taken here once: no library reads the environment.
+    variables = secret_variables(os.environ)
+    return run("workers", lambda: serve(settings, variables), startup_errors=(SdkError,))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from typing import Any
 
 import aiohttp
 
-from composer_executors import ExecutionError, HttpPolicy, run_http, run_python
+from composer_executors import ExecutionError, HttpPolicy, SecretSource, run_http, run_python
 from composer_sdk import PermanentError, TaskContext, TaskFailed
 
 #: A node without timeout_seconds still gets one: the worker's default.
@@ -18,11 +18,13 @@ def _failure(exc: ExecutionError) -> TaskFailed:
     return kind(exc.message, code=exc.code)
 
 
-def http_handler(session: aiohttp.ClientSession, policy: HttpPolicy) -> Any:
+def http_handler(
+    session: aiohttp.ClientSession, policy: HttpPolicy, secrets: SecretSource | None = None
+) -> Any:
     """The ``http`` queue's handler. Each request carries the task's idempotency key
     (the same for every attempt of the node in its run) as ``Idempotency-Key``, unless
     the node sets that header itself: a retried attempt can be recognised by the
-    server it calls again."""
+    server it calls again. ``secrets`` resolves the node's secret references."""
 
     async def http(ctx: TaskContext, input: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -32,6 +34,7 @@ def http_handler(session: aiohttp.ClientSession, policy: HttpPolicy) -> Any:
                 session=session,
                 policy=policy,
                 idempotency_key=ctx.idempotency_key,
+                secrets=secrets,
             )
         except ExecutionError as exc:
             raise _failure(exc) from exc
@@ -46,7 +49,10 @@ def python_handler(
     max_file_bytes: int = 16 * 1024 * 1024,
     max_open_files: int = 256,
     uid: int | None = None,
+    secrets: SecretSource | None = None,
 ) -> Any:
+    """The ``python`` queue's handler; ``secrets`` resolves the node's secret references."""
+
     async def python(ctx: TaskContext, input: dict[str, Any]) -> Any:
         try:
             return await run_python(
@@ -57,6 +63,7 @@ def python_handler(
                 max_file_bytes=max_file_bytes,
                 max_open_files=max_open_files,
                 uid=uid,
+                secrets=secrets,
             )
         except ExecutionError as exc:
             raise _failure(exc) from exc

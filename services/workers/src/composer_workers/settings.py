@@ -2,6 +2,9 @@
 
 The coordinator's address, the token, the shards, the lease TTL and
 COMPOSER_HTTP_ALLOW_PRIVATE are the shared ones of ``composer_service.ServiceSettings``.
+The ``COMPOSER_SECRET_<NAME>`` variables are no field: a name is the
+secret's, so the entry point takes them from the environment as they are
+(``composer_workers.secrets``).
 """
 
 from __future__ import annotations
@@ -27,3 +30,6 @@ class WorkersSettings(ServiceSettings):
     #: root can (and one that does should: root escapes the process limit). Unset: the
     #: workers' uid. The interpreter and its libraries must be readable by it.
     python_uid: int | None = None
+    #: COMPOSER_SECRETS_DIR: a directory with one file per secret, named as the secret
+    #: (a mounted Kubernetes Secret); asked before the COMPOSER_SECRET_<NAME> variables.
+    secrets_dir: str | None = None

@@ -21,6 +21,8 @@ from composer_core.model._spec import Node, WorkflowSpec
 from composer_core.model._states import NodeType
 from composer_core.templates import (
     ROOTS,
+    SECRET_ROOT,
+    SECRETS_KEY,
     CelEngine,
     CompiledValue,
     Expression,
@@ -45,6 +47,44 @@ _SPEC_KEYS: dict[NodeType, frozenset[str]] = {
 }
 #: Spec keys kept as text: Python code is full of ``{{`` that are not templates.
 _VERBATIM: dict[NodeType, frozenset[str]] = {NodeType.PYTHON: frozenset({"code"})}
+#: Where a secret reference is refused, and why: everywhere its value would be stored
+#: or handed on, or decide something stored (docs/secrets.md). HTTP and PYTHON specs
+#: take them: the built-in workers resolve them at run time and store nothing.
+_SECRET_TAKERS = frozenset({NodeType.HTTP, NodeType.PYTHON})
+_NO_SECRETS: dict[NodeType, str] = {
+    NodeType.TASK: (
+        "a TASK node cannot take a secret: its input is stored in the database and handed "
+        "as it is to your own worker's code; give your worker the secret itself (its own "
+        "environment or secret store)"
+    ),
+    NodeType.WAIT: (
+        "a WAIT node cannot read a secret: its spec decides when the run wakes and is "
+        "stored with the task"
+    ),
+    NodeType.WAIT_FOR_EVENT: (
+        "a WAIT_FOR_EVENT node cannot read a secret: its spec names what the run waits for "
+        "and is stored with the task"
+    ),
+}
+_SECRETS_ONLY_IN = (
+    "secret references go only in HTTP and PYTHON node specs, which the built-in workers "
+    "resolve at run time"
+)
+_SECRET_IN_CONDITION = (
+    "a condition cannot read a secret: the branch it selects is stored with the run, "
+    "and would tell the secret's value"
+)
+_SECRET_IN_OUTPUT = "the run's output is stored with the run: it cannot hold a secret"
+_SECRET_COMPUTED = (
+    "a secret cannot be computed with: write {{ secret.NAME }} alone in its template "
+    '(text around it is fine, as in "Bearer {{ secret.NAME }}"), NAME made of letters, '
+    "digits and '_', not starting with a digit"
+)
+_SECRET_IN_CODE = (
+    "PYTHON code is never templated, so {{ secret.NAME }} here would stay that text: "
+    "pass the secret in the node's input (input: {token: '{{ secret.NAME }}'}) and read "
+    "input['token']"
+)
 
 _default_engine: ExpressionEngine | None = None
 
@@ -312,9 +352,15 @@ class _Builder:
         path = f"nodes[{i}].spec"
         spec = node.spec
         allowed = _SPEC_KEYS.get(node.type)
+        if SECRETS_KEY in spec:
+            self.add(
+                f"{path}.{SECRETS_KEY}",
+                f"{SECRETS_KEY!r} is reserved: Composer writes it into a node's input to say "
+                "where its secret references are",
+            )
         if allowed is not None:
             for key in spec:
-                if key not in allowed:
+                if key not in allowed and key != SECRETS_KEY:
                     hint = (
                         f"; {node.type} takes {', '.join(sorted(allowed))}"
                         if allowed
@@ -378,6 +424,8 @@ class _Builder:
             for stmt in module.body
         ):
             self.add(f"{path}.code", "must define a top-level function main(input)")
+        if _SECRET_TEXT.search(code):
+            self.add(f"{path}.code", _SECRET_IN_CODE)
 
     def check_wait(self, path: str, spec: Mapping[str, Any]) -> None:
         has_duration, has_until = "duration_seconds" in spec, "until" in spec
@@ -422,7 +470,17 @@ class _Builder:
                 on_error=self.template_error,
                 verbatim=_VERBATIM.get(node.type, frozenset()),
             )
-            refs = self.check_references(value.located(path), node.id)
+            refused = (
+                None
+                if node.type in _SECRET_TAKERS
+                else _NO_SECRETS.get(node.type, _SECRETS_ONLY_IN)
+            )
+            for where, reference in value.located_secrets(path):
+                if refused is not None:
+                    self.add(where, f"{reference.text}: {refused}")
+            refs = self.check_references(
+                value.located(path), node.id, secret_refused=refused or _SECRET_COMPUTED
+            )
             if node.type is NodeType.SWITCH:
                 # A SWITCH passes on its predecessor's output and reads its conditions' refs.
                 preds = frozenset(e.source for e in self.spec.edges if e.target == node.id)
@@ -452,7 +510,9 @@ class _Builder:
             except TemplateError as exc:
                 self.add(path, str(exc))
                 continue
-            self.check_references([(path, expression)], edge.source)
+            self.check_references(
+                [(path, expression)], edge.source, secret_refused=_SECRET_IN_CONDITION
+            )
             conditions[(edge.source, edge.target)] = expression
         return conditions
 
@@ -462,19 +522,30 @@ class _Builder:
         value = compile_value(
             self.spec.output, self.engine, path="output", on_error=self.template_error
         )
-        refs = self.check_references(value.located("output"), None)
+        for where, reference in value.located_secrets("output"):
+            self.add(where, f"{reference.text}: {_SECRET_IN_OUTPUT}")
+        refs = self.check_references(
+            value.located("output"), None, secret_refused=_SECRET_IN_OUTPUT
+        )
         return value, refs
 
     def template_error(self, path: str, exc: TemplateError) -> None:
         self.add(path, str(exc))
 
     def check_references(
-        self, located: Iterable[tuple[str, Expression]], reader: str | None
+        self,
+        located: Iterable[tuple[str, Expression]],
+        reader: str | None,
+        *,
+        secret_refused: str,
     ) -> frozenset[str] | None:
         """Check the roots and task names each expression reads; return their task refs.
 
         ``reader`` is the node that evaluates them: it may only read outputs of
         nodes upstream of it (None: the run's output, which may read any node).
+        An expression reading ``secret`` is refused with ``secret_refused``: a
+        secret reference that is the whole template never gets here (it is no
+        expression), so this one computes with a secret or sits where none may.
         """
         upstream = self.ancestors.get(reader) if reader is not None else None
         task_ids: set[str] | None = set()
@@ -485,7 +556,9 @@ class _Builder:
                     f"expression of {len(expression.source)} characters; the limit is {self.limits.max_expression_length}",
                 )
             refs = expression.references
-            for root in sorted(refs.roots - ROOTS):
+            if SECRET_ROOT in refs.roots:
+                self.add(path, f"{_quote(expression.source)}: {secret_refused}")
+            for root in sorted(refs.roots - ROOTS - {SECRET_ROOT}):
                 self.add(
                     path,
                     f"unknown name {root!r}: expressions start from {', '.join(sorted(ROOTS))}",
@@ -508,6 +581,14 @@ class _Builder:
 
 def _templated(value: Any) -> bool:
     return isinstance(value, str) and "{{" in value
+
+
+#: ``{{ secret.NAME }}`` in text that is never templated (PYTHON code).
+_SECRET_TEXT = re.compile(r"\{\{\s*secret\s*\.\s*[A-Za-z_][A-Za-z0-9_]*\s*\}\}")
+
+
+def _quote(source: str, limit: int = 80) -> str:
+    return repr(source if len(source) <= limit else source[: limit - 1] + "…")
 
 
 def parse_seconds(value: Any) -> float | None:

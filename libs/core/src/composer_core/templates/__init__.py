@@ -9,6 +9,12 @@ from composer_core.templates._engine import (
     Json,
     References,
 )
+from composer_core.templates._secrets import (
+    SECRET_NAME,
+    SECRET_ROOT,
+    SECRETS_KEY,
+    SecretReference,
+)
 from composer_core.templates._template import CompiledValue, compile_condition, compile_value
 
 __all__ = [
@@ -16,6 +22,9 @@ __all__ = [
     "MAX_EXPRESSION_DEPTH",
     "MAX_STEPS",
     "ROOTS",
+    "SECRETS_KEY",
+    "SECRET_NAME",
+    "SECRET_ROOT",
     "CelEngine",
     "CelExpression",
     "CompiledValue",
@@ -23,6 +32,7 @@ __all__ = [
     "ExpressionEngine",
     "Json",
     "References",
+    "SecretReference",
     "compile_condition",
     "compile_value",
 ]

@@ -5,6 +5,9 @@ A string that is exactly one template keeps the expression's type
 a string (``"/orders/{{input.id}}"`` → ``"/orders/42"``), where a string
 result is inserted as is and any other value as compact JSON. Values are
 compiled once into a tree, so evaluation never parses.
+
+``{{ secret.NAME }}`` is no expression: it is written as its text and its
+place listed under ``$secrets`` (templates/_secrets.py says why and how).
 """
 
 from __future__ import annotations
@@ -17,8 +20,13 @@ from dataclasses import dataclass
 from composer_core.errors import TemplateError
 from composer_core.templates import _budget
 from composer_core.templates._engine import Expression, ExpressionEngine, Json, References
+from composer_core.templates._secrets import SECRETS_KEY, SecretReference
 
 _TEMPLATE = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
+#: Where a value is, from its top: map keys and list indexes.
+Where = tuple[str | int, ...]
+#: Where the engine wrote one secret reference: ``{"path": [...], "at": n, "name": "..."}``.
+Spot = dict[str, Json]
 
 
 class CompiledValue:
@@ -37,13 +45,23 @@ class CompiledValue:
     def evaluate(self, activation: Mapping[str, object]) -> Json:
         """The value with every template evaluated, under one budget for all of them.
 
+        Secret references are written as their text, and a map that holds any gets
+        the ``$secrets`` list of where they are (a value that is no map cannot).
         Raises TemplateError (TemplateBudgetExceeded over budget); a value nested
         too deep to convert, or memory running out, is a TemplateError too, so the
         node fails instead of the service that evaluates it.
         """
         token = _budget.current.set(_budget.Budget())
         try:
-            return self._evaluate(activation)
+            spots: list[Spot] = []
+            value = self._evaluate(activation, spots)
+            if spots:
+                if not isinstance(value, dict):
+                    raise TemplateError(
+                        "a secret reference can only be in a node's spec, which is a mapping"
+                    )
+                value[SECRETS_KEY] = spots
+            return value
         except RecursionError as exc:
             raise TemplateError(
                 "nested too deep to evaluate (Python's recursion limit was reached)"
@@ -53,11 +71,15 @@ class CompiledValue:
         finally:
             _budget.current.reset(token)
 
-    def _evaluate(self, activation: Mapping[str, object]) -> Json:
+    def _evaluate(self, activation: Mapping[str, object], spots: list[Spot]) -> Json:
         raise NotImplementedError
 
     def located(self, path: str = "") -> Iterator[tuple[str, Expression]]:
         """Every expression with the path of the string that holds it (``spec.body.id``)."""
+        raise NotImplementedError
+
+    def located_secrets(self, path: str = "") -> Iterator[tuple[str, SecretReference]]:
+        """Every secret reference with the path of the string that holds it."""
         raise NotImplementedError
 
 
@@ -76,10 +98,13 @@ class _Literal(CompiledValue):
     def evaluate(self, activation: Mapping[str, object]) -> Json:
         return self.value
 
-    def _evaluate(self, activation: Mapping[str, object]) -> Json:
+    def _evaluate(self, activation: Mapping[str, object], spots: list[Spot]) -> Json:
         return self.value
 
     def located(self, path: str = "") -> Iterator[tuple[str, Expression]]:
+        return iter(())
+
+    def located_secrets(self, path: str = "") -> Iterator[tuple[str, SecretReference]]:
         return iter(())
 
 
@@ -95,38 +120,60 @@ class _Single(CompiledValue):
     def expressions(self) -> tuple[Expression, ...]:
         return (self.expression,)
 
-    def _evaluate(self, activation: Mapping[str, object]) -> Json:
+    def _evaluate(self, activation: Mapping[str, object], spots: list[Spot]) -> Json:
         return self.expression.evaluate(activation)
 
     def located(self, path: str = "") -> Iterator[tuple[str, Expression]]:
         yield path, self.expression
 
+    def located_secrets(self, path: str = "") -> Iterator[tuple[str, SecretReference]]:
+        return iter(())
+
 
 @dataclass(frozen=True, slots=True)
 class _Interpolated(CompiledValue):
-    parts: tuple[str | Expression, ...]
+    parts: tuple[str | Expression | SecretReference, ...]
+    #: Where this string is in the value compiled: a secret reference's ``path``.
+    where: Where = ()
 
     @property
     def references(self) -> References:
-        return _union(p.references for p in self.parts if not isinstance(p, str))
+        return _union(p.references for p in self._expressions())
 
     @property
     def expressions(self) -> tuple[Expression, ...]:
-        return tuple(p for p in self.parts if not isinstance(p, str))
+        return tuple(self._expressions())
 
-    def _evaluate(self, activation: Mapping[str, object]) -> Json:
+    def _expressions(self) -> Iterator[Expression]:
+        for part in self.parts:
+            if not isinstance(part, str | SecretReference):
+                yield part
+
+    def _evaluate(self, activation: Mapping[str, object], spots: list[Spot]) -> Json:
         out: list[str] = []
+        length = 0
         for part in self.parts:
             if isinstance(part, str):
-                out.append(part)
-                continue
-            value = part.evaluate(activation)
-            out.append(value if isinstance(value, str) else _compact(value))
+                text = part
+            elif isinstance(part, SecretReference):
+                # Its offset, counted here after the parts before it, cannot be moved by
+                # what those parts evaluated to.
+                spots.append({"path": list(self.where), "at": length, "name": part.name})
+                text = part.text
+            else:
+                value = part.evaluate(activation)
+                text = value if isinstance(value, str) else _compact(value)
+            out.append(text)
+            length += len(text)
         return "".join(out)
 
     def located(self, path: str = "") -> Iterator[tuple[str, Expression]]:
+        for expression in self._expressions():
+            yield path, expression
+
+    def located_secrets(self, path: str = "") -> Iterator[tuple[str, SecretReference]]:
         for part in self.parts:
-            if not isinstance(part, str):
+            if isinstance(part, SecretReference):
                 yield path, part
 
 
@@ -142,12 +189,16 @@ class _List(CompiledValue):
     def expressions(self) -> tuple[Expression, ...]:
         return tuple(e for i in self.items for e in i.expressions)
 
-    def _evaluate(self, activation: Mapping[str, object]) -> Json:
-        return [i._evaluate(activation) for i in self.items]
+    def _evaluate(self, activation: Mapping[str, object], spots: list[Spot]) -> Json:
+        return [i._evaluate(activation, spots) for i in self.items]
 
     def located(self, path: str = "") -> Iterator[tuple[str, Expression]]:
         for i, item in enumerate(self.items):
             yield from item.located(f"{path}[{i}]")
+
+    def located_secrets(self, path: str = "") -> Iterator[tuple[str, SecretReference]]:
+        for i, item in enumerate(self.items):
+            yield from item.located_secrets(f"{path}[{i}]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,12 +213,16 @@ class _Map(CompiledValue):
     def expressions(self) -> tuple[Expression, ...]:
         return tuple(e for _, v in self.entries for e in v.expressions)
 
-    def _evaluate(self, activation: Mapping[str, object]) -> Json:
-        return {k: v._evaluate(activation) for k, v in self.entries}
+    def _evaluate(self, activation: Mapping[str, object], spots: list[Spot]) -> Json:
+        return {k: v._evaluate(activation, spots) for k, v in self.entries}
 
     def located(self, path: str = "") -> Iterator[tuple[str, Expression]]:
         for key, value in self.entries:
             yield from value.located(_join(path, key))
+
+    def located_secrets(self, path: str = "") -> Iterator[tuple[str, SecretReference]]:
+        for key, value in self.entries:
+            yield from value.located_secrets(_join(path, key))
 
 
 def compile_value(
@@ -185,12 +240,14 @@ def compile_value(
     raises. Keys in ``verbatim`` (top level only) are kept as plain text.
     """
     if not verbatim or not isinstance(value, Mapping):
-        return _compile(value, engine, path, on_error)
+        return _compile(value, engine, path, (), on_error)
     # Verbatim keys are never parsed: Python code is full of ``{{`` that are not templates.
     entries = tuple(
         (
             str(k),
-            _Literal(v) if k in verbatim else _compile(v, engine, _join(path, str(k)), on_error),
+            _Literal(v)
+            if k in verbatim
+            else _compile(v, engine, _join(path, str(k)), (str(k),), on_error),
         )
         for k, v in value.items()
     )
@@ -210,19 +267,23 @@ def _compile(
     value: Json,
     engine: ExpressionEngine,
     path: str,
+    where: Where,
     on_error: Callable[[str, TemplateError], None] | None,
 ) -> CompiledValue:
     if isinstance(value, str):
-        return _compile_string(value, engine, path, on_error)
+        return _compile_string(value, engine, path, where, on_error)
     if isinstance(value, Mapping):
         entries = tuple(
-            (str(k), _compile(v, engine, _join(path, str(k)), on_error)) for k, v in value.items()
+            (str(k), _compile(v, engine, _join(path, str(k)), (*where, str(k)), on_error))
+            for k, v in value.items()
         )
         if all(isinstance(v, _Literal) for _, v in entries):
             return _Literal(value)
         return _Map(entries)
     if isinstance(value, list):
-        items = tuple(_compile(v, engine, f"{path}[{i}]", on_error) for i, v in enumerate(value))
+        items = tuple(
+            _compile(v, engine, f"{path}[{i}]", (*where, i), on_error) for i, v in enumerate(value)
+        )
         if all(isinstance(i, _Literal) for i in items):
             return _Literal(value)
         return _List(items)
@@ -233,11 +294,12 @@ def _compile_string(
     text: str,
     engine: ExpressionEngine,
     path: str,
+    where: Where,
     on_error: Callable[[str, TemplateError], None] | None,
 ) -> CompiledValue:
     if "{{" not in text:
         return _Literal(text)
-    parts: list[str | Expression] = []
+    parts: list[str | Expression | SecretReference] = []
     cursor = 0
     try:
         for match in _TEMPLATE.finditer(text):
@@ -246,7 +308,7 @@ def _compile_string(
             source = match.group(1).strip()
             if not source:
                 raise TemplateError(f"empty template {{{{}}}} in {text!r}")
-            parts.append(engine.compile(source))
+            parts.append(SecretReference.parse(source) or engine.compile(source))
             cursor = match.end()
         if cursor < len(text):
             rest = text[cursor:]
@@ -258,9 +320,9 @@ def _compile_string(
             raise
         on_error(path, exc)
         return _Literal(text)
-    if len(parts) == 1 and not isinstance(parts[0], str):
+    if len(parts) == 1 and not isinstance(parts[0], str | SecretReference):
         return _Single(parts[0])
-    return _Interpolated(tuple(parts))
+    return _Interpolated(tuple(parts), where)
 
 
 def _join(path: str, key: str) -> str:

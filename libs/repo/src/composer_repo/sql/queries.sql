@@ -101,8 +101,8 @@ SELECT r.id, r.status, now() AS now
 
 -- name: insert_run
 INSERT INTO workflow_runs (id, workflow_id, version, status, input, config, idempotency_key,
-                           started_by, context)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                           data_key, started_by, context)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 ON CONFLICT (id) DO NOTHING
 RETURNING status, now() AS now;
 
@@ -111,11 +111,11 @@ RETURNING status, now() AS now;
 -- held until commit, serializes all events of one run. It also returns the
 -- event's clock, read after the lock (every time the event persists is it).
 -- Buffered signals are read only when the machine asks (a WAIT_FOR_EVENT parks).
--- The calling context comes along: the TASK rows the event inserts copy it (V007).
-SELECT s.workflow_id, s.version, s.status, s.input, s.config, s.context,
+-- The calling context comes along: the TASK rows the event inserts copy it (V008).
+SELECT s.workflow_id, s.version, s.status, s.input, s.config, s.data_key, s.context,
        -- evaluated above the row lock (a subquery with FOR UPDATE is not flattened)
        set_config('composer.now', clock_timestamp()::text, true)::timestamptz AS now
-  FROM (SELECT r.workflow_id, r.version, r.status, r.input, r.config, r.context
+  FROM (SELECT r.workflow_id, r.version, r.status, r.input, r.config, r.data_key, r.context
           FROM workflow_runs r
          WHERE r.id = $1
            FOR UPDATE) s;
@@ -133,7 +133,7 @@ SELECT node_id, id, state, attempt, branches, awaited_signal, error
 -- after the last lock was granted. A run another transaction holds is skipped:
 -- its event is applied on its own, waiting for the lock.
 WITH locked AS MATERIALIZED (
-    SELECT r.id, r.workflow_id, r.version, r.status, r.input, r.config, r.context
+    SELECT r.id, r.workflow_id, r.version, r.status, r.input, r.config, r.data_key, r.context
       FROM workflow_runs r
      WHERE r.id = ANY($1::text[])
      ORDER BY r.id
@@ -142,7 +142,8 @@ WITH locked AS MATERIALIZED (
     SELECT set_config('composer.now', clock_timestamp()::text, true)::timestamptz AS now
       FROM (SELECT count(*) FROM locked) c
 )
-SELECT l.id, l.workflow_id, l.version, l.status, l.input, l.config, l.context, clock.now
+SELECT l.id, l.workflow_id, l.version, l.status, l.input, l.config, l.data_key, l.context,
+       clock.now
   FROM clock, locked l;
 
 -- name: load_task_states_of_runs
@@ -343,7 +344,7 @@ DELETE FROM outbox
 -- grant takes the coordinator's fresh token ($6); the same request sent again
 -- keeps the token it was given. Returns what the handler needs: the input and
 -- the node from the database, never from the stream, and the run's calling context
--- from the task's own copy (V007: the run's row is not read for it).
+-- from the task's own copy (V008: the run's row is not read for it).
 UPDATE task_instances t
    SET state = 'RUNNING', lease_owner = u.owner,
        lease_expires_at = statement_timestamp() + make_interval(secs => u.ttl),
@@ -351,6 +352,9 @@ UPDATE task_instances t
                                AND u.claim <> '' AND t.lease_claim = u.claim
                           THEN t.lease_token ELSE u.token END,
        lease_claim = u.claim,
+       -- a parked attempt (park_task) is no longer parked once a worker has it
+       error = CASE WHEN t.error_code = 'PARKED' THEN NULL ELSE t.error END,
+       error_code = CASE WHEN t.error_code = 'PARKED' THEN NULL ELSE t.error_code END,
        started_at = CASE WHEN t.state = 'RUNNING' AND t.lease_owner = u.owner
                               AND u.claim <> '' AND t.lease_claim = u.claim
                          THEN t.started_at ELSE now() END,
@@ -429,7 +433,7 @@ RETURNING 1;
 -- name: run_signals
 -- Every signal of a run, consumed or not, oldest first, with who sent it (the API's
 -- run page, operators and the chaos suite's accounting). A signal a waiting node
--- took at once is here, consumed, since V007; not before.
+-- took at once is here, consumed, since V008; not before.
 SELECT id, name, payload, created_at, consumed_at, consumed_by, sent_by
   FROM workflow_events
  WHERE run_id = $1
@@ -575,6 +579,28 @@ SELECT t.run_id, t.id, t.node_id, t.attempt, t.state, t.dispatched_at, t.queue
  ORDER BY t.dispatched_at
  LIMIT $2;
 
+-- name: set_data_key
+-- A run started before sealing was turned on gets its data key when it next
+-- writes (under its lock); one that has a key keeps it. Returns the run's key.
+WITH given AS (
+    UPDATE workflow_runs SET data_key = $2 WHERE id = $1 AND data_key IS NULL
+    RETURNING data_key
+)
+SELECT coalesce((SELECT data_key FROM given),
+                (SELECT data_key FROM workflow_runs WHERE id = $1)) AS data_key;
+
+-- name: park_task
+-- A granted attempt whose input cannot be opened here (its key is not
+-- configured) is taken back before any worker sees it: waiting for a worker
+-- again, with its attempt unspent, the reason in its error, and its dispatch
+-- time moved on so the sweeper sends it again only after $5 (the key may be
+-- back by then). Fenced by the lease token this grant just took.
+UPDATE task_instances
+   SET state = 'QUEUED', lease_owner = NULL, lease_expires_at = NULL, lease_token = NULL,
+       lease_claim = NULL, started_at = NULL, error = $6, error_code = 'PARKED',
+       dispatched_at = now() + $5, updated_at = now()
+ WHERE run_id = $1 AND id = $2 AND attempt = $3 AND state = 'RUNNING' AND lease_token = $4;
+
 -- name: redispatch_task
 -- The sweeper sends a lost attempt again: it is PENDING and due from now on.
 -- Returns what the dispatch needs.
@@ -588,10 +614,10 @@ RETURNING node_id, node_type, queue, input;
 -- the same run (the timer: one busy run must not hold up every due wait
 -- behind it, and two timer replicas pass each other's runs). No row when the
 -- run is locked (or gone); the loop comes back to it on its next pass.
-SELECT s.workflow_id, s.version, s.status, s.input, s.config, s.context,
+SELECT s.workflow_id, s.version, s.status, s.input, s.config, s.data_key, s.context,
        -- evaluated above the row lock (a subquery with FOR UPDATE is not flattened)
        set_config('composer.now', clock_timestamp()::text, true)::timestamptz AS now
-  FROM (SELECT r.workflow_id, r.version, r.status, r.input, r.config, r.context
+  FROM (SELECT r.workflow_id, r.version, r.status, r.input, r.config, r.data_key, r.context
           FROM workflow_runs r
          WHERE r.id = $1
            FOR UPDATE SKIP LOCKED) s;

@@ -1,4 +1,4 @@
--- V007: who did what to a run, and the calling context its handlers get.
+-- V008: who did what to a run, and the calling context its handlers get.
 --
 -- Each API token has a name (COMPOSER_API_TOKENS="name=token:role,…"). A run
 -- records the name behind the token that started it, the one that cancelled

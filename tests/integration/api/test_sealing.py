@@ -1,0 +1,70 @@
+"""The API with sealing on: it answers with opened values, stores none in the clear,
+refuses a value that would read as sealed, and still answers, saying so, for a
+run whose key it does not have (docs/sealing.md)."""
+
+from __future__ import annotations
+
+import base64
+import os
+
+from composer_engine.sealing import PREFIX, sealer_from
+from tests.integration.api.conftest import deploy, open_gateway, waiting_workflow
+from tests.integration.e2e.conftest import open_stack
+
+SECRET = "SECRET-API-4111"
+KEYS = f"k1:{base64.b64encode(os.urandom(32)).decode()}"
+
+
+async def test_the_api_answers_opened_values_and_stores_them_sealed(
+    database_url: str, redis_url: str
+) -> None:
+    async with (
+        open_stack(database_url, redis_url, sealer=sealer_from(KEYS)) as stack,
+        open_gateway(database_url, redis_url, prefix=stack.prefix, encryption_keys=KEYS) as gw,
+    ):
+        await deploy(gw, waiting_workflow("sealed-waits"))
+        started = await gw.call(
+            "POST",
+            "/v1/runs",
+            role="operator",
+            json={"workflow_id": "sealed-waits", "input": {"card": SECRET}},
+        )
+        assert started.status == 201, started.body
+        run_id = started.body["run_id"]
+        sent = await gw.call(
+            "POST", f"/v1/runs/{run_id}/signals/go", role="operator", json={"note": SECRET}
+        )
+        assert sent.status < 300, sent.body
+        run = await stack.wait_run(run_id)
+
+        shown = await gw.call("GET", f"/v1/runs/{run_id}", role="operator")
+        assert shown.body["status"] == "SUCCEEDED"
+        assert shown.body["input"] == {"card": SECRET}
+        assert shown.body["output"] == {"got": {"note": SECRET}}
+        assert shown.body["tasks"][0]["output"] == {"note": SECRET}
+
+        assert isinstance(run.input, str) and run.input.startswith(PREFIX)  # as stored
+        async with stack.pool.acquire() as conn:
+            stored = await conn.fetch(
+                "SELECT row_to_json(r)::text FROM workflow_runs r WHERE id = $1 "
+                "UNION ALL SELECT row_to_json(t)::text FROM task_instances t WHERE run_id = $1",
+                run_id,
+            )
+        assert stored and not [r[0] for r in stored if SECRET in r[0]]
+
+        looks_sealed = await gw.call(
+            "POST",
+            "/v1/runs",
+            role="operator",
+            json={"workflow_id": "sealed-waits", "input": PREFIX + "k1:x:y"},
+        )
+        assert looks_sealed.status == 400, looks_sealed.body
+        assert "$sealed:v1:" in looks_sealed.body["detail"]
+
+    # an api-gateway without k1 still answers for the run, and says why it cannot show it
+    async with open_gateway(database_url, redis_url) as plain:
+        shown = await plain.call("GET", f"/v1/runs/{run_id}", role="operator")
+        assert shown.status == 200
+        assert shown.body["input"] == (
+            "<sealed with key 'k1', which this api-gateway does not have>"
+        )

@@ -1,0 +1,266 @@
+"""Secret references through the real stack: the ``composer-workers`` process resolves
+``{{ secret.NAME }}`` from its environment and its secrets directory at run time, the
+server called gets the values, and no row of the run, nor the workers' log, ever holds
+one (docs/secrets.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+import composer_repo as repo
+from composer_core.model import RunStatus
+from tests.integration.e2e.conftest import TOKEN, Stack
+
+API_TOKEN = "sk_live_9f8e7d6c5b4a39281706"  # COMPOSER_SECRET_API_TOKEN
+SIGNING_KEY = "whsec_0a1b2c3d4e5f60718293"  # a file SIGNING_KEY in COMPOSER_SECRETS_DIR
+VALUES = (API_TOKEN, SIGNING_KEY)
+
+
+@dataclass
+class Received:
+    requests: list[dict[str, Any]] = field(default_factory=list)
+
+
+RECEIVED = web.AppKey("received", Received)
+
+
+async def hook(request: web.Request) -> web.Response:
+    request.app[RECEIVED].requests.append(
+        {
+            "path": request.path,
+            "authorization": request.headers.get("Authorization"),
+            "signature": request.headers.get("X-Signature"),
+            "body": await request.json(),
+        }
+    )
+    # An API that echoes what it was sent: the node's output must not carry it back.
+    return web.json_response({"seen": request.headers.get("Authorization")})
+
+
+async def refuse(request: web.Request) -> web.Response:
+    return web.Response(status=403, text=f"token {request.headers.get('Authorization')} revoked")
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[TestServer]:
+    app = web.Application()
+    app[RECEIVED] = Received()
+    app.router.add_post("/hook/{order}", hook)
+    app.router.add_post("/refuse", refuse)
+    srv = TestServer(app, host="127.0.0.1", port=0)
+    await srv.start_server()
+    yield srv
+    await srv.close()
+
+
+@dataclass
+class WorkersProcess:
+    proc: asyncio.subprocess.Process
+    log: list[str]
+
+
+@pytest.fixture
+async def workers(stack: Stack, tmp_path: Path) -> AsyncIterator[WorkersProcess]:
+    """``python -m composer_workers`` dialling the stack's coordinator, with one secret in
+    its environment and one in its secrets directory."""
+    secrets_dir = tmp_path / "secrets"
+    secrets_dir.mkdir()
+    (secrets_dir / "SIGNING_KEY").write_text(SIGNING_KEY + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COMPOSER_")} | {
+        "COMPOSER_REDIS_URL": stack.redis_url,
+        "COMPOSER_REDIS_PREFIX": stack.prefix,
+        "COMPOSER_GRPC_ADDR": stack.grpc_target,
+        "COMPOSER_WORKER_TOKEN": TOKEN,
+        "COMPOSER_HTTP_ALLOW_PRIVATE": "true",
+        "COMPOSER_LOG_LEVEL": "DEBUG",
+        "COMPOSER_SECRET_API_TOKEN": API_TOKEN,
+        "COMPOSER_SECRETS_DIR": str(secrets_dir),
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "composer_workers", env=env, stderr=asyncio.subprocess.PIPE
+    )
+    log: list[str] = []
+    ready = asyncio.Event()
+
+    async def read() -> None:
+        assert proc.stderr is not None
+        while line := await proc.stderr.readline():
+            log.append(line.decode())
+            if "serving http, python" in log[-1]:
+                ready.set()
+
+    reader = asyncio.create_task(read(), name="workers-log")
+    started = asyncio.create_task(ready.wait(), name="workers-ready")
+    try:
+        # Ready, or the process ended (its log says why), or 30 s.
+        await asyncio.wait([reader, started], timeout=30, return_when=asyncio.FIRST_COMPLETED)
+        started.cancel()
+        assert ready.is_set(), f"the workers did not start: {''.join(log)}"
+        yield WorkersProcess(proc, log)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+        await asyncio.wait_for(proc.wait(), 30)
+        await asyncio.wait_for(reader, 10)
+
+
+async def stored_rows(stack: Stack, run_id: str) -> list[str]:
+    """Every row the run left, as text: the run, its tasks, its events, its outbox rows."""
+    rows: list[str] = []
+    async with repo.transaction(stack.pool) as conn:
+        for table, key in (
+            ("workflow_runs", "id"),
+            ("task_instances", "run_id"),
+            ("workflow_events", "run_id"),
+            ("outbox", "run_id"),
+        ):
+            found = await conn.fetch(
+                f"SELECT to_jsonb(t)::text AS row FROM {table} t WHERE {key} = $1", run_id
+            )
+            rows.extend(r["row"] for r in found)
+    return rows
+
+
+def leaks(texts: list[str]) -> list[str]:
+    return [t for t in texts if any(v in t for v in VALUES)]
+
+
+async def test_the_server_gets_the_secrets_and_no_row_or_log_holds_them(
+    stack: Stack, server: TestServer, workers: WorkersProcess
+) -> None:
+    await stack.deploy(
+        {
+            "id": "secret-call",
+            "nodes": [
+                {
+                    "id": "call",
+                    "type": "HTTP",
+                    "spec": {
+                        "method": "POST",
+                        "url": f"{server.make_url('/hook/')}{{{{ input.order }}}}",
+                        "headers": {
+                            "Authorization": "Bearer {{ secret.API_TOKEN }}",
+                            "X-Signature": "{{ secret.SIGNING_KEY }}",
+                        },
+                        "body": {"order": "{{ input.order }}", "note": "{{ input.note }}"},
+                    },
+                },
+                {
+                    "id": "sign",
+                    "type": "PYTHON",
+                    "spec": {
+                        "code": (
+                            "def main(input):\n"
+                            "    key = input['key']\n"
+                            "    return {'key_length': len(key), 'echo': key}\n"
+                        ),
+                        "input": {"key": "{{ secret.SIGNING_KEY }}"},
+                    },
+                },
+            ],
+            "edges": [{"from": "call", "to": "sign"}],
+            "output": {
+                "seen": "{{ tasks.call.output.body.seen }}",
+                "sign": "{{ tasks.sign.output }}",
+            },
+        }
+    )
+    # A run input holding a reference's text is data: it is sent as it is, never resolved.
+    started = await stack.engine.start(
+        "secret-call", input={"order": "A-1", "note": "{{secret.API_TOKEN}}"}
+    )
+    run = await stack.wait_run(started.run_id)
+    assert run.status is RunStatus.SUCCEEDED, run.error
+
+    assert server.app[RECEIVED].requests == [
+        {
+            "path": "/hook/A-1",
+            "authorization": f"Bearer {API_TOKEN}",
+            "signature": SIGNING_KEY,
+            "body": {"order": "A-1", "note": "{{secret.API_TOKEN}}"},
+        }
+    ]
+    # What the server and the code handed back is scrubbed to the references.
+    assert run.output == {
+        "seen": "Bearer {{secret.API_TOKEN}}",
+        "sign": {"key_length": len(SIGNING_KEY), "echo": "{{secret.SIGNING_KEY}}"},
+    }
+
+    tasks = await stack.tasks_of(started.run_id)
+    assert tasks["call"].input["headers"] == {
+        "Authorization": "Bearer {{secret.API_TOKEN}}",
+        "X-Signature": "{{secret.SIGNING_KEY}}",
+    }
+    assert sorted(tasks["call"].input["$secrets"], key=lambda spot: spot["name"]) == [
+        {"path": ["headers", "Authorization"], "at": 7, "name": "API_TOKEN"},
+        {"path": ["headers", "X-Signature"], "at": 0, "name": "SIGNING_KEY"},
+    ]
+    rows = await stored_rows(stack, started.run_id)
+    assert any("Bearer {{secret.API_TOKEN}}" in r for r in rows)
+    assert any("{{secret.SIGNING_KEY}}" in r for r in rows)
+    assert leaks(rows) == []
+    assert leaks(workers.log) == []
+
+
+async def test_a_failed_call_and_a_missing_secret_store_no_value(
+    stack: Stack, server: TestServer, workers: WorkersProcess
+) -> None:
+    await stack.deploy(
+        {
+            "id": "secret-fails",
+            "nodes": [
+                {"id": "f", "type": "FORK"},
+                {
+                    "id": "refused",
+                    "type": "HTTP",
+                    "spec": {
+                        "method": "POST",
+                        "url": str(server.make_url("/refuse")),
+                        "headers": {"Authorization": "Bearer {{ secret.API_TOKEN }}"},
+                    },
+                    "retry": {"max_attempts": 1},
+                },
+                {
+                    "id": "unset",
+                    "type": "HTTP",
+                    "spec": {
+                        "url": str(server.make_url("/refuse")),
+                        "headers": {"Authorization": "Bearer {{ secret.NOT_SET }}"},
+                    },
+                },
+            ],
+            "edges": [{"from": "f", "to": "refused"}, {"from": "f", "to": "unset"}],
+        }
+    )
+    started = await stack.engine.start("secret-fails")
+    run = await stack.wait_run(started.run_id)
+    assert run.status is RunStatus.FAILED
+    tasks = await stack.tasks_of(started.run_id)
+
+    refused = tasks["refused"]
+    assert refused.error_code == "http_403"
+    assert refused.error is not None
+    assert "token Bearer {{secret.API_TOKEN}} revoked" in refused.error
+
+    unset = tasks["unset"]
+    assert unset.error_code == "secret_not_found"
+    assert unset.attempt == 0  # permanent: not retried
+    assert unset.error is not None
+    assert unset.error.startswith("secret 'NOT_SET' is not set on the workers: set a file ")
+    assert "COMPOSER_SECRET_NOT_SET" in unset.error
+
+    assert server.app[RECEIVED].requests == []
+    rows = await stored_rows(stack, started.run_id)
+    assert leaks(rows) == []
+    assert leaks(workers.log) == []

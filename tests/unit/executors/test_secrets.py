@@ -1,0 +1,302 @@
+"""Secret sources, and the executors resolving ``{{ secret.NAME }}`` just before the call and
+keeping the values out of what they report (docs/secrets.md).
+
+Inputs are rendered by the engine's own template code (composer_core), so these
+tests also pin the format the engine writes and the workers read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from composer_core.model import default_engine
+from composer_core.templates import compile_value
+from composer_executors import (
+    SECRETS_KEY,
+    DirectorySecrets,
+    EnvironmentSecrets,
+    ErrorCode,
+    ExecutionError,
+    HttpPolicy,
+    HttpStatusError,
+    InvalidSpec,
+    PythonError,
+    SecretChain,
+    SecretNotFound,
+    SecretUnavailable,
+    create_http_session,
+    resolve_secrets,
+    run_http,
+    run_python,
+)
+
+TOKEN = "tok_4f9c2e7a1b8d3f60"
+OPEN = HttpPolicy(allow_private=True)
+SOURCE = EnvironmentSecrets({"API_TOKEN": TOKEN, "OTHER": "other-secret-value"})
+
+
+def rendered(spec: dict[str, Any], **roots: Any) -> Any:
+    """``spec`` as the engine renders and stores it."""
+    engine = default_engine()
+    activation = {k: engine.to_native(v) for k, v in roots.items()}
+    return compile_value(spec, engine).evaluate(activation)
+
+
+# -- sources -----------------------------------------------------------------------
+
+
+async def test_environment_secrets_take_the_prefixed_variables_by_exact_name() -> None:
+    source = EnvironmentSecrets.from_environ(
+        {"COMPOSER_SECRET_API_TOKEN": "a", "COMPOSER_SECRET_lower": "b", "COMPOSER_OTHER": "c"}
+    )
+    assert source.names == frozenset({"API_TOKEN", "lower"})
+    assert await source.get("API_TOKEN") == "a"
+    assert await source.get("lower") == "b"
+    assert await source.get("LOWER") is None
+    assert "COMPOSER_SECRET_MISSING" in source.where("MISSING")
+    assert "a" not in repr(source).replace("EnvironmentSecrets", "")  # names, never values
+
+
+def test_environment_secrets_refuse_a_variable_that_names_no_secret() -> None:
+    with pytest.raises(ValueError, match="COMPOSER_SECRET_API-KEY: 'API-KEY' is not a secret"):
+        EnvironmentSecrets.from_environ({"COMPOSER_SECRET_API-KEY": "x"})
+
+
+async def test_a_directory_is_read_at_each_use_so_rotation_works(tmp_path: Path) -> None:
+    source = DirectorySecrets(tmp_path)
+    assert await source.get("API_TOKEN") is None
+    (tmp_path / "API_TOKEN").write_text("first\n")  # `echo first > API_TOKEN`
+    assert await source.get("API_TOKEN") == "first"
+    (tmp_path / "API_TOKEN").write_text("second")
+    assert await source.get("API_TOKEN") == "second"
+    assert source.where("X") == f"a file {tmp_path / 'X'} (COMPOSER_SECRETS_DIR, read at each use)"
+
+
+async def test_a_directory_follows_kubernetes_symlinks_and_reads_no_other_path(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "..2026_01_01"
+    data.mkdir()
+    (data / "DB_PASSWORD").write_text("pw")
+    (tmp_path / "..data").symlink_to(data.name)
+    (tmp_path / "DB_PASSWORD").symlink_to("..data/DB_PASSWORD")
+    source = DirectorySecrets(tmp_path)
+    assert await source.get("DB_PASSWORD") == "pw"
+    assert await source.get("..data/DB_PASSWORD") is None
+    assert await source.get("../etc/passwd") is None
+
+
+async def test_a_file_that_cannot_be_read_is_a_permanent_error_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "T").mkdir()  # a directory where the file should be (what root cannot read)
+    with pytest.raises(SecretUnavailable) as caught:
+        await DirectorySecrets(tmp_path).get("T")
+    assert caught.value.permanent
+    assert caught.value.code == ErrorCode.SECRET_UNAVAILABLE
+    assert caught.value.message.startswith(f"secret 'T': cannot read {tmp_path / 'T'}: ")
+
+
+async def test_a_chain_asks_in_order_and_says_every_place(tmp_path: Path) -> None:
+    (tmp_path / "A").write_text("from-file")
+    chain = SecretChain(
+        [DirectorySecrets(tmp_path), EnvironmentSecrets({"A": "from-env", "B": "env-only"})]
+    )
+    assert await chain.get("A") == "from-file"
+    assert await chain.get("B") == "env-only"
+    assert await chain.get("C") is None
+    assert chain.where("C") == (
+        f"a file {tmp_path / 'C'} (COMPOSER_SECRETS_DIR, read at each use) or the variable "
+        "COMPOSER_SECRET_C in the workers' environment (read at start)"
+    )
+
+
+# -- resolving -------------------------------------------------------------------------
+
+
+async def test_only_the_listed_places_are_resolved() -> None:
+    spec = rendered(
+        {
+            "url": "https://api.example.com/{{ input.path }}",
+            "headers": {"Authorization": "Bearer {{ secret.API_TOKEN }}"},
+            "body": {"note": "{{ input.note }}", "twice": "{{secret.OTHER}}:{{secret.OTHER}}"},
+        },
+        input={"path": "{{secret.OTHER}}", "note": "{{secret.API_TOKEN}}"},
+    )
+    resolved = await resolve_secrets(spec, SOURCE)
+    assert resolved.spec == {
+        "url": "https://api.example.com/{{secret.OTHER}}",  # user data: stays text
+        "headers": {"Authorization": f"Bearer {TOKEN}"},
+        "body": {
+            "note": "{{secret.API_TOKEN}}",
+            "twice": "other-secret-value:other-secret-value",
+        },
+    }
+    assert resolved.names == ("API_TOKEN", "OTHER")
+    assert "Bearer {{secret.API_TOKEN}}" in str(spec)  # the stored input is left as it was
+
+
+async def test_an_input_without_references_is_passed_as_it_is() -> None:
+    spec = {"url": "https://x/{{secret.API_TOKEN}}", "body": {SECRETS_KEY: []}}
+    resolved = await resolve_secrets(spec, SOURCE)
+    assert resolved.spec is spec
+    assert resolved.names == ()
+
+
+async def test_a_missing_secret_fails_for_good_naming_it_and_where_to_set_it() -> None:
+    spec = rendered({"headers": {"A": "{{secret.API_TOKEN}}", "B": "{{secret.NOPE}}"}})
+    with pytest.raises(SecretNotFound) as caught:
+        await resolve_secrets(spec, SOURCE)
+    assert caught.value.permanent
+    assert caught.value.code == ErrorCode.SECRET_NOT_FOUND
+    assert caught.value.message == (
+        "secret 'NOPE' is not set on the workers: set the variable COMPOSER_SECRET_NOPE in "
+        "the workers' environment (read at start)"
+    )
+    assert TOKEN not in caught.value.message
+    with pytest.raises(SecretNotFound, match="'API_TOKEN' is not set"):
+        await resolve_secrets(spec, None)  # no source at all
+
+
+@pytest.mark.parametrize(
+    ("entries", "why"),
+    [
+        ("x", "is not a list"),
+        ([{"path": ["h"], "at": 0, "name": "a-b"}], "not a secret name"),
+        ([{"path": ["h"], "at": -1, "name": "API_TOKEN"}], "not an offset"),
+        ([{"path": "h", "at": 0, "name": "API_TOKEN"}], "not a list of keys"),
+        ([{"path": ["nope"], "at": 0, "name": "API_TOKEN"}], "not in the input"),
+        ([{"path": ["h"], "at": 1, "name": "API_TOKEN"}], "does not hold it"),
+        ([{"path": ["h"], "at": 0, "name": "OTHER"}], "does not hold it"),
+        ([{"path": ["n"], "at": 0, "name": "API_TOKEN"}], "not a string"),
+    ],
+)
+async def test_a_list_that_does_not_match_its_input_fails_the_node(entries: Any, why: str) -> None:
+    spec = {"h": "{{secret.API_TOKEN}}", "n": 1, SECRETS_KEY: entries}
+    with pytest.raises(InvalidSpec, match=why):
+        await resolve_secrets(spec, SOURCE)
+
+
+# -- the HTTP node ---------------------------------------------------------------------
+
+
+async def echo(request: web.Request) -> web.Response:
+    return web.json_response(
+        {"path": request.path, "authorization": request.headers.get("Authorization")},
+        headers={"X-Echo": request.headers.get("Authorization", "")},
+    )
+
+
+async def refuse(request: web.Request) -> web.Response:
+    return web.Response(status=403, text=f"bad token {request.headers.get('X-Key')}")
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[TestServer]:
+    app = web.Application()
+    app.router.add_get("/echo/{rest:.*}", echo)
+    app.router.add_get("/refuse/{rest:.*}", refuse)
+    srv = TestServer(app, host="127.0.0.1", port=0)
+    await srv.start_server()
+    yield srv
+    await srv.close()
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with create_http_session(OPEN) as s:
+        yield s
+
+
+async def test_the_request_carries_the_value_and_the_output_never_does(
+    server: TestServer, session: aiohttp.ClientSession
+) -> None:
+    spec = rendered(
+        {
+            "url": f"{server.make_url('/echo/')}{{{{ secret.OTHER }}}}",
+            "headers": {"Authorization": "Bearer {{ secret.API_TOKEN }}"},
+        }
+    )
+    out = await run_http(spec, timeout=5, session=session, policy=OPEN, secrets=SOURCE)
+    # the server got the values; what it echoed is scrubbed back to the references
+    assert out["body"] == {
+        "path": "/echo/{{secret.OTHER}}",
+        "authorization": "Bearer {{secret.API_TOKEN}}",
+    }
+    assert out["headers"]["x-echo"] == "Bearer {{secret.API_TOKEN}}"
+    assert TOKEN not in str(out) and "other-secret-value" not in str(out)
+
+
+async def test_an_error_names_the_reference_not_the_value(
+    server: TestServer, session: aiohttp.ClientSession
+) -> None:
+    spec = rendered(
+        {
+            "url": f"{server.make_url('/refuse/')}{{{{secret.API_TOKEN}}}}",
+            "headers": {"X-Key": "{{secret.API_TOKEN}}"},
+        }
+    )
+    with pytest.raises(HttpStatusError) as caught:
+        await run_http(spec, timeout=5, session=session, policy=OPEN, secrets=SOURCE)
+    error = caught.value
+    assert error.message == (
+        f"GET {server.make_url('/refuse/')}{{{{secret.API_TOKEN}}}} answered 403 Forbidden: "
+        "bad token {{secret.API_TOKEN}}"
+    )
+    assert TOKEN not in error.excerpt and TOKEN not in str(error)
+    assert error.__cause__ is None and error.__context__ is None
+
+
+async def test_a_value_that_needs_url_encoding_is_scrubbed_encoded(
+    session: aiohttp.ClientSession,
+) -> None:
+    source = EnvironmentSecrets({"K": "a b/c+d"})
+    spec = rendered({"url": "http://127.0.0.1:9/x/{{secret.K}}"})  # nothing listens on 9
+    with pytest.raises(ExecutionError) as caught:
+        await run_http(spec, timeout=5, session=session, policy=OPEN, secrets=source)
+    assert caught.value.code == ErrorCode.CONNECTION_ERROR
+    assert "/x/{{secret.K}}" in caught.value.message
+    assert "a%20b" not in caught.value.message and "a b" not in caught.value.message
+
+
+# -- the PYTHON node -----------------------------------------------------------------------
+
+
+async def python(code: str, node_input: dict[str, Any]) -> Any:
+    spec = rendered({"code": code, "input": node_input})
+    return await run_python(spec, timeout=10, memory_limit_bytes=256 * 1024 * 1024, secrets=SOURCE)
+
+
+async def test_python_code_gets_the_value_in_its_input_and_returns_no_value() -> None:
+    code = (
+        "def main(input):\n"
+        "    t = input['auth']\n"
+        "    return {'length': len(t), 'prefix': t[:7], 'echo': t, 'keys': {t: 1}}\n"
+    )
+    out = await python(code, {"auth": "Bearer {{ secret.API_TOKEN }}"})
+    assert out == {
+        "length": len("Bearer ") + len(TOKEN),
+        "prefix": "Bearer ",
+        "echo": "Bearer {{secret.API_TOKEN}}",
+        "keys": {"Bearer {{secret.API_TOKEN}}": 1},
+    }
+
+
+async def test_python_errors_and_output_quoted_in_them_hold_no_value() -> None:
+    code = (
+        "import sys\n"
+        "def main(input):\n"
+        "    print('using', input['t'], file=sys.stderr)\n"
+        "    raise ValueError('rejected ' + input['t'])\n"
+    )
+    with pytest.raises(PythonError) as caught:
+        await python(code, {"t": "{{secret.API_TOKEN}}"})
+    message = caught.value.message
+    assert "ValueError: rejected {{secret.API_TOKEN}}" in message
+    assert "using {{secret.API_TOKEN}}" in message
+    assert TOKEN not in message
