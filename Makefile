@@ -12,7 +12,7 @@ VENV_STAMP := .venv/.synced
 PY_SOURCES := libs services tests examples
 COMPOSER_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/composer
 
-.PHONY: help install run demo simulate test pytest test-unit lint fmt proto ui bench chaos migrate clean
+.PHONY: help install run demo simulate test pytest test-unit lint fmt proto ui bench chaos migrate clean images test-containers
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -74,6 +74,15 @@ bench: $(VENV_STAMP)  ## the stack benchmark (never part of make test); BENCH="c
 
 chaos: $(VENV_STAMP)  ## faults under load, checked against a ledger (not in make test; CHAOS_ARGS="--runs 2000 --concurrency 60")
 	$(UV) run --no-sync python -m tests.chaos $(CHAOS_ARGS)
+
+# The images are tagged with the workspace's version; IMAGE_BASE=upstream|local|auto (deploy/build-images.sh).
+IMAGE_TAG ?= $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml | head -1)
+images:  ## build every service's image with docker or podman, tagged with the version (local base without Docker Hub)
+	IMAGE_TAG=$(IMAGE_TAG) deploy/build-images.sh
+
+test-containers: $(VENV_STAMP) images  ## build the images, run the stack in containers (podman) and drive runs through it
+	IMAGE_TAG=$(IMAGE_TAG) COMPOSER_TEST_UV="$$(command -v $(PYTHON)) -m uv" \
+		$(UV) run --no-sync pytest tests/containers --exitfirst $(PYTEST_ARGS)
 
 clean:  ## remove the virtualenv and caches
 	rm -rf .venv .mypy_cache .ruff_cache .pytest_cache .hypothesis
