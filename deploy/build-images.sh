@@ -8,8 +8,10 @@
 #                         auto: upstream when both can be pulled, local otherwise
 #   CONTAINER_ENGINE      docker or podman (default: deploy/engine.sh picks the one that runs)
 #   SERVICES="a b"        only these services
-#   SSL_CERT_FILE         a CA bundle that TLS to PyPI needs (a TLS-inspecting proxy's): handed to
-#                         the build as the secret ca-bundle, never written to an image
+#   SSL_CERT_FILE         the CA bundle TLS to PyPI is checked against (default: the machine's,
+#                         /etc/ssl/certs/ca-certificates.crt, which holds a TLS-inspecting proxy's
+#                         CA where there is one): handed to the build as the secret ca-bundle,
+#                         never written to an image
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,8 +48,10 @@ case $BASE in
            --build-arg "UV_IMAGE=composer/uv:$uv_version") ;;
   *) echo "images: IMAGE_BASE=$BASE: want upstream, local or auto" >&2; exit 2 ;;
 esac
-if [ -n "${SSL_CERT_FILE:-}" ] && [ -f "$SSL_CERT_FILE" ]; then
-  args+=(--secret "id=ca-bundle,src=$SSL_CERT_FILE")
+# The machine's CA bundle: uv in the build trusts what the machine trusts (a proxy's CA too).
+ca_bundle=${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}
+if [ -f "$ca_bundle" ]; then
+  args+=(--secret "id=ca-bundle,src=$ca_bundle")
 fi
 if [ "$ENGINE" = podman ]; then  # docker finds deploy/Dockerfile.dockerignore by itself
   args+=(--ignorefile deploy/Dockerfile.dockerignore)

@@ -166,6 +166,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
             "COMPOSER_API_TOKENS": f"{api_token}:admin",
             "COMPOSER_WORKER_TOKEN": strong_token(),
             "COMPOSER_BUILTIN_WORKER_TOKEN": strong_token(),
+            "COMPOSER_WEBHOOK_SECRET": strong_token(),
             "POSTGRES_PASSWORD": strong_token(),  # the file requires it; its server is not started
             # the probe's HTTP node calls the gateway by its compose name, a private address
             "COMPOSER_HTTP_ALLOW_PRIVATE": "true",
