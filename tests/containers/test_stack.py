@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import httpx
 import pytest
 import yaml
 
@@ -243,6 +244,16 @@ def test_the_migration_runs_first_then_every_service_is_ready(running: Running) 
 
     took = stack.wait_healthy([n for names in containers.values() for n in names])
     print(f"every service ready {took:.1f} s after the stack was up")
+
+    # what a kubelet's httpGet probe (deploy/k8s) and a Prometheus ask: the admin port at the
+    # container's own address, from outside it
+    for service, (name,) in containers.items():
+        address = stack.inspect(name)["NetworkSettings"]["Networks"][stack.project]["IPAddress"]
+        for path in ("/healthz", "/readyz", "/metrics"):
+            answer = httpx.get(f"http://{address}:9000{path}", timeout=10)
+            assert answer.status_code == 200, (
+                f"{service} {path}: {answer.status_code} {answer.text}"
+            )
 
 
 def test_a_run_with_http_and_python_nodes_succeeds_through_the_gateway(running: Running) -> None:
