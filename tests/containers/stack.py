@@ -1,10 +1,10 @@
 """The stack of docker-compose.yml, run by podman-compose against this machine's servers.
 
 docker-compose.yml is used as it is — images, entry points, environment, healthchecks,
-read-only root, init, the migration before the services — with one override file,
-written here, that says what differs on this machine:
+read-only root, init, the migration before the services — with override files,
+written here, that say what differs on this machine (:func:`overrides_for`):
 
-- PostgreSQL and Redis are the machine's (reached through :class:`Relay`), not the
+- PostgreSQL and Redis are the machine's (reached through tests.containers.relay), not the
   bundled containers: those are put in a profile nobody starts, the services' URLs
   point at ``host.containers.internal``, a database and a Redis prefix of this stack's
   own, and the dependencies on them are dropped (what remains is the migration, and
