@@ -18,8 +18,10 @@ stack's own, both removed at the end.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -164,10 +166,11 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
         api_token = strong_token()
         env = {
             "IMAGE_TAG": tag,
-            "COMPOSER_API_TOKENS": f"{api_token}:admin",
+            "COMPOSER_API_TOKENS": f"containers-test={api_token}:admin",
             "COMPOSER_WORKER_TOKEN": strong_token(),
             "COMPOSER_BUILTIN_WORKER_TOKEN": strong_token(),
             "COMPOSER_WEBHOOK_SECRET": strong_token(),
+            "COMPOSER_ENCRYPTION_KEYS": f"ct:{base64.b64encode(secrets.token_bytes(32)).decode()}",
             "POSTGRES_PASSWORD": strong_token(),  # the file requires it; its server is not started
             # the probe's HTTP node calls the gateway by its compose name, a private address
             "COMPOSER_HTTP_ALLOW_PRIVATE": "true",
@@ -263,6 +266,13 @@ def test_a_run_with_http_and_python_nodes_succeeds_through_the_gateway(running: 
     run = api.result(run_id)
     assert run["status"] == "SUCCEEDED", run
     assert run["output"] == {"status": 200, "who": "CT"}
+    # stored sealed with the stack's key (docs/sealing.md), opened by the API for its answer
+    run_key = str(uuid.UUID(run_id))
+    stored = psql(
+        running.database, f"SELECT data_key, output FROM workflow_runs WHERE id = '{run_key}'"
+    )
+    assert stored.startswith("ct:"), f"the run is not sealed with the stack's key: {stored}"
+    assert "CT" not in stored.split("|", 1)[1], f"the output is stored in the clear: {stored}"
 
 
 def test_two_coordinators_and_two_workers_serve_runs(running: Running) -> None:
