@@ -19,6 +19,7 @@ from composer_core.model import RunStatus, TaskState
 from composer_engine import Engine, opened
 from composer_engine.sealing import PREFIX, KeyUnavailable, sealer_from
 from composer_sdk import Caller, TaskContext, TaskFailed
+from composer_timer.loop import Timer
 from tests.integration.e2e.conftest import Stack, open_stack
 from tests.integration.waits import until
 
@@ -240,3 +241,35 @@ async def test_a_run_whose_key_is_missing_is_parked_then_goes_on(
         charge = (await s.tasks_of(started.run_id))["charge"]
         assert calls == [0] and charge.attempt == 0  # no attempt was spent on the parking
         assert charge.error is None and charge.error_code is None
+
+
+async def test_the_timer_parks_a_wait_whose_run_it_cannot_open_and_fires_the_others(
+    database_url: str, redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    nap = {"nodes": [{"id": "nap", "type": "WAIT", "spec": {"duration_seconds": 0.2}}]}
+    async with open_stack(database_url, redis_url, sealer=sealer_from(f"k1:{K1}")) as s:
+        await s.deploy({"id": "sealed-nap", **nap})
+        locked_out = (await s.engine.start("sealed-nap")).run_id
+        # a timer whose keys are k2 only: it cannot open k1's run, but can open its own
+        timer_engine = Engine(
+            s.pool, redis=s.redis, redis_prefix=s.prefix, sealer=sealer_from(f"k2:{K2}")
+        )
+        fine = (await timer_engine.start("sealed-nap")).run_id
+
+        async def both_due() -> bool:
+            async with repo.connection(s.pool) as conn:
+                return len(await repo.due_waits(conn)) == 2
+
+        await until(both_due, what="both waits due")
+        timer = Timer(timer_engine, s.redis, prefix=s.prefix)
+        with caplog.at_level(logging.WARNING):
+            first = await timer.fire_due()
+        assert (first.due, first.fired) == (2, 1)
+        assert (await s.wait_run(fine, timeout=5)).status is RunStatus.SUCCEEDED
+        assert timer.parked == 1
+        alerts = [r.getMessage() for r in caplog.records if r.levelno == ALERT]
+        assert any(locked_out in m and "'k1'" in m for m in alerts), alerts
+        second = await timer.fire_due()  # parked: not due again at once
+        assert second.due == 0
+        assert (await s.tasks_of(locked_out))["nap"].state is TaskState.WAITING
+        await timer_engine.aclose()

@@ -28,6 +28,7 @@ from composer_engine.errors import (
     Forbidden,
     Internal,
     NotFound,
+    Parked,
     Unavailable,
 )
 
@@ -48,6 +49,7 @@ __all__ = [
     "LeaseGrant",
     "Leave",
     "NotFound",
+    "Parked",
     "RecoveryLimits",
     "Redeliver",
     "Redispatch",

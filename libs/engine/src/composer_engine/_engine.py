@@ -64,6 +64,7 @@ from composer_engine.errors import (
     Forbidden,
     Internal,
     NotFound,
+    Parked,
     StaleSnapshot,
     Unavailable,
 )
@@ -1062,13 +1063,13 @@ async def committed(pool: repo.Pool, lost: repo.CommitUnknown, *, attempts: int)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _parked(tx: Tx | None, exc: KeyUnavailable) -> Unavailable:
+def _parked(tx: Tx | None, exc: KeyUnavailable) -> Parked:
     """A run whose documents do not open here waits, unchanged, until its key is
     configured again: one ALERT line naming the key, and Unavailable (the caller
     tries again later; nothing was written, no attempt spent)."""
     where = tx.deciding() if tx is not None and tx.deciding else "outside a decision"
     alert(log, "parked (%s): %s", where, exc)
-    return Unavailable(f"the run is parked: {exc}")
+    return Parked(f"the run is parked: {exc}")
 
 
 def _refuse_sealed_looking(value: Json, what: str) -> None:

@@ -8,6 +8,9 @@
     ├── Conflict          409   the run is finished (signal, cancel) or still active (retry);
     │                           a run id or idempotency key collision
     ├── Unavailable       503   the database connection kept failing after retries: try again later
+    │   └── Parked        503   the run's documents are sealed with a key not configured here:
+    │                           nothing changed; it goes on once the key is back (a loop parks
+    │                           the item rather than retrying its whole pass)
     └── Internal          500   a bug: the machine raised, a repository error that is not the
                                 caller's, a stale snapshot twice in a row. Logged once as an
                                 ALERT with the run, the event and the actions; retrying the
@@ -47,6 +50,10 @@ class Conflict(EngineError):
 
 class Unavailable(EngineError):
     status = 503
+
+
+class Parked(Unavailable):
+    """The run cannot be opened here (composer_engine.sealing.KeyUnavailable)."""
 
 
 class Internal(EngineError):

@@ -49,6 +49,7 @@ from composer_engine import (
     GiveBack,
     GiveUp,
     Leave,
+    Parked,
     RecoveryLimits,
     Redeliver,
     Redispatch,
@@ -427,9 +428,13 @@ async def _apply(what: str, call: Awaitable[bool]) -> bool:
     """Apply a decision through the engine. A run that cannot take it (deleted, a broken
     definition) is logged and skipped, and anything unexpected is an ALERT, so one run
     cannot stop the rest of the sweep (the next sweep tries it again); a database
-    outage (Unavailable) ends the sweep."""
+    outage (Unavailable) ends the sweep; a run parked for its key (Parked, already an
+    ALERT of the engine) is skipped like the first, so it cannot hold up the others."""
     try:
         return await call
+    except Parked as exc:
+        log.warning("cannot %s now: %s", what, exc)
+        return False
     except Unavailable:
         raise
     except EngineError as exc:

@@ -41,7 +41,7 @@ import composer_queue as cq
 import composer_repo as repo
 from composer_common.logs import alert
 from composer_common.telemetry import meter
-from composer_engine import Engine, Unavailable, utcnow
+from composer_engine import Engine, Parked, Unavailable, utcnow
 from composer_service import sleep_or_stop
 
 log = logging.getLogger("composer.timer")
@@ -141,6 +141,9 @@ class Timer:
             fired = await self.engine.fire_timer(
                 wait.run_id, wait.task_id, wait.node_id, skip_locked=True
             )
+        except Parked as exc:  # its key is not here: this wait alone waits for it
+            await self._park(wait, exc)
+            return False
         except (Unavailable, repo.Transient):
             raise
         except Exception as exc:  # EngineError (a broken definition), or a bug
