@@ -28,6 +28,7 @@ from composer_cli.render import (
     runs_table,
     workflows_table,
 )
+from composer_cli.timeline import timeline
 
 app = typer.Typer(
     name="composer",
@@ -212,6 +213,28 @@ def get(
 def watch(ctx: typer.Context, run: Annotated[str, typer.Argument(help="the run id")]) -> None:
     """Follow a run until it ends; exit 1 unless it succeeds."""
     follow(client_of(ctx), run)
+
+
+@command
+def history(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(help="the run id")],
+    as_json: Annotated[bool, typer.Option("--json", help="print the entries as JSON")] = False,
+) -> None:
+    """What happened to a run, oldest first: every event and attempt, who did what."""
+    client = client_of(ctx)
+    entries: list[dict[str, Any]] = []
+    params: dict[str, Any] = {"limit": 1000}
+    while True:
+        body = client.call("GET", f"/v1/runs/{run}/history", params=params).body
+        entries.extend(body["entries"])
+        if not body.get("next_cursor"):
+            break
+        params["cursor"] = body["next_cursor"]
+    if as_json:
+        typer.echo(json.dumps(entries, indent=2, ensure_ascii=False))
+    else:
+        out.print(timeline(entries))
 
 
 @command

@@ -42,6 +42,13 @@ from composer_repo._errors import (
     SchemaOutdated,
     Transient,
 )
+from composer_repo._history import (
+    HistoryEntry,
+    NewHistory,
+    insert_history,
+    lease_times,
+    run_history,
+)
 from composer_repo._locks import singleton
 from composer_repo._loops import (
     due_waits,
@@ -176,6 +183,7 @@ __all__ = [
     "ExpiredLease",
     "FinishedRun",
     "FinishedTask",
+    "HistoryEntry",
     "Invalid",
     "Lease",
     "LeaseHolder",
@@ -186,6 +194,7 @@ __all__ = [
     "Migration",
     "MigrationError",
     "NewDispatch",
+    "NewHistory",
     "NewTask",
     "NoPartition",
     "NotFound",
@@ -244,6 +253,8 @@ __all__ = [
     "get_run",
     "get_run_tasks",
     "init_connection",
+    "insert_history",
+    "lease_times",
     "insert_run",
     "insert_task",
     "insert_tasks",
@@ -280,6 +291,7 @@ __all__ = [
     "requeue_task",
     "require_schema",
     "resolve_wait",
+    "run_history",
     "run_signals",
     "schema_version",
     "set_data_key",
