@@ -65,6 +65,8 @@ def describe(entry: dict[str, Any]) -> str:
         case "task.scheduled":
             return _scheduled(detail, error)
         case "task.dispatched":
+            if detail.get("again"):
+                return f"dispatched again to queue {detail.get('queue')}: {detail['again']}"
             return f"dispatched to queue {detail.get('queue')}"
         case "task.leased":
             return f"attempt {attempt} leased{by}"

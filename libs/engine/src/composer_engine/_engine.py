@@ -566,6 +566,16 @@ class Engine:
                 queue=queue,
                 not_before=None,
             )
+            tx.writes.history.append(
+                repo.NewHistory(
+                    run_id,
+                    "task.dispatched",
+                    node_id=again.node_id,
+                    task_id=task_id,
+                    attempt=attempt,
+                    detail={"queue": queue, "again": "its message was lost"},
+                )
+            )
             return True
 
         return await self._in_tx(attempt_tx)

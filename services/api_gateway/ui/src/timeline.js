@@ -37,7 +37,8 @@ export function describe(entry) {
     case 'run.started':
       return `run started${by} on v${d.version}${d.start_node ? ` from ${d.start_node}` : ''}`;
     case 'task.scheduled': return scheduled(d, error);
-    case 'task.dispatched': return `dispatched to queue ${d.queue}`;
+    case 'task.dispatched':
+      return d.again ? `dispatched again to queue ${d.queue}: ${d.again}` : `dispatched to queue ${d.queue}`;
     case 'task.leased': return `attempt ${a} leased${by}`;
     case 'task.completed': return a ? `attempt ${a} completed${took(entry.duration_ms)}` : 'completed';
     case 'task.failed': {
