@@ -183,6 +183,18 @@ async def test_clear_messages_for_common_mistakes(live: Live, tmp_path: Path) ->
     invalid = await composer(live, "apply", "-f", str(broken))
     assert invalid.exit_code == 1
     assert "nodes[0].spec.url" in invalid.output and "nodes[1].id" in invalid.output
+    # an unknown type is one problem among the others, not the only one reported
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(
+        "id: typo\nnodes:\n  - {id: a, type: HTTPS, spec: {url: 'https://example.com'}}\n"
+        "  - {id: b, type: PYTHON}\n  - {id: c, type: WAIT, spec: {duration_seconds: 1}}\n"
+        "edges:\n  - {from: a, to: b}\n  - {from: b, to: c}\n  - {from: c, to: nowhere}\n"
+    )
+    all_three = await composer(live, "apply", "-f", str(typo))
+    assert all_three.exit_code == 1
+    assert "the definition is invalid (3 problem(s))" in all_three.output
+    for path in ("nodes[0].type: unknown value 'HTTPS'", "nodes[1].spec.code", "edges[2].to"):
+        assert path in all_three.output
 
     missing = await composer(live, "get", "0190a000-0000-7000-8000-000000000000")
     assert missing.exit_code == 1 and "does not exist" in missing.output
