@@ -36,7 +36,7 @@ def test_the_readme_python_blocks_run_and_their_tests_pass(
     namespace: dict[str, Any] = {"__name__": "readme"}
     for line, code in blocks:
         # padded so that a traceback names the README's own line
-        exec(compile("\n" * (line - 1) + code, str(README), "exec"), namespace)  # noqa: S102
+        exec(compile("\n" * (line - 1) + code, str(README), "exec"), namespace)
     tests = {name: fn for name, fn in namespace.items() if name.startswith("test_")}
     assert "test_charge" in tests
     for fn in tests.values():

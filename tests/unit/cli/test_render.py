@@ -86,7 +86,10 @@ def test_a_failed_run_shows_its_error_in_full_once() -> None:
     assert text.count("ValueError: card declined") == 1
     assert "error: node charge failed: Traceback (most recent call last):" in text
     progress = changes(None, run)
-    assert progress == ["charge FAILED (attempt 2): Traceback (most recent call last):…", "run FAILED"]
+    assert progress == [
+        "charge FAILED (attempt 2): Traceback (most recent call last):…",
+        "run FAILED",
+    ]
 
 
 def test_version_prints_the_package_version() -> None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from importlib.metadata import version as package_version
 from collections.abc import Callable
+from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Annotated, Any
 
