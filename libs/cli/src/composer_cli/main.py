@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
+import time
 from collections.abc import Callable
 from importlib.metadata import version as package_version
 from pathlib import Path
@@ -383,8 +384,18 @@ def print_json(body: Any) -> None:
     typer.echo(json.dumps(body, indent=2, ensure_ascii=False))
 
 
+#: How long ``follow`` keeps asking an API that stopped answering before it gives up.
+OUTAGE_SECONDS = 300.0
+
+
 def follow(
-    client: ApiClient, run_id: str, *, poll: float = 2.0, show: bool = True
+    client: ApiClient,
+    run_id: str,
+    *,
+    poll: float = 2.0,
+    show: bool = True,
+    retry_delay: float = 1.0,
+    outage_seconds: float = OUTAGE_SECONDS,
 ) -> dict[str, Any]:
     """Show the run until it is terminal and return it as it ended.
 
@@ -393,10 +404,16 @@ def follow(
     live table; a pipe or log gets one line per change, then the run once, so
     its error (a traceback, say) is printed in full once. ``show=False``
     prints nothing (``--json`` prints the end alone).
+
+    When the API stops answering after the first read (a restart, say), it is
+    asked again with backoff from ``retry_delay`` seconds, for up to
+    ``outage_seconds``: one line says so, one says when it answers again, so a
+    wait is not cut short by a blip and the error is not repeated per attempt.
     """
     previous: dict[str, Any] | None = None
+    answered = False
 
-    def read() -> dict[str, Any]:
+    def read_once() -> dict[str, Any]:
         answer = client.call(
             "GET",
             f"/v1/runs/{run_id}/result",
@@ -406,6 +423,34 @@ def follow(
         )
         body: dict[str, Any] = answer.body
         return body
+
+    def read() -> dict[str, Any]:
+        nonlocal answered
+        began: float | None = None
+        delay = retry_delay
+        while True:
+            try:
+                run = read_once()
+            except CliError as exc:
+                if not answered or not exc.transient:
+                    raise
+                if began is None:
+                    began = time.monotonic()
+                    err.print(
+                        f"{exc.message}; asking again for up to {outage_seconds:g}s (Ctrl-C stops)",
+                        style="yellow",
+                    )
+                elif time.monotonic() - began >= outage_seconds:
+                    raise CliError(
+                        f"{exc.message}; gave up after {outage_seconds:g}s", transient=True
+                    ) from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 10.0)
+                continue
+            if began is not None:
+                err.print("the Composer API answers again", style="yellow")
+            answered = True
+            return run
 
     if not show:
         while (run := read())["status"] not in TERMINAL:
