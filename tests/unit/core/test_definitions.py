@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from composer_core.errors import DefinitionInvalid, InvalidRequest
 from composer_core.model import (
@@ -892,3 +894,45 @@ def test_yaml_alias_bomb_is_refused_before_it_is_built() -> None:
     )
     (problem,) = problems(bomb)
     assert problem == "the definition expands to more than 200000 values (through YAML aliases)"
+
+
+_any_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_node_fields = ("id", "type", "spec", "queue", "timeout_seconds", "retry", "name", "colour")
+_edge_fields = ("from", "to", "condition", "colour")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    nodes=st.lists(
+        st.fixed_dictionaries(
+            {
+                "id": st.sampled_from(["a", "b", "c", "1x"]),
+                "type": st.sampled_from(["TASK", "HTTP", "SWITCH", "LAMBDA", 3]),
+            },
+            optional=dict.fromkeys(_node_fields[2:], _any_json),
+        ),
+        max_size=4,
+    ),
+    edges=st.lists(
+        st.fixed_dictionaries(
+            {}, optional={f: st.sampled_from(["a", "b", "zz", 1]) | _any_json for f in _edge_fields}
+        ),
+        max_size=3,
+    ),
+    start=st.none() | _any_json,
+)
+def test_a_broken_definition_always_gets_a_list_of_problems(
+    nodes: list[dict[str, Any]], edges: list[dict[str, Any]], start: Any
+) -> None:
+    # Checking beyond a failed shape must never crash on what the shape let through.
+    doc: dict[str, Any] = {"id": "wf", "nodes": nodes, "edges": edges}
+    if start is not None:
+        doc["start"] = start
+    if not problems(doc):  # DefinitionInvalid is caught there; any other error fails
+        build_dag(parse_definition(doc))  # no problem: it builds
