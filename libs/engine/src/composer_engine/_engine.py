@@ -86,6 +86,15 @@ class Started:
 
 
 @dataclass(frozen=True, slots=True)
+class AttemptLog:
+    """The lines a worker attempt logged, as the worker bounded them: ``truncated``
+    lines past its bound were dropped (the last line kept is a marker that says so)."""
+
+    lines: tuple[str, ...]
+    truncated: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Report:
     """A worker's report of one attempt: its output (``completed``) or its failure."""
 
@@ -101,6 +110,8 @@ class Report:
     error: str = ""
     code: str | None = None
     permanent: bool = False
+    #: What the attempt logged, stored with the report when it is applied (None: nothing).
+    log: AttemptLog | None = None
 
     def event(self) -> NodeCompleted | NodeFailed:
         if self.completed:
@@ -311,10 +322,11 @@ class Engine:
         reporter: Reporter | None = None,
         skip_locked: bool = False,
         guard: Callable[[Tx], Awaitable[str | None]] | None = None,
+        attempt_log: AttemptLog | None = None,
     ) -> Transition | None:
         """``handle``, plus: ``skip_locked`` returns None at once when another transaction
         holds the run's lock; ``guard`` runs under the lock and names a reason to ignore
-        the event (None: apply it)."""
+        the event (None: apply it); ``attempt_log`` is stored with a report applied."""
 
         async def attempt(tx: Tx) -> Transition | None:
             if skip_locked:
@@ -333,7 +345,7 @@ class Engine:
                 if refused is not None:
                     return Transition((), locked.run, ignored=refused)
             dag = await self.definitions.get(tx.conn, locked.run.workflow_id, locked.run.version)
-            return await self._decide(tx, dag, locked, event)
+            return await self._decide(tx, dag, locked, event, attempt_log=attempt_log)
 
         return await self._in_tx(attempt)
 
@@ -435,7 +447,7 @@ class Engine:
                 dag = await self.definitions.get(tx.conn, run.workflow_id, run.version)
                 # the run as the batch's earlier reports left it, with its key and context
                 this = dataclasses.replace(locked.locked(r.run_id), run=run)
-                transition = await self._decide(tx, dag, this, r.event())
+                transition = await self._decide(tx, dag, this, r.event(), attempt_log=r.log)
                 snapshots[r.run_id] = transition.run
                 results[i] = transition.ignored is None
 
@@ -472,7 +484,10 @@ class Engine:
 
     async def _report_alone(self, r: Report) -> bool | EngineError:
         try:
-            transition = await self.handle(r.run_id, r.event(), reporter=r.reporter)
+            transition = await self._handle(
+                r.run_id, r.event(), reporter=r.reporter, attempt_log=r.log
+            )
+            assert transition is not None  # only skip_locked passes a busy run
         except NotFound:
             return False
         except EngineError as exc:
@@ -844,7 +859,13 @@ class Engine:
     # -- the shell -------------------------------------------------------------
 
     async def _decide(
-        self, tx: Tx, dag: WorkflowDAG, locked: repo.LockedRun, event: Event
+        self,
+        tx: Tx,
+        dag: WorkflowDAG,
+        locked: repo.LockedRun,
+        event: Event,
+        *,
+        attempt_log: AttemptLog | None = None,
     ) -> Transition:
         kind = type(event).__name__
         node_id = getattr(event, "node_id", None)
@@ -876,6 +897,8 @@ class Engine:
                 effects = await persist(
                     tx, dag, run, transition.actions, seal, context=locked.context
                 )
+                if attempt_log is not None and isinstance(event, NodeCompleted | NodeFailed):
+                    tx.writes.keep_log(run.run_id, event, attempt_log, seal)
                 announce(
                     tx,
                     effects,

@@ -43,6 +43,7 @@ from composer_repo._errors import (
     Transient,
 )
 from composer_repo._locks import singleton
+from composer_repo._logs import NewTaskLog, TaskLogRecord, get_task_logs, insert_task_logs
 from composer_repo._loops import (
     due_waits,
     expired_leases,
@@ -187,6 +188,7 @@ __all__ = [
     "MigrationError",
     "NewDispatch",
     "NewTask",
+    "NewTaskLog",
     "NoPartition",
     "NotFound",
     "OutboxKind",
@@ -203,6 +205,7 @@ __all__ = [
     "SchemaOutdated",
     "StartedRun",
     "TaskAttempt",
+    "TaskLogRecord",
     "TaskRecord",
     "TaskRef",
     "Transient",
@@ -243,9 +246,11 @@ __all__ = [
     "get_definition",
     "get_run",
     "get_run_tasks",
+    "get_task_logs",
     "init_connection",
     "insert_run",
     "insert_task",
+    "insert_task_logs",
     "insert_tasks",
     "lease_holder",
     "lease_outbox",

@@ -11,16 +11,20 @@ async def charge(ctx: TaskContext, input: Charge) -> dict:
 await worker.run()
 
 ``ctx.caller`` (a ``Caller``: name, role, metadata; None when the run has none) says
-who started the run and the request metadata they passed.
+who started the run and the request metadata they passed. ``ctx.logger`` (a
+``TaskLogger``) keeps what the handler logs with its attempt: ``composer logs RUN``
+shows it.
 """
 
 from composer_common.caller import Caller
 from composer_sdk._handler import Outcome, TaskContext
+from composer_sdk._tasklog import AttemptLines, TaskLogger
 from composer_sdk._worker import Worker, WorkerConfig
 from composer_sdk.errors import CoordinatorUnavailable, PermanentError, SdkError, TaskFailed
 from composer_sdk.testing import run_handler
 
 __all__ = [
+    "AttemptLines",
     "Caller",
     "CoordinatorUnavailable",
     "Outcome",
@@ -28,6 +32,7 @@ __all__ = [
     "SdkError",
     "TaskContext",
     "TaskFailed",
+    "TaskLogger",
     "Worker",
     "WorkerConfig",
     "run_handler",

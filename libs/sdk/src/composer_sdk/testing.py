@@ -6,10 +6,12 @@ assert outcome.status == "FAILED" and outcome.permanent
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from composer_common.caller import Caller
 from composer_sdk._handler import Handler, HandlerFn, Outcome, TaskContext
+from composer_sdk._tasklog import AttemptLines, TaskLogger
 
 
 async def run_handler(
@@ -27,8 +29,10 @@ async def run_handler(
     caller: Caller | None = None,
 ) -> Outcome:
     """Invoke ``fn`` exactly as a worker would and return the Outcome it would report
-    (``caller``: the ``ctx.caller`` it sees)."""
+    (``caller``: the ``ctx.caller`` it sees), with what it logged through ``ctx.logger``
+    (``outcome.log_lines``, bounded as a worker's default)."""
     handler = Handler.of("test", fn)
+    lines = AttemptLines()
     ctx = TaskContext(
         task_id,
         run_id,
@@ -38,6 +42,8 @@ async def run_handler(
         workflow_id,
         workflow_version,
         timeout,
+        TaskLogger(logging.getLogger("composer.task.test"), lines),
         caller=caller,
     )
-    return await handler.invoke(ctx, input, timeout)
+    outcome = await handler.invoke(ctx, input, timeout)
+    return outcome.with_log(lines)
