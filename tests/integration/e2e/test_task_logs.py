@@ -9,11 +9,16 @@ import base64
 import os
 from typing import Any
 
+import pytest
+
 import composer_repo as repo
+from composer_core.statemachine import Event, Machine, Run
+from composer_engine import AttemptLog, Report
 from composer_engine.sealing import PREFIX, sealer_from
 from composer_sdk import TaskContext, TaskFailed
 from tests.integration.api.conftest import deploy, open_gateway
-from tests.integration.e2e.conftest import open_stack
+from tests.integration.e2e.conftest import Stack, open_stack
+from tests.integration.e2e.test_runs import one_task
 
 SECRET = "SECRET-LOG-4111"
 KEYS = f"k1:{base64.b64encode(os.urandom(32)).decode()}"
@@ -190,3 +195,43 @@ async def test_logs_are_sealed_at_rest_and_opened_on_read(
         async with stack.pool.acquire() as conn:
             stored = await repo.get_task_logs(conn, run_id, node_id="script")
         assert stored[0].lines.startswith(PREFIX)
+
+
+async def test_only_an_applied_report_stores_its_lines_alone_or_in_a_batch(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch that fails as a whole is applied one report at a time: each applied
+    report's lines are stored then too; a poisoned or stale report stores none."""
+    await stack.deploy(one_task("l", queue="manual"))
+    run_ids = [(await stack.engine.start("one-l")).run_id for _ in range(3)]
+    tasks = [(await stack.tasks_of(r))["l"].task_id for r in run_ids]
+    poisoned = tasks[1]
+    apply = Machine.apply
+
+    def apply_unless_poisoned(self: Machine, run: Run, event: Event) -> Any:
+        if getattr(event, "task_id", None) == poisoned:
+            raise ZeroDivisionError("poisoned event")
+        return apply(self, run, event)
+
+    monkeypatch.setattr(Machine, "apply", apply_unless_poisoned)
+
+    def report(i: int, line: str) -> Report:
+        return Report(
+            run_ids[i],
+            tasks[i],
+            "l",
+            0,
+            None,
+            completed=True,
+            output={},
+            log=AttemptLog((line,)),
+        )
+
+    answers = await stack.engine.report_many([report(i, f"run {i}") for i in range(3)])
+    stale = await stack.engine.report_many([report(0, "a second report")])
+
+    assert [a is True for a in answers] == [True, False, True]
+    assert stale == [False]
+    async with stack.pool.acquire() as conn:
+        stored = [await repo.get_task_logs(conn, r) for r in run_ids]
+    assert [[entry.lines for entry in logs] for logs in stored] == [["run 0"], [], ["run 2"]]
