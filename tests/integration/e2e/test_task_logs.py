@@ -28,6 +28,7 @@ SCRIPT = (
     "def main(input):\n"
     "    print('total is', input['n'] * 2)\n"
     "    print('careful', file=sys.stderr)\n"
+    "    print('a NUL: \\0.')\n"
     "    return input['n'] * 2\n"
 )
 NOISY = "def main(input):\n    for i in range(1500):\n        print('row', i)\n    return 'done'\n"
@@ -98,7 +99,7 @@ async def test_each_attempt_s_lines_are_kept_and_shown_to_who_sees_payloads(
             ("noisy", 0),
         ]
         script, failed, succeeded, noisy = logs
-        assert script["lines"] == ["total is 42", "careful"]
+        assert script["lines"] == ["total is 42", "careful", "a NUL: \ufffd."]
         assert messages(failed["lines"]) == [
             "INFO charging card 4242, attempt 0",
             "WARNING the bank timed out",
@@ -154,7 +155,7 @@ async def test_a_viewer_sees_the_lines_when_the_workflow_lets_it(
         viewed = await gw.call("GET", f"/v1/runs/{run_id}/logs", role="viewer")
 
         assert viewed.body["redacted"] is False
-        assert viewed.body["logs"][0]["lines"] == ["total is 2", "careful"]
+        assert viewed.body["logs"][0]["lines"] == ["total is 2", "careful", "a NUL: \ufffd."]
 
 
 async def test_logs_are_sealed_at_rest_and_opened_on_read(

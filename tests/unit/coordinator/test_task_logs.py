@@ -25,3 +25,8 @@ def test_lines_past_the_coordinator_s_bound_are_cut_with_a_marker() -> None:
     assert log is not None and log.truncated == 5
     assert len(log.lines) == MAX_LOG_LINES + 1
     assert log.lines[-2:] == (f"l{MAX_LOG_LINES - 1}", "… 5 lines truncated")
+
+
+def test_a_nul_is_replaced_before_it_reaches_a_text_column() -> None:
+    log = _attempt_log(pb.ReportTaskResultRequest(log_lines=["a\x00b"]))
+    assert log is not None and log.lines == ("a\ufffdb",)

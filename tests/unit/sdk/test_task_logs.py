@@ -70,3 +70,11 @@ def test_a_record_still_reaches_the_process_log(caplog: pytest.LogCaptureFixture
 
     assert [r.getMessage() for r in caplog.records] == ["hello"]
     assert logger.attempt_lines.lines()[1] == "a printed line"
+
+
+def test_what_postgresql_or_protobuf_would_refuse_is_replaced() -> None:
+    lines = AttemptLines()
+    lines.write("a\x00b")
+    lines.write("lone \udc80 surrogate")
+
+    assert lines.lines() == ("a\ufffdb", "lone \ufffd surrogate")

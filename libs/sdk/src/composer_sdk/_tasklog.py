@@ -31,6 +31,18 @@ def marker(truncated: int) -> str:
     return f"… {truncated} lines truncated"
 
 
+def storable(line: str) -> str:
+    """``line`` as PostgreSQL and protobuf take it: a NUL (which TEXT refuses) and a
+    lone surrogate (which is no UTF-8) become U+FFFD."""
+    if "\x00" in line:
+        line = line.replace("\x00", "\ufffd")
+    try:
+        line.encode()
+    except UnicodeEncodeError:
+        line = "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in line)
+    return line
+
+
 class AttemptLines:
     """The lines of one attempt: the first ones up to the bound, then a count."""
 
@@ -61,7 +73,8 @@ class AttemptLines:
             return
         if len(line) > MAX_LINE_CHARS:
             line = line[:MAX_LINE_CHARS] + " …(line cut)"
-        size = len(line.encode("utf-8", errors="replace")) + 1
+        line = storable(line)
+        size = len(line.encode()) + 1
         if len(self._lines) >= self.max_lines or self._size + size > self.max_bytes:
             self.truncated = 1
             return

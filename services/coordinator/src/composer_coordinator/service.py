@@ -285,7 +285,8 @@ def _attempt_log(request: pb.ReportTaskResultRequest) -> AttemptLog | None:
     worker writes) when a worker sent more."""
     if not request.log_lines:
         return None
-    lines = list(request.log_lines)
+    # a NUL, which a TEXT column refuses, must not fail the report's transaction
+    lines = [line.replace("\x00", "\ufffd") for line in request.log_lines]
     truncated = max(0, request.log_truncated)
     size = 0
     for i, line in enumerate(lines):
