@@ -20,7 +20,7 @@ from typer.testing import CliRunner, Result
 
 import composer_repo as repo
 from composer_cli import app
-from composer_sdk import PermanentError, TaskContext
+from composer_sdk import PermanentError, TaskContext, TaskFailed
 from tests.integration.api.conftest import TOKENS, Live
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -249,3 +249,61 @@ async def test_migrate_creates_and_migrates_a_database(pg_admin_url: str) -> Non
             await conn.close()
     finally:
         await repo.drop_database(pg_admin_url, name)
+
+
+async def test_logs_prints_each_attempt_s_lines(live: Live, tmp_path: Path) -> None:
+    async def chatty(ctx: TaskContext, input: dict[str, Any]) -> dict[str, Any]:
+        ctx.logger.info("attempt %d of %s", ctx.attempt, ctx.node_id)
+        if ctx.attempt == 0:
+            raise TaskFailed("try again")
+        return {}
+
+    live.stack.worker({"chatty": chatty})
+    await live.stack.builtin_workers()
+    definition = {
+        "id": "cli-logs",
+        "nodes": [
+            {
+                "id": "talk",
+                "type": "TASK",
+                "queue": "chatty",
+                "retry": {"max_attempts": 2, "initial_seconds": 0.1},
+            },
+            {
+                "id": "print",
+                "type": "PYTHON",
+                "spec": {"code": "def main(input):\n    print('hi')\n"},
+            },
+        ],
+        "edges": [{"from": "talk", "to": "print"}],
+    }
+    path = tmp_path / "logs.yaml"
+    path.write_text(yaml.safe_dump(definition))
+    assert (await composer(live, "apply", "-f", str(path), "--deploy")).exit_code == 0
+    started = await composer(live, "start", "cli-logs", "--wait")
+    assert started.exit_code == 0, started.output
+    run_id = started.output.split()[1]
+
+    shown = await composer(live, "logs", run_id)
+
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert [line for line in lines if line.startswith("==")] == [
+        "== talk attempt 0",
+        "== talk attempt 1",
+        "== print attempt 0",
+    ]
+    assert lines[1].endswith("INFO attempt 0 of talk")
+    assert lines[3].endswith("INFO attempt 1 of talk")
+    assert lines[-1] == "hi"
+
+    one = await composer(live, "logs", run_id, "--node", "print")
+    assert one.output.splitlines() == ["== print attempt 0", "hi"]
+    as_json = json.loads((await composer(live, "logs", run_id, "--json")).output)
+    assert len(as_json["logs"]) == 3
+    viewer = await composer(live, "logs", run_id, token=TOKENS["viewer"])
+    assert (
+        viewer.exit_code == 0
+        and "redacted" in viewer.output
+        and "hi" not in viewer.output.splitlines()
+    )

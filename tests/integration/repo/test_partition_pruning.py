@@ -49,6 +49,7 @@ PRUNED: dict[str, tuple[Any, ...]] = {
     "record_cancelled_by": ("name",),
     "record_retried_by": ("name",),
     "record_signal_sender": (T, "name"),
+    "get_task_logs": (None,),
 }
 
 #: Statements on partitioned tables that do not (and need not) name one run.
@@ -76,10 +77,11 @@ WIDER = {
     "task_attempts": "a batch of (run id, task id) pairs",
     "task_queues": "a batch of (run id, task id) pairs (refused leases only)",
     "count_active_runs": "an id range: one month, by the partition-manager",
+    "insert_task_logs": "INSERT: the rows are routed to their partitions",
 }
 
-PARTITIONED = re.compile(r"\b(workflow_runs|task_instances|workflow_events)\b")
-PARTITION = re.compile(r"\b(?:workflow_runs|task_instances|workflow_events)_p\d{6}\b")
+PARTITIONED = re.compile(r"\b(workflow_runs|task_instances|workflow_events|task_logs)\b")
+PARTITION = re.compile(r"\b(?:workflow_runs|task_instances|workflow_events|task_logs)_p\d{6}\b")
 
 
 def test_every_statement_on_a_partitioned_table_is_classified() -> None:

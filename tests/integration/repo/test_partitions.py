@@ -52,8 +52,8 @@ async def test_partitions_exist_for_this_month_and_three_ahead(pconn: repo.Conne
         r["relname"]
         for r in await pconn.fetch("SELECT relname FROM pg_class WHERE relname LIKE '%\\_p2%'")
     }
-    # every run-scoped table: run_history (V009) is found in the catalogue, not listed
-    for table in ("workflow_runs", "task_instances", "workflow_events", "run_history"):
+    # every run-scoped table: each is found in the catalogue (V009), not listed
+    for table in ("workflow_runs", "task_instances", "workflow_events", "run_history", "task_logs"):
         assert {f"{table}_p{s}" for s in expected} <= tables
     assert await repo.ensure_partitions(pconn, months_ahead=3) == 0  # idempotent
 
@@ -103,6 +103,7 @@ async def test_dropping_expired_months_keeps_one_with_an_active_run(pconn: repo.
     done = uuid7(finished_month + dt.timedelta(days=3))
     await repo.insert_run(pconn, done, workflow_id="wf", version=version, idempotency_key="k-old")
     await repo.record_signal_key(pconn, done, "s-old", name="go", delivered=True)
+    await repo.insert_task_logs(pconn, [repo.NewTaskLog(done, uuid7(), "n", 0, "a line")])
     await repo.finish_run(pconn, done, RunStatus.SUCCEEDED)
     active = uuid7(active_month + dt.timedelta(days=3))
     await repo.insert_run(pconn, active, workflow_id="wf", version=version)
@@ -115,7 +116,7 @@ async def test_dropping_expired_months_keeps_one_with_an_active_run(pconn: repo.
     assert suffix(active_month) in months
     assert await pconn.fetchval("SELECT to_regclass($1)", f"run_history_p{suffix(active_month)}")
     assert suffix(now) in months  # the current month is never "expired" here
-    for table in ("task_instances", "workflow_events", "run_history"):
+    for table in ("task_instances", "workflow_events", "run_history", "task_logs"):
         assert (
             await pconn.fetchval("SELECT to_regclass($1)", f"{table}_p{suffix(finished_month)}")
             is None

@@ -74,6 +74,32 @@ async def test_print_does_not_corrupt_the_result() -> None:
     assert await run(code) == "real"
 
 
+async def test_every_printed_line_goes_to_output_in_order() -> None:
+    code = (
+        "import os, sys\n"
+        "def main(input):\n"
+        "    print('first')\n"
+        "    sys.stdout.flush()\n"
+        "    print('to stderr', file=sys.stderr)\n"
+        "    sys.stderr.flush()\n"
+        "    os.system('echo from a subprocess')\n"
+        "    sys.stdout.write('no newline at the end')\n"
+        "    return 'done'\n"
+    )
+    lines: list[str] = []
+
+    assert await run(code, output=lines.append) == "done"
+
+    assert lines == ["first", "to stderr", "from a subprocess", "no newline at the end"]
+
+
+async def test_a_failed_node_still_hands_over_what_it_printed() -> None:
+    lines: list[str] = []
+    with pytest.raises(PythonError):
+        await run("def main(input):\n    print('before')\n    1/0\n", output=lines.append)
+    assert lines == ["before"]
+
+
 async def test_async_main_is_awaited() -> None:
     code = "import asyncio\nasync def main(input):\n    await asyncio.sleep(0)\n    return 7\n"
     assert await run(code) == 7

@@ -272,6 +272,22 @@ async def python(code: str, node_input: dict[str, Any]) -> Any:
     return await run_python(spec, timeout=10, memory_limit_bytes=256 * 1024 * 1024, secrets=SOURCE)
 
 
+async def test_a_printed_secret_is_scrubbed_from_the_lines_output_gets() -> None:
+    spec = rendered(
+        {
+            "code": "def main(input):\n    print('t=' + input['t'])\n",
+            "input": {"t": "{{ secret.API_TOKEN }}"},
+        }
+    )
+    lines: list[str] = []
+
+    await run_python(
+        spec, timeout=10, memory_limit_bytes=256 * 1024 * 1024, secrets=SOURCE, output=lines.append
+    )
+
+    assert lines == ["t={{secret.API_TOKEN}}"]
+
+
 async def test_python_code_gets_the_value_in_its_input_and_returns_no_value() -> None:
     code = (
         "def main(input):\n"

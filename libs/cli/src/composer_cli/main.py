@@ -369,6 +369,38 @@ def retry(
         exit_unless_succeeded(follow(client, run))
 
 
+# -- task logs -----------------------------------------------------------------
+
+
+@command
+def logs(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(help="the run id")],
+    node: Annotated[str | None, typer.Option("--node", help="only this node's attempts")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the API's JSON")] = False,
+) -> None:
+    """Print what a run's task attempts logged (PYTHON nodes' prints, ctx.logger records)."""
+    params = {"node": node} if node else None
+    body = client_of(ctx).call("GET", f"/v1/runs/{run}/logs", params=params).body
+    if as_json:
+        typer.echo(json.dumps(body, indent=2, ensure_ascii=False))
+        return
+    if body.get("redacted"):
+        err.print(
+            "the lines are redacted: this token is a viewer's and the workflow does not set "
+            "viewers_see_payloads: true"
+        )
+    if not body["logs"]:
+        err.print("no task logs" + (f" for node {node}" if node else "") + " in this run")
+    for entry in body["logs"]:
+        header = f"== {entry['node_id']} attempt {entry['attempt']}"
+        if entry.get("truncated"):
+            header += f" ({entry['truncated']} lines truncated)"
+        out.print(header, style="bold")
+        for line in entry.get("lines") or []:
+            typer.echo(line)
+
+
 @command
 def migrate(
     url: Annotated[

@@ -1,7 +1,7 @@
 """Composer's engine: lock the run, decide with the state machine, persist, commit."""
 
 from composer_engine._definitions import DefinitionCache
-from composer_engine._engine import Engine, Report, Started, utcnow
+from composer_engine._engine import AttemptLog, Engine, Report, Started, utcnow
 from composer_engine._leases import LeaseGrant, Reporter, new_token
 from composer_engine._recovery import (
     Acknowledge,
@@ -34,6 +34,7 @@ from composer_engine.errors import (
 
 __all__ = [
     "Acknowledge",
+    "AttemptLog",
     "BadRequest",
     "ClaimedEntry",
     "Conflict",

@@ -87,6 +87,15 @@ class Started:
 
 
 @dataclass(frozen=True, slots=True)
+class AttemptLog:
+    """The lines a worker attempt logged, as the worker bounded them: ``truncated``
+    lines past its bound were dropped (the last line kept is a marker that says so)."""
+
+    lines: tuple[str, ...]
+    truncated: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Report:
     """A worker's report of one attempt: its output (``completed``) or its failure."""
 
@@ -102,6 +111,8 @@ class Report:
     error: str = ""
     code: str | None = None
     permanent: bool = False
+    #: What the attempt logged, stored with the report when it is applied (None: nothing).
+    log: AttemptLog | None = None
 
     def event(self) -> NodeCompleted | NodeFailed:
         if self.completed:
@@ -313,10 +324,11 @@ class Engine:
         reporter: Reporter | None = None,
         skip_locked: bool = False,
         guard: Callable[[Tx], Awaitable[str | None]] | None = None,
+        attempt_log: AttemptLog | None = None,
     ) -> Transition | None:
         """``handle``, plus: ``skip_locked`` returns None at once when another transaction
         holds the run's lock; ``guard`` runs under the lock and names a reason to ignore
-        the event (None: apply it)."""
+        the event (None: apply it); ``attempt_log`` is stored with a report applied."""
 
         async def attempt(tx: Tx) -> Transition | None:
             if skip_locked:
@@ -335,7 +347,7 @@ class Engine:
                 if refused is not None:
                     return Transition((), locked.run, ignored=refused)
             dag = await self.definitions.get(tx.conn, locked.run.workflow_id, locked.run.version)
-            return await self._decide(tx, dag, locked, event)
+            return await self._decide(tx, dag, locked, event, attempt_log=attempt_log)
 
         return await self._in_tx(attempt)
 
@@ -437,7 +449,7 @@ class Engine:
                 dag = await self.definitions.get(tx.conn, run.workflow_id, run.version)
                 # the run as the batch's earlier reports left it, with its key and context
                 this = dataclasses.replace(locked.locked(r.run_id), run=run)
-                transition = await self._decide(tx, dag, this, r.event())
+                transition = await self._decide(tx, dag, this, r.event(), attempt_log=r.log)
                 snapshots[r.run_id] = transition.run
                 results[i] = transition.ignored is None
 
@@ -474,7 +486,10 @@ class Engine:
 
     async def _report_alone(self, r: Report) -> bool | EngineError:
         try:
-            transition = await self.handle(r.run_id, r.event(), reporter=r.reporter)
+            transition = await self._handle(
+                r.run_id, r.event(), reporter=r.reporter, attempt_log=r.log
+            )
+            assert transition is not None  # only skip_locked passes a busy run
         except NotFound:
             return False
         except EngineError as exc:
@@ -865,6 +880,7 @@ class Engine:
         event: Event,
         *,
         by: str | None = None,
+        attempt_log: AttemptLog | None = None,
     ) -> Transition:
         """Apply ``event`` to the locked run and persist what it decided, with its
         history rows (``by``: the API token's name behind the event, if any)."""
@@ -899,6 +915,8 @@ class Engine:
                     tx, dag, run, transition.actions, seal, context=locked.context
                 )
                 tx.writes.history.extend(_history.rows(run, event, actions, seal, by=by))
+                if attempt_log is not None and isinstance(event, NodeCompleted | NodeFailed):
+                    tx.writes.keep_log(run.run_id, event, attempt_log, seal)
                 announce(
                     tx,
                     effects,

@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING
 import composer_queue as cq
 import composer_repo as repo
 from composer_common.telemetry import inject
-from composer_core.statemachine import FinishRun, Run
+from composer_core.statemachine import FinishRun, NodeCompleted, NodeFailed, Run
 from composer_core.templates import Json
 from composer_engine._publish import Dispatched
 from composer_engine.errors import StaleSnapshot
-from composer_engine.sealing import RunSeal
+from composer_engine.sealing import RunSeal, looks_sealed
 
 if TYPE_CHECKING:
+    from composer_engine._engine import AttemptLog
     from composer_engine._persist import Effects
     from composer_engine._tx import Tx
 
@@ -40,6 +41,26 @@ class Writes:
     finishes: list[tuple[Run, FinishRun, Effects, RunSeal]] = field(default_factory=list)
     #: The run history rows of every event of the transaction, in order (_history.py).
     history: list[repo.NewHistory] = field(default_factory=list)
+    #: The log lines of the attempts whose reports were applied (docs/architecture.md,
+    #: "Task logs"), sealed as the run's other documents.
+    logs: list[repo.NewTaskLog] = field(default_factory=list)
+
+    def keep_log(
+        self, run_id: str, event: NodeCompleted | NodeFailed, log: AttemptLog, seal: RunSeal
+    ) -> None:
+        """Hold back the log of a reported attempt (nothing when it logged nothing)."""
+        if not log.lines:
+            return
+        text = "\n".join(log.lines)
+        if not seal.sealing and looks_sealed(text):  # never read back as a sealed text
+            text = " " + text
+        stored = seal.text(text)
+        assert stored is not None
+        self.logs.append(
+            repo.NewTaskLog(
+                run_id, event.task_id, event.node_id, event.attempt, stored, log.truncated
+            )
+        )
 
     def dispatch(
         self, tx: Tx, ref: repo.TaskRef, *, queue: str, not_before: dt.datetime | None
@@ -88,6 +109,9 @@ class Writes:
         if self.history:
             history, self.history = self.history, []
             await repo.insert_history(conn, history)
+        if self.logs:
+            logs, self.logs = self.logs, []
+            await repo.insert_task_logs(conn, logs)
 
 
 async def _finish(tx: Tx, run: Run, action: FinishRun, effects: Effects, seal: RunSeal) -> None:

@@ -102,3 +102,9 @@ def buffered_signal(sealer: Sealer, run_id: str, s: repo.BufferedSignal) -> repo
 
 def _sealed(value: object) -> bool:
     return isinstance(value, str) and value.startswith(PREFIX)
+
+
+def task_log(sealer: Sealer, run_id: str, record: repo.TaskLogRecord) -> repo.TaskLogRecord:
+    """An attempt's log as the API shows it: its lines opened (or why they do not)."""
+    lines = shown_text(sealer, run_id, record.lines)
+    return dataclasses.replace(record, lines=lines or "")

@@ -4,7 +4,7 @@ Every run gets its own data key (256 random bits). The data key is sealed by a
 key-encryption key from settings (``COMPOSER_ENCRYPTION_KEYS="id:base64key,…"``:
 the first seals, every one opens) and kept on the run row; each document of the
 run — input, config, output, task inputs, outputs and errors, signal payloads,
-webhook payloads — is sealed with the data key and stored as one string::
+webhook payloads, task logs — is sealed with the data key and stored as one string::
 
     $sealed:v1:<key id>:<sealed data key>:<nonce + ciphertext>
 

@@ -30,6 +30,7 @@ How the child is set up, and why:
 - Input and result travel as JSON over stdin and a private copy of the
   child's stdout; the snippet's own stdout is pointed at stderr, of which
   only the last 64 KiB is kept and the last lines are quoted in errors.
+  Each line of it also goes to ``output`` as it comes (the node's task log).
 
 What it does not do: the snippet can read every file its uid can, open
 network connections (the HTTP node's SSRF guard does not apply) and import
@@ -50,7 +51,7 @@ import signal
 import sys
 import tempfile
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,7 @@ async def run_python(
     max_open_files: int = 256,
     uid: int | None = None,
     secrets: SecretSource | None = None,
+    output: Callable[[str], None] | None = None,
 ) -> Any:
     """Run ``spec["code"]``'s ``main(spec["input"])`` in a child process; return its result.
 
@@ -100,7 +102,8 @@ async def run_python(
     The secret references ``input`` holds (listed under ``$secrets``) are
     resolved from ``secrets`` and handed to the code; their values are scrubbed
     from its result and errors, as far as they appear as they are
-    (docs/secrets.md).
+    (docs/secrets.md). ``output`` gets each line the code printed (its stdout and
+    stderr, and its subprocesses'), as it comes, with the secrets scrubbed too.
     """
     if timeout <= 0:
         raise ValueError(f"timeout must be positive, got {timeout}")
@@ -115,13 +118,27 @@ async def run_python(
         gid=_primary_gid(uid),
     )
 
+    scrub: list[Callable[[str], str]] = []
+
+    def printed(line: str) -> None:
+        if output is not None:
+            output(scrub[0](line) if scrub else line)
+
     async def call(resolved: Mapping[str, Any]) -> Any:
-        return await _run(_payload(resolved), timeout, max_result_bytes, limits)
+        return await _run(_payload(resolved), timeout, max_result_bytes, limits, printed)
 
-    return await run_with_secrets(spec, secrets, call)
+    return await run_with_secrets(
+        spec, secrets, call, on_resolved=lambda r: scrub.append(r.scrub_text)
+    )
 
 
-async def _run(payload: bytes, timeout: float, max_result_bytes: int, limits: ProcessLimits) -> Any:
+async def _run(
+    payload: bytes,
+    timeout: float,
+    max_result_bytes: int,
+    limits: ProcessLimits,
+    printed: Callable[[str], None],
+) -> Any:
     """Run the child on ``payload`` and turn what it left into the result or an error."""
     work = tempfile.mkdtemp(prefix="composer-python-")
     try:
@@ -147,7 +164,7 @@ async def _run(payload: bytes, timeout: float, max_result_bytes: int, limits: Pr
         assert proc.stdout is not None
         assert proc.stderr is not None
         result = _CappedReader(max_result_bytes)
-        stderr = _TailReader(_STDERR_KEEP_BYTES)
+        stderr = _TailReader(_STDERR_KEEP_BYTES, printed)
         feeding = asyncio.create_task(_feed(proc.stdin, payload), name="python-node-stdin")
         reading = asyncio.create_task(result.read(proc.stdout), name="python-node-result")
         tailing = asyncio.create_task(stderr.read(proc.stderr), name="python-node-stderr")
@@ -242,22 +259,45 @@ class _CappedReader:
 
 
 class _TailReader:
-    """Reads a pipe to its end, keeping the last ``keep`` bytes."""
+    """Reads a pipe to its end, keeping the last ``keep`` bytes, and hands each line
+    to ``lines`` as it completes (a line longer than ``keep`` in pieces of ``keep``)."""
 
-    def __init__(self, keep: int) -> None:
+    def __init__(self, keep: int, lines: Callable[[str], None] | None = None) -> None:
         self.keep = keep
         self.chunks: deque[bytes] = deque()
         self.size = 0
+        self._lines = lines
+        self._partial = b""
 
     async def read(self, stream: asyncio.StreamReader) -> None:
-        while chunk := await stream.read(64 * 1024):
-            self.chunks.append(chunk)
-            self.size += len(chunk)
-            while self.size - len(self.chunks[0]) >= self.keep:
-                self.size -= len(self.chunks.popleft())
+        try:
+            while chunk := await stream.read(64 * 1024):
+                self.chunks.append(chunk)
+                self.size += len(chunk)
+                while self.size - len(self.chunks[0]) >= self.keep:
+                    self.size -= len(self.chunks.popleft())
+                self._split(chunk)
+        finally:  # the last line, even when the pipe was cut short
+            if self._partial and self._lines is not None:
+                self._lines(_decoded(self._partial))
+                self._partial = b""
+
+    def _split(self, chunk: bytes) -> None:
+        if self._lines is None:
+            return
+        *complete, self._partial = (self._partial + chunk).split(b"\n")
+        for line in complete:
+            self._lines(_decoded(line))
+        while len(self._partial) > self.keep:
+            self._lines(_decoded(self._partial[: self.keep]))
+            self._partial = self._partial[self.keep :]
 
     def text(self) -> str:
         return b"".join(self.chunks)[-self.keep :].decode("utf-8", errors="replace")
+
+
+def _decoded(line: bytes) -> str:
+    return line.rstrip(b"\r").decode("utf-8", errors="replace")
 
 
 async def _drain(pipes: tuple[asyncio.Task[None], ...]) -> bool:

@@ -140,15 +140,22 @@ async def resolve_secrets(spec: Any, source: SecretSource | None) -> Resolved:
 
 
 async def run_with_secrets(
-    spec: Any, source: SecretSource | None, run: Callable[[Any], Awaitable[T]]
+    spec: Any,
+    source: SecretSource | None,
+    run: Callable[[Any], Awaitable[T]],
+    *,
+    on_resolved: Callable[[Resolved], None] | None = None,
 ) -> T:
     """``run`` on ``spec`` with its secrets resolved; its result and its failure scrubbed.
 
     Every failure comes out as an :class:`ExecutionError` whose message holds no
     value (an unexpected exception too, as the SDK would report it: code
-    ``exception``, retryable).
+    ``exception``, retryable). ``on_resolved`` gets the resolved secrets before
+    ``run`` starts, to scrub what ``run`` passes on as it goes (printed lines).
     """
     resolved = await resolve_secrets(spec, source)
+    if on_resolved is not None:
+        on_resolved(resolved)
     if not resolved.names:
         return await run(resolved.spec)
     failure: ExecutionError

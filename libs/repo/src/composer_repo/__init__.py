@@ -50,6 +50,7 @@ from composer_repo._history import (
     run_history,
 )
 from composer_repo._locks import singleton
+from composer_repo._logs import NewTaskLog, TaskLogRecord, get_task_logs, insert_task_logs
 from composer_repo._loops import (
     due_waits,
     expired_leases,
@@ -196,6 +197,7 @@ __all__ = [
     "NewDispatch",
     "NewHistory",
     "NewTask",
+    "NewTaskLog",
     "NoPartition",
     "NotFound",
     "OutboxKind",
@@ -212,6 +214,7 @@ __all__ = [
     "SchemaOutdated",
     "StartedRun",
     "TaskAttempt",
+    "TaskLogRecord",
     "TaskRecord",
     "TaskRef",
     "Transient",
@@ -252,10 +255,12 @@ __all__ = [
     "get_definition",
     "get_run",
     "get_run_tasks",
+    "get_task_logs",
     "init_connection",
     "insert_history",
     "insert_run",
     "insert_task",
+    "insert_task_logs",
     "insert_tasks",
     "lease_holder",
     "lease_outbox",

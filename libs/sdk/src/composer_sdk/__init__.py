@@ -14,16 +14,20 @@ await worker.run()
 output (``composer_sdk.testing``: unit tests).
 
 ``ctx.caller`` (a ``Caller``: name, role, metadata; None when the run has none) says
-who started the run and the request metadata they passed.
+who started the run and the request metadata they passed. ``ctx.logger`` (a
+``TaskLogger``) keeps what the handler logs with its attempt: ``composer logs RUN``
+shows it.
 """
 
 from composer_common.caller import Caller
 from composer_sdk._handler import Outcome, TaskContext
+from composer_sdk._tasklog import AttemptLines, TaskLogger
 from composer_sdk._worker import Worker, WorkerConfig
 from composer_sdk.errors import CoordinatorUnavailable, PermanentError, SdkError, TaskFailed
 from composer_sdk.testing import handler_outcome, run_handler, run_handler_async
 
 __all__ = [
+    "AttemptLines",
     "Caller",
     "CoordinatorUnavailable",
     "Outcome",
@@ -31,6 +35,7 @@ __all__ = [
     "SdkError",
     "TaskContext",
     "TaskFailed",
+    "TaskLogger",
     "Worker",
     "WorkerConfig",
     "handler_outcome",

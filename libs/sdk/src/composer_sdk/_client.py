@@ -362,6 +362,8 @@ class CoordinatorClient:
             error=outcome.error,
             error_code=outcome.code or "",
             permanent=outcome.permanent,
+            log_lines=outcome.log_lines,
+            log_truncated=outcome.log_truncated,
         )
         reply = await self._retry("ReportTaskResult", lambda: self._reports.submit(request), until)
         return None if reply is None else bool(reply.accepted)

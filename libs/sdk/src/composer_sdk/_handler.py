@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import json
 import logging
@@ -15,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 from composer_common import limits
 from composer_common.caller import Caller
 from composer_rpc.codes import ErrorCode
+from composer_sdk._tasklog import AttemptLines
 from composer_sdk.errors import TaskFailed
 
 HandlerFn = Callable[..., Awaitable[Any]]
@@ -33,6 +35,8 @@ class TaskContext:
     workflow_version: int
     #: Seconds this attempt may run (the node's timeout_seconds, or the worker's default).
     timeout: float | None = None
+    #: Its records are kept with the attempt and shown with the run (``composer logs``,
+    #: the UI's node panel): a TaskLogger when a worker runs the handler.
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("composer.task"))
     #: Who started the run (their API token's name and role) and the request metadata
     #: they passed with the start; None when the run has no calling context (started
@@ -70,6 +74,14 @@ class Outcome:
     permanent: bool = False
     #: The output as the JSON text reported, when the handler checked it already.
     encoded: str | None = field(default=None, repr=False, compare=False)
+    #: What the attempt logged (``ctx.logger``, a PYTHON node's prints), reported with
+    #: it; the last line is the marker when ``log_truncated`` lines were dropped.
+    log_lines: tuple[str, ...] = field(default=(), repr=False, compare=False)
+    log_truncated: int = field(default=0, repr=False, compare=False)
+
+    def with_log(self, lines: AttemptLines) -> Outcome:
+        """This outcome with what the attempt logged."""
+        return dataclasses.replace(self, log_lines=lines.lines(), log_truncated=lines.truncated)
 
     @property
     def output_json(self) -> str:

@@ -56,6 +56,7 @@ from composer_sdk._client import (
     Lease,
 )
 from composer_sdk._handler import Handler, HandlerFn, Outcome, TaskContext, caller_of
+from composer_sdk._tasklog import DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, AttemptLines, TaskLogger
 from composer_sdk.errors import CoordinatorUnavailable, SdkError
 
 log = logging.getLogger("composer.sdk")
@@ -95,6 +96,10 @@ class WorkerConfig:
     #: A PEM file of the CA that signed the coordinator's certificate: set, the worker
     #: dials it over TLS (COMPOSER_GRPC_TLS_CA); None: plaintext.
     coordinator_tls_ca: str | None = None
+    #: What each attempt's log keeps (``ctx.logger``'s records, a PYTHON node's printed
+    #: lines): the first lines up to both bounds, then a marker line counting the rest.
+    log_max_bytes: int = DEFAULT_MAX_BYTES
+    log_max_lines: int = DEFAULT_MAX_LINES
 
 
 class Worker:
@@ -554,6 +559,7 @@ class Worker:
         assert self._client is not None
         cfg, msg = self.config, held.msg
         timeout = lease.timeout_seconds or cfg.default_timeout
+        attempt_lines = AttemptLines(max_bytes=cfg.log_max_bytes, max_lines=cfg.log_max_lines)
         ctx = TaskContext(
             msg.task_id,
             msg.run_id,
@@ -563,7 +569,7 @@ class Worker:
             lease.workflow_id,
             lease.workflow_version,
             timeout,
-            logging.getLogger(f"composer.task.{handler.queue}"),
+            TaskLogger(logging.getLogger(f"composer.task.{handler.queue}"), attempt_lines),
             caller_of(lease.context_json),
         )
         task_input = json.loads(lease.input_json) if lease.input_json else None
@@ -596,6 +602,7 @@ class Worker:
         handler_done()
         outcome = run.result()
         assert outcome is not None  # None is a lost lease, handled above
+        outcome = outcome.with_log(attempt_lines)
         try:
             accepted = await self._client.report(
                 msg.task_id,

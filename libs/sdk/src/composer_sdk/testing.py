@@ -15,10 +15,12 @@ instead, to check its error code, its permanence or its JSON.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from composer_common.caller import Caller
 from composer_sdk._handler import Handler, HandlerFn, Outcome, TaskContext
+from composer_sdk._tasklog import AttemptLines, TaskLogger
 from composer_sdk.errors import PermanentError, TaskFailed
 
 
@@ -37,8 +39,10 @@ async def handler_outcome(
     caller: Caller | None = None,
 ) -> Outcome:
     """Invoke ``fn`` exactly as a worker would and return the Outcome it would report
-    (``caller``: the ``ctx.caller`` it sees)."""
+    (``caller``: the ``ctx.caller`` it sees), with what it logged through ``ctx.logger``
+    (``outcome.log_lines``, bounded as a worker's default)."""
     handler = Handler.of("test", fn)
+    lines = AttemptLines()
     ctx = TaskContext(
         task_id,
         run_id,
@@ -48,9 +52,11 @@ async def handler_outcome(
         workflow_id,
         workflow_version,
         timeout,
+        TaskLogger(logging.getLogger("composer.task.test"), lines),
         caller=caller,
     )
-    return await handler.invoke(ctx, input, timeout)
+    outcome = await handler.invoke(ctx, input, timeout)
+    return outcome.with_log(lines)
 
 
 async def run_handler_async(

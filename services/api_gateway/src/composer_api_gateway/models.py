@@ -358,3 +358,38 @@ class History(Response):
 class HistoryQuery(Request):
     cursor: str | None = Field(default=None, max_length=200)
     limit: int = Field(default=200, ge=1, le=1000)
+
+
+# -- task logs -------------------------------------------------------------------
+
+
+class TaskLogsQuery(Request):
+    node: str | None = Field(
+        default=None, min_length=1, max_length=200, description="only this node's attempts"
+    )
+
+
+class AttemptLog(Response):
+    """What one worker attempt logged: a PYTHON node's printed lines, the records an SDK
+    handler wrote through ctx.logger."""
+
+    task_id: str
+    node_id: str
+    attempt: int
+    lines: list[str] | None = Field(
+        default=None,
+        description="in the order written; when the worker's bound was reached, the last "
+        'line is a marker ("… 123 lines truncated")',
+    )
+    truncated: int = Field(default=0, description="lines dropped past the worker's bound")
+    created_at: dt.datetime = Field(description="when the attempt's report was stored")
+    redacted: bool = _redacted("lines")
+
+
+class RunLogs(Response):
+    run_id: str
+    logs: list[AttemptLog] = Field(
+        description="one per reported attempt that logged anything, oldest report first; "
+        "an attempt whose lease expired reported nothing and has none"
+    )
+    redacted: bool = _redacted("lines")

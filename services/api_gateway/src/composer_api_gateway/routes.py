@@ -29,9 +29,11 @@ from composer_api_gateway.models import (
     Run,
     RunList,
     RunListQuery,
+    RunLogs,
     RunStarted,
     SignalDelivered,
     StartRun,
+    TaskLogsQuery,
     VersionDetail,
     WorkflowDeleted,
     WorkflowDetail,
@@ -248,6 +250,23 @@ ROUTES: tuple[Route, ...] = (
         errors=(400, 404, 409, 413, 503),
         description="The node and everything after it run again. A run with active tasks "
         "answers 409.",
+    ),
+    Route(
+        "GET",
+        "/v1/runs/{run_id}/logs",
+        runs.logs,
+        "What the run's task attempts logged",
+        "runs",
+        Role.VIEWER,
+        {200: RunLogs},
+        query=TaskLogsQuery,
+        errors=(400, 404, 503),
+        description="Per attempt, failed ones included: the lines a PYTHON node printed "
+        "and the records an SDK handler wrote through ctx.logger, bounded by the worker "
+        "(COMPOSER_TASK_LOG_MAX_BYTES, COMPOSER_TASK_LOG_MAX_LINES; past them, a last "
+        "marker line counts what was dropped). `?node=` keeps one node's attempts. For a "
+        "viewer token the lines are null with `redacted: true`, unless the run's workflow "
+        "sets `viewers_see_payloads: true`.",
     ),
     Route(
         "GET",

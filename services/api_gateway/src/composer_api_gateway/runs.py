@@ -1,4 +1,5 @@
-"""Handlers of /v1/runs: start, list, show, await the result, signal, cancel, retry.
+"""Handlers of /v1/runs: start, list, show, await the result, signal, cancel, retry,
+and the attempts' task logs.
 
 Writes go through libs/engine (lock → decide → persist → commit), each with
 the name of the token behind it (who started, signalled, cancelled or retried
@@ -8,7 +9,7 @@ change without breaking anyone who stored one.
 
 What a viewer token reads has its payloads redacted (``redacted: true``, the
 payload fields null) unless the run's workflow sets ``viewers_see_payloads``:
-inputs, configs, outputs, errors and signal payloads can hold what a viewer
+inputs, configs, outputs, errors, signal payloads and task logs can hold what a viewer
 should not see (an API key in a config, an Authorization header resolved into
 a task's input).
 """
@@ -25,6 +26,7 @@ from composer_api_gateway import bodies
 from composer_api_gateway.auth import Caller, Role
 from composer_api_gateway.definitions import json_response
 from composer_api_gateway.models import (
+    AttemptLog,
     CallingContext,
     CancelRun,
     ResultQuery,
@@ -32,12 +34,14 @@ from composer_api_gateway.models import (
     Run,
     RunList,
     RunListQuery,
+    RunLogs,
     RunStarted,
     RunSummary,
     Signal,
     SignalDelivered,
     StartRun,
     Task,
+    TaskLogsQuery,
 )
 from composer_api_gateway.problems import bad_request
 from composer_api_gateway.state import CALLER, CONFIG, ENGINE, POOL, WAITERS
@@ -320,3 +324,38 @@ async def retry(request: web.Request) -> web.Response:
         retried_by=request[CALLER].name,
     )
     return json_response(await load(request, run_id))
+
+
+async def logs(request: web.Request) -> web.Response:
+    """The run's attempt logs (``?node=``: one node's), opened when the caller may see
+    payloads, redacted (lines null) when not: a printed line can hold what an input did."""
+    run_id = bodies.run_id_param(request)
+    query = bodies.read_query(request, TaskLogsQuery)
+    caller = request[CALLER]
+    sealer = request.app[ENGINE].sealer
+    async with repo.transaction(request.app[POOL]) as conn:
+        r = await repo.get_run(conn, run_id)
+        stored = await repo.get_task_logs(conn, run_id, node_id=query.node)
+        shown = await shows_payloads(
+            conn, request.app[ENGINE].definitions, caller, r.workflow_id, r.version
+        )
+    if shown:
+        stored = [opened.task_log(sealer, run_id, entry) for entry in stored]
+    return json_response(
+        RunLogs(
+            run_id=run_id,
+            redacted=not shown,
+            logs=[
+                AttemptLog(
+                    task_id=entry.task_id,
+                    node_id=entry.node_id,
+                    attempt=entry.attempt,
+                    lines=entry.lines.split("\n") if shown else None,
+                    truncated=entry.truncated,
+                    created_at=entry.created_at,
+                    redacted=not shown,
+                )
+                for entry in stored
+            ],
+        )
+    )

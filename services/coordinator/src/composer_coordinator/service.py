@@ -34,6 +34,7 @@ import composer_repo as repo
 from composer_common.telemetry import extract, tracer
 from composer_coordinator.tokens import WorkerTokens
 from composer_engine import (
+    AttemptLog,
     BadRequest,
     Engine,
     EngineError,
@@ -240,6 +241,7 @@ class WorkerService(WorkerServiceServicer):
                 reporter,
                 completed=True,
                 output=output,
+                log=_attempt_log(request),
             )
         elif request.status == pb.TASK_STATUS_FAILED:
             report = Report(
@@ -252,6 +254,7 @@ class WorkerService(WorkerServiceServicer):
                 error=request.error or "failed without a message",
                 code=request.error_code or None,
                 permanent=request.permanent,
+                log=_attempt_log(request),
             )
         else:
             raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "status must be COMPLETED or FAILED")
@@ -268,6 +271,31 @@ class WorkerService(WorkerServiceServicer):
         return pb.ReportTaskResultResponse(
             accepted=accepted, reason="" if accepted else "stale or duplicate report"
         )
+
+
+#: What the coordinator stores of one attempt's log at most, whatever a worker sends:
+#: the SDK bounds it first (COMPOSER_TASK_LOG_MAX_BYTES, 64 KiB unless changed), so only
+#: a worker that does not (an old or a foreign one) meets these.
+MAX_LOG_LINES = 10_000
+MAX_LOG_BYTES = 1024 * 1024
+
+
+def _attempt_log(request: pb.ReportTaskResultRequest) -> AttemptLog | None:
+    """The report's log lines, cut to the coordinator's bound (with the marker line a
+    worker writes) when a worker sent more."""
+    if not request.log_lines:
+        return None
+    # a NUL, which a TEXT column refuses, must not fail the report's transaction
+    lines = [line.replace("\x00", "\ufffd") for line in request.log_lines]
+    truncated = max(0, request.log_truncated)
+    size = 0
+    for i, line in enumerate(lines):
+        size += len(line.encode()) + 1
+        if i >= MAX_LOG_LINES or size > MAX_LOG_BYTES:
+            truncated += len(lines) - i
+            lines = [*lines[:i], f"… {truncated} lines truncated"]
+            break
+    return AttemptLog(tuple(lines), truncated)
 
 
 Answer = TypeVar(

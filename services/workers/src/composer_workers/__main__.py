@@ -39,6 +39,8 @@ async def serve(settings: WorkersSettings, secret_variables: Mapping[str, str]) 
             concurrency=settings.concurrency,
             lease_ttl=settings.lease_ttl_seconds,
             max_output_bytes=settings.max_output_bytes,
+            log_max_bytes=settings.task_log_max_bytes,
+            log_max_lines=settings.task_log_max_lines,
         )
     )
     try:

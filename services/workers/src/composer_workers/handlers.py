@@ -7,7 +7,7 @@ from typing import Any
 import aiohttp
 
 from composer_executors import ExecutionError, HttpPolicy, SecretSource, run_http, run_python
-from composer_sdk import PermanentError, TaskContext, TaskFailed
+from composer_sdk import PermanentError, TaskContext, TaskFailed, TaskLogger
 
 #: A node without timeout_seconds still gets one: the worker's default.
 FALLBACK_TIMEOUT = 300.0
@@ -51,9 +51,11 @@ def python_handler(
     uid: int | None = None,
     secrets: SecretSource | None = None,
 ) -> Any:
-    """The ``python`` queue's handler; ``secrets`` resolves the node's secret references."""
+    """The ``python`` queue's handler; ``secrets`` resolves the node's secret references.
+    The lines the node's code prints are kept with the attempt (its task log)."""
 
     async def python(ctx: TaskContext, input: dict[str, Any]) -> Any:
+        printed = ctx.logger.write if isinstance(ctx.logger, TaskLogger) else None
         try:
             return await run_python(
                 input,
@@ -64,6 +66,7 @@ def python_handler(
                 max_open_files=max_open_files,
                 uid=uid,
                 secrets=secrets,
+                output=printed,
             )
         except ExecutionError as exc:
             raise _failure(exc) from exc

@@ -202,6 +202,25 @@ SELECT id, node_id, node_type, state, attempt, input, output, error, error_code,
  WHERE run_id = $1
  ORDER BY id;
 
+-- name: insert_task_logs
+-- The log lines of the attempts a transaction's reports carried (the group
+-- commit), in one statement. An attempt reported once: a repeat of its report
+-- is fenced before it gets here, and a replay of the transaction writes the
+-- same row, so a second one is left out.
+INSERT INTO task_logs (run_id, task_id, node_id, attempt, lines, truncated, created_at)
+SELECT u.run_id, u.task_id, u.node_id, u.attempt, u.lines, u.truncated, composer_now()
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[])
+           AS u(run_id, task_id, node_id, attempt, lines, truncated)
+ON CONFLICT (run_id, task_id, attempt) DO NOTHING;
+
+-- name: get_task_logs
+-- One run's attempt logs, of one node ($2) or all (NULL), in the order they were
+-- reported.
+SELECT task_id, node_id, attempt, lines, truncated, created_at
+  FROM task_logs
+ WHERE run_id = $1 AND ($2::text IS NULL OR node_id = $2)
+ ORDER BY created_at, task_id, attempt;
+
 -- Listing runs, newest first. $1 is the exclusive upper id bound (the cursor,
 -- or the bound of created_before), $2 the inclusive lower one (created_after):
 -- both prune partitions. One statement per filter combination, so each keeps

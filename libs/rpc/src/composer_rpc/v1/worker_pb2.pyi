@@ -378,6 +378,8 @@ class ReportTaskResultRequest(_message.Message):
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     PERMANENT_FIELD_NUMBER: _builtins.int
     LEASE_TOKEN_FIELD_NUMBER: _builtins.int
+    LOG_LINES_FIELD_NUMBER: _builtins.int
+    LOG_TRUNCATED_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     run_id: _builtins.str
     node_id: _builtins.str
@@ -394,6 +396,15 @@ class ReportTaskResultRequest(_message.Message):
     permanent: _builtins.bool
     lease_token: _builtins.str
     """The token the grant carried (required): a report without it changes nothing."""
+    log_truncated: _builtins.int
+    @_builtins.property
+    def log_lines(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What the attempt logged (a PYTHON node's printed lines, an SDK handler's
+        ctx.logger records), bounded by the worker; stored with the report, failed
+        attempts' too. When the worker dropped lines past its bound, log_truncated
+        counts them and the last line is a marker that says so.
+        """
+
     def __init__(
         self,
         *,
@@ -408,10 +419,12 @@ class ReportTaskResultRequest(_message.Message):
         error_code: _builtins.str = ...,
         permanent: _builtins.bool = ...,
         lease_token: _builtins.str = ...,
+        log_lines: _abc.Iterable[_builtins.str] | None = ...,
+        log_truncated: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "error", b"error", "error_code", b"error_code", "lease_token", b"lease_token", "node_id", b"node_id", "output_json", b"output_json", "owner", b"owner", "permanent", b"permanent", "run_id", b"run_id", "status", b"status", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "error", b"error", "error_code", b"error_code", "lease_token", b"lease_token", "log_lines", b"log_lines", "log_truncated", b"log_truncated", "node_id", b"node_id", "output_json", b"output_json", "owner", b"owner", "permanent", b"permanent", "run_id", b"run_id", "status", b"status", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -61,6 +61,19 @@ function signalsBlock(signals) {
           : h('code', {}, json(s.payload))))))));
 }
 
+// -- task logs: what each attempt of the selected node logged -------------------
+
+/** The lines of each attempt that logged, newest attempt last; redacted for a viewer. */
+function logsBlock(answer) {
+  if (!answer || answer.logs.length === 0) {
+    return h('section', { class: 'block' }, h('h3', {}, 'Log'), h('p', { class: 'muted', id: 'node-log-empty' }, 'Nothing logged.'));
+  }
+  if (answer.redacted) return redactedBlock('Log');
+  return answer.logs.map((entry) => h('section', { class: 'block task-log', dataset: { attempt: String(entry.attempt) } },
+    h('h3', {}, `Log · attempt ${entry.attempt + 1}`, entry.truncated ? h('span', { class: 'muted' }, ` (${entry.truncated} lines truncated)`) : null),
+    h('pre', { class: 'log-lines' }, (entry.lines || []).join('\n'))));
+}
+
 export function runPage(main, runId) {
   let run = null;
   let spec = null;
@@ -70,6 +83,8 @@ export function runPage(main, runId) {
   let formsKey = null;
   let entries = []; // the run's history, oldest first (the Timeline tab, the node's attempts)
   let tab = 'graph';
+  let logsKey = null;
+  const logsPane = h('div', { class: 'node-logs', id: 'node-logs' });
 
   const head = h('div', { class: 'run-head' });
   const graphPane = h('div', { class: 'graph-pane', id: 'graph' });
@@ -198,7 +213,25 @@ export function runPage(main, runId) {
       attemptsBlock(entries, selected),
       payload(task, 'Input', task.input),
       payload(task, 'Output', task.output),
+      task.queue ? logsPane : null,
       h('details', {}, h('summary', {}, 'Definition'), h('pre', {}, json(node))));
+    if (task.queue) refreshLogs(task);
+  }
+
+  /** Read the selected node's logs again when its attempt or state moved (a report
+   * stores them); a failure to read them leaves the pane as it was. */
+  async function refreshLogs(task) {
+    const key = `${task.node_id}|${task.attempt}|${task.state}`;
+    if (key === logsKey) return;
+    logsKey = key;
+    mount(logsPane);
+    try {
+      const answer = await get(`/v1/runs/${encodeURIComponent(runId)}/logs?node=${encodeURIComponent(task.node_id)}`);
+      if (!stopped && logsKey === key) mount(logsPane, logsBlock(answer));
+    } catch (err) {
+      if (logsKey === key) logsKey = null;
+      notify(err);
+    }
   }
 
   function drawActions(tasks, terminal) {
