@@ -13,11 +13,12 @@ field null) unless the run's workflow sets ``viewers_see_payloads: true``:
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+import inspect
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from composer_core.model import NodeType, RunStatus, TaskState
+from composer_core.model import NODE_SPECS, Node, NodeType, RunStatus, TaskState, WorkflowSpec
 
 #: Any JSON value (inputs, outputs, payloads).
 JsonValue = Any
@@ -311,3 +312,34 @@ class Identity(Response):
 
 class Health(Response):
     status: str
+
+
+# -- the definition, typed per node type (the OpenAPI document) ------------------------
+
+
+def _typed_node(node_type: NodeType, spec: type[BaseModel]) -> type[Node]:
+    """``Node`` with ``type`` fixed and ``spec`` as that type's model (composer_core.model)."""
+    required = any(field.is_required() for field in spec.model_fields.values())
+    return create_model(
+        f"{node_type.title().replace('_', '')}Node",
+        __base__=Node,
+        __doc__=inspect.cleandoc(spec.__doc__ or f"A {node_type} node."),
+        type=(Literal[node_type], Field()),
+        spec=(spec, Field() if required else Field(default_factory=spec)),
+    )
+
+
+#: One model per node type, for the document only: a definition is validated by
+#: composer_core (every problem with its path), whose spec values may be templates.
+TYPED_NODES: tuple[type[Node], ...] = tuple(
+    _typed_node(node_type, spec) for node_type, spec in NODE_SPECS.items()
+)
+
+#: ``WorkflowSpec`` whose nodes are ``oneOf`` the typed nodes, discriminated by ``type``:
+#: what the OpenAPI document shows for a definition.
+TypedWorkflowSpec: type[WorkflowSpec] = create_model(
+    "WorkflowSpec",
+    __base__=WorkflowSpec,
+    __doc__=WorkflowSpec.__doc__,
+    nodes=(list[Annotated[Union[TYPED_NODES], Field(discriminator="type")]], Field()),  # type: ignore[valid-type]  # noqa: UP007
+)

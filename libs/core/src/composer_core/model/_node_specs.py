@@ -97,7 +97,7 @@ class HttpSpec(_SpecModel):
         description="the statuses that complete the node: numbers (404) and classes "
         '("2xx", "5xx"); absent: ["2xx"]. The list replaces the default, so '
         'write ["2xx", 404] to add 404 to it. Any other status fails the attempt '
-        "(see HTTP statuses below).",
+        "(docs/nodes.md, \"HTTP statuses\").",
     )
 
 
