@@ -98,8 +98,14 @@ def test_good_accept_status_values_pass(accept: Any) -> None:
             [
                 f"nodes[0].spec.accept_status[{i}]: {shown} is not a status: use a number "
                 'from 100 to 599 (404) or a class "1xx" to "5xx"'
-                for i, shown in [(1, "600"), (2, "'6xx'"), (3, "True"), (4, "'200'"), (5, "99")]
-                + [(6, "2.5")]
+                for i, shown in [
+                    (1, "600"),
+                    (2, "'6xx'"),
+                    (3, "True"),
+                    (4, "'200'"),
+                    (5, "99"),
+                    (6, "2.5"),
+                ]
             ],
         ),
     ],

@@ -320,11 +320,12 @@ class Health(Response):
 def _typed_node(node_type: NodeType, spec: type[BaseModel]) -> type[Node]:
     """``Node`` with ``type`` fixed and ``spec`` as that type's model (composer_core.model)."""
     required = any(field.is_required() for field in spec.model_fields.values())
+    fixed: Any = Literal[node_type]
     return create_model(
         f"{node_type.title().replace('_', '')}Node",
         __base__=Node,
         __doc__=inspect.cleandoc(spec.__doc__ or f"A {node_type} node."),
-        type=(Literal[node_type], Field()),
+        type=(fixed, Field()),
         spec=(spec, Field() if required else Field(default_factory=spec)),
     )
 

@@ -47,10 +47,10 @@ class HttpSpec(_SpecModel):
 
     The node's output is ``{status, headers, body}``: ``headers`` with lower-case
     names (repeated headers joined with ", "), ``body`` decoded JSON when the
-    response says it is JSON, else text (at most COMPOSER_HTTP_MAX_RESPONSE_BYTES). Redirects (301, 302, 303, 307, 308) are
-    followed, up to 5, each hop checked again by the SSRF guard; a redirect to
-    another origin keeps only headers that carry no credentials, and one from
-    https to http is refused.
+    response says it is JSON, else text (at most COMPOSER_HTTP_MAX_RESPONSE_BYTES).
+    Redirects (301, 302, 303, 307, 308) are followed, up to 5, each hop checked
+    again by the SSRF guard; a redirect to another origin keeps only headers that
+    carry no credentials, and one from https to http is refused.
     """
 
     model_config = ConfigDict(
@@ -97,7 +97,7 @@ class HttpSpec(_SpecModel):
         description="the statuses that complete the node: numbers (404) and classes "
         '("2xx", "5xx"); absent: ["2xx"]. The list replaces the default, so '
         'write ["2xx", 404] to add 404 to it. Any other status fails the attempt '
-        "(docs/nodes.md, \"HTTP statuses\").",
+        "(docs/nodes.md, HTTP statuses).",
     )
 
 
@@ -169,9 +169,7 @@ class WaitForEventSpec(_SpecModel):
     """
 
     model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [{"event": "payment_received", "timeout_seconds": 86400}]
-        }
+        json_schema_extra={"examples": [{"event": "payment_received", "timeout_seconds": 86400}]}
     )
 
     event: str = Field(description="the signal name to wait for")
