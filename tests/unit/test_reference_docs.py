@@ -11,7 +11,8 @@ import difflib
 
 import pytest
 
-from composer_core.model import NODE_SPECS
+from composer_core.model import NODE_SPECS, HttpSpec
+from composer_executors import HttpPolicy
 from composer_service import ServerSettings, ServiceSettings
 from tools import refdocs
 
@@ -80,3 +81,8 @@ def test_check_reports_a_stale_page_and_names_make_docs(
     monkeypatch.setitem(refdocs.PAGES, "docs/nodes.md", lambda: "something else\n")
     assert refdocs.main(["--check"]) == 1
     assert "docs/nodes.md; run `make docs`" in capsys.readouterr().err
+
+
+def test_the_redirect_limit_the_http_spec_model_names_is_the_executors() -> None:
+    """libs/core cannot import the executor, so its prose is checked against it here."""
+    assert f"up to {HttpPolicy().max_redirects}," in " ".join((HttpSpec.__doc__ or "").split())
