@@ -78,6 +78,10 @@ def test_each_node_type_has_its_own_schema_with_its_spec_fields() -> None:
     assert "2xx" in http_spec["properties"]["accept_status"]["description"]
     assert http_spec["additionalProperties"] is False
     assert schemas["TaskSpec"].get("additionalProperties") is True  # the task's own input
+    assert "queue" in schemas["TaskNode"]["required"]
+    for control in ("SwitchNode", "ForkNode", "JoinNode", "WaitNode", "WaitForEventNode"):
+        for field in ("queue", "timeout_seconds", "retry"):
+            assert schemas[control]["properties"][field]["type"] == "null"
 
 
 def test_the_docs_page_shows_the_http_nodes_fields() -> None:

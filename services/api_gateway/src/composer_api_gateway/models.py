@@ -318,15 +318,31 @@ class Health(Response):
 
 
 def _typed_node(node_type: NodeType, spec: type[BaseModel]) -> type[Node]:
-    """``Node`` with ``type`` fixed and ``spec`` as that type's model (composer_core.model)."""
+    """``Node`` with ``type`` fixed and ``spec`` as that type's model (composer_core.model);
+    a TASK node's ``queue`` required, and the worker-node fields null for the others,
+    as validation has them."""
     required = any(field.is_required() for field in spec.model_fields.values())
     fixed: Any = Literal[node_type]
+    fields: dict[str, Any] = {
+        "type": (fixed, Field()),
+        "spec": (spec, Field() if required else Field(default_factory=spec)),
+    }
+    if node_type is NodeType.TASK:
+        queue = Node.model_fields["queue"]
+        fields["queue"] = (str, Field(min_length=1, description=queue.description))
+    elif not node_type.is_worker:
+        for name in ("queue", "timeout_seconds", "retry"):
+            fields[name] = (
+                None,
+                Field(
+                    default=None, description=f"only HTTP, PYTHON and TASK take it, not {node_type}"
+                ),
+            )
     return create_model(
         f"{node_type.title().replace('_', '')}Node",
         __base__=Node,
         __doc__=inspect.cleandoc(spec.__doc__ or f"A {node_type} node."),
-        type=(fixed, Field()),
-        spec=(spec, Field() if required else Field(default_factory=spec)),
+        **fields,
     )
 
 
