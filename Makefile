@@ -9,10 +9,10 @@ export UV_PYTHON_DOWNLOADS := never
 export UV_PYTHON := $(PYTHON)
 UV := $(PYTHON) -m uv
 VENV_STAMP := .venv/.synced
-PY_SOURCES := libs services tests examples
+PY_SOURCES := libs services tests examples tools
 COMPOSER_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/composer
 
-.PHONY: help install run demo simulate test pytest test-unit lint fmt proto ui bench chaos migrate clean images test-containers
+.PHONY: help install run demo simulate test pytest test-unit lint fmt proto docs ui bench chaos migrate clean images test-containers
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -61,6 +61,10 @@ fmt: $(VENV_STAMP)  ## format and auto-fix
 
 proto: $(VENV_STAMP)  ## regenerate the gRPC code in libs/rpc from proto/
 	$(UV) run --no-sync python libs/rpc/generate.py
+
+# A unit test (tests/unit/test_reference_docs.py) fails when a page is out of date.
+docs: $(VENV_STAMP)  ## regenerate docs/nodes.md and docs/configuration.md from the models and settings
+	$(UV) run --no-sync python -m tools.refdocs
 
 ui:  ## rebuild the web UI into the api-gateway package (npm, pinned by package-lock.json); commit it
 	cd services/api_gateway/ui && npm ci --no-audit --no-fund && npm run build

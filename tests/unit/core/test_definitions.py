@@ -370,7 +370,9 @@ def http(**spec: Any) -> dict[str, Any]:
         ),
         (
             {"url": "http://x", "bogus": 1},
-            ["nodes[0].spec.bogus: unknown field; HTTP takes body, headers, method, query, url"],
+            [
+                "nodes[0].spec.bogus: unknown field; HTTP takes accept_status, body, headers, method, query, url"
+            ],
         ),
         (
             {"url": "https://x", "method": "post", "headers": {"a": "b"}, "query": {}, "body": [1]},

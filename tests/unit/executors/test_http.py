@@ -458,3 +458,81 @@ async def test_run_http_refuses_a_session_made_for_another_policy(server: TestSe
     async with create_http_session(GUARDED) as session:
         with pytest.raises(ValueError, match="same policy"):
             await run_http({"url": url(server, "/echo")}, timeout=1, session=session, policy=OPEN)
+
+
+# --- accept_status ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("accept", "code"),
+    [([200, 503], 503), (["2xx", "5xx"], 500), (["4XX"], 404), ([404], 404), ([304], 304)],
+)
+async def test_an_accepted_status_completes_with_status_headers_and_body(
+    server: TestServer, session: aiohttp.ClientSession, accept: list[Any], code: int
+) -> None:
+    out = await call({"url": url(server, f"/status/{code}"), "accept_status": accept}, session)
+    assert out["status"] == code
+    assert out["headers"]["content-type"].startswith("text/plain")
+    if code != 304:  # a 304 carries no body
+        assert out["body"].startswith(f"nope {code}: xxx")
+
+
+@pytest.mark.parametrize(
+    ("accept", "code", "permanent"),
+    [([503], 200, True), ([200, 503], 500, False), (["2xx"], 404, True), (["4xx"], 503, False)],
+)
+async def test_a_status_outside_accept_status_fails_as_before_and_names_the_list(
+    server: TestServer,
+    session: aiohttp.ClientSession,
+    accept: list[Any],
+    code: int,
+    permanent: bool,
+) -> None:
+    with pytest.raises(HttpStatusError) as caught:
+        await call({"url": url(server, f"/status/{code}"), "accept_status": accept}, session)
+    err = caught.value
+    assert (err.status, err.code, err.permanent) == (code, f"http_{code}", permanent)
+    assert f"answered {code}" in err.message
+    assert f"(not in accept_status {json.dumps(accept)})" in err.message
+
+
+async def test_without_accept_status_only_2xx_completes(
+    server: TestServer, session: aiohttp.ClientSession
+) -> None:
+    ok = await call({"url": url(server, "/status/204"), "accept_status": None}, session)
+    assert ok["status"] == 204
+    with pytest.raises(HttpStatusError) as caught:
+        await call({"url": url(server, "/status/304")}, session)
+    assert caught.value.permanent is True
+    assert "accept_status" not in caught.value.message
+
+
+async def test_redirects_are_followed_before_accept_status_is_applied(
+    server: TestServer, session: aiohttp.ClientSession
+) -> None:
+    out = await call(
+        {"url": url(server, "/redirect?to=/status/503"), "accept_status": [302, 503]}, session
+    )
+    assert out["status"] == 503
+
+
+@pytest.mark.parametrize(
+    ("accept", "fragment"),
+    [
+        ([], "accept_status must be a non-empty list"),
+        ("2xx", "accept_status must be a non-empty list"),
+        ([600], "accept_status: 600 is not a status"),
+        ([99], "accept_status: 99 is not a status"),
+        ([True], "accept_status: True is not a status"),
+        (["200"], "accept_status: '200' is not a status"),
+        (["6xx"], "accept_status: '6xx' is not a status"),
+        ([200.0], "accept_status: 200.0 is not a status"),
+    ],
+)
+async def test_a_bad_accept_status_is_a_permanent_invalid_spec(
+    server: TestServer, session: aiohttp.ClientSession, accept: Any, fragment: str
+) -> None:
+    with pytest.raises(InvalidSpec) as caught:
+        await call({"url": url(server, "/status/200"), "accept_status": accept}, session)
+    assert caught.value.permanent is True
+    assert fragment in caught.value.message

@@ -10,7 +10,9 @@ needs to report it is on the error itself (``message``, ``code``,
     ├── TargetRefused             the SSRF guard refused the address,     target_refused, permanent
     │                             or a redirect (to https → http, to a
     │                             non-http(s) or hostless target)
-    ├── HttpStatusError           the server answered non-2xx             http_<status>
+    ├── HttpStatusError           a status outside accept_status          http_<status>
+    │                             (default 2xx): 4xx but 408, 425, 429,
+    │                             and 1xx-3xx permanent; the rest retryable
     ├── PythonError               the snippet failed (``exc_type`` names the exception)
     │                             exception, memory_limit, crashed: retryable;
     │                             syntax_error, no_main, not_json, result_too_large: permanent
@@ -71,7 +73,8 @@ class TargetRefused(ExecutionError):
 
 
 class HttpStatusError(ExecutionError):
-    """The server answered with a status outside 2xx; ``excerpt`` is the start of its body."""
+    """The server answered with a status the node does not accept (``accept_status``,
+    default 2xx); ``excerpt`` is the start of its body."""
 
     def __init__(self, message: str, *, status: int, excerpt: str) -> None:
         super().__init__(

@@ -10,6 +10,11 @@ https to http is refused (it would send the request, and the answer, in clear
 text). A redirect target that is not an http(s) URL with a host fails that
 call like any other bad answer.
 
+The final answer completes the node when its status is in the spec's
+``accept_status`` (2xx when it sets none), so a workflow can route on a 404 or
+a 503 with a SWITCH; any other status fails the attempt with
+:class:`HttpStatusError`, retryable or not by the status (``_errors``).
+
 Every request may carry an ``Idempotency-Key`` (the caller's key, stable
 across the attempts of one node in one run) unless the node's headers set
 their own, so a server can tell a retried attempt from a new request.
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,6 +46,7 @@ from composer_rpc.codes import ErrorCode
 
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_STATUS_CLASS = re.compile(r"[1-5][xX][xX]")
 #: The only request headers that follow a redirect to another origin: they describe
 #: the request, none of them authenticates it. Everything else (Authorization,
 #: Cookie, X-Api-Key, any custom header) may be a secret meant for the first origin.
@@ -72,10 +79,12 @@ async def run_http(
     """Send the request ``spec`` describes and return ``{status, headers, body}``.
 
     ``spec`` is the node's resolved input: ``method`` (default GET), ``url``,
-    ``headers``, ``query`` and ``body`` (a dict or list is sent as JSON, a
-    string as text). The body of the answer is decoded JSON when the response
-    says it is JSON, else text; header names are lower-cased and repeated
-    headers joined with ", ". ``session`` must come from
+    ``headers``, ``query``, ``body`` (a dict or list is sent as JSON, a
+    string as text) and ``accept_status`` (the statuses that complete the
+    node, numbers and classes like ``"5xx"``; default 2xx: any other final
+    status raises :class:`HttpStatusError`). The body of the answer is decoded
+    JSON when the response says it is JSON, else text; header names are
+    lower-cased and repeated headers joined with ", ". ``session`` must come from
     :func:`create_http_session` with the same policy: its connector is the
     SSRF guard. ``idempotency_key`` is sent as the ``Idempotency-Key`` header
     unless the spec's headers hold one (in any case): pass a key that is the
@@ -144,11 +153,19 @@ async def _call(
 class _Request:
     """The validated request; mutated hop by hop as redirects are followed."""
 
-    def __init__(self, method: str, url: URL, headers: CIMultiDict[str], body: bytes | None):
+    def __init__(
+        self,
+        method: str,
+        url: URL,
+        headers: CIMultiDict[str],
+        body: bytes | None,
+        accept: _Accept | None = None,
+    ):
         self.method = method
         self.url = url
         self.headers = headers
         self.body = body
+        self.accept = accept or _Accept.DEFAULT
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any]) -> _Request:
@@ -167,7 +184,48 @@ class _Request:
         url = url.extend_query(_query(spec.get("query")))
         headers = _headers(spec.get("headers"))
         body = _body(spec.get("body"), headers)
-        return cls(method.upper(), url, headers, body)
+        accept = _Accept.from_spec(spec.get("accept_status"))
+        return cls(method.upper(), url, headers, body, accept)
+
+
+class _Accept:
+    """The statuses that complete the node: ``accept_status``, or 2xx when it is absent."""
+
+    DEFAULT: _Accept
+
+    def __init__(self, statuses: frozenset[int], classes: frozenset[int], shown: str | None):
+        self.statuses = statuses
+        self.classes = classes  # hundreds: 2 for "2xx"
+        self.shown = shown  # the spec's list for messages; None: the default
+
+    @classmethod
+    def from_spec(cls, raw: Any) -> _Accept:
+        if raw is None:
+            return cls.DEFAULT
+        if not isinstance(raw, list) or not raw:
+            raise InvalidSpec(
+                f'accept_status must be a non-empty list of statuses (404) or classes ("2xx"), '
+                f"got {raw!r}"
+            )
+        statuses: set[int] = set()
+        classes: set[int] = set()
+        for item in raw:
+            if isinstance(item, int) and not isinstance(item, bool) and 100 <= item <= 599:
+                statuses.add(item)
+            elif isinstance(item, str) and _STATUS_CLASS.fullmatch(item):
+                classes.add(int(item[0]))
+            else:
+                raise InvalidSpec(
+                    f"accept_status: {item!r} is not a status: use a number from 100 to 599 "
+                    '(404) or a class "1xx" to "5xx"'
+                )
+        return cls(frozenset(statuses), frozenset(classes), json.dumps(raw))
+
+    def __contains__(self, status: int) -> bool:
+        return status in self.statuses or status // 100 in self.classes
+
+
+_Accept.DEFAULT = _Accept(frozenset(), frozenset({2}), None)
 
 
 def _headers(raw: Any) -> CIMultiDict[str]:
@@ -250,11 +308,17 @@ async def _send(
                 else await _read_capped(response, request, policy.max_response_bytes)
             )
             body = _decode(response, raw)
-            if not 200 <= response.status < 300:
+            if response.status not in request.accept:
                 excerpt = _excerpt(body)
+                unlisted = (
+                    f" (not in accept_status {request.accept.shown})"
+                    if request.accept.shown is not None
+                    else ""
+                )
                 raise HttpStatusError(
                     f"{request.method} {_show(request.url)} answered {response.status} "
                     f"{response.reason or ''}".rstrip()
+                    + unlisted
                     + (f": {excerpt}" if excerpt else ""),
                     status=response.status,
                     excerpt=excerpt,

@@ -13,11 +13,12 @@ field null) unless the run's workflow sets ``viewers_see_payloads: true``:
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+import inspect
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from composer_core.model import NodeType, RunStatus, TaskState
+from composer_core.model import NODE_SPECS, Node, NodeType, RunStatus, TaskState, WorkflowSpec
 
 #: Any JSON value (inputs, outputs, payloads).
 JsonValue = Any
@@ -393,3 +394,51 @@ class RunLogs(Response):
         "an attempt whose lease expired reported nothing and has none"
     )
     redacted: bool = _redacted("lines")
+
+
+# -- the definition, typed per node type (the OpenAPI document) ------------------------
+
+
+def _typed_node(node_type: NodeType, spec: type[BaseModel]) -> type[Node]:
+    """``Node`` with ``type`` fixed and ``spec`` as that type's model (composer_core.model);
+    a TASK node's ``queue`` required, and the worker-node fields null for the others,
+    as validation has them."""
+    required = any(field.is_required() for field in spec.model_fields.values())
+    fixed: Any = Literal[node_type]
+    fields: dict[str, Any] = {
+        "type": (fixed, Field()),
+        "spec": (spec, Field() if required else Field(default_factory=spec)),
+    }
+    if node_type is NodeType.TASK:
+        queue = Node.model_fields["queue"]
+        fields["queue"] = (str, Field(min_length=1, description=queue.description))
+    elif not node_type.is_worker:
+        for name in ("queue", "timeout_seconds", "retry"):
+            fields[name] = (
+                None,
+                Field(
+                    default=None, description=f"only HTTP, PYTHON and TASK take it, not {node_type}"
+                ),
+            )
+    return create_model(
+        f"{node_type.title().replace('_', '')}Node",
+        __base__=Node,
+        __doc__=inspect.cleandoc(spec.__doc__ or f"A {node_type} node."),
+        **fields,
+    )
+
+
+#: One model per node type, for the document only: a definition is validated by
+#: composer_core (every problem with its path), whose spec values may be templates.
+TYPED_NODES: tuple[type[Node], ...] = tuple(
+    _typed_node(node_type, spec) for node_type, spec in NODE_SPECS.items()
+)
+
+#: ``WorkflowSpec`` whose nodes are ``oneOf`` the typed nodes, discriminated by ``type``:
+#: what the OpenAPI document shows for a definition.
+TypedWorkflowSpec: type[WorkflowSpec] = create_model(
+    "WorkflowSpec",
+    __base__=WorkflowSpec,
+    __doc__=WorkflowSpec.__doc__,
+    nodes=(list[Annotated[Union[TYPED_NODES], Field(discriminator="type")]], Field()),  # type: ignore[valid-type]  # noqa: UP007
+)

@@ -19,9 +19,8 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
-from composer_api_gateway.models import Problem
+from composer_api_gateway.models import Problem, TypedWorkflowSpec
 from composer_api_gateway.routes import ROUTES, Route
-from composer_core.model import WorkflowSpec
 
 _REF = "#/components/schemas/{model}"
 _PATH_PARAM = re.compile(r"{(\w+)}")
@@ -36,7 +35,8 @@ _PARAM_SCHEMAS: dict[str, dict[str, Any]] = {
 def _models(routes: tuple[Route, ...]) -> list[tuple[type[BaseModel], JsonSchemaMode]]:
     wanted: list[tuple[type[BaseModel], JsonSchemaMode]] = [
         (Problem, "serialization"),
-        (WorkflowSpec, "validation"),
+        # Its nodes are oneOf a model per node type, so each type's spec fields show.
+        (TypedWorkflowSpec, "validation"),
     ]
     for route in routes:
         if isinstance(route.body, type):
@@ -95,7 +95,7 @@ def build_spec(routes: tuple[Route, ...] = ROUTES, *, version: str = "0.1.0") ->
         if params:
             op["parameters"] = params
         if route.body == "definition":
-            spec = ref(WorkflowSpec, "validation")
+            spec = ref(TypedWorkflowSpec, "validation")
             op["requestBody"] = {
                 "required": True,
                 "content": {

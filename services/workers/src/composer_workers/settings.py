@@ -33,7 +33,9 @@ class WorkersSettings(ServiceSettings):
     #: COMPOSER_SECRETS_DIR: a directory with one file per secret, named as the secret
     #: (a mounted Kubernetes Secret); asked before the COMPOSER_SECRET_<NAME> variables.
     secrets_dir: str | None = None
-    #: Each attempt's task log keeps its first lines up to both bounds, then a marker
-    #: line counting the rest (COMPOSER_TASK_LOG_MAX_BYTES, COMPOSER_TASK_LOG_MAX_LINES).
+    #: Each attempt's task log keeps its first lines up to this many bytes, then a
+    #: marker line counting the rest.
     task_log_max_bytes: int = 64 * 1024
+    #: Each attempt's task log keeps at most this many lines, then a marker line
+    #: counting the rest.
     task_log_max_lines: int = 1000

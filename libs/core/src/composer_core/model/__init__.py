@@ -10,22 +10,44 @@ from composer_core.model._build import (
 from composer_core.model._dag import CompiledNode, WorkflowDAG
 from composer_core.model._limits import DEFAULT_LIMITS, MAX_SECONDS, Limits
 from composer_core.model._load import parse_definition
+from composer_core.model._node_specs import (
+    DEFAULT_ACCEPT_STATUS,
+    NODE_SPECS,
+    ForkSpec,
+    HttpSpec,
+    JoinSpec,
+    PythonSpec,
+    SwitchSpec,
+    TaskSpec,
+    WaitForEventSpec,
+    WaitSpec,
+)
 from composer_core.model._spec import DEFAULT_RETRY, Edge, Node, RetryPolicy, WorkflowSpec
 from composer_core.model._states import BUILTIN_QUEUES, NodeType, RunStatus, TaskState
 
 __all__ = [
     "BUILTIN_QUEUES",
+    "DEFAULT_ACCEPT_STATUS",
     "DEFAULT_LIMITS",
     "DEFAULT_RETRY",
     "MAX_SECONDS",
+    "NODE_SPECS",
     "CompiledNode",
     "Edge",
+    "ForkSpec",
+    "HttpSpec",
+    "JoinSpec",
     "Limits",
     "Node",
     "NodeType",
+    "PythonSpec",
     "RetryPolicy",
     "RunStatus",
+    "SwitchSpec",
+    "TaskSpec",
     "TaskState",
+    "WaitForEventSpec",
+    "WaitSpec",
     "WorkflowDAG",
     "WorkflowSpec",
     "build_dag",

@@ -17,6 +17,7 @@ from typing import Any
 from composer_core.errors import DefinitionInvalid, Problem, TemplateError
 from composer_core.model._dag import CompiledNode, WorkflowDAG
 from composer_core.model._limits import DEFAULT_LIMITS, MAX_SECONDS, Limits, nesting_depth
+from composer_core.model._node_specs import HTTP_METHODS, NODE_SPECS, accept_status_problems
 from composer_core.model._spec import Node, WorkflowSpec
 from composer_core.model._states import NodeType
 from composer_core.templates import (
@@ -35,15 +36,12 @@ from composer_core.templates import (
 _NODE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _WORKFLOW_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _QUEUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-_HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
+_HTTP_METHODS = frozenset(HTTP_METHODS)
+#: The keys each type's spec takes, from its model (TASK's is free-form: absent here).
 _SPEC_KEYS: dict[NodeType, frozenset[str]] = {
-    NodeType.HTTP: frozenset({"method", "url", "headers", "query", "body"}),
-    NodeType.PYTHON: frozenset({"code", "input"}),
-    NodeType.WAIT: frozenset({"duration_seconds", "until"}),
-    NodeType.WAIT_FOR_EVENT: frozenset({"event", "timeout_seconds"}),
-    NodeType.SWITCH: frozenset(),
-    NodeType.FORK: frozenset(),
-    NodeType.JOIN: frozenset(),
+    node_type: frozenset(model.model_fields)
+    for node_type, model in NODE_SPECS.items()
+    if model.model_config.get("extra") == "forbid"
 }
 #: Spec keys kept as text: Python code is full of ``{{`` that are not templates.
 _VERBATIM: dict[NodeType, frozenset[str]] = {NodeType.PYTHON: frozenset({"code"})}
@@ -450,6 +448,9 @@ class _Builder:
             value = spec.get(key)
             if value is not None and not isinstance(value, Mapping) and not _templated(value):
                 self.add(f"{path}.{key}", "must be a mapping of names to values")
+        if spec.get("accept_status") is not None:
+            for where, message in accept_status_problems(spec["accept_status"]):
+                self.add(f"{path}.accept_status{where}", message)
 
     def check_python(self, path: str, spec: Mapping[str, Any]) -> None:
         code = spec.get("code")

@@ -25,10 +25,21 @@ class _Strict(BaseModel):
 class RetryPolicy(_Strict):
     """How a failed worker attempt is retried. Defaults: docs/architecture.md §8."""
 
-    max_attempts: int = Field(default=3, ge=1, le=1000)
-    initial_seconds: float = Field(default=1.0, ge=0, le=MAX_SECONDS)
-    multiplier: float = Field(default=2.0, ge=1)
-    max_seconds: float = Field(default=300.0, ge=0, le=MAX_SECONDS)
+    max_attempts: int = Field(
+        default=3, ge=1, le=1000, description="attempts in all, the first included"
+    )
+    initial_seconds: float = Field(
+        default=1.0, ge=0, le=MAX_SECONDS, description="the delay before the second attempt"
+    )
+    multiplier: float = Field(
+        default=2.0, ge=1, description="each further delay is the previous one times this"
+    )
+    max_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        le=MAX_SECONDS,
+        description="no delay is longer (at least initial_seconds)",
+    )
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait before ``attempt`` (0-based; attempt 0 runs at once).
@@ -49,14 +60,36 @@ DEFAULT_RETRY = RetryPolicy()
 
 
 class Node(_Strict):
-    id: str
-    type: NodeType
-    name: str | None = None
-    description: str | None = None
-    spec: dict[str, Any] = Field(default_factory=dict)
-    queue: str | None = None
-    timeout_seconds: float | None = Field(default=None, gt=0, le=MAX_SECONDS)
-    retry: RetryPolicy | None = None
+    """One step of a workflow; what ``spec`` takes depends on ``type`` (docs/nodes.md)."""
+
+    id: str = Field(
+        description="unique in the workflow: letters, digits and '_', not starting with a "
+        "digit (so that tasks.<id> reads in an expression)"
+    )
+    type: NodeType = Field(description="what the node does")
+    name: str | None = Field(default=None, description="a label for people")
+    description: str | None = Field(default=None, description="free text for people")
+    spec: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the type's settings (docs/nodes.md); values may be {{ templates }}",
+    )
+    queue: str | None = Field(
+        default=None,
+        description="HTTP, PYTHON, TASK: the queue its task goes to (required for TASK; "
+        "default http or python)",
+    )
+    timeout_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_SECONDS,
+        description="HTTP, PYTHON, TASK: how long one attempt may run (default: the "
+        "worker's, 300 s for the built-in ones)",
+    )
+    retry: RetryPolicy | None = Field(
+        default=None,
+        description="HTTP, PYTHON, TASK: how a failed attempt is retried (default: 3 "
+        "attempts, 1 s, times 2, at most 300 s)",
+    )
 
     @property
     def retry_policy(self) -> RetryPolicy:
@@ -64,24 +97,44 @@ class Node(_Strict):
 
 
 class Edge(_Strict):
-    source: str = Field(alias="from")
-    target: str = Field(alias="to")
-    condition: str | None = None
+    source: str = Field(alias="from", description="the node the edge leaves")
+    target: str = Field(alias="to", description="the node it leads to")
+    condition: str | None = Field(
+        default=None,
+        description="only out of a SWITCH: a {{ expression }}; the edge is taken when it "
+        "is true (Python truth). No condition: always taken",
+    )
 
 
 class WorkflowSpec(_Strict):
     """One version of a workflow as the user wrote it."""
 
-    id: str
-    name: str | None = None
-    description: str | None = None
-    start: str | None = None
-    webhook_url: str | None = None
-    output: Any = None
-    #: Whether tokens with the viewer role see this workflow's payloads in the API:
-    #: run input, config, output and error, task input, output and error, signal
-    #: payloads. Off by default: they are redacted for viewers (operators and admins
-    #: always see them).
-    viewers_see_payloads: StrictBool = False
-    nodes: list[Node]
-    edges: list[Edge] = Field(default_factory=list)
+    id: str = Field(
+        description="stable across versions: letters, digits, '_', '-' or '.', starting "
+        "with a letter or digit, at most 64 characters"
+    )
+    name: str | None = Field(default=None, description="a label for people")
+    description: str | None = Field(default=None, description="free text for people")
+    start: str | None = Field(
+        default=None, description="the node to start at; default: the one node no edge enters"
+    )
+    webhook_url: str | None = Field(
+        default=None,
+        description="an http(s) URL that gets a POST (signed when COMPOSER_WEBHOOK_SECRET is set) when a run finishes",
+    )
+    output: Any = Field(
+        default=None,
+        description="the run's output: any JSON value, its {{ templates }} resolved when "
+        "the run succeeds",
+    )
+    viewers_see_payloads: StrictBool = Field(
+        default=False,
+        description="whether tokens with the viewer role see this workflow's payloads in "
+        "the API (run input, config, output and error, task input, output and error, "
+        "signal payloads); off: they are redacted for viewers (operators and admins always "
+        "see them)",
+    )
+    nodes: list[Node] = Field(description="at least one")
+    edges: list[Edge] = Field(
+        default_factory=list, description="from one node to another; the graph is acyclic"
+    )
