@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 import composer_queue
 from tests.integration.databases import scratch_database
@@ -126,11 +127,12 @@ async def test_a_taken_port_stops_the_stack_once_naming_the_setting(
     assert "every service stopped" in output
 
 
-@contextlib.contextmanager
-def two_databases(pg_admin_url: str, template: str) -> Iterator[tuple[str, str]]:
+@pytest.fixture
+def two_databases(pg_admin_url: str, pg_template: str) -> Iterator[tuple[str, str]]:
+    """A migrated database for each of two stacks (made outside the test's event loop)."""
     with (
-        scratch_database(pg_admin_url, template=template) as a,
-        scratch_database(pg_admin_url, template=template) as b,
+        scratch_database(pg_admin_url, template=pg_template) as a,
+        scratch_database(pg_admin_url, template=pg_template) as b,
     ):
         yield a, b
 
@@ -170,7 +172,7 @@ async def run_hello(session: aiohttp.ClientSession, stack: Stack, n: int) -> dic
 
 
 async def test_two_stacks_run_side_by_side(
-    pg_admin_url: str, pg_template: str, redis_url: str, tmp_path: Path
+    two_databases: tuple[str, str], redis_url: str, tmp_path: Path
 ) -> None:
     base_a = free_range(PORTS_PER_STACK)
     base_b = free_range(PORTS_PER_STACK)
@@ -179,36 +181,32 @@ async def test_two_stacks_run_side_by_side(
     stacks: list[Stack] = []
     client = composer_queue.connect(redis_url)
     try:
-        with two_databases(pg_admin_url, pg_template) as (db_a, db_b):
-            # the port base alone: ports, gRPC address and Redis prefix all follow it
-            for base, db, folder in ((base_a, db_a, "a"), (base_b, db_b, "b")):
-                env = stack_environ(db, redis_url, COMPOSER_PORT_BASE=str(base))
-                admin = list(range(base + 2, base + 2 + len(SERVICES)))
-                stacks.append(await start_stack(env, tmp_path / folder, base, admin))
-            try:
-                async with aiohttp.ClientSession() as session:
-                    for stack in stacks:
-                        for port in stack.admin_ports:
-                            await ready(session, f"http://127.0.0.1:{port}/readyz", timeout=90)
-                    results = await asyncio.gather(
-                        run_hello(session, stacks[0], 1), run_hello(session, stacks[1], 2)
-                    )
-                for stack, result, n in zip(stacks, results, (1, 2), strict=True):
-                    assert result["status"] == "SUCCEEDED", (result, stack.text[-3000:])
-                    assert result["output"] == {"n": 2 * n}
-                    assert (
-                        f"COMPOSER_API_URL={stack.api}\n" in (stack.state / "stack.env").read_text()
-                    )
-                for base in (base_a, base_b):
-                    # each stack's work went through its own prefix
-                    assert await client.streams(f"composer-{base}"), f"no streams of stack {base}"
-            finally:
-                for stack in stacks:
-                    await stack.stop()
+        # the port base alone: its ports, gRPC address and Redis prefix all follow it
+        for base, db, folder in zip((base_a, base_b), two_databases, "ab", strict=True):
+            env = stack_environ(db, redis_url, COMPOSER_PORT_BASE=str(base))
+            admin = list(range(base + 2, base + 2 + len(SERVICES)))
+            stacks.append(await start_stack(env, tmp_path / folder, base, admin))
+        async with aiohttp.ClientSession() as session:
+            for stack in stacks:
+                for port in stack.admin_ports:
+                    await ready(session, f"http://127.0.0.1:{port}/readyz", timeout=90)
+            results = await asyncio.gather(
+                run_hello(session, stacks[0], 1), run_hello(session, stacks[1], 2)
+            )
+        for stack, result, n in zip(stacks, results, (1, 2), strict=True):
+            assert result["status"] == "SUCCEEDED", (result, stack.text[-3000:])
+            assert result["output"] == {"n": 2 * n}
+            # where `make demo` finds the stack
+            assert f"COMPOSER_API_URL={stack.api}\n" in (stack.state / "stack.env").read_text()
+        for base in (base_a, base_b):  # each stack's work went through its own prefix
+            assert await client.streams(f"composer-{base}"), f"no streams of stack {base}"
         for stack in stacks:
+            await stack.stop()
             assert stack.process.returncode == 0, stack.text[-3000:]
             assert "restarting" not in stack.text, stack.text[-3000:]
     finally:
+        for stack in stacks:
+            await stack.stop()
         for base in (base_a, base_b):
             await client.drop(f"composer-{base}")
         await client.close()
