@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import socket
 import time
@@ -82,16 +83,21 @@ async def test_services_die_with_a_sigkilled_stack(running_stack: Stack) -> None
     stack.process.send_signal(signal.SIGKILL)
     await stack.process.wait()
 
-    await wait_for(
-        lambda: not any(alive(pid) for pid in services),
-        f"services {[pid for pid in services if alive(pid)]} exiting after the stack's SIGKILL",
-        30,
-    )
-    await wait_for(
-        lambda: all(port_free(p) for p in ports),
-        f"ports {[p for p in ports if not port_free(p)]} coming free",
-        10,
-    )
+    try:
+        await wait_for(
+            lambda: not any(alive(pid) for pid in services),
+            f"services {[pid for pid in services if alive(pid)]} exiting after the stack's SIGKILL",
+            30,
+        )
+        await wait_for(
+            lambda: all(port_free(p) for p in ports),
+            f"ports {[p for p in ports if not port_free(p)]} coming free",
+            10,
+        )
+    finally:  # a failed test leaves no orphan behind
+        for pid in services:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 async def test_a_taken_port_stops_the_stack_once_naming_the_setting(
