@@ -121,12 +121,12 @@ def test_a_second_stack_on_the_same_database_is_refused(tmp_path: Path) -> None:
 
 def test_a_second_stack_on_the_same_redis_prefix_is_refused(tmp_path: Path) -> None:
     name = f"t{uuid.uuid4().hex[:10]}"
-    with claimed(owned(f"{name}_1", name), tmp_path / "first"):
-        with (
-            pytest.raises(SetupError, match=rf"prefix '{name}' is in use .*COMPOSER_REDIS_PREFIX"),
-            claimed(owned(f"{name}_2", name), tmp_path / "second"),
-        ):
-            pass
+    with (
+        claimed(owned(f"{name}_1", name), tmp_path / "first"),
+        pytest.raises(SetupError, match=rf"prefix '{name}' is in use .*COMPOSER_REDIS_PREFIX"),
+        claimed(owned(f"{name}_2", name), tmp_path / "second"),
+    ):
+        pass
 
 
 def test_the_port_in_use_exit_code_is_the_services_one() -> None:
