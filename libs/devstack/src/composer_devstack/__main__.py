@@ -70,6 +70,8 @@ from composer_devstack._stack import (
 )
 from composer_devstack._supervisor import Supervisor
 
+__all__ = ["SERVICES", "main"]
+
 log = logging.getLogger("composer.devstack")
 
 
