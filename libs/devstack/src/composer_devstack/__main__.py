@@ -63,6 +63,7 @@ from composer_devstack._stack import (
     STANDARD_ADMIN_BASE,
     Layout,
     claimed,
+    database_name,
     layout,
     layout_env,
     parse_base,
@@ -88,7 +89,7 @@ async def servers(
             f"no PostgreSQL answers at {host_of(env['COMPOSER_DATABASE_URL'])}: starting a private one under {state}/postgres",
         )
         private_pg = await asyncio.to_thread(start_private_postgres, state)
-        database = env["COMPOSER_DATABASE_URL"].rsplit("/", 1)[-1].split("?")[0]
+        database = database_name(env["COMPOSER_DATABASE_URL"])
         env["COMPOSER_DATABASE_URL"] = repo.database_url(private_pg.url, database)
         sup.say("devstack", f"private PostgreSQL on port {private_pg.port}")
     if not await redis_answers(env["COMPOSER_REDIS_URL"]):
@@ -105,7 +106,7 @@ async def servers(
 async def migrate(url: str, sup: Supervisor) -> None:
     """Create the stack's database if missing and bring its schema up to date."""
     if await repo.create_database_if_missing(url):
-        sup.say("devstack", f"created database {url.rsplit('/', 1)[-1]}")
+        sup.say("devstack", f"created database {database_name(url)}")
     conn = await repo.connect(url)
     try:
         applied = await repo.migrate(conn)
@@ -182,7 +183,7 @@ def banner(sup: Supervisor, env: dict[str, str], state: Path, plan: Layout) -> N
         f"workers   COMPOSER_WORKER_TOKEN={env['COMPOSER_WORKER_TOKEN']}   (your own workers, every queue)",
         f"gRPC      {env['COMPOSER_GRPC_ADDR']}   (your workers' coordinator address)",
         f"admin     ports {admin[0]}-{admin[-1]} (/healthz /readyz /metrics), in service order",
-        f"stack     database {env['COMPOSER_DATABASE_URL'].rsplit('/', 1)[-1]}, Redis prefix {env['COMPOSER_REDIS_PREFIX']}"
+        f"stack     database {database_name(env['COMPOSER_DATABASE_URL'])}, Redis prefix {env['COMPOSER_REDIS_PREFIX']}"
         f"; URLs in {state / STACK_FILE}",
         f"tokens    kept in {state / TOKENS_FILE} (mode 0600), reused on the next start",
         f'try       make demo   (or: {url}COMPOSER_API_TOKEN={token} composer start hello --input \'{{"url": "{api}/healthz", "name": "you"}}\' --wait)',

@@ -154,10 +154,15 @@ def _lock_folder() -> Path:
     return folder
 
 
+def database_name(url: str) -> str:
+    """The database ``url`` names (its path, without a query)."""
+    return urlsplit(url).path.lstrip("/")
+
+
 def database_key(url: str) -> str:
     """The database ``url`` names, as host:port/name (what two stacks must not share)."""
     parts = urlsplit(url)
-    return f"{parts.hostname or 'localhost'}:{parts.port or 5432}/{parts.path.lstrip('/')}"
+    return f"{parts.hostname or 'localhost'}:{parts.port or 5432}/{database_name(url)}"
 
 
 def redis_key(url: str, prefix: str) -> str:
