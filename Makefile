@@ -24,8 +24,10 @@ $(VENV_STAMP): pyproject.toml uv.lock $(wildcard libs/*/pyproject.toml)
 
 install: $(VENV_STAMP)  ## create .venv with every library and the dev tools
 
+# No `uv run` in between: the stack watches make itself (--parent-pid), so killing make,
+# even with SIGKILL, stops every service. COMPOSER_PORT_BASE moves its ports (README).
 run: $(VENV_STAMP)  ## the whole stack on this machine, supervised (Ctrl-C stops it); tokens in .state/tokens.env
-	$(UV) run --no-sync python -m composer_devstack
+	exec .venv/bin/python -m composer_devstack --parent-pid $$PPID
 
 # The API token: COMPOSER_API_TOKEN if set, else the one `make run` made (.state/tokens.env);
 # the API: COMPOSER_API_URL if set, else where `make run` listens (.state/stack.env), else 8080.

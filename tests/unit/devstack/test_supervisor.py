@@ -1,11 +1,14 @@
 """Issue 17, item 2: a service that cannot get its port stops the stack once, with the
 line that names the setting, instead of being restarted into the same wall; a crash
-with any other code is still restarted. The children are real processes."""
+with any other code is still restarted. Item 3: the children learn whom to die with,
+and the stack itself dies with `make run`. The children are real processes."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -51,7 +54,7 @@ async def test_another_crash_is_restarted(capsys: pytest.CaptureFixture[str]) ->
 
 
 async def test_children_learn_the_supervisors_pid(capsys: pytest.CaptureFixture[str]) -> None:
-    """What each service watches to die with the supervisor (composer_service.supervised)."""
+    """What each service watches to die with the supervisor (composer_common.supervised)."""
     sup = Supervisor(grace=7, fatal={0: "done"})
     code = (
         "import os; print(os.environ['COMPOSER_SUPERVISOR_PID'] == str(os.getppid()), "
@@ -60,3 +63,37 @@ async def test_children_learn_the_supervisors_pid(capsys: pytest.CaptureFixture[
     sup.add("child", [sys.executable, "-c", code], {})
     await asyncio.wait_for(sup.run(), 30)
     assert "| True 7\n" in capsys.readouterr().out
+
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_make_run_has_the_stack_watch_make_itself() -> None:
+    """No `uv run` between make and the stack, and its pid passed: killing make stops it."""
+    shown = subprocess.run(
+        ["make", "-n", "run"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.splitlines()[-1]
+    assert shown == "exec .venv/bin/python -m composer_devstack --parent-pid $PPID"
+
+
+def test_a_stack_whose_parent_is_already_gone_does_not_start(tmp_path: Path) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "composer_devstack",
+            "--state",
+            str(tmp_path),
+            "--parent-pid",
+            str(gone.pid),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert f"its parent (pid {gone.pid}) is gone" in done.stderr
+    assert not (tmp_path / "tokens.env").exists()  # nothing started

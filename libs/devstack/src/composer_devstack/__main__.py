@@ -37,6 +37,7 @@ from pathlib import Path
 
 import composer_repo as repo
 from composer_common.process import forbid_dumping
+from composer_common.supervised import die_with_parent
 from composer_devstack._embedded import (
     PrivatePostgres,
     PrivateRedis,
@@ -221,7 +222,17 @@ def main(argv: list[str] | None = None) -> int:
         help="admin ports (/healthz, /readyz, /metrics) are this + 0, 1, … in service order "
         f"(default: the port base + 2, or {STANDARD_ADMIN_BASE})",
     )
+    parser.add_argument(
+        "--parent-pid",
+        type=int,
+        default=None,
+        help="stop the stack when this process, our parent, dies (even by SIGKILL): "
+        "`make run` passes its own pid",
+    )
     args = parser.parse_args(argv)
+    if args.parent_pid is not None and not die_with_parent(args.parent_pid, grace=args.grace + 5):
+        print(f"composer up: its parent (pid {args.parent_pid}) is gone", file=sys.stderr)
+        return 1
     # it holds every token in its environment: no PYTHON node may read them (/proc/<pid>/environ)
     forbid_dumping()
     logging.basicConfig(level=logging.INFO)

@@ -5,7 +5,7 @@ A service exiting with one of the ``fatal`` codes (a port another process holds:
 ``composer_service.EXIT_PORT_IN_USE``) stops the stack with one line instead:
 restarting cannot fix it. Each service is told the supervisor's pid
 (COMPOSER_SUPERVISOR_PID) and stops when it dies, even by SIGKILL
-(``composer_service.supervised``).
+(``composer_common.supervised``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ another process exits 3 (``EXIT_PORT_IN_USE``): restarting cannot free it, so
 a supervisor stops rather than loop.
 
 Started by a supervisor (COMPOSER_SUPERVISOR_PID), the process dies with it
-(``supervised.py``).
+(``composer_common.supervised``).
 
 The loop is uvloop's unless COMPOSER_UVLOOP is false: the services spend much of
 their CPU in the event loop and its sockets, which uvloop does in C.
@@ -29,9 +29,9 @@ from uvloop import new_event_loop as new_uvloop
 
 import composer_repo as repo
 from composer_common.process import forbid_dumping
+from composer_common.supervised import die_with_parent
 from composer_service.errors import EXIT_PORT_IN_USE, PortInUse, StartupError
 from composer_service.settings import ServiceSettings
-from composer_service.supervised import die_with_parent
 
 __all__ = ["StartupError", "run"]
 

@@ -1,10 +1,10 @@
-"""A service started by a supervisor (``make run``) dies with it, even when it is SIGKILLed.
+"""A process started by a supervisor dies with it, even when it is SIGKILLed.
 
-The supervisor starts each service in its own session (Ctrl-C is the
+``make run``'s supervisor starts each service in its own session (Ctrl-C is the
 supervisor's to handle), so nothing else stops a service whose supervisor is
 gone: it ran on as an orphan, holding its ports, and the next ``make run``
-met them taken. So the supervisor passes its pid (COMPOSER_SUPERVISOR_PID)
-and each service, first thing:
+met them taken. So the supervisor passes its pid (COMPOSER_SUPERVISOR_PID,
+read by ``composer_service.run``) and each service, first thing:
 
 - on Linux asks the kernel for SIGTERM when its parent dies
   (``prctl(PR_SET_PDEATHSIG)``): it stops as on Ctrl-C, draining;
@@ -13,6 +13,9 @@ and each service, first thing:
 - watches its parent from a thread: elsewhere than Linux that thread sends
   the SIGTERM, and everywhere it SIGKILLs the process when the graceful stop
   outlasts ``grace`` (the supervisor, alive, would have done the same).
+
+``make run`` asks the same of the supervisor itself towards ``make``
+(``--parent-pid``), so killing ``make`` stops the whole stack.
 """
 
 from __future__ import annotations
