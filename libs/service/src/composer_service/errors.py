@@ -33,9 +33,9 @@ class PortInUse(StartupError):
 def listen_error(exc: BaseException, host: str, port: int, setting: str) -> StartupError:
     """The StartupError for ``exc``, raised while listening on ``host``:``port``:
     PortInUse when another process holds the port, else one naming the reason and
-    ``setting``. gRPC says only "Failed to bind", so the port is asked again here."""
-    taken = isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE
-    if taken or (not isinstance(exc, OSError) and port_taken(host, port)):
+    ``setting``. gRPC says only "Failed to bind" (no errno), so the port is asked again."""
+    code = exc.errno if isinstance(exc, OSError) else None
+    if code == errno.EADDRINUSE or (code is None and port_taken(host, port)):
         return PortInUse(port, setting)
     reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
     return StartupError(f"cannot listen on {host}:{port} ({reason}): set {setting}")
