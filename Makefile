@@ -24,17 +24,21 @@ $(VENV_STAMP): pyproject.toml uv.lock $(wildcard libs/*/pyproject.toml)
 
 install: $(VENV_STAMP)  ## create .venv with every library and the dev tools
 
+# No `uv run` in between: the stack watches make itself (--parent-pid), so killing make,
+# even with SIGKILL, stops every service. COMPOSER_PORT_BASE moves its ports (README).
 run: $(VENV_STAMP)  ## the whole stack on this machine, supervised (Ctrl-C stops it); tokens in .state/tokens.env
-	$(UV) run --no-sync python -m composer_devstack
+	exec .venv/bin/python -m composer_devstack --parent-pid $$PPID
 
-# The API token: COMPOSER_API_TOKEN if set, else the one `make run` made (.state/tokens.env).
+# The API token: COMPOSER_API_TOKEN if set, else the one `make run` made (.state/tokens.env);
+# the API: COMPOSER_API_URL if set, else where `make run` listens (.state/stack.env), else 8080.
 demo: $(VENV_STAMP)  ## with `make run` going in another terminal: apply examples/, run hello to the end
 	@token=$${COMPOSER_API_TOKEN:-$$(sed -n 's/^COMPOSER_API_TOKEN=//p' .state/tokens.env 2>/dev/null)}; \
 	if [ -z "$$token" ]; then \
 		echo "no API token: start 'make run' first (it makes .state/tokens.env), or set COMPOSER_API_TOKEN" >&2; exit 1; \
 	fi; \
 	export COMPOSER_API_TOKEN=$$token; \
-	api=$${COMPOSER_API_URL:-http://127.0.0.1:8080}; \
+	api=$${COMPOSER_API_URL:-$$(sed -n 's/^COMPOSER_API_URL=//p' .state/stack.env 2>/dev/null)}; \
+	export COMPOSER_API_URL=$${api:=http://127.0.0.1:8080}; \
 	$(UV) run --no-sync composer apply -f examples/hello.yaml -f examples/payment.yaml -f examples/price-check.yaml -f examples/order-fulfilment.yaml --deploy && \
 	$(UV) run --no-sync composer start hello --input "{\"url\": \"$$api/healthz\", \"name\": \"$${USER:-you}\"}" --wait
 

@@ -11,13 +11,7 @@ from __future__ import annotations
 
 import aiohttp
 
-from tests.integration.devstack.test_supervisor import (  # noqa: F401 (a fixture)
-    SERVICES,
-    Stack,
-    ready,
-    running_stack,
-    saved_tokens,
-)
+from tests.integration.devstack.conftest import SERVICES, Stack, ready, saved_tokens
 
 SNOOP = """
 import os
@@ -46,7 +40,7 @@ def main(input):
 
 
 async def test_a_python_node_reads_no_secret_of_the_stack(
-    running_stack: Stack,  # noqa: F811 (the fixture imported above)
+    running_stack: Stack,
     database_url: str,
 ) -> None:
     stack = running_stack
@@ -64,9 +58,9 @@ async def test_a_python_node_reads_no_secret_of_the_stack(
     }
     async with aiohttp.ClientSession() as session:
         await ready(session, f"{stack.api}/healthz")
-        for i in range(len(SERVICES)):
-            await ready(session, f"http://127.0.0.1:{stack.admin_base + i}/readyz")
-        tokens = saved_tokens(stack)  # written before the services started
+        for port in stack.admin_ports:
+            await ready(session, f"http://127.0.0.1:{port}/readyz")
+        tokens = saved_tokens(stack.state)  # written before the services started
         auth = {"Authorization": f"Bearer {tokens['COMPOSER_API_TOKEN']}"}
         async with session.post(
             f"{stack.api}/v1/workflows?deploy=true", json=definition, headers=auth

@@ -14,12 +14,20 @@ defaults (local servers, HTTP nodes allowed to call private addresses) and
 the tokens apply only where the environment sets nothing. Each service gets
 only the secrets it uses: the built-in workers hold no database URL and no
 API token.
+
+Ports: the standard ones (API 8080, gRPC 50051, admin 9100…), or with
+COMPOSER_PORT_BASE=N every one from N, and with them the database and Redis
+prefix (``_stack.py``), so a second stack runs beside the first; where it
+listens goes to <state>/stack.env. A port another process holds stops the
+stack with one line naming the setting. The services stop with this process,
+even when it is SIGKILLed.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import logging
 import os
@@ -29,6 +37,7 @@ from pathlib import Path
 
 import composer_repo as repo
 from composer_common.process import forbid_dumping
+from composer_common.supervised import die_with_parent
 from composer_devstack._embedded import (
     PrivatePostgres,
     PrivateRedis,
@@ -39,28 +48,40 @@ from composer_devstack._embedded import (
     start_private_postgres,
     start_private_redis,
 )
-from composer_devstack._secrets import TOKENS_FILE, load_tokens, service_env, stack_env
+from composer_devstack._secrets import (
+    DEFAULTS,
+    TOKENS_FILE,
+    load_tokens,
+    service_env,
+    stack_env,
+)
+from composer_devstack._stack import (
+    BASE_HINT,
+    EXIT_PORT_IN_USE,
+    PORTS_PER_STACK,
+    SERVICES,
+    STACK_FILE,
+    STANDARD_ADMIN_BASE,
+    Layout,
+    claimed,
+    database_name,
+    layout,
+    layout_env,
+    parse_base,
+    write_stack_file,
+)
 from composer_devstack._supervisor import Supervisor
 
-#: (name, module): every service of docs/architecture.md §1, in start order.
-SERVICES = (
-    ("coordinator", "composer_coordinator"),
-    ("outbox-enqueuer", "composer_outbox_enqueuer"),
-    ("timer", "composer_timer"),
-    ("lease-sweeper", "composer_lease_sweeper"),
-    ("partition-manager", "composer_partition_manager"),
-    ("workers", "composer_workers"),
-    ("api-gateway", "composer_api_gateway"),
-)
-ADMIN_PORT_BASE = 9100
+__all__ = ["SERVICES", "main"]
 
 log = logging.getLogger("composer.devstack")
 
 
-async def prepare(
+async def servers(
     env: dict[str, str], state: Path, sup: Supervisor
 ) -> tuple[PrivatePostgres | None, PrivateRedis | None]:
-    """Make sure PostgreSQL and Redis answer (starting private ones if needed), then migrate."""
+    """Make sure PostgreSQL and Redis answer, starting private ones if needed (the
+    stack's database name kept)."""
     private_pg: PrivatePostgres | None = None
     private_redis: PrivateRedis | None = None
     if not await postgres_answers(env["COMPOSER_DATABASE_URL"]):
@@ -69,7 +90,8 @@ async def prepare(
             f"no PostgreSQL answers at {host_of(env['COMPOSER_DATABASE_URL'])}: starting a private one under {state}/postgres",
         )
         private_pg = await asyncio.to_thread(start_private_postgres, state)
-        env["COMPOSER_DATABASE_URL"] = private_pg.url
+        database = database_name(env["COMPOSER_DATABASE_URL"])
+        env["COMPOSER_DATABASE_URL"] = repo.database_url(private_pg.url, database)
         sup.say("devstack", f"private PostgreSQL on port {private_pg.port}")
     if not await redis_answers(env["COMPOSER_REDIS_URL"]):
         sup.say(
@@ -79,9 +101,13 @@ async def prepare(
         private_redis = await start_private_redis(state)
         env["COMPOSER_REDIS_URL"] = private_redis.url
         sup.say("devstack", f"private Redis on port {private_redis.port}")
-    url = env["COMPOSER_DATABASE_URL"]
+    return private_pg, private_redis
+
+
+async def migrate(url: str, sup: Supervisor) -> None:
+    """Create the stack's database if missing and bring its schema up to date."""
     if await repo.create_database_if_missing(url):
-        sup.say("devstack", f"created database {url.rsplit('/', 1)[-1]}")
+        sup.say("devstack", f"created database {database_name(url)}")
     conn = await repo.connect(url)
     try:
         applied = await repo.migrate(conn)
@@ -93,51 +119,75 @@ async def prepare(
         if applied
         else "database schema is up to date",
     )
-    return private_pg, private_redis
 
 
 async def up(args: argparse.Namespace, state: Path) -> int:
-    env = stack_env(os.environ, load_tokens(state))
-    sup = Supervisor(grace=args.grace, width=max(len(n) for n, _ in SERVICES))
+    sup = Supervisor(
+        grace=args.grace,
+        width=max(len(n) for n, _ in SERVICES),
+        fatal={EXIT_PORT_IN_USE: f"a port of this stack is taken: stopping the stack; {BASE_HINT}"},
+    )
     try:
-        private_pg, private_redis = await prepare(env, state, sup)
-    except (SetupError, repo.RepoError) as exc:
+        plan = layout(parse_base(args.port_base), args.admin_base)
+    except SetupError as exc:
         sup.say("devstack", f"cannot start: {exc}", 31)
         return 2
+    defaults = layout_env(plan, DEFAULTS["COMPOSER_DATABASE_URL"])
+    env = stack_env(os.environ, load_tokens(state), defaults)
+    private_pg: PrivatePostgres | None = None
+    private_redis: PrivateRedis | None = None
     try:
-        missing = []
-        for i, (name, module) in enumerate(SERVICES):
-            if importlib.util.find_spec(module) is None:
-                missing.append(name)
-                continue
-            child_env = service_env(name, env) | {"COMPOSER_ADMIN_PORT": str(args.admin_base + i)}
-            sup.add(name, [sys.executable, "-m", module], child_env)
-        if missing:
-            sup.say("devstack", f"not installed, not started: {', '.join(missing)}", 33)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, sup.stop)
-        banner(sup, env, state)
-        await sup.run()
-        sup.say("devstack", "every service stopped")
+        with contextlib.ExitStack() as held:
+            try:
+                private_pg, private_redis = await servers(env, state, sup)
+                held.enter_context(claimed(env, state))
+                await migrate(env["COMPOSER_DATABASE_URL"], sup)
+            except (SetupError, repo.RepoError) as exc:
+                sup.say("devstack", f"cannot start: {exc}", 31)
+                return 2
+            missing = []
+            for i, (name, module) in enumerate(SERVICES):
+                if importlib.util.find_spec(module) is None:
+                    missing.append(name)
+                    continue
+                child_env = service_env(name, env) | {
+                    "COMPOSER_ADMIN_PORT": str(plan.admin_ports[i])
+                }
+                sup.add(name, [sys.executable, "-m", module], child_env)
+            if missing:
+                sup.say("devstack", f"not installed, not started: {', '.join(missing)}", 33)
+            loop = asyncio.get_running_loop()
+            # SIGHUP: the terminal closed; stop the services as on Ctrl-C
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                loop.add_signal_handler(sig, sup.stop)
+            write_stack_file(state, env, plan)
+            banner(sup, env, state, plan)
+            await sup.run()
+            sup.say("devstack", "every service stopped")
     finally:
         if private_redis is not None:
             await private_redis.stop()
         if private_pg is not None:
             await asyncio.to_thread(private_pg.stop)
-    return 0
+    return sup.failure or 0
 
 
-def banner(sup: Supervisor, env: dict[str, str], state: Path) -> None:
+def banner(sup: Supervisor, env: dict[str, str], state: Path, plan: Layout) -> None:
     api = f"http://127.0.0.1:{env['COMPOSER_API_PORT']}"
     token = env["COMPOSER_API_TOKENS"].split(",")[0].rpartition(":")[0]
+    admin = plan.admin_ports
+    url = "" if plan.base is None else f"COMPOSER_API_URL={api} "
     for line in (
         f"API       {api}   (docs: {api}/docs)",
         f"web UI    {api}/ui/   (sign in with the API token below)",
         f"API token {token}",
         f"workers   COMPOSER_WORKER_TOKEN={env['COMPOSER_WORKER_TOKEN']}   (your own workers, every queue)",
+        f"gRPC      {env['COMPOSER_GRPC_ADDR']}   (your workers' coordinator address)",
+        f"admin     ports {admin[0]}-{admin[-1]} (/healthz /readyz /metrics), in service order",
+        f"stack     database {database_name(env['COMPOSER_DATABASE_URL'])}, Redis prefix {env['COMPOSER_REDIS_PREFIX']}"
+        f"; URLs in {state / STACK_FILE}",
         f"tokens    kept in {state / TOKENS_FILE} (mode 0600), reused on the next start",
-        f'try       make demo   (or: COMPOSER_API_TOKEN={token} composer start hello --input \'{{"url": "{api}/healthz", "name": "you"}}\' --wait)',
+        f'try       make demo   (or: {url}COMPOSER_API_TOKEN={token} composer start hello --input \'{{"url": "{api}/healthz", "name": "you"}}\' --wait)',
         "stop      Ctrl-C",
     ):
         sup.say("devstack", line, 1)
@@ -158,12 +208,31 @@ def main(argv: list[str] | None = None) -> int:
         "--grace", type=float, default=15.0, help="seconds services get to stop on Ctrl-C"
     )
     parser.add_argument(
+        "--port-base",
+        default=os.environ.get("COMPOSER_PORT_BASE"),
+        help=f"every port of the stack from this one: API +0, gRPC +1, admin ports +2… "
+        f"({PORTS_PER_STACK} in all), and database composer_<base>, Redis prefix "
+        "composer-<base> (default: COMPOSER_PORT_BASE; unset: API 8080, gRPC 50051, "
+        f"admin {STANDARD_ADMIN_BASE}…, database and prefix composer)",
+    )
+    parser.add_argument(
         "--admin-base",
         type=int,
-        default=ADMIN_PORT_BASE,
-        help=f"admin ports (/healthz, /readyz, /metrics) are this + 0, 1, … in service order (default {ADMIN_PORT_BASE})",
+        default=None,
+        help="admin ports (/healthz, /readyz, /metrics) are this + 0, 1, … in service order "
+        f"(default: the port base + 2, or {STANDARD_ADMIN_BASE})",
+    )
+    parser.add_argument(
+        "--parent-pid",
+        type=int,
+        default=None,
+        help="stop the stack when this process, our parent, dies (even by SIGKILL): "
+        "`make run` passes its own pid",
     )
     args = parser.parse_args(argv)
+    if args.parent_pid is not None and not die_with_parent(args.parent_pid, grace=args.grace + 5):
+        print(f"composer up: its parent (pid {args.parent_pid}) is gone", file=sys.stderr)
+        return 1
     # it holds every token in its environment: no PYTHON node may read them (/proc/<pid>/environ)
     forbid_dumping()
     logging.basicConfig(level=logging.INFO)

@@ -105,15 +105,18 @@ def _write(path: Path, values: Mapping[str, str]) -> None:
     os.replace(temporary, path)
 
 
-def stack_env(environ: Mapping[str, str], tokens: Tokens) -> dict[str, str]:
-    """The stack's environment: the development defaults and the generated tokens, under
+def stack_env(
+    environ: Mapping[str, str], tokens: Tokens, layout: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The stack's environment: the development defaults, the ports, database and Redis
+    prefix of its ``layout`` (``_stack.layout_env``) and the generated tokens, under
     whatever ``environ`` sets."""
     generated = {
         "COMPOSER_API_TOKENS": f"{tokens.api}:admin",
         "COMPOSER_WORKER_TOKEN": tokens.worker,
         "COMPOSER_BUILTIN_WORKER_TOKEN": tokens.builtin_worker,
     }
-    return {**DEFAULTS, **generated, **environ}
+    return {**DEFAULTS, **(layout or {}), **generated, **environ}
 
 
 def _workflow_secret(key: str) -> bool:

@@ -1,5 +1,12 @@
 """One process group of services: prefixed, coloured logs; crashed services restarted with
-backoff; SIGINT/SIGTERM stops them all (SIGTERM, then SIGKILL after a grace period)."""
+backoff; SIGINT/SIGTERM stops them all (SIGTERM, then SIGKILL after a grace period).
+
+A service exiting with one of the ``fatal`` codes (a port another process holds:
+``composer_service.EXIT_PORT_IN_USE``) stops the stack with one line instead:
+restarting cannot fix it. Each service is told the supervisor's pid
+(COMPOSER_SUPERVISOR_PID) and stops when it dies, even by SIGKILL
+(``composer_common.supervised``).
+"""
 
 from __future__ import annotations
 
@@ -30,9 +37,15 @@ class Service:
 
 
 class Supervisor:
-    def __init__(self, *, grace: float = 15.0, width: int = 10) -> None:
+    def __init__(
+        self, *, grace: float = 15.0, width: int = 10, fatal: Mapping[int, str] | None = None
+    ) -> None:
         self.services: list[Service] = []
         self.grace = grace
+        #: Exit code → what to say when a service exits with it, and stop every service.
+        self.fatal = dict(fatal or {})
+        #: The fatal exit code that stopped the stack (None: stopped by ``stop()``).
+        self.failure: int | None = None
         self._stopping = asyncio.Event()
         self._tty = sys.stdout.isatty()
         self._width = width
@@ -80,6 +93,11 @@ class Supervisor:
                     await pump
             if self._stopping.is_set():
                 return
+            if code in self.fatal:
+                self.failure = code
+                self.say(service.name, f"exited with code {code}: {self.fatal[code]}", 31)
+                self.stop()
+                return
             if time.monotonic() - service.started_at > 60:
                 backoff.reset()  # it ran a good while: a fresh failure, not a crash loop
             delay = backoff.next()
@@ -93,9 +111,13 @@ class Supervisor:
                 await asyncio.wait_for(self._stopping.wait(), delay)
 
     async def _start(self, service: Service) -> None:
+        watched = {
+            "COMPOSER_SUPERVISOR_PID": str(os.getpid()),
+            "COMPOSER_SUPERVISOR_GRACE": str(self.grace),
+        }
         service.process = await asyncio.create_subprocess_exec(
             *service.argv,
-            env=dict(service.env),
+            env={**service.env, **watched},
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,  # our Ctrl-C is for us; we stop the children ourselves

@@ -9,19 +9,23 @@ lives here and only here, so the worker SDK does not depend on it.
 
 from composer_common.process import forbid_dumping
 from composer_service.admin import Check, serve_admin
-from composer_service.entry import StartupError, run
+from composer_service.entry import run
+from composer_service.errors import EXIT_PORT_IN_USE, PortInUse, StartupError, listen_error
 from composer_service.runtime import Runtime, RuntimeConfig, serving
 from composer_service.settings import ServerSettings, ServiceSettings
 from composer_service.signals import sleep_or_stop, stop_on_signals
 
 __all__ = [
+    "EXIT_PORT_IN_USE",
     "Check",
+    "PortInUse",
     "Runtime",
     "RuntimeConfig",
     "ServerSettings",
     "ServiceSettings",
     "StartupError",
     "forbid_dumping",
+    "listen_error",
     "run",
     "serve_admin",
     "serving",

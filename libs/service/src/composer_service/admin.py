@@ -16,6 +16,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from composer_service.errors import listen_error
+
 log = logging.getLogger(__name__)
 
 Check = Callable[[], Awaitable[object]]
@@ -51,14 +53,19 @@ def admin_app(checks: Mapping[str, Check], *, check_timeout: float = 3.0) -> web
 async def serve_admin(
     port: int | None, checks: Mapping[str, Check], *, host: str = "127.0.0.1"
 ) -> AsyncIterator[int | None]:
-    """Serve the admin routes on ``port`` for the block (None: no admin port); yields the port bound."""
+    """Serve the admin routes on ``port`` for the block (None: no admin port); yields the port
+    bound. PortInUse (naming COMPOSER_ADMIN_PORT) when another process holds it."""
     if port is None:
         yield None
         return
     runner = web.AppRunner(admin_app(checks), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise listen_error(exc, host, port, "COMPOSER_ADMIN_PORT") from exc
     bound = int(runner.addresses[0][1])  # the port 0 became
     log.info("admin port %d: /healthz /readyz /metrics", bound)
     try:

@@ -73,6 +73,11 @@ class ServiceSettings(BaseSettings):
     #: Run the service on uvloop's event loop (less CPU per call than asyncio's own);
     #: false: asyncio's (read by ``composer_service.run``).
     uvloop: bool = True
+    #: COMPOSER_SUPERVISOR_PID: the supervisor that started this process (``make run``
+    #: sets it); the service stops when it dies, even by SIGKILL (``composer_common.supervised``).
+    supervisor_pid: int | None = None
+    #: How long the service may take to stop after its supervisor died before it is killed.
+    supervisor_grace: float = 15.0
 
     @property
     def json_logs(self) -> bool | None:

@@ -17,7 +17,7 @@ from composer_api_gateway.hosts import parse_hosts
 from composer_api_gateway.settings import GatewaySettings
 from composer_api_gateway.state import GatewayConfig
 from composer_engine.sealing import sealer_from
-from composer_service import StartupError, run, serving
+from composer_service import StartupError, listen_error, run, serving
 from composer_service.tokens import check_tokens
 
 log = logging.getLogger("composer.api")
@@ -71,9 +71,8 @@ async def serve(settings: GatewaySettings) -> None:
             try:
                 await site.start()
             except OSError as exc:
-                raise StartupError(
-                    f"cannot listen on {settings.api_host}:{settings.api_port} ({exc.strerror}); "
-                    "set COMPOSER_API_PORT to a free port"
+                raise listen_error(
+                    exc, settings.api_host, settings.api_port, "COMPOSER_API_PORT"
                 ) from exc
             log.info("serving the REST API on http://%s:%d", settings.api_host, settings.api_port)
             await rt.stop.wait()

@@ -11,7 +11,7 @@ from composer_coordinator.settings import CoordinatorSettings
 from composer_coordinator.tokens import TokenConfigError, WorkerTokens
 from composer_engine import Engine
 from composer_engine.sealing import sealer_from
-from composer_service import StartupError, run, serving
+from composer_service import StartupError, listen_error, run, serving
 
 log = logging.getLogger("composer.coordinator")
 
@@ -67,15 +67,19 @@ async def serve(settings: CoordinatorSettings) -> None:
             max_output_bytes=settings.max_output_bytes,
             sealer=sealer,
         )
-        server, port = await start_server(
-            engine,
-            address=settings.grpc_addr,
-            token=settings.worker_token,
-            tokens=settings.worker_tokens,
-            builtin_token=settings.builtin_worker_token,
-            max_lease_seconds=settings.max_lease_seconds,
-            tls=tls,
-        )
+        try:
+            server, port = await start_server(
+                engine,
+                address=settings.grpc_addr,
+                token=settings.worker_token,
+                tokens=settings.worker_tokens,
+                builtin_token=settings.builtin_worker_token,
+                max_lease_seconds=settings.max_lease_seconds,
+                tls=tls,
+            )
+        except (OSError, RuntimeError) as exc:  # grpc: RuntimeError("Failed to bind to address …")
+            host, _, port_text = settings.grpc_addr.rpartition(":")
+            raise listen_error(exc, host.strip("[]"), int(port_text), "COMPOSER_GRPC_ADDR") from exc
         log.info(
             "serving the worker protocol on %s (port %d, %s)",
             settings.grpc_addr,

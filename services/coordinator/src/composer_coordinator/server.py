@@ -26,11 +26,14 @@ def max_message_bytes(engine: Engine) -> int:
 
 
 def server_options(engine: Engine) -> list[tuple[str, int]]:
-    """Set explicitly: gRPC's defaults (4 MiB received, unlimited sent) are not ours."""
+    """Set explicitly: gRPC's defaults (4 MiB received, unlimited sent) are not ours; nor
+    is its SO_REUSEPORT, which let a second coordinator (a second ``make run``) bind the
+    same port and take half of the first one's workers instead of failing."""
     limit = max_message_bytes(engine)
     return [
         ("grpc.max_receive_message_length", limit),
         ("grpc.max_send_message_length", limit),
+        ("grpc.so_reuseport", 0),
     ]
 
 
