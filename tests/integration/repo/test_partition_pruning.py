@@ -49,6 +49,7 @@ PRUNED: dict[str, tuple[Any, ...]] = {
     "record_cancelled_by": ("name",),
     "record_retried_by": ("name",),
     "record_signal_sender": (T, "name"),
+    "unserved_queues": (30.0,),
 }
 
 #: Statements on partitioned tables that do not (and need not) name one run.
