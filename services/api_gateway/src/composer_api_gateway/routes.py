@@ -14,7 +14,7 @@ from typing import Literal
 from aiohttp import web
 from pydantic import BaseModel
 
-from composer_api_gateway import definitions, ops, runs
+from composer_api_gateway import definitions, ops, runs, workers
 from composer_api_gateway.auth import Role
 from composer_api_gateway.models import (
     CancelRun,
@@ -31,6 +31,7 @@ from composer_api_gateway.models import (
     SignalDelivered,
     StartRun,
     VersionDetail,
+    WorkerList,
     WorkflowDeleted,
     WorkflowDetail,
     WorkflowList,
@@ -229,6 +230,20 @@ ROUTES: tuple[Route, ...] = (
         errors=(400, 404, 409, 413, 503),
         description="The node and everything after it run again. A run with active tasks "
         "answers 409.",
+    ),
+    Route(
+        "GET",
+        "/v1/workers",
+        workers.list_workers,
+        "The workers and the queues they serve",
+        "operations",
+        Role.VIEWER,
+        {200: WorkerList},
+        errors=(503,),
+        description="From the heartbeats SDK workers send every few seconds: each worker's "
+        "host, queues, concurrency, tasks in flight and when it was last seen. LOST: no "
+        "heartbeat within COMPOSER_WORKER_LIVE_SECONDS; STOPPED: it stopped on purpose. A "
+        "run's task waiting on a queue no live worker serves carries a `waiting_hint`.",
     ),
     Route(
         "GET",

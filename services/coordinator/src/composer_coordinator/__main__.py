@@ -75,6 +75,7 @@ async def serve(settings: CoordinatorSettings) -> None:
             builtin_token=settings.builtin_worker_token,
             max_lease_seconds=settings.max_lease_seconds,
             tls=tls,
+            heartbeat_write_seconds=settings.heartbeat_write_seconds,
         )
         log.info(
             "serving the worker protocol on %s (port %d, %s)",
