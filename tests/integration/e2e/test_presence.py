@@ -22,7 +22,9 @@ TEAM_A = "team-a-presence-token"
 STARTED = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
 
 
-def beat(worker_id: str, *queues: str, state: int = pb.WORKER_STATE_SERVING) -> pb.HeartbeatRequest:
+def beat(
+    worker_id: str, *queues: str, state: pb.WorkerState.ValueType = pb.WORKER_STATE_SERVING
+) -> pb.HeartbeatRequest:
     return pb.HeartbeatRequest(
         worker_id=worker_id,
         host="h",
