@@ -14,10 +14,14 @@ STARTED = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
 
 
 def beat(
-    worker_id: str, *queues: str, state: repo.WorkerState = "SERVING", in_flight: int = 0
+    worker_id: str,
+    *queues: str,
+    state: repo.WorkerState = "SERVING",
+    in_flight: int = 0,
+    started: dt.datetime = STARTED,
 ) -> repo.WorkerBeat:
     return repo.WorkerBeat(
-        worker_id, "host-1", tuple(queues), 8, in_flight, "0.1.0", state, STARTED
+        worker_id, "host-1", tuple(queues), 8, in_flight, "0.1.0", state, started
     )
 
 
@@ -57,6 +61,19 @@ async def test_a_stopped_worker_stays_stopped(conn: repo.Connection) -> None:
     stopped = (await workers_by_id(conn))[w]
     assert stopped.state == "STOPPED" and stopped.stopped_at is not None
     assert stopped.in_flight == 0
+
+
+async def test_a_new_process_under_a_stopped_workers_name_takes_its_row_over(
+    conn: repo.Connection,
+) -> None:
+    w = name()
+    await repo.record_worker_heartbeat(conn, beat(w, "payments", state="STOPPED"))
+    restarted = STARTED + dt.timedelta(minutes=1)
+
+    assert await repo.record_worker_heartbeat(conn, beat(w, "payments", started=restarted))
+
+    row = (await workers_by_id(conn))[w]
+    assert (row.state, row.stopped_at, row.started_at) == ("SERVING", None, restarted)
 
 
 async def test_prune_drops_only_workers_unseen_that_long(conn: repo.Connection) -> None:

@@ -17,7 +17,8 @@ from composer_repo._sql import q
 
 @translated
 async def record_worker_heartbeat(conn: Connection, beat: WorkerBeat) -> bool:
-    """Upsert the worker's row; False when it had already stopped (a late beat, dropped)."""
+    """Upsert the worker's row; False when this process had already said it stopped
+    (a late beat, dropped). A later ``started_at`` is a new process: it is recorded."""
     written = await conn.fetchval(
         q("record_worker_heartbeat"),
         beat.worker_id,

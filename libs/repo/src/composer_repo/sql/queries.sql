@@ -707,8 +707,10 @@ VALUES ($1, $2, $3, $4);
 
 -- name: record_worker_heartbeat
 -- One worker's beat: its row, created or brought up to date. A worker that said
--- it STOPPED stays stopped: a beat that arrives after that (sent before it) is
--- dropped. Written at most every few seconds per worker (the coordinator).
+-- it STOPPED stays stopped: a beat of the same process that arrives after that
+-- (sent before it) is dropped; a new process under the same name (a later
+-- started_at) takes the row over. Written at most every few seconds per worker
+-- (the coordinator).
 INSERT INTO workers AS w (id, host, queues, concurrency, in_flight, sdk_version, state,
                           started_at, last_seen_at, stopped_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now(), CASE WHEN $7 = 'STOPPED' THEN now() END)
@@ -722,7 +724,7 @@ ON CONFLICT (id) DO UPDATE
        started_at = EXCLUDED.started_at,
        last_seen_at = EXCLUDED.last_seen_at,
        stopped_at = EXCLUDED.stopped_at
- WHERE w.state <> 'STOPPED'
+ WHERE w.state <> 'STOPPED' OR EXCLUDED.started_at > w.started_at
 RETURNING 1;
 
 -- name: list_workers
