@@ -98,3 +98,24 @@ async def test_a_worker_is_written_at_most_every_write_every_unless_it_stops(
 
     row = await recorded(stack, worker_id)
     assert row is not None and row.state == "STOPPED" and row.stopped_at is not None
+
+
+async def test_writing_a_beat_now_and_then_forgets_workers_unseen_for_a_day(
+    stack: Stack,
+) -> None:
+    old, new = f"w-{uuid.uuid4().hex[:8]}", f"w-{uuid.uuid4().hex[:8]}"
+    async with repo.transaction(stack.pool) as conn:
+        await repo.record_worker_heartbeat(
+            conn, repo.WorkerBeat(old, "h", ("q",), 1, 0, "test", "SERVING", STARTED)
+        )
+        await conn.execute(
+            "UPDATE workers SET last_seen_at = now() - interval '25 hours' WHERE id = $1", old
+        )
+    presence = Presence(stack.pool)
+
+    assert await presence.record(
+        repo.WorkerBeat(new, "h", ("q",), 1, 0, "test", "SERVING", STARTED)
+    )
+
+    assert await recorded(stack, old) is None
+    assert await recorded(stack, new) is not None
