@@ -149,4 +149,3 @@ async def test_finished_tasks_carry_no_hint(live: Live) -> None:
     await live.stack.wait_run(run_id)
 
     assert (await task_of(live, run_id))["waiting_hint"] is None
-
