@@ -27,12 +27,18 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 async def composer(
-    live: Live | None, *args: str, token: str | None = TOKENS["admin"], url: str | None = None
+    live: Live | None,
+    *args: str,
+    token: str | None = TOKENS["admin"],
+    url: str | None = None,
+    columns: int | None = None,
 ) -> Result:
     env = {
         "COMPOSER_API_URL": url or (live.gateway.url if live else "http://127.0.0.1:9"),
         "COMPOSER_API_TOKEN": token or "",
     }
+    if columns is not None:
+        env["COLUMNS"] = str(columns)
     runner = CliRunner()
     return await asyncio.to_thread(runner.invoke, app, list(args), env=env)
 
@@ -82,6 +88,21 @@ async def test_apply_start_wait_get_and_runs(live: Live, shop: str, tmp_path: Pa
     assert listed.exit_code == 0 and run_id in listed.output
     workflows = await composer(live, "workflows")
     assert "price-check" in workflows.output
+
+    # --json: stdout is the API's document alone, for scripts
+    as_json = await composer(
+        live, "start", "price-check", "--input", json.dumps({"url": shop}), "--json"
+    )
+    assert as_json.exit_code == 0, as_json.output
+    started_run = json.loads(as_json.stdout)
+    assert started_run["created"] is True and started_run["status"] in ("PENDING", "RUNNING")
+    uuid.UUID(started_run["run_id"])
+    waited = await composer(
+        live, "start", "price-check", "--input", json.dumps({"url": shop}), "--json", "--wait"
+    )
+    assert waited.exit_code == 0, waited.output
+    finished = json.loads(waited.stdout)
+    assert finished["status"] == "SUCCEEDED" and finished["output"]["quote"]["total"] == 108.0
 
     again = await composer(
         live, "start", "price-check", "--input", json.dumps({"url": shop}), "--idempotency-key", "k"
@@ -135,8 +156,8 @@ async def test_retry_a_failed_run_from_a_node(live: Live, tmp_path: Path) -> Non
 
     async def flaky(ctx: TaskContext, input: dict[str, Any]) -> dict[str, Any]:
         calls.append(ctx.attempt)
-        if len(calls) == 1:
-            raise PermanentError("the bank said no")
+        if len(calls) == 1:  # a message of several lines, as a traceback is
+            raise PermanentError("the bank said no\ncard 4242: insufficient funds\nref 42")
         return {"charged": input["amount"]}
 
     live.stack.worker({"bank": flaky})
@@ -156,8 +177,18 @@ async def test_retry_a_failed_run_from_a_node(live: Live, tmp_path: Path) -> Non
     assert (await composer(live, "apply", "-f", str(path), "--deploy")).exit_code == 0
     failed = await composer(live, "start", "cli-retry", "--input", '{"amount": 5}', "--wait")
     assert failed.exit_code == 1, failed.output
-    assert "charge FAILED" in failed.output and "the bank said no" in failed.output
+    assert "charge FAILED: the bank said no…\n" in failed.output
+    # the whole error once (in the run's header), not once per place it shows
+    assert failed.output.count("insufficient funds") == 1, failed.output
+    assert "error: node charge failed: the bank said no\ncard 4242" in failed.output
     run_id = failed.output.split()[1]
+    watched = await composer(live, "watch", run_id)
+    assert watched.exit_code == 1 and watched.output.count("ref 42") == 1, watched.output
+
+    listed = await composer(live, "runs", "--workflow", "cli-retry", columns=160)
+    [row] = [line for line in listed.output.splitlines() if run_id in line]
+    assert row.endswith("node charge failed: the bank said no…")
+    assert len(listed.output.splitlines()) == 2  # the header and the run's one line
     retried = await composer(live, "retry", run_id, "--from", "charge", "--wait")
     assert retried.exit_code == 0, retried.output
     assert "run SUCCEEDED" in retried.output
@@ -183,6 +214,18 @@ async def test_clear_messages_for_common_mistakes(live: Live, tmp_path: Path) ->
     invalid = await composer(live, "apply", "-f", str(broken))
     assert invalid.exit_code == 1
     assert "nodes[0].spec.url" in invalid.output and "nodes[1].id" in invalid.output
+    # an unknown type is one problem among the others, not the only one reported
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(
+        "id: typo\nnodes:\n  - {id: a, type: HTTPS, spec: {url: 'https://example.com'}}\n"
+        "  - {id: b, type: PYTHON}\n  - {id: c, type: WAIT, spec: {duration_seconds: 1}}\n"
+        "edges:\n  - {from: a, to: b}\n  - {from: b, to: c}\n  - {from: c, to: nowhere}\n"
+    )
+    all_three = await composer(live, "apply", "-f", str(typo))
+    assert all_three.exit_code == 1
+    assert "the definition is invalid (3 problem(s))" in all_three.output
+    for path in ("nodes[0].type: unknown value 'HTTPS'", "nodes[1].spec.code", "edges[2].to"):
+        assert path in all_three.output
 
     missing = await composer(live, "get", "0190a000-0000-7000-8000-000000000000")
     assert missing.exit_code == 1 and "does not exist" in missing.output

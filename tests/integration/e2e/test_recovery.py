@@ -175,6 +175,14 @@ async def test_a_queued_task_whose_stream_was_lost_is_dispatched_again(
     # the redispatch publishes before the sweeper counts it (the stack is shared with
     # other tests of this module: their lost dispatches count too)
     await eventually(lambda: sweeper.totals.redispatched >= 1, what="the sweeper counted it")
+    # the run's history says it was dispatched twice, the second time because it was lost
+    async with repo.transaction(s.pool) as conn:
+        history = await repo.run_history(conn, started.run_id)
+    dispatched = [h.detail for h in history if h.kind == "task.dispatched"]
+    assert dispatched == [
+        {"queue": "nobody", "not_before": dispatched[0]["not_before"]},
+        {"queue": "nobody", "again": "its message was lost"},
+    ]
 
 
 async def test_a_task_delivered_too_often_fails_for_good(database_url: str, redis_url: str) -> None:

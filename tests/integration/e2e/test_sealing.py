@@ -78,7 +78,13 @@ async def raw_rows(pool: repo.Pool, run_id: str) -> list[str]:
     """Every row of the run, as PostgreSQL stores it (no codec, no opening)."""
     async with pool.acquire() as conn:
         rows = []
-        for table in ("workflow_runs", "task_instances", "workflow_events", "outbox"):
+        for table in (
+            "workflow_runs",
+            "task_instances",
+            "workflow_events",
+            "outbox",
+            "run_history",
+        ):
             column = "id" if table == "workflow_runs" else "run_id"
             rows += [
                 r[0]
@@ -152,6 +158,14 @@ async def test_rows_and_stream_entries_hold_no_plaintext_payload(sealed: Stack) 
     assert (signal.sent_by, signal.consumed_by) == ("ops", "approve")
     shown = opened.buffered_signal(sealed.engine.sealer, started.run_id, signal)
     assert shown.payload == {"by": SECRET}
+    # the history's details (the start's input, the declined attempt's error) open too
+    async with repo.transaction(sealed.pool) as conn:
+        history = await repo.run_history(conn, started.run_id)
+    details = {
+        h.kind: opened.shown(sealed.engine.sealer, started.run_id, h.detail) for h in history
+    }
+    assert details["run.started"]["input"] == {"card": SECRET}
+    assert details["task.retry_scheduled"]["error"] == f"card {SECRET} declined"
 
 
 async def test_after_a_rotation_old_runs_open_and_new_runs_use_the_new_key(

@@ -52,7 +52,8 @@ async def test_partitions_exist_for_this_month_and_three_ahead(pconn: repo.Conne
         r["relname"]
         for r in await pconn.fetch("SELECT relname FROM pg_class WHERE relname LIKE '%\\_p2%'")
     }
-    for table in ("workflow_runs", "task_instances", "workflow_events"):
+    # every run-scoped table: run_history (V009) is found in the catalogue, not listed
+    for table in ("workflow_runs", "task_instances", "workflow_events", "run_history"):
         assert {f"{table}_p{s}" for s in expected} <= tables
     assert await repo.ensure_partitions(pconn, months_ahead=3) == 0  # idempotent
 
@@ -112,8 +113,9 @@ async def test_dropping_expired_months_keeps_one_with_an_active_run(pconn: repo.
     months = await repo.list_partitions(pconn)
     assert suffix(finished_month) not in months
     assert suffix(active_month) in months
+    assert await pconn.fetchval("SELECT to_regclass($1)", f"run_history_p{suffix(active_month)}")
     assert suffix(now) in months  # the current month is never "expired" here
-    for table in ("task_instances", "workflow_events"):
+    for table in ("task_instances", "workflow_events", "run_history"):
         assert (
             await pconn.fetchval("SELECT to_regclass($1)", f"{table}_p{suffix(finished_month)}")
             is None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from playwright.async_api import expect
+from playwright.async_api import Page, expect
 
 from composer_api_gateway.auth import Role, default_name
 from composer_sdk import PermanentError, TaskContext
@@ -221,7 +221,9 @@ async def test_a_viewer_sees_no_action_buttons(ui: Ui) -> None:
     # its error, input and output are withheld from a viewer, and the page says so
     await expect(ui.page.locator("#node-details .redacted")).to_have_text(["redacted"] * 3)
     assert await ui.page.locator("#node-error").count() == 0
-    assert await ui.page.locator("#main button").count() == 0
+    # the Graph and Timeline tabs only change the view: no button that acts
+    assert await ui.page.locator("#main button:not([role=tab])").count() == 0
+    assert await ui.page.locator("#main button[role=tab]").count() == 2
     await ui.page.click("#nav >> text=Workflows")
     await ui.page.click("#workflows >> text=ui-fork")
     await expect(ui.page.locator("#preview g.node")).to_have_count(len(FORK_JOIN["nodes"]))
@@ -241,3 +243,52 @@ async def test_a_wrong_token_is_refused_with_a_clear_message(ui: Ui) -> None:
     await ui.page.evaluate("sessionStorage.setItem('composer.token', 'rotated-away')")
     await ui.page.click("#nav >> text=Workflows")
     await expect(ui.page.locator("#signin-error")).to_contain_text("unknown API token")
+
+
+async def test_a_run_link_opens_the_run_after_sign_in_and_remember_me_spans_tabs(ui: Ui) -> None:
+    await deploy(ui.gateway, waiting_workflow("ui-link", event="go"))
+    run_id = (await ui.gateway.call("POST", "/v1/runs", json={"workflow_id": "ui-link"})).body[
+        "run_id"
+    ]
+    link = f"{ui.gateway.url}/ui/#/runs/{run_id}"
+    await ui.page.goto(link)
+    await ui.page.fill("#token", TOKENS["operator"])
+    await ui.page.check("#remember")
+    await ui.page.click("#signin button[type=submit]")
+    # the run the link named, not the runs list
+    await expect(ui.page.locator("#run-status")).to_have_text("running")
+    await expect(ui.page.locator("#runs")).to_have_count(0)
+    assert ui.page.url == link
+    stored = "[localStorage.getItem('composer.token'), sessionStorage.getItem('composer.token')]"
+    assert await ui.page.evaluate(stored) == [TOKENS["operator"], None]
+
+    # remembered: another tab opens the link signed in
+    errors: list[str] = []
+
+    async def tab() -> Page:
+        page = await ui.page.context.new_page()
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        return page
+
+    other = await tab()
+    await other.goto(link)
+    await expect(other.locator("#run-status")).to_have_text("running")
+    await expect(other.locator("#role")).to_have_text("operator")
+    # signing out forgets it, for every tab opened afterwards
+    await other.click("#signout")
+    await expect(other.locator("#signin")).to_be_visible()
+    assert await other.evaluate(stored) == [None, None]
+    third = await tab()
+    await third.goto(link)
+    await expect(third.locator("#signin")).to_be_visible()
+    assert await third.locator("#remember").is_checked() is False
+
+    # not remembered (the default): this tab only
+    await third.fill("#token", TOKENS["viewer"])
+    await third.click("#signin button[type=submit]")
+    await expect(third.locator("#run-status")).to_have_text("running")
+    assert await third.evaluate(stored) == [None, TOKENS["viewer"]]
+    fourth = await tab()
+    await fourth.goto(link)
+    await expect(fourth.locator("#signin")).to_be_visible()
+    assert not errors, f"a tab raised: {errors}"

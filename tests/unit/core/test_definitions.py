@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from composer_core.errors import DefinitionInvalid, InvalidRequest
 from composer_core.model import (
@@ -132,6 +134,55 @@ def test_an_unknown_node_type_lists_the_known_ones() -> None:
     [problem] = problems(definition([{"id": "a", "type": "LAMBDA"}]))
     assert problem.startswith("nodes[0].type: unknown value 'LAMBDA'; expected 'HTTP'")
     assert "'WAIT_FOR_EVENT'" in problem
+
+
+def test_an_unknown_node_type_is_reported_with_every_other_problem() -> None:
+    # A typo in one node's type must not hide the graph and spec problems elsewhere:
+    # the user fixes them all in one round instead of one per apply.
+    doc = definition(
+        [
+            {"id": "fetch", "type": "HTTPS", "spec": {"url": "https://example.com"}},
+            {"id": "shout", "type": "PYTHON", "spec": {}},
+            task("done", timeout_seconds=-1),
+        ],
+        [("fetch", "shout"), ("shout", "done"), ("done", "nowhere")],
+    )
+    found = problems(doc)
+    assert found[0].startswith("nodes[0].type: unknown value 'HTTPS'; expected 'HTTP'")
+    assert sorted(found[1:]) == [
+        "edges[2].to: no node 'nowhere'",
+        "nodes[1].spec.code: required for PYTHON: a module that defines main(input)",
+        "nodes[2].timeout_seconds: Input should be greater than 0",
+    ]
+
+
+def test_the_unknown_typed_node_adds_no_guesses_about_its_type() -> None:
+    # Its spec, queue and edge conditions depend on the type nobody knows: none is judged.
+    doc = definition(
+        [
+            {"id": "a", "type": "LAMBDA", "spec": {"anything": "{{ input.x }}"}, "queue": "q"},
+            task("b"),
+        ],
+        [{"from": "a", "to": "b", "condition": "{{ true }}"}],
+    )
+    assert [p.split(":")[0] for p in problems(doc)] == ["nodes[0].type"]
+
+
+def test_a_shape_error_where_the_graph_needs_a_field_reports_the_shape_alone() -> None:
+    # With an edge's end or a node's id missing there is no graph to judge.
+    doc = definition([{"type": "LAMBDA"}, task("b")], [{"from": "b"}])
+    assert sorted(p.split(":")[0] for p in problems(doc)) == [
+        "edges[0].to",
+        "nodes[0].id",
+        "nodes[0].type",
+    ]
+
+
+def test_checking_beyond_the_shape_leaves_the_callers_mapping_alone() -> None:
+    doc = definition([{"id": "a", "type": "LAMBDA", "colour": "red"}, task("b")], [("a", "b")])
+    before = json.dumps(doc, sort_keys=True)
+    assert len(problems(doc)) == 2
+    assert json.dumps(doc, sort_keys=True) == before
 
 
 def test_a_definition_larger_than_the_limit_is_refused_before_parsing() -> None:
@@ -511,7 +562,8 @@ def test_retry_and_timeout_bounds() -> None:
                     retry={"max_attempts": 0, "multiplier": float("nan")},
                 ),
                 task("b", timeout_seconds=0),
-            ]
+            ],
+            [("a", "b")],  # else "start" is a problem too: every problem is reported at once
         )
     )
     assert sorted(p.split(":")[0] for p in found) == [
@@ -842,3 +894,45 @@ def test_yaml_alias_bomb_is_refused_before_it_is_built() -> None:
     )
     (problem,) = problems(bomb)
     assert problem == "the definition expands to more than 200000 values (through YAML aliases)"
+
+
+_any_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_node_fields = ("id", "type", "spec", "queue", "timeout_seconds", "retry", "name", "colour")
+_edge_fields = ("from", "to", "condition", "colour")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    nodes=st.lists(
+        st.fixed_dictionaries(
+            {
+                "id": st.sampled_from(["a", "b", "c", "1x"]),
+                "type": st.sampled_from(["TASK", "HTTP", "SWITCH", "LAMBDA", 3]),
+            },
+            optional=dict.fromkeys(_node_fields[2:], _any_json),
+        ),
+        max_size=4,
+    ),
+    edges=st.lists(
+        st.fixed_dictionaries(
+            {}, optional={f: st.sampled_from(["a", "b", "zz", 1]) | _any_json for f in _edge_fields}
+        ),
+        max_size=3,
+    ),
+    start=st.none() | _any_json,
+)
+def test_a_broken_definition_always_gets_a_list_of_problems(
+    nodes: list[dict[str, Any]], edges: list[dict[str, Any]], start: Any
+) -> None:
+    # Checking beyond a failed shape must never crash on what the shape let through.
+    doc: dict[str, Any] = {"id": "wf", "nodes": nodes, "edges": edges}
+    if start is not None:
+        doc["start"] = start
+    if not problems(doc):  # DefinitionInvalid is caught there; any other error fails
+        build_dag(parse_definition(doc))  # no problem: it builds

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from composer_sdk import Caller, TaskContext, run_handler
+from composer_sdk import Caller, TaskContext, run_handler_async
 from composer_sdk._handler import caller_of
 
 
@@ -39,7 +39,6 @@ async def test_run_handler_hands_the_caller_to_the_handler() -> None:
             return {"who": None}
         return {"who": ctx.caller.name, "ticket": ctx.caller.metadata.get("ticket")}
 
-    alone = await run_handler(who, {})
-    assert alone.output == {"who": None}
-    told = await run_handler(who, {}, caller=Caller("ci", "operator", {"ticket": "OPS-2"}))
-    assert told.output == {"who": "ci", "ticket": "OPS-2"}
+    assert await run_handler_async(who, {}) == {"who": None}
+    told = await run_handler_async(who, {}, caller=Caller("ci", "operator", {"ticket": "OPS-2"}))
+    assert told == {"who": "ci", "ticket": "OPS-2"}

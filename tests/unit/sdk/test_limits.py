@@ -16,7 +16,7 @@ from composer_sdk import TaskContext
 from composer_sdk._client import CALL_BYTES, MESSAGE_TOO_LARGE, too_large
 from composer_sdk._handler import Outcome
 from composer_sdk.errors import CoordinatorUnavailable, SdkError
-from composer_sdk.testing import run_handler
+from composer_sdk.testing import handler_outcome
 from tests.unit.sdk.fakes import FakeStub, client, rpc_error
 from tests.unit.sdk.test_worker import message, publish, running, stored, until
 
@@ -152,7 +152,7 @@ async def test_an_output_jsonb_cannot_store_fails_for_good(output: Any, where: s
     async def returns(ctx: TaskContext, input: Any) -> Any:
         return output
 
-    outcome = await run_handler(returns, {})
+    outcome = await handler_outcome(returns, {})
     assert (outcome.status, outcome.code, outcome.permanent) == ("FAILED", "bad_output", True)
     assert outcome.error == f"output is not storable as JSON: {where}"
 
@@ -161,7 +161,7 @@ async def test_a_backslash_u0000_in_text_is_storable() -> None:
     async def returns(ctx: TaskContext, input: Any) -> Any:
         return {"escaped": "\\u0000"}  # a backslash, then u0000: six characters
 
-    outcome = await run_handler(returns, {})
+    outcome = await handler_outcome(returns, {})
     assert outcome.status == "COMPLETED"
     assert outcome.output_json == '{"escaped":"\\\\u0000"}'
 
@@ -170,7 +170,7 @@ async def test_an_output_over_the_limit_fails_for_good_before_it_is_sent() -> No
     async def big(ctx: TaskContext, input: Any) -> Any:
         return {"blob": "x" * 2_000_000}
 
-    outcome = await run_handler(big, {})
+    outcome = await handler_outcome(big, {})
     assert (outcome.status, outcome.code, outcome.permanent) == (
         "FAILED",
         "output_too_large",

@@ -14,15 +14,25 @@ from typing import Any
 import httpx
 
 DEFAULT_URL = "http://127.0.0.1:8080"
+#: Answers that say the API is there but cannot serve now (a proxy before a restarting
+#: gateway, an overloaded one): worth asking again.
+_UNAVAILABLE = frozenset({502, 503, 504})
 
 
 class CliError(Exception):
-    """A failure to report as ``error: <message>`` (plus ``details`` lines) and exit 1."""
+    """A failure to report as ``error: <message>`` (plus ``details`` lines) and exit 1.
 
-    def __init__(self, message: str, details: list[str] | None = None) -> None:
+    ``transient``: the API could not be reached or did not answer (down, restarting,
+    overloaded), so the same request may succeed later; a refusal is never transient.
+    """
+
+    def __init__(
+        self, message: str, details: list[str] | None = None, *, transient: bool = False
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.details = details or []
+        self.transient = transient
 
 
 @dataclass
@@ -83,14 +93,17 @@ class ApiClient:
         except httpx.ConnectError as exc:
             raise CliError(
                 f"cannot reach the Composer API at {self.url} ({_reason(exc)}): is the api-gateway "
-                "running? Start the stack with `make run`, or point COMPOSER_API_URL at it"
+                "running? Start the stack with `make run`, or point COMPOSER_API_URL at it",
+                transient=True,
             ) from exc
         except httpx.TimeoutException as exc:
             raise CliError(
-                f"the Composer API at {self.url} did not answer in time ({exc})"
+                f"the Composer API at {self.url} did not answer in time ({exc})", transient=True
             ) from exc
         except httpx.HTTPError as exc:
-            raise CliError(f"talking to the Composer API at {self.url} failed: {exc}") from exc
+            raise CliError(
+                f"talking to the Composer API at {self.url} failed: {exc}", transient=True
+            ) from exc
         body = _body(response)
         if response.status_code in ok:
             return Answer(response.status_code, body)
@@ -120,7 +133,11 @@ class ApiClient:
                 details.append(f"{e.get('path')}: {e.get('message')}")
         if status == 422 and details:
             return CliError(f"the definition is invalid ({len(details)} problem(s)):", details)
-        return CliError(f"{detail} (HTTP {status})", details if status != 422 else [])
+        return CliError(
+            f"{detail} (HTTP {status})",
+            details if status != 422 else [],
+            transient=status in _UNAVAILABLE,
+        )
 
 
 def _reason(exc: httpx.ConnectError) -> str:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import functools
 import json
 import sys
+import time
 from collections.abc import Callable
+from importlib.metadata import version as package_version
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -29,6 +31,7 @@ from composer_cli.render import (
     workers_table,
     workflows_table,
 )
+from composer_cli.timeline import timeline
 
 app = typer.Typer(
     name="composer",
@@ -66,6 +69,12 @@ JsonOption = Annotated[
 ]
 
 
+def show_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"composer {package_version('composer-cli')}")
+        raise typer.Exit()
+
+
 @app.callback()
 def configure(
     ctx: typer.Context,
@@ -76,6 +85,15 @@ def configure(
         str,
         typer.Option("--token", envvar="COMPOSER_API_TOKEN", help="API token", show_default=False),
     ] = "",
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=show_version,
+            is_eager=True,
+            help="print the CLI's version and exit",
+        ),
+    ] = False,
 ) -> None:
     client = ApiClient(url, token)
     ctx.obj = client
@@ -173,6 +191,13 @@ def start(
         ),
     ] = None,
     wait: Annotated[bool, typer.Option(help="show progress until the run ends")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="print the API's JSON only: the started run, or with --wait the finished one",
+        ),
+    ] = False,
 ) -> None:
     """Start a run; with --wait, follow it and exit 1 unless it succeeds."""
     client = client_of(ctx)
@@ -189,10 +214,17 @@ def start(
             body[key] = value
     answer = client.call("POST", "/v1/runs", json=body)
     started = answer.body
+    if as_json:
+        # stdout is the JSON document alone, so a script can parse it as it is
+        finished = follow(client, started["run_id"], show=False) if wait else started
+        print_json(finished)
+        if wait:
+            exit_unless_succeeded(finished)
+        return
     note = "" if started["created"] else " (already started with this idempotency key)"
     out.print(f"run {started['run_id']} {started['status']}{note}")
     if wait:
-        follow(client, started["run_id"])
+        exit_unless_succeeded(follow(client, started["run_id"]))
 
 
 @command
@@ -204,7 +236,7 @@ def get(
     """Show a run and a table of its tasks."""
     body = client_of(ctx).call("GET", f"/v1/runs/{run}").body
     if as_json:
-        typer.echo(json.dumps(body, indent=2, ensure_ascii=False))
+        print_json(body)
     else:
         out.print(run_view(body))
 
@@ -212,7 +244,29 @@ def get(
 @command
 def watch(ctx: typer.Context, run: Annotated[str, typer.Argument(help="the run id")]) -> None:
     """Follow a run until it ends; exit 1 unless it succeeds."""
-    follow(client_of(ctx), run)
+    exit_unless_succeeded(follow(client_of(ctx), run))
+
+
+@command
+def history(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(help="the run id")],
+    as_json: Annotated[bool, typer.Option("--json", help="print the entries as JSON")] = False,
+) -> None:
+    """What happened to a run, oldest first: every event and attempt, who did what."""
+    client = client_of(ctx)
+    entries: list[dict[str, Any]] = []
+    params: dict[str, Any] = {"limit": 1000}
+    while True:
+        body = client.call("GET", f"/v1/runs/{run}/history", params=params).body
+        entries.extend(body["entries"])
+        if not body.get("next_cursor"):
+            break
+        params["cursor"] = body["next_cursor"]
+    if as_json:
+        typer.echo(json.dumps(entries, indent=2, ensure_ascii=False))
+    else:
+        out.print(timeline(entries))
 
 
 @command
@@ -236,7 +290,7 @@ def runs(
         params["cursor"] = cursor
     body = client_of(ctx).call("GET", "/v1/runs", params=params).body
     if as_json:
-        typer.echo(json.dumps(body, indent=2, ensure_ascii=False))
+        print_json(body)
         return
     out.print(runs_table(body["runs"]))
     if body.get("next_cursor"):
@@ -313,7 +367,7 @@ def retry(
     answer = client.call("POST", f"/v1/runs/{run}/retry", json=body).body
     out.print(f"run {answer['run_id']} {answer['status']} from {from_node}")
     if wait:
-        follow(client, run)
+        exit_unless_succeeded(follow(client, run))
 
 
 @command
@@ -358,7 +412,7 @@ def workers(
     """List the workers and the queues they serve (from their heartbeats)."""
     body = client_of(ctx).call("GET", "/v1/workers").body
     if as_json:
-        typer.echo(json.dumps(body, indent=2, ensure_ascii=False))
+        print_json(body)
         return
     if not body["workers"]:
         out.print("no worker has sent a heartbeat (in the last day)")
@@ -369,16 +423,40 @@ def workers(
 # -- following a run -------------------------------------------------------------
 
 
-def follow(client: ApiClient, run_id: str, *, poll: float = 2.0) -> None:
-    """Show the run until it is terminal; exit 1 unless it SUCCEEDED.
+def print_json(body: Any) -> None:
+    typer.echo(json.dumps(body, indent=2, ensure_ascii=False))
+
+
+#: How long ``follow`` keeps asking an API that stopped answering before it gives up.
+OUTAGE_SECONDS = 300.0
+
+
+def follow(
+    client: ApiClient,
+    run_id: str,
+    *,
+    poll: float = 2.0,
+    show: bool = True,
+    retry_delay: float = 1.0,
+    outage_seconds: float = OUTAGE_SECONDS,
+) -> dict[str, Any]:
+    """Show the run until it is terminal and return it as it ended.
 
     Each read is a long-poll of up to ``poll`` seconds, so the finish shows at
     once while progress refreshes every couple of seconds. A terminal gets a
-    live table; a pipe or log gets one line per change.
+    live table; a pipe or log gets one line per change, then the run once, so
+    its error (a traceback, say) is printed in full once. ``show=False``
+    prints nothing (``--json`` prints the end alone).
+
+    When the API stops answering after the first read (a restart, say), it is
+    asked again with backoff from ``retry_delay`` seconds, for up to
+    ``outage_seconds``: one line says so, one says when it answers again, so a
+    wait is not cut short by a blip and the error is not repeated per attempt.
     """
     previous: dict[str, Any] | None = None
+    answered = False
 
-    def read() -> dict[str, Any]:
+    def read_once() -> dict[str, Any]:
         answer = client.call(
             "GET",
             f"/v1/runs/{run_id}/result",
@@ -389,6 +467,38 @@ def follow(client: ApiClient, run_id: str, *, poll: float = 2.0) -> None:
         body: dict[str, Any] = answer.body
         return body
 
+    def read() -> dict[str, Any]:
+        nonlocal answered
+        began: float | None = None
+        delay = retry_delay
+        while True:
+            try:
+                run = read_once()
+            except CliError as exc:
+                if not answered or not exc.transient:
+                    raise
+                if began is None:
+                    began = time.monotonic()
+                    err.print(
+                        f"{exc.message}; asking again for up to {outage_seconds:g}s (Ctrl-C stops)",
+                        style="yellow",
+                    )
+                elif time.monotonic() - began >= outage_seconds:
+                    raise CliError(
+                        f"{exc.message}; gave up after {outage_seconds:g}s", transient=True
+                    ) from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 10.0)
+                continue
+            if began is not None:
+                err.print("the Composer API answers again", style="yellow")
+            answered = True
+            return run
+
+    if not show:
+        while (run := read())["status"] not in TERMINAL:
+            pass
+        return run
     if out.is_terminal:
         with Live(console=out, auto_refresh=False) as live:
             while True:
@@ -405,10 +515,15 @@ def follow(client: ApiClient, run_id: str, *, poll: float = 2.0) -> None:
             if run["status"] in TERMINAL:
                 break
         out.print(run_view(run))
+    if run["status"] == "SUCCEEDED" and run.get("output") is not None and out.is_terminal:
+        out.print(f"output: {compact(run['output'], 400)}")
+    return run
+
+
+def exit_unless_succeeded(run: dict[str, Any]) -> None:
+    """Exit 1 for a run that FAILED or was CANCELLED (scripts test the exit code)."""
     if run["status"] != "SUCCEEDED":
         raise typer.Exit(1)
-    if run.get("output") is not None and out.is_terminal:
-        out.print(f"output: {compact(run['output'], 400)}")
 
 
 def main() -> int:

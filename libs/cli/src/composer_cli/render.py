@@ -56,6 +56,21 @@ def compact(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def summary(text: str, limit: int = 120) -> str:
+    """An error as one line: its first non-blank line, cut to ``limit`` characters, with
+    an ellipsis when anything (more lines, or the rest of a long line) was left out.
+
+    A traceback or a multi-line message in a table cell would break the table's rows
+    and columns; the whole text stays in ``composer get RUN`` and ``--json``.
+    """
+    lines = [line.strip() for line in text.strip().splitlines()]
+    first = next((line for line in lines if line), "")
+    cut = len(first) > limit or sum(1 for line in lines if line) > 1
+    if not cut:
+        return first
+    return first[: limit - 1].rstrip() + "…"
+
+
 def audit_line(run: dict[str, Any]) -> Text | None:
     """Who started, cancelled and last retried the run (the names of their API tokens)."""
     parts = [
@@ -90,8 +105,12 @@ def signals_table(signals: list[dict[str, Any]]) -> Table:
 
 
 def run_view(run: dict[str, Any]) -> Group:
-    """The run's header, who acted on it, a table of its tasks (state, attempt, duration,
-    error) and one of its signals. Payloads the API redacted show as "redacted"."""
+    """The run's header, who acted on it, its error in full, a table of its tasks (state,
+    attempt, duration, each error's first line) and one of its signals. Payloads the API
+    redacted show as "redacted".
+
+    A run fails with its failed node's error, so a traceback is printed once, in the
+    header; the task table and progress lines carry its first line only."""
     head = Text.assemble(
         ("run ", "bold"),
         (run["run_id"], "bold"),
@@ -128,7 +147,7 @@ def run_view(run: dict[str, Any]) -> Group:
             styled(task["state"]),
             str(task["attempt"]),
             duration(task.get("started_at") or task.get("created_at"), task.get("finished_at")),
-            Text(_failed_error(task, task["state"] == "FAILED"), style="red"),
+            Text(summary(_failed_error(task, task["state"] == "FAILED")), style="red"),
         )
     lines.append(table)
     lines.extend(waiting_hints(run))
@@ -202,7 +221,10 @@ def runs_table(runs: list[dict[str, Any]]) -> Table:
             styled(run["status"]),
             created.strftime("%m-%d %H:%M:%S") if created else "",
             duration(run["created_at"], run.get("completed_at")),
-            Text(_failed_error(run, run["status"] in ("FAILED", "CANCELLED")), style="red"),
+            Text(
+                summary(_failed_error(run, run["status"] in ("FAILED", "CANCELLED")), 80),
+                style="red",
+            ),
         )
     return table
 
@@ -227,7 +249,8 @@ def changes(before: dict[str, Any] | None, after: dict[str, Any]) -> list[str]:
         now = (task["state"], task["attempt"])
         if old.get(task["node_id"]) != now:
             attempt = f" (attempt {task['attempt']})" if task["attempt"] else ""
-            error = f": {task['error']}" if task.get("error") and task["state"] == "FAILED" else ""
+            failed = task.get("error") and task["state"] == "FAILED"
+            error = f": {summary(str(task['error']))}" if failed else ""
             lines.append(f"{task['node_id']} {task['state']}{attempt}{error}")
     hinted = {t["node_id"]: t.get("waiting_hint") for t in (before or {}).get("tasks", [])}
     for task in after.get("tasks", []):

@@ -50,6 +50,7 @@ from composer_core.statemachine import (
     Transition,
 )
 from composer_core.templates import Json
+from composer_engine import _history
 from composer_engine import opened as _opened
 from composer_engine._definitions import DefinitionCache
 from composer_engine._leases import LeaseGrant, Reporter, grant_leases, new_token
@@ -282,6 +283,7 @@ class Engine:
                 dag,
                 repo.LockedRun(run, started.now, data_key=data_key, context=sealed_context),
                 RunStarted(start_node),
+                by=None if caller is None else caller.name,
             )
             tx.after_commit(
                 lambda: log.info("run %s of %s v%d started", new_run_id, workflow_id, dag.version)
@@ -564,6 +566,16 @@ class Engine:
                 queue=queue,
                 not_before=None,
             )
+            tx.writes.history.append(
+                repo.NewHistory(
+                    run_id,
+                    "task.dispatched",
+                    node_id=again.node_id,
+                    task_id=task_id,
+                    attempt=attempt,
+                    detail={"queue": queue, "again": "its message was lost"},
+                )
+            )
             return True
 
         return await self._in_tx(attempt_tx)
@@ -599,7 +611,7 @@ class Engine:
                         )
                     return delivered
             dag = await self.definitions.get(tx.conn, locked.run.workflow_id, locked.run.version)
-            tr = await self._decide(tx, dag, locked, SignalReceived(name, payload))
+            tr = await self._decide(tx, dag, locked, SignalReceived(name, payload), by=sent_by)
             await self._keep_signal(tx, locked, name, payload, tr, sent_by)
             if idempotency_key is not None:
                 await repo.record_signal_key(
@@ -650,7 +662,7 @@ class Engine:
         async def attempt(tx: Tx) -> Transition:
             locked = await repo.load_run(tx.conn, run_id)
             dag = await self.definitions.get(tx.conn, locked.run.workflow_id, locked.run.version)
-            transition = await self._decide(tx, dag, locked, RunCancelled(reason))
+            transition = await self._decide(tx, dag, locked, RunCancelled(reason), by=cancelled_by)
             if cancelled_by is not None and transition.ignored is None:
                 await repo.record_cancelled_by(tx.conn, run_id, cancelled_by)
             return transition
@@ -688,7 +700,9 @@ class Engine:
                 raise BadRequest(
                     f"version must be 0 (the deployed one) or a version number, not {version}"
                 )
-            transition = await self._decide(tx, dag, locked, RunRetried(from_node, input, config))
+            transition = await self._decide(
+                tx, dag, locked, RunRetried(from_node, input, config), by=retried_by
+            )
             if retried_by is not None and transition.ignored is None:
                 await repo.record_retried_by(tx.conn, run_id, retried_by)
             return transition
@@ -844,8 +858,16 @@ class Engine:
     # -- the shell -------------------------------------------------------------
 
     async def _decide(
-        self, tx: Tx, dag: WorkflowDAG, locked: repo.LockedRun, event: Event
+        self,
+        tx: Tx,
+        dag: WorkflowDAG,
+        locked: repo.LockedRun,
+        event: Event,
+        *,
+        by: str | None = None,
     ) -> Transition:
+        """Apply ``event`` to the locked run and persist what it decided, with its
+        history rows (``by``: the API token's name behind the event, if any)."""
         kind = type(event).__name__
         node_id = getattr(event, "node_id", None)
         # names only: an event's and its actions' values may be sealed documents,
@@ -876,6 +898,7 @@ class Engine:
                 effects = await persist(
                     tx, dag, run, transition.actions, seal, context=locked.context
                 )
+                tx.writes.history.extend(_history.rows(run, event, actions, seal, by=by))
                 announce(
                     tx,
                     effects,

@@ -5,8 +5,8 @@ A group commit applies many events in one transaction (docs/architecture.md
 event by several round trips. The hot actions are gathered here instead and
 flushed before the commit — or before any other write, which keeps the
 machine's order wherever it matters — as one statement each: completions,
-then new tasks, then their outbox rows, then finished runs. A write that
-matches no row is a stale snapshot.
+then new tasks, then their outbox rows, then finished runs, then the run
+history's rows. A write that matches no row is a stale snapshot.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ class Writes:
         default_factory=list
     )
     finishes: list[tuple[Run, FinishRun, Effects, RunSeal]] = field(default_factory=list)
+    #: The run history rows of every event of the transaction, in order (_history.py).
+    history: list[repo.NewHistory] = field(default_factory=list)
 
     def dispatch(
         self, tx: Tx, ref: repo.TaskRef, *, queue: str, not_before: dt.datetime | None
@@ -83,6 +85,9 @@ class Writes:
             finishes, self.finishes = self.finishes, []
             for run, action, effects, seal in finishes:
                 await _finish(tx, run, action, effects, seal)
+        if self.history:
+            history, self.history = self.history, []
+            await repo.insert_history(conn, history)
 
 
 async def _finish(tx: Tx, run: Run, action: FinishRun, effects: Effects, seal: RunSeal) -> None:

@@ -42,6 +42,13 @@ from composer_repo._errors import (
     SchemaOutdated,
     Transient,
 )
+from composer_repo._history import (
+    HistoryEntry,
+    NewHistory,
+    insert_history,
+    lease_times,
+    run_history,
+)
 from composer_repo._locks import singleton
 from composer_repo._loops import (
     due_waits,
@@ -186,6 +193,7 @@ __all__ = [
     "ExpiredLease",
     "FinishedRun",
     "FinishedTask",
+    "HistoryEntry",
     "Invalid",
     "Lease",
     "LeaseHolder",
@@ -196,6 +204,7 @@ __all__ = [
     "Migration",
     "MigrationError",
     "NewDispatch",
+    "NewHistory",
     "NewTask",
     "NoPartition",
     "NotFound",
@@ -258,11 +267,13 @@ __all__ = [
     "get_run",
     "get_run_tasks",
     "init_connection",
+    "insert_history",
     "insert_run",
     "insert_task",
     "insert_tasks",
     "lease_holder",
     "lease_outbox",
+    "lease_times",
     "list_definition_versions",
     "list_definitions",
     "list_partitions",
@@ -297,6 +308,7 @@ __all__ = [
     "requeue_task",
     "require_schema",
     "resolve_wait",
+    "run_history",
     "run_signals",
     "schema_version",
     "set_data_key",

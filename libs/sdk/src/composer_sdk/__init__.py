@@ -10,6 +10,9 @@ async def charge(ctx: TaskContext, input: Charge) -> dict:
 
 await worker.run()
 
+``run_handler(charge, {"amount": 5})`` runs a handler with no engine and returns its
+output (``composer_sdk.testing``: unit tests).
+
 ``ctx.caller`` (a ``Caller``: name, role, metadata; None when the run has none) says
 who started the run and the request metadata they passed.
 """
@@ -18,7 +21,7 @@ from composer_common.caller import Caller
 from composer_sdk._handler import Outcome, TaskContext
 from composer_sdk._worker import Worker, WorkerConfig
 from composer_sdk.errors import CoordinatorUnavailable, PermanentError, SdkError, TaskFailed
-from composer_sdk.testing import run_handler
+from composer_sdk.testing import handler_outcome, run_handler, run_handler_async
 
 __all__ = [
     "Caller",
@@ -30,5 +33,7 @@ __all__ = [
     "TaskFailed",
     "Worker",
     "WorkerConfig",
+    "handler_outcome",
     "run_handler",
+    "run_handler_async",
 ]

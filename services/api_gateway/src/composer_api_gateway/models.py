@@ -318,6 +318,53 @@ class Health(Response):
     status: str
 
 
+# -- run history -------------------------------------------------------------------
+
+
+class HistoryEntry(Response):
+    seq: int = Field(description="orders a run's entries; increasing, with gaps")
+    at: dt.datetime
+    kind: str = Field(
+        description="run.started, task.scheduled, task.dispatched, task.leased, task.completed, "
+        "task.failed, task.retry_scheduled, task.cancelled, timer.fired, signal.received, "
+        "signal.consumed, run.cancelled, run.retried, run.finished"
+    )
+    node_id: str | None = None
+    task_id: str | None = None
+    attempt: int | None = Field(
+        default=None, description="the task's attempt (1 is the first), for attempt-scoped kinds"
+    )
+    actor: str | None = Field(
+        default=None,
+        description="who: the API token's name (start, signal, cancel, retry) or the worker "
+        "(task.leased)",
+    )
+    detail: dict[str, JsonValue] | None = Field(
+        default=None,
+        description="what the kind records: an error and code, a reason, a queue, a start's "
+        "input, a retry's version…",
+    )
+    duration_ms: float | None = Field(
+        default=None,
+        description="task.completed, task.failed, task.retry_scheduled: from the attempt's "
+        "lease to this entry",
+    )
+    redacted: bool = _redacted("detail's input, config, error and reason")
+
+
+class History(Response):
+    run_id: str
+    entries: list[HistoryEntry]
+    next_cursor: str | None = Field(
+        description="pass as ?cursor= for the next page; absent on the last page"
+    )
+
+
+class HistoryQuery(Request):
+    cursor: str | None = Field(default=None, max_length=200)
+    limit: int = Field(default=200, ge=1, le=1000)
+
+
 WorkerStatus = Literal["SERVING", "DRAINING", "STOPPED", "LOST"]
 
 

@@ -14,13 +14,15 @@ from typing import Literal
 from aiohttp import web
 from pydantic import BaseModel
 
-from composer_api_gateway import definitions, ops, runs, workers
+from composer_api_gateway import definitions, history, ops, runs, workers
 from composer_api_gateway.auth import Role
 from composer_api_gateway.models import (
     CancelRun,
     DefinitionCreated,
     DeployQuery,
     Health,
+    History,
+    HistoryQuery,
     Identity,
     ResultQuery,
     RetryRun,
@@ -174,6 +176,23 @@ ROUTES: tuple[Route, ...] = (
         description="With who started, cancelled and last retried it (started_by, "
         "cancelled_by, retried_by: the names of their API tokens) and who sent each "
         "signal (sent_by)." + REDACTED,
+    ),
+    Route(
+        "GET",
+        "/v1/runs/{run_id}/history",
+        history.show,
+        "What happened to a run, oldest first",
+        "runs",
+        Role.VIEWER,
+        {200: History},
+        query=HistoryQuery,
+        errors=(400, 404, 503),
+        description="Every applied event and its effects: the start (input, by whom), each "
+        "task scheduled, dispatched, leased (by which worker), completed, failed (error, "
+        "attempt), retried (when), timers, signals received and consumed, cancels (reason, "
+        "by whom), retries from a node (from where, by whom, which version). Each attempt "
+        "stays listed with its error and duration. Pass next_cursor as ?cursor= for the "
+        "next page." + REDACTED,
     ),
     Route(
         "GET",

@@ -1,6 +1,7 @@
-// The REST API client: the token from session storage as a bearer header,
-// and every error (problem+json, network, malformed answer) as an ApiError
-// whose message a person can read.
+// The REST API client: the token from session storage (or, when the user
+// asked to be remembered, local storage, which every tab shares) as a bearer
+// header, and every error (problem+json, network, malformed answer) as an
+// ApiError whose message a person can read.
 
 const TOKEN_KEY = 'composer.token';
 const RANK = { viewer: 1, operator: 2, admin: 3 };
@@ -9,10 +10,14 @@ export const session = {
   role: null,
   /** The token's name: what the audit fields (started by, sent by…) record. */
   name: null,
-  get token() { return sessionStorage.getItem(TOKEN_KEY); },
+  /** Keep the next token set in local storage (every tab, until sign-out) rather than this tab's. */
+  remember: false,
+  get token() { return sessionStorage.getItem(TOKEN_KEY) || localStorage.getItem(TOKEN_KEY); },
+  /** Setting a token puts it in one storage; clearing it (sign-out, a refused token) empties both. */
   set token(value) {
-    if (value) sessionStorage.setItem(TOKEN_KEY, value);
-    else sessionStorage.removeItem(TOKEN_KEY);
+    sessionStorage.removeItem(TOKEN_KEY);
+    localStorage.removeItem(TOKEN_KEY);
+    if (value) (this.remember ? localStorage : sessionStorage).setItem(TOKEN_KEY, value);
   },
   /** May this token do what `role` may? */
   can(role) { return (RANK[this.role] || 0) >= RANK[role]; },

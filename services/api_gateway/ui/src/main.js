@@ -28,16 +28,20 @@ function showSignIn(reason) {
     id: 'token', type: 'password', autocomplete: 'off', required: true,
     placeholder: 'paste an API token', 'aria-label': 'API token',
   });
+  const remember = h('input', { id: 'remember', type: 'checkbox' });
   const error = h('p', { id: 'signin-error', class: 'signin-error', role: 'alert', hidden: !reason }, reason || '');
   const form = h('form', { class: 'signin card', id: 'signin' },
     h('h1', {}, 'Sign in to Composer'),
     h('p', {}, 'Paste an API token (COMPOSER_API_TOKENS on the api-gateway; `make run` prints it and keeps it in .state/tokens.env). ',
-      'It is kept in this tab’s session storage only.'),
+      'It is kept in this tab’s session storage, unless you ask to be remembered.'),
     input,
+    h('label', { class: 'remember' }, remember,
+      ' Remember me in this browser (every tab, until you sign out)'),
     h('button', { type: 'submit', class: 'primary' }, 'Sign in'),
     error);
   form.addEventListener('submit', async (ev) => {
     ev.preventDefault();
+    session.remember = remember.checked;
     session.token = input.value.trim();
     try {
       ({ role: session.role, name: session.name } = await get('/v1/whoami'));
@@ -49,7 +53,8 @@ function showSignIn(reason) {
       error.hidden = false;
       return;
     }
-    if (!location.hash || location.hash === '#/') location.hash = '#/runs';
+    // The page the address names (a run's link, say) is the one to open; no page: the runs.
+    if (!location.hash || location.hash === '#/') history.replaceState(null, '', '#/runs');
     route();
   });
   mount(main, form);

@@ -108,6 +108,24 @@ def build_dag(
     return _Builder(spec, version, engine or default_engine(), limits).build()
 
 
+def graph_problems(
+    spec: WorkflowSpec,
+    *,
+    untyped: frozenset[int] = frozenset(),
+    engine: ExpressionEngine | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+) -> list[Problem]:
+    """Every problem of ``spec`` beyond its shape, for a definition whose shape failed.
+
+    ``untyped`` holds the positions of nodes whose type was not one Composer knows
+    (they stand in as TASK nodes): the checks that depend on a node's type skip them,
+    so they add nothing their unknown type did not already say.
+    """
+    builder = _Builder(spec, 1, engine or default_engine(), limits, untyped)
+    builder.collect()
+    return builder.problems
+
+
 def validate(
     spec: WorkflowSpec, *, engine: ExpressionEngine | None = None, limits: Limits = DEFAULT_LIMITS
 ) -> list[Problem]:
@@ -121,9 +139,15 @@ def validate(
 
 class _Builder:
     def __init__(
-        self, spec: WorkflowSpec, version: int, engine: ExpressionEngine, limits: Limits
+        self,
+        spec: WorkflowSpec,
+        version: int,
+        engine: ExpressionEngine,
+        limits: Limits,
+        untyped: frozenset[int] = frozenset(),
     ) -> None:
         self.spec = spec
+        self.untyped = untyped
         self.version = version
         self.engine = engine
         self.limits = limits
@@ -136,16 +160,7 @@ class _Builder:
         self.problems.append(Problem(path, message))
 
     def build(self) -> WorkflowDAG:
-        self.check_header()
-        self.check_nodes()
-        self.check_edges()
-        order = self.topological_order()
-        start = self.check_start(order)
-        for i, node in enumerate(self.spec.nodes):
-            self.check_node_spec(i, node)
-        compiled = self.compile_nodes()
-        conditions = self.compile_conditions()
-        output, output_refs = self.compile_output()
+        order, start, compiled, conditions, (output, output_refs) = self.collect()
         if self.problems or order is None or start is None:
             raise DefinitionInvalid(self.problems)
         return WorkflowDAG(
@@ -159,6 +174,32 @@ class _Builder:
             tuple(order),
             self.engine,
         )
+
+    def collect(
+        self,
+    ) -> tuple[
+        list[str] | None,
+        Node | None,
+        dict[str, CompiledNode],
+        dict[tuple[str, str], Expression],
+        tuple[CompiledValue | None, frozenset[str] | None],
+    ]:
+        """Run every check, adding to ``problems``; return what the DAG is built of."""
+        self.check_header()
+        self.check_nodes()
+        self.check_edges()
+        order = self.topological_order()
+        start = self.check_start(order)
+        for i, node in enumerate(self.spec.nodes):
+            self.check_node_spec(i, node)
+        compiled = self.compile_nodes()
+        conditions = self.compile_conditions()
+        return order, start, compiled, conditions, self.compile_output()
+
+    def typed(self, node_id: str) -> Node | None:
+        """The node named ``node_id`` when its type is known (not a stand-in)."""
+        i = self.index.get(node_id)
+        return None if i is None or i in self.untyped else self.spec.nodes[i]
 
     # -- shape -------------------------------------------------------------
 
@@ -201,7 +242,9 @@ class _Builder:
                 )
             else:
                 self.index[node.id] = i
-            if node.type.is_worker:
+            if i in self.untyped:
+                pass  # which fields apply depends on the type, which is unknown
+            elif node.type.is_worker:
                 if node.type is NodeType.TASK and not node.queue:
                     self.add(f"{path}.queue", "required for TASK: the queue your workers read")
                 if node.queue is not None and not _QUEUE.fullmatch(node.queue):
@@ -246,7 +289,7 @@ class _Builder:
                     f"duplicate edge {edge.source} → {edge.target} (first at edges[{seen[key]}])",
                 )
             seen.setdefault(key, i)
-            source = self.node(edge.source)
+            source = self.typed(edge.source)
             if (
                 edge.condition is not None
                 and source is not None
@@ -358,6 +401,8 @@ class _Builder:
                 f"{SECRETS_KEY!r} is reserved: Composer writes it into a node's input to say "
                 "where its secret references are",
             )
+        if i in self.untyped:
+            return  # what its spec takes depends on the type, which is unknown
         if allowed is not None:
             for key in spec:
                 if key not in allowed and key != SECRETS_KEY:
@@ -472,7 +517,7 @@ class _Builder:
             )
             refused = (
                 None
-                if node.type in _SECRET_TAKERS
+                if node.type in _SECRET_TAKERS or i in self.untyped
                 else _NO_SECRETS.get(node.type, _SECRETS_ONLY_IN)
             )
             for where, reference in value.located_secrets(path):

@@ -9,8 +9,10 @@ import yaml
 from pydantic import ValidationError
 
 from composer_core.errors import DefinitionInvalid, Problem
+from composer_core.model._build import graph_problems
 from composer_core.model._limits import DEFAULT_LIMITS, Limits, nesting_depth
 from composer_core.model._spec import WorkflowSpec
+from composer_core.model._states import NodeType
 
 # libyaml's parser when PyYAML was built with it: several times faster on large definitions.
 _SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -77,7 +79,83 @@ def parse_definition(
     try:
         return WorkflowSpec.model_validate(data)
     except ValidationError as exc:
-        raise DefinitionInvalid([_problem(e) for e in exc.errors()]) from exc
+        errors = exc.errors()
+        problems = [_problem(e) for e in errors]
+        raise DefinitionInvalid(problems + _beyond_shape(data, errors, problems, limits)) from exc
+
+
+#: The fields a definition cannot do without: a shape error there leaves no graph to check.
+_REQUIRED: dict[str, frozenset[str]] = {
+    "": frozenset({"id", "nodes"}),
+    "nodes": frozenset({"id"}),
+    "edges": frozenset({"from", "to"}),
+}
+#: What an unknown node type stands in as while the rest of the definition is checked.
+_STAND_IN = NodeType.TASK.value
+
+
+def _beyond_shape(
+    data: Mapping[str, Any], errors: list[Any], shape: list[Problem], limits: Limits
+) -> list[Problem]:
+    """The graph, spec and template problems of a definition whose shape failed.
+
+    The shape errors are set aside (an optional field that failed is left out, a node
+    of an unknown type stands in as a TASK its type-specific checks skip) and the
+    rest is validated as usual, so one answer lists every problem. When a required
+    field failed (an id, the nodes, an edge's ends) there is no graph to check, and
+    the shape problems are all there is.
+    """
+    top = dict(data)
+    copied: dict[str, list[Any]] = {}
+    copies: set[tuple[str, int]] = set()
+    untyped: set[int] = set()
+
+    def entry(kind: str, i: Any) -> dict[str, Any] | None:
+        """Item ``i`` of ``kind``, copied so the caller's mapping stays as it was."""
+        items = copied.get(kind)
+        if items is None:
+            found = top.get(kind)
+            if not isinstance(found, list):
+                return None
+            items = copied[kind] = top[kind] = list(found)
+        if not isinstance(i, int) or not 0 <= i < len(items) or not isinstance(items[i], Mapping):
+            return None
+        if (kind, i) not in copies:
+            items[i] = dict(items[i])
+            copies.add((kind, i))
+        found_item: dict[str, Any] = items[i]
+        return found_item
+
+    for error in errors:
+        loc = error["loc"]
+        if not loc or not isinstance(loc[0], str):
+            return []
+        if loc[0] in ("nodes", "edges"):
+            kind = loc[0]
+            if len(loc) < 3 or not isinstance(loc[2], str) or loc[2] in _REQUIRED[kind]:
+                return []
+            found = entry(kind, loc[1])
+            if found is None:
+                return []
+            if kind == "nodes" and loc[2] == "type":
+                found["type"] = _STAND_IN
+                untyped.add(loc[1])
+            else:
+                found.pop(loc[2], None)
+        elif loc[0] in _REQUIRED[""]:
+            return []
+        else:
+            top.pop(loc[0], None)
+    try:
+        spec = WorkflowSpec.model_validate(top)
+    except ValidationError:
+        return []
+    said = {p.path for p in shape}
+    return [
+        p
+        for p in graph_problems(spec, untyped=frozenset(untyped), limits=limits)
+        if not any(p.path == s or p.path.startswith((f"{s}.", f"{s}[")) for s in said if s)
+    ]
 
 
 def _problem(error: Any) -> Problem:

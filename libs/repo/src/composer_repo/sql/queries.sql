@@ -344,7 +344,10 @@ DELETE FROM outbox
 -- grant takes the coordinator's fresh token ($6); the same request sent again
 -- keeps the token it was given. Returns what the handler needs: the input and
 -- the node from the database, never from the stream, and the run's calling context
--- from the task's own copy (V008: the run's row is not read for it).
+-- from the task's own copy (V008: the run's row is not read for it). A new grant
+-- (started_at now, not the kept one of a request sent again) is appended to the
+-- run's history in the same statement: who leased which attempt, when (V009).
+WITH granted AS (
 UPDATE task_instances t
    SET state = 'RUNNING', lease_owner = u.owner,
        lease_expires_at = statement_timestamp() + make_interval(secs => u.ttl),
@@ -370,7 +373,17 @@ UPDATE task_instances t
                  OR t.lease_expires_at < statement_timestamp())))
    AND (u.queues IS NULL OR t.queue = ANY(string_to_array(u.queues, '|')))
 RETURNING t.run_id, t.id, t.attempt, t.node_id, t.node_type, t.queue, t.input,
-          t.lease_expires_at, t.max_attempts, t.lease_token, r.workflow_id, r.version, t.context;
+          t.lease_expires_at, t.max_attempts, t.lease_token, r.workflow_id, r.version, t.context,
+          t.started_at, t.lease_owner
+), leased AS (
+INSERT INTO run_history (run_id, at, kind, node_id, task_id, attempt, actor)
+SELECT g.run_id, g.started_at, 'task.leased', g.node_id, g.id, g.attempt, g.lease_owner
+  FROM granted g
+ WHERE g.started_at = now()
+)
+SELECT run_id, id, attempt, node_id, node_type, queue, input, lease_expires_at, max_attempts,
+       lease_token, workflow_id, version, context
+  FROM granted;
 
 -- name: task_queues
 -- The queue of each of these tasks: why a lease was refused to credentials that
@@ -700,6 +713,37 @@ SELECT name, delivered FROM signal_idempotency_keys WHERE run_id = $1 AND idempo
 -- name: record_signal_key
 INSERT INTO signal_idempotency_keys (run_id, idempotency_key, name, delivered)
 VALUES ($1, $2, $3, $4);
+
+-- =============================================================================
+-- Run history (V009)
+-- =============================================================================
+
+-- name: insert_history
+-- Every history row of one transaction (a group commit's many events) in one
+-- statement, in the order given: seq follows it. `at` is the transaction's
+-- composer_now(), the time every other row of the event carries.
+INSERT INTO run_history (run_id, at, kind, node_id, task_id, attempt, actor, detail)
+SELECT u.run_id, composer_now(), u.kind, u.node_id, u.task_id, u.attempt, u.actor, u.detail
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[],
+              $7::jsonb[]) WITH ORDINALITY
+           AS u(run_id, kind, node_id, task_id, attempt, actor, detail, n)
+ ORDER BY u.n;
+
+-- name: run_history
+-- A page of a run's history, oldest first, after the row `seq` $2 (0: from the start).
+SELECT seq, at, kind, node_id, task_id, attempt, actor, detail
+  FROM run_history
+ WHERE run_id = $1 AND seq > $2
+ ORDER BY seq
+ LIMIT $3;
+
+-- name: lease_times
+-- When each attempt of the run's tasks was last leased: the start of the
+-- durations the history shows for completed and failed attempts.
+SELECT task_id, attempt, max(at) AS at
+  FROM run_history
+ WHERE run_id = $1 AND kind = 'task.leased'
+ GROUP BY task_id, attempt;
 
 -- =============================================================================
 -- Workers (V011): who serves which queue, from their heartbeats

@@ -7,6 +7,7 @@ import { h, mount } from '../dom.js';
 import { duration, json, when } from '../format.js';
 import { drawGraph, legend, tasksByNode } from '../graph.js';
 import { notify } from '../message.js';
+import { attemptsBlock, timelineTable } from '../timeline.js';
 import { badge } from './runs.js';
 
 const REFRESH_MS = 1000;
@@ -76,6 +77,8 @@ export function runPage(main, runId) {
   let timer = null;
   let stopped = false;
   let formsKey = null;
+  let entries = []; // the run's history, oldest first (the Timeline tab, the node's attempts)
+  let tab = 'graph';
 
   const head = h('div', { class: 'run-head' });
   const graphPane = h('div', { class: 'graph-pane', id: 'graph' });
@@ -84,23 +87,41 @@ export function runPage(main, runId) {
   const runActions = h('section', { class: 'run-actions' });
   const extra = h('div', { class: 'run-extra' });
   const hints = h('div', { id: 'waiting-hints' });
+  const timelinePane = h('section', { class: 'card', id: 'timeline-pane', hidden: true });
+  const body = h('div', { class: 'run-body' },
+    h('section', { class: 'card graph-card' }, graphPane, legend()),
+    h('aside', { class: 'card side', id: 'side' }, details, nodeActions));
+  const tabButton = (name, label) => h('button', {
+    type: 'button', role: 'tab', id: `tab-${name}`, 'aria-selected': String(tab === name),
+    onclick: () => { tab = name; showTab(); },
+  }, label);
+  const tabs = h('div', { class: 'tabs', role: 'tablist' }, tabButton('graph', 'Graph'), tabButton('timeline', 'Timeline'));
   mount(main,
     h('p', { class: 'crumbs' }, h('a', { href: '#/runs' }, '← Runs')),
     head,
     hints,
-    h('div', { class: 'run-body' },
-      h('section', { class: 'card graph-card' }, graphPane, legend()),
-      h('aside', { class: 'card side', id: 'side' }, details, nodeActions)),
+    tabs,
+    body,
+    timelinePane,
     runActions,
     extra);
+
+  function showTab() {
+    for (const button of tabs.children) button.setAttribute('aria-selected', String(button.id === `tab-${tab}`));
+    body.hidden = tab !== 'graph';
+    timelinePane.hidden = tab !== 'timeline';
+    if (run) draw();
+  }
 
   async function load() {
     clearTimeout(timer);
     try {
       const next = await get(`/v1/runs/${encodeURIComponent(runId)}`);
       const nextSpec = await definition(next.workflow_id, next.version);
+      const history = await get(`/v1/runs/${encodeURIComponent(runId)}/history?limit=1000`);
       if (stopped) return;
       run = next;
+      entries = history.entries;
       spec = nextSpec;
       if (selected === null) selected = pickDefault();
       draw();
@@ -141,6 +162,7 @@ export function runPage(main, runId) {
           ? h('span', { class: 'muted redacted', title: REDACTED_NOTE }, 'redacted') : run.error, 'error-text')));
     mount(hints, waitingHints(run.tasks));
     mount(graphPane, drawGraph(spec, { tasks, selected, onSelect: select }));
+    mount(timelinePane, h('h2', {}, 'Timeline'), timelineTable(entries, (nodeId) => { tab = 'graph'; selected = nodeId; showTab(); }));
     drawDetails(tasks);
     const key = `${selected}|${terminal}|${session.role}`;
     if (key !== formsKey) { // redraw forms only when what they offer changes: keep what is typed
@@ -186,6 +208,7 @@ export function runPage(main, runId) {
       task.error ? h('section', { class: 'block' }, h('h3', {}, 'Error', task.error_code ? ` (${task.error_code})` : ''),
         h('pre', { class: 'error-text', id: 'node-error' }, task.error)) : null,
       task.redacted && task.state === 'FAILED' ? redactedBlock(task.error_code ? `Error (${task.error_code})` : 'Error') : null,
+      attemptsBlock(entries, selected),
       payload(task, 'Input', task.input),
       payload(task, 'Output', task.output),
       h('details', {}, h('summary', {}, 'Definition'), h('pre', {}, json(node))));

@@ -1,0 +1,98 @@
+"""``composer watch`` (and ``--wait``) following a run through the real ApiClient, its
+HTTP answered by a script (httpx.MockTransport): an outage after the first answer is
+waited out with one line about it, and each error is printed once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from composer_cli.client import ApiClient, CliError
+from composer_cli.main import follow
+
+RUN_ID = "0190a000-0000-7000-8000-000000000001"
+REFUSED = "cannot reach the Composer API at http://api.test (connection refused)"
+
+
+def run(status: str, error: str | None = None) -> dict[str, Any]:
+    return {
+        "run_id": RUN_ID,
+        "workflow_id": "payment",
+        "version": 1,
+        "status": status,
+        "created_at": "2026-12-01T09:00:00Z",
+        "completed_at": None,
+        "error": error,
+        "tasks": [],
+    }
+
+
+def scripted(*steps: Any) -> tuple[ApiClient, list[str]]:
+    """A client whose requests get ``steps`` in turn: a run (200, or 202 while it goes on),
+    an HTTP status, or an httpx exception to raise."""
+    pending: Iterator[Any] = iter(steps)
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        step = next(pending)
+        if isinstance(step, Exception):
+            raise step
+        if isinstance(step, int):
+            return httpx.Response(step, json={"detail": f"status {step}"})
+        return httpx.Response(202 if step["status"] == "RUNNING" else 200, json=step)
+
+    http = httpx.Client(base_url="http://api.test", transport=httpx.MockTransport(answer))
+    return ApiClient("http://api.test", "token", _http=http), seen
+
+
+def refused() -> httpx.ConnectError:
+    return httpx.ConnectError("[Errno 111] Connection refused")
+
+
+def test_an_outage_mid_watch_is_waited_out_and_said_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    traceback = "Traceback (most recent call last):\n  ...\nValueError: card declined"
+    client, seen = scripted(
+        run("RUNNING"),
+        refused(),
+        refused(),
+        503,
+        httpx.ReadTimeout("timed out"),
+        run("FAILED", f"node charge failed: {traceback}"),
+    )
+    ended = follow(client, RUN_ID, retry_delay=0)
+    assert ended["status"] == "FAILED"
+    assert len(seen) == 6
+    out, err = capsys.readouterr()
+    assert err.count("asking again for up to 300s") == 1
+    assert err.startswith(f"{REFUSED}: is the api-gateway running?")
+    assert "status 503" not in err and "did not answer in time" not in err
+    assert err.count("the Composer API answers again") == 1
+    assert out.count("ValueError: card declined") == 1
+
+
+def test_no_first_answer_fails_at_once(capsys: pytest.CaptureFixture[str]) -> None:
+    client, seen = scripted(refused())
+    with pytest.raises(CliError, match="cannot reach the Composer API"):
+        follow(client, RUN_ID, retry_delay=0)
+    assert len(seen) == 1 and capsys.readouterr().err == ""
+
+
+def test_a_refusal_mid_watch_is_not_asked_again() -> None:
+    client, seen = scripted(run("RUNNING"), 404)
+    with pytest.raises(CliError, match=r"status 404 \(HTTP 404\)"):
+        follow(client, RUN_ID, retry_delay=0)
+    assert len(seen) == 2
+
+
+def test_an_outage_longer_than_the_limit_gives_up(capsys: pytest.CaptureFixture[str]) -> None:
+    client, seen = scripted(run("RUNNING"), refused(), refused())
+    with pytest.raises(CliError, match="gave up after 0s"):
+        follow(client, RUN_ID, retry_delay=0, outage_seconds=0)
+    assert len(seen) == 3
+    assert capsys.readouterr().err.count("cannot reach") == 1

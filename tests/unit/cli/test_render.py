@@ -1,0 +1,98 @@
+"""How the CLI lays out runs: a multi-line error (a traceback) never breaks a table's
+rows, and is printed in full once."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from rich.console import Console
+from typer.testing import CliRunner
+
+from composer_cli import app
+from composer_cli.render import changes, run_view, runs_table, summary
+
+TRACEBACK = (
+    "Traceback (most recent call last):\n"
+    '  File "handler.py", line 3, in charge\n'
+    "    raise ValueError('card declined')\n"
+    "ValueError: card declined"
+)
+
+
+def rendered(thing: Any, width: int = 200) -> str:
+    console = Console(width=width, record=True, file=io.StringIO())
+    console.print(thing)
+    return console.export_text()
+
+
+def a_run(run_id: str, status: str, error: str | None, **extra: Any) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "workflow_id": "payment",
+        "version": 2,
+        "status": status,
+        "created_at": "2026-12-01T09:00:00Z",
+        "completed_at": "2026-12-01T09:00:03Z",
+        "error": error,
+        **extra,
+    }
+
+
+def test_summary_is_the_first_line_with_an_ellipsis_when_something_was_left_out() -> None:
+    assert summary("card declined") == "card declined"
+    assert summary(TRACEBACK) == "Traceback (most recent call last):…"
+    assert summary("\n\n  first  \nsecond") == "first…"
+    assert summary("x" * 50, 10) == "x" * 9 + "…"
+    assert summary("") == ""
+
+
+def test_a_multi_line_error_keeps_the_runs_table_one_row_per_run() -> None:
+    runs = [
+        a_run("0190a000-0000-7000-8000-000000000001", "FAILED", f"node charge failed: {TRACEBACK}"),
+        a_run("0190a000-0000-7000-8000-000000000002", "SUCCEEDED", None),
+        a_run("0190a000-0000-7000-8000-000000000003", "FAILED", "x" * 300),
+    ]
+    lines = rendered(runs_table(runs)).rstrip("\n").splitlines()
+    assert len(lines) == 4  # the header and one line per run
+    header, failed, succeeded, long = lines
+    # every column starts where the header says it does
+    for column in ("workflow", "version", "status", "created", "duration", "error"):
+        at = header.index(column)
+        assert failed[at - 1] == " " and failed[at] != " ", column
+    assert failed.rstrip().endswith("node charge failed: Traceback (most recent call last):…")
+    assert "SUCCEEDED" in succeeded
+    assert long.rstrip().endswith("…") and "x" * 300 not in long
+
+
+def test_a_failed_run_shows_its_error_in_full_once() -> None:
+    run = a_run(
+        "r1",
+        "FAILED",
+        f"node charge failed: {TRACEBACK}",
+        tasks=[
+            {
+                "node_id": "charge",
+                "type": "TASK",
+                "state": "FAILED",
+                "attempt": 2,
+                "created_at": "2026-12-01T09:00:00Z",
+                "finished_at": "2026-12-01T09:00:03Z",
+                "error": TRACEBACK,
+            }
+        ],
+    )
+    text = rendered(run_view(run))
+    assert text.count("ValueError: card declined") == 1
+    assert "error: node charge failed: Traceback (most recent call last):" in text
+    progress = changes(None, run)
+    assert progress == [
+        "charge FAILED (attempt 2): Traceback (most recent call last):…",
+        "run FAILED",
+    ]
+
+
+def test_version_prints_the_package_version() -> None:
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.output == "composer 0.1.0\n"
