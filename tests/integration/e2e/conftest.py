@@ -158,7 +158,10 @@ async def open_stack(
     engine = Engine(
         pool, redis=redis, redis_prefix=prefix, sealer=sealer, park_seconds=park_seconds
     )
-    server, port = await start_server(engine, address="127.0.0.1:0", token=TOKEN)
+    # every heartbeat written (a worker beats every WorkerConfig.presence_seconds)
+    server, port = await start_server(
+        engine, address="127.0.0.1:0", token=TOKEN, heartbeat_write_seconds=0.0
+    )
     enqueuer = Enqueuer(
         pool,
         redis,

@@ -50,6 +50,7 @@ PRUNED: dict[str, tuple[Any, ...]] = {
     "record_retried_by": ("name",),
     "record_signal_sender": (T, "name"),
     "get_task_logs": (None,),
+    "unserved_queues": (30.0,),
 }
 
 #: Statements on partitioned tables that do not (and need not) name one run.

@@ -59,6 +59,9 @@ class FakeStub:
     #: How many batched calls were made, and how many unary ones.
     batched_calls: int = 0
     unary_calls: int = 0
+    #: Heartbeats received; an UNIMPLEMENTED answer: a coordinator from before them.
+    heartbeats: list[pb.HeartbeatRequest] = field(default_factory=list)
+    heartbeat_answer: Answer = field(default_factory=lambda: pb.HeartbeatResponse(recorded=True))
 
     @staticmethod
     def _answer(script: list[Answer], n: int) -> Any:
@@ -80,6 +83,10 @@ class FakeStub:
     async def ReportTaskResult(self, request: pb.ReportTaskResultRequest, **_: Any) -> Any:
         self.unary_calls += 1
         return self._report(request)
+
+    async def Heartbeat(self, request: pb.HeartbeatRequest, **_: Any) -> Any:
+        self.heartbeats.append(request)
+        return self._answer([self.heartbeat_answer], 0)
 
     # The batched calls answer each item from the same scripts; a status code in a
     # script fails the whole call, as a coordinator that is down would.

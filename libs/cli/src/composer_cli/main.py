@@ -28,6 +28,7 @@ from composer_cli.render import (
     compact,
     run_view,
     runs_table,
+    workers_table,
     workflows_table,
 )
 from composer_cli.timeline import timeline
@@ -430,6 +431,25 @@ def up(ctx: typer.Context) -> None:
     code = devstack_main(list(ctx.args))
     if code:
         raise typer.Exit(code)
+
+
+# -- workers -------------------------------------------------------------------
+
+
+@command
+def workers(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="print the API's JSON")] = False,
+) -> None:
+    """List the workers and the queues they serve (from their heartbeats)."""
+    body = client_of(ctx).call("GET", "/v1/workers").body
+    if as_json:
+        print_json(body)
+        return
+    if not body["workers"]:
+        out.print("no worker has sent a heartbeat (in the last day)")
+        return
+    out.print(workers_table(body["workers"]))
 
 
 # -- following a run -------------------------------------------------------------

@@ -150,10 +150,60 @@ def run_view(run: dict[str, Any]) -> Group:
             Text(summary(_failed_error(task, task["state"] == "FAILED")), style="red"),
         )
     lines.append(table)
+    lines.extend(waiting_hints(run))
     if run.get("signals"):
         lines.append(Text("signals", style="bold"))
         lines.append(signals_table(run["signals"]))
     return Group(*lines)
+
+
+def waiting_hints(run: dict[str, Any]) -> list[Text]:
+    """One line per task the API says waits on a queue no live worker serves."""
+    return [
+        Text(f"{task['node_id']} waits: {task['waiting_hint']}", style="yellow")
+        for task in run.get("tasks", [])
+        if task.get("waiting_hint")
+    ]
+
+
+def workers_table(workers: list[dict[str, Any]]) -> Table:
+    """The workers (GET /v1/workers): who serves which queues, when each was last seen,
+    how busy it is (tasks held / concurrency), its host and SDK version."""
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    table.add_column("worker", no_wrap=True)  # ids are copied: never fold them
+    table.add_column("queues", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("seen", no_wrap=True, justify="right")
+    table.add_column("busy", no_wrap=True, justify="right")  # tasks held / concurrency
+    table.add_column("host", overflow="fold")
+    table.add_column("sdk", overflow="fold")
+    for w in workers:
+        table.add_row(
+            w["worker_id"],
+            ", ".join(w["queues"]) or "-",
+            Text(w["status"], style=_WORKER_STYLES.get(w["status"], "")),
+            f"{ago(w['last_seen_seconds_ago'])} ago",
+            f"{w['in_flight']}/{w['concurrency']}",
+            w["host"],
+            w["sdk_version"],
+        )
+    return table
+
+
+_WORKER_STYLES = {"SERVING": "green", "DRAINING": "yellow", "STOPPED": "dim", "LOST": "red"}
+
+
+def ago(seconds: float) -> str:
+    """A short duration: 3s, 5m, 2h10m, 3d."""
+    s = int(max(0.0, seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        hours, minutes = divmod(s // 60, 60)
+        return f"{hours}h{minutes:02d}m" if minutes else f"{hours}h"
+    return f"{s // 86400}d"
 
 
 def runs_table(runs: list[dict[str, Any]]) -> Table:
@@ -202,6 +252,10 @@ def changes(before: dict[str, Any] | None, after: dict[str, Any]) -> list[str]:
             failed = task.get("error") and task["state"] == "FAILED"
             error = f": {summary(str(task['error']))}" if failed else ""
             lines.append(f"{task['node_id']} {task['state']}{attempt}{error}")
+    hinted = {t["node_id"]: t.get("waiting_hint") for t in (before or {}).get("tasks", [])}
+    for task in after.get("tasks", []):
+        if task.get("waiting_hint") and hinted.get(task["node_id"]) != task["waiting_hint"]:
+            lines.append(f"{task['node_id']} waits: {task['waiting_hint']}")
     if before is None or before["status"] != after["status"]:
         lines.append(f"run {after['status']}")
     return lines

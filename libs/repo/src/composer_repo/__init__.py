@@ -115,6 +115,10 @@ from composer_repo._records import (
     TaskAttempt,
     TaskRecord,
     TaskRef,
+    UnservedQueue,
+    WorkerBeat,
+    WorkerRecord,
+    WorkerState,
     WorkflowSummary,
 )
 from composer_repo._runs import (
@@ -169,6 +173,12 @@ from composer_repo._tx import (
     tracked_transaction,
     transaction,
 )
+from composer_repo._workers import (
+    list_workers,
+    prune_workers,
+    record_worker_heartbeat,
+    unserved_queues,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -218,6 +228,10 @@ __all__ = [
     "TaskRecord",
     "TaskRef",
     "Transient",
+    "UnservedQueue",
+    "WorkerBeat",
+    "WorkerRecord",
+    "WorkerState",
     "WorkflowSummary",
     "acquire_lease",
     "acquire_leases",
@@ -269,6 +283,7 @@ __all__ = [
     "list_definitions",
     "list_partitions",
     "list_runs",
+    "list_workers",
     "load_migrations",
     "load_outputs",
     "load_run",
@@ -284,11 +299,13 @@ __all__ = [
     "park_wait",
     "pending_signals",
     "postpone_outbox",
+    "prune_workers",
     "record_cancelled_by",
     "record_retried_by",
     "record_signal_key",
     "record_signal_sender",
     "record_taken_signal",
+    "record_worker_heartbeat",
     "redispatch_task",
     "renew_lease",
     "renew_leases",
@@ -307,5 +324,6 @@ __all__ = [
     "tracked_transaction",
     "transaction",
     "try_load_run",
+    "unserved_queues",
     "uuid7_bound",
 ]

@@ -399,3 +399,48 @@ class OutboxMessage:
     attempts: int
     next_attempt_at: dt.datetime
     created_at: dt.datetime
+
+
+WorkerState = Literal["SERVING", "DRAINING", "STOPPED"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerBeat:
+    """What a worker's heartbeat says about it (the coordinator records it)."""
+
+    worker_id: str
+    host: str
+    queues: tuple[str, ...]
+    concurrency: int
+    in_flight: int
+    sdk_version: str
+    state: WorkerState
+    started_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    """A worker as its last recorded heartbeat left it, and the database's clock
+    (``now``) when it was read: how long ago is ``now - last_seen_at``."""
+
+    worker_id: str
+    host: str
+    queues: tuple[str, ...]
+    concurrency: int
+    in_flight: int
+    sdk_version: str
+    state: WorkerState
+    started_at: dt.datetime
+    last_seen_at: dt.datetime
+    stopped_at: dt.datetime | None
+    now: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class UnservedQueue:
+    """A queue a run's task waits on that no live worker serves: when a worker
+    serving it was last seen (None: never), and the database's clock."""
+
+    queue: str
+    last_seen_at: dt.datetime | None
+    now: dt.datetime

@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import grpc
 import grpc.aio
@@ -156,6 +156,37 @@ class Coordinator(Protocol):
     ) -> bool | None: ...
 
     async def close(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Presence:
+    """What a worker's heartbeat says of it (the coordinator keeps it for the API)."""
+
+    worker_id: str
+    host: str
+    queues: tuple[str, ...]
+    concurrency: int
+    in_flight: int
+    sdk_version: str
+    #: SERVING, DRAINING or STOPPED.
+    state: str
+    #: When the worker started serving, in seconds since the Unix epoch.
+    started_at: float
+
+
+@runtime_checkable
+class Beats(Protocol):
+    """A coordinator client that carries heartbeats (``CoordinatorClient``; a test's
+    fake may not, and its worker then sends none)."""
+
+    async def heartbeat(self, presence: Presence, *, timeout: float | None = None) -> bool: ...
+
+
+_WORKER_STATES = {
+    "SERVING": pb.WORKER_STATE_SERVING,
+    "DRAINING": pb.WORKER_STATE_DRAINING,
+    "STOPPED": pb.WORKER_STATE_STOPPED,
+}
 
 
 class CoordinatorClient:
@@ -367,6 +398,35 @@ class CoordinatorClient:
         )
         reply = await self._retry("ReportTaskResult", lambda: self._reports.submit(request), until)
         return None if reply is None else bool(reply.accepted)
+
+    async def heartbeat(self, presence: Presence, *, timeout: float | None = None) -> bool:
+        """Tell the coordinator this worker is alive (one call, not retried: the next
+        beat is the retry). False when the coordinator has no Heartbeat (older than
+        this SDK): send no more. Raises SdkError when the call failed."""
+        request = pb.HeartbeatRequest(
+            worker_id=presence.worker_id,
+            host=presence.host,
+            queues=list(presence.queues),
+            concurrency=presence.concurrency,
+            in_flight=presence.in_flight,
+            sdk_version=presence.sdk_version,
+            state=_WORKER_STATES[presence.state],
+            started_at=presence.started_at,
+        )
+        try:
+            await self._stub.Heartbeat(
+                request, metadata=self._metadata, timeout=timeout or self._timeout
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() is grpc.StatusCode.UNIMPLEMENTED:
+                return False
+            if exc.code() in _TRANSIENT:
+                raise CoordinatorUnavailable(
+                    f"Heartbeat to {self.target} failed ({exc.code().name}: {exc.details()})",
+                    code=exc.code().name,
+                ) from exc
+            raise _fatal(exc) from exc
+        return True
 
     # -- batched calls: each item's answer, or what failed it ------------------------
 

@@ -23,6 +23,11 @@ message the worker's own code fails on (not the handler: its exceptions are the
 task's failures) is acknowledged away with an ALERT that names its run, and the
 worker goes on. On SIGTERM it stops reading and lets in-flight tasks finish for
 a grace period. All Redis work goes through composer_queue.
+
+Besides, every ``presence_seconds`` it tells the coordinator who it is, which
+queues it serves and how many tasks it holds (the Heartbeat call; the API lists
+workers from it and says when a task waits on a queue nobody serves), and once
+more, STOPPED, when it stops.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from importlib import metadata
 
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
@@ -51,15 +57,28 @@ from composer_common.telemetry import extract, tracer
 from composer_sdk._client import (
     DEFAULT_MAX_MESSAGE_BYTES,
     MESSAGE_TOO_LARGE,
+    Beats,
     Coordinator,
     CoordinatorClient,
     Lease,
+    Presence,
 )
 from composer_sdk._handler import Handler, HandlerFn, Outcome, TaskContext, caller_of
 from composer_sdk._tasklog import DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, AttemptLines, TaskLogger
 from composer_sdk.errors import CoordinatorUnavailable, SdkError
 
 log = logging.getLogger("composer.sdk")
+
+
+def _version() -> str:
+    try:
+        return metadata.version("composer-sdk")
+    except metadata.PackageNotFoundError:  # run from a source tree
+        return "unknown"
+
+
+#: Sent with each heartbeat, so an operator can tell which workers run an old SDK.
+_SDK_VERSION = _version()
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +119,10 @@ class WorkerConfig:
     #: lines): the first lines up to both bounds, then a marker line counting the rest.
     log_max_bytes: int = DEFAULT_MAX_BYTES
     log_max_lines: int = DEFAULT_MAX_LINES
+    #: How often the worker tells the coordinator it is alive, what it serves and how
+    #: busy it is (``composer workers``, GET /v1/workers); 0: never. Keep it well under
+    #: the API's COMPOSER_WORKER_LIVE_SECONDS (30 s), or the worker reads as gone.
+    presence_seconds: float = 5.0
 
 
 class Worker:
@@ -149,6 +172,10 @@ class Worker:
         self.abandoned = 0
         #: Messages acknowledged away because the worker's own code failed on them.
         self.parked = 0
+        #: When run() began serving (seconds since the epoch), for the heartbeat.
+        self.started_at = 0.0
+        #: False once the coordinator said it keeps no heartbeats.
+        self._beats = True
 
     # -- registration ----------------------------------------------------------
 
@@ -203,6 +230,8 @@ class Worker:
                 self.prefetch,
             )
             heartbeat = asyncio.create_task(self._heartbeat(), name="worker-heartbeat")
+            self.started_at = time.time()
+            presence = asyncio.create_task(self._presence(), name="worker-presence")
             readers = [
                 asyncio.create_task(self._read(h), name=f"read:{h.queue}")
                 for h in self._handlers.values()
@@ -223,8 +252,12 @@ class Worker:
                 await self._drain()  # the heartbeat goes on: in-flight entries are still held
             finally:
                 heartbeat.cancel()
+                presence.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await heartbeat
+                with contextlib.suppress(asyncio.CancelledError):
+                    await presence
+                await self._say_stopped()
         finally:
             if self._given_coordinator is None:
                 await client.close()
@@ -283,6 +316,60 @@ class Worker:
             except Exception:  # a bug: say so, and keep beating
                 log.log(ALERT, "the heartbeat failed unexpectedly", exc_info=True)
             await asyncio.sleep(every)
+
+    def presence(self, state: str) -> Presence:
+        """What this worker's heartbeat says now: its queues, concurrency, and the
+        attempts it holds (leasing, running or reporting)."""
+        return Presence(
+            worker_id=self.owner,
+            host=socket.gethostname(),
+            queues=tuple(sorted(self._handlers)),
+            concurrency=self.config.concurrency,
+            in_flight=len(self._running),
+            sdk_version=_SDK_VERSION,
+            state=state,
+            started_at=self.started_at,
+        )
+
+    async def _presence(self) -> None:
+        """Beat every ``presence_seconds`` (SERVING, then DRAINING once stopping), so the
+        API can list this worker and tell that its queues are served. A failed beat is
+        logged once per outage and never stops the worker: the next beat is the retry."""
+        every = self.config.presence_seconds
+        if every <= 0 or not isinstance(self._client, Beats):
+            return
+        client, failing = self._client, False
+        while True:
+            state = "DRAINING" if self._stopping.is_set() else "SERVING"
+            try:
+                if not await client.heartbeat(self.presence(state)):
+                    log.info("the coordinator keeps no heartbeats (older than this SDK)")
+                    self._beats = False
+                    return
+                if failing:
+                    log.info("heartbeats get through again")
+                failing = False
+            except SdkError as exc:
+                if not failing:
+                    log.warning("the heartbeat to the coordinator failed: %s; still trying", exc)
+                failing = True
+            except Exception:  # a bug: say so, and keep beating
+                log.log(
+                    ALERT, "the heartbeat to the coordinator failed unexpectedly", exc_info=True
+                )
+            await asyncio.sleep(every)
+
+    async def _say_stopped(self) -> None:
+        """One last beat, STOPPED, so the worker shows gone at once (best effort: a
+        worker that cannot say it just reads as gone once its beats are old)."""
+        if not self._beats or self.config.presence_seconds <= 0:
+            return
+        if not isinstance(self._client, Beats):
+            return
+        try:
+            await self._client.heartbeat(self.presence("STOPPED"), timeout=2.0)
+        except Exception as exc:
+            log.info("could not tell the coordinator this worker stopped: %s", exc)
 
     async def _room(self) -> int:
         """Wait for a free slot, then take every other slot free now: how many entries

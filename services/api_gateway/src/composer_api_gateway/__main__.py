@@ -55,6 +55,7 @@ def config_from(settings: GatewaySettings) -> GatewayConfig:
         result_poll_seconds=settings.api_result_poll_seconds,
         allowed_hosts=parse_hosts(settings.allowed_hosts),
         encryption_keys=settings.encryption_keys,
+        worker_live_seconds=settings.worker_live_seconds,
     )
 
 

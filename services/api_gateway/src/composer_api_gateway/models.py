@@ -156,6 +156,11 @@ class Task(Response):
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
     redacted: bool = _redacted("input, output, error")
+    waiting_hint: str | None = Field(
+        default=None,
+        description="PENDING or QUEUED: set when no live worker serves the task's queue "
+        "(none seen within COMPOSER_WORKER_LIVE_SECONDS): since when, and what to do",
+    )
 
 
 class Signal(Response):
@@ -442,3 +447,34 @@ TypedWorkflowSpec: type[WorkflowSpec] = create_model(
     __doc__=WorkflowSpec.__doc__,
     nodes=(list[Annotated[Union[TYPED_NODES], Field(discriminator="type")]], Field()),  # type: ignore[valid-type]  # noqa: UP007
 )
+WorkerStatus = Literal["SERVING", "DRAINING", "STOPPED", "LOST"]
+
+
+class Worker(Response):
+    """A worker process as its last heartbeat left it (GET /v1/workers)."""
+
+    worker_id: str = Field(description="its lease owner and consumer name (WorkerConfig.owner)")
+    host: str
+    queues: list[str] = Field(description="the queues it has handlers for (and may serve)")
+    status: WorkerStatus = Field(
+        description="SERVING or DRAINING (stopping, finishing its tasks) while it beats; "
+        "STOPPED: it stopped on purpose; LOST: no beat within COMPOSER_WORKER_LIVE_SECONDS"
+    )
+    live: bool = Field(description="SERVING or DRAINING: it beat within the threshold")
+    concurrency: int = Field(description="tasks it runs at once, at most")
+    in_flight: int = Field(description="tasks it held at its last beat")
+    sdk_version: str
+    started_at: dt.datetime
+    last_seen_at: dt.datetime
+    last_seen_seconds_ago: float
+    stopped_at: dt.datetime | None = None
+
+
+class WorkerList(Response):
+    workers: list[Worker] = Field(
+        description="the live ones first, then the rest, each most recently seen first; "
+        "workers unseen for a day are forgotten"
+    )
+    live_seconds: float = Field(
+        description="COMPOSER_WORKER_LIVE_SECONDS: a worker not seen for longer is LOST"
+    )

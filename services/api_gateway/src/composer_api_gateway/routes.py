@@ -14,7 +14,7 @@ from typing import Literal
 from aiohttp import web
 from pydantic import BaseModel
 
-from composer_api_gateway import definitions, history, ops, runs
+from composer_api_gateway import definitions, history, ops, runs, workers
 from composer_api_gateway.auth import Role
 from composer_api_gateway.models import (
     CancelRun,
@@ -35,6 +35,7 @@ from composer_api_gateway.models import (
     StartRun,
     TaskLogsQuery,
     VersionDetail,
+    WorkerList,
     WorkflowDeleted,
     WorkflowDetail,
     WorkflowList,
@@ -267,6 +268,20 @@ ROUTES: tuple[Route, ...] = (
         "marker line counts what was dropped). `?node=` keeps one node's attempts. For a "
         "viewer token the lines are null with `redacted: true`, unless the run's workflow "
         "sets `viewers_see_payloads: true`.",
+    ),
+    Route(
+        "GET",
+        "/v1/workers",
+        workers.list_workers,
+        "The workers and the queues they serve",
+        "operations",
+        Role.VIEWER,
+        {200: WorkerList},
+        errors=(503,),
+        description="From the heartbeats SDK workers send every few seconds: each worker's "
+        "host, queues, concurrency, tasks in flight and when it was last seen. LOST: no "
+        "heartbeat within COMPOSER_WORKER_LIVE_SECONDS; STOPPED: it stopped on purpose. A "
+        "run's task waiting on a queue no live worker serves carries a `waiting_hint`.",
     ),
     Route(
         "GET",

@@ -22,7 +22,7 @@ import binascii
 from aiohttp import web
 
 import composer_repo as repo
-from composer_api_gateway import bodies
+from composer_api_gateway import bodies, workers
 from composer_api_gateway.auth import Caller, Role
 from composer_api_gateway.definitions import json_response
 from composer_api_gateway.models import (
@@ -46,11 +46,14 @@ from composer_api_gateway.models import (
 from composer_api_gateway.problems import bad_request
 from composer_api_gateway.state import CALLER, CONFIG, ENGINE, POOL, WAITERS
 from composer_common import caller as calling
+from composer_core.model import TaskState
 from composer_engine import DefinitionCache, opened
 
 #: The status a long-poll answers when the run is still going: "ask again".
 STILL_RUNNING = 202
 _CURSOR_PREFIX = "r1:"
+#: The task states that wait for a worker to take them (a waiting_hint may say none will).
+_WAITING = frozenset({TaskState.PENDING, TaskState.QUEUED})
 
 
 def encode_cursor(run_id: str | None) -> str | None:
@@ -106,6 +109,13 @@ async def load(request: web.Request, run_id: str) -> Run:
         r = await repo.get_run(conn, run_id)
         tasks = await repo.get_run_tasks(conn, run_id)
         signals = await repo.run_signals(conn, run_id)
+        hints = (
+            {}
+            if r.status.is_terminal
+            else await workers.waiting_hints(
+                conn, run_id, live_seconds=request.app[CONFIG].worker_live_seconds
+            )
+        )
         shown = await shows_payloads(
             conn, request.app[ENGINE].definitions, caller, r.workflow_id, r.version
         )
@@ -165,6 +175,7 @@ async def load(request: web.Request, run_id: str) -> Run:
                 started_at=t.started_at,
                 finished_at=t.finished_at,
                 redacted=hidden,
+                waiting_hint=hints.get(t.queue or "") if t.state in _WAITING else None,
             )
             for t in tasks
         ],

@@ -34,3 +34,7 @@ class GatewaySettings(ServerSettings):
     api_max_wait_seconds: float = 60.0
     #: How often a long-poll re-reads the run when no run-finished hint comes.
     api_result_poll_seconds: float = 2.0
+    #: COMPOSER_WORKER_LIVE_SECONDS: a worker not heard from for longer is LOST (GET
+    #: /v1/workers), and a task waiting on a queue no live worker serves says so
+    #: (waiting_hint). Keep it a few times the workers' heartbeat (5 s).
+    worker_live_seconds: float = 30.0

@@ -35,6 +35,9 @@ class GatewayConfig:
     allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
     #: COMPOSER_ENCRYPTION_KEYS: seals what the API writes, opens what it answers.
     encryption_keys: str = ""
+    #: COMPOSER_WORKER_LIVE_SECONDS: a worker whose last heartbeat is older is LOST, and a
+    #: task waiting on a queue no live worker serves carries a waiting_hint.
+    worker_live_seconds: float = 30.0
 
 
 CONFIG = web.AppKey("config", GatewayConfig)

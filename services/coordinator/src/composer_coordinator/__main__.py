@@ -76,6 +76,7 @@ async def serve(settings: CoordinatorSettings) -> None:
                 builtin_token=settings.builtin_worker_token,
                 max_lease_seconds=settings.max_lease_seconds,
                 tls=tls,
+                heartbeat_write_seconds=settings.heartbeat_write_seconds,
             )
         except (OSError, RuntimeError) as exc:  # grpc: RuntimeError("Failed to bind to address …")
             host, _, port_text = settings.grpc_addr.rpartition(":")

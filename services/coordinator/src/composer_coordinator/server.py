@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import grpc
 import grpc.aio
 
+from composer_coordinator.presence import Presence
 from composer_coordinator.service import ANSWER_BYTES, TokenAuth, WorkerService
 from composer_coordinator.tokens import WorkerTokens
 from composer_engine import Engine
@@ -54,6 +55,7 @@ async def start_server(
     builtin_token: str = "",
     max_lease_seconds: float = 300.0,
     tls: ServerTls | None = None,
+    heartbeat_write_seconds: float = 5.0,
 ) -> tuple[grpc.aio.Server, int]:
     """Start serving; returns the server and the port bound (``address`` may use port 0).
 
@@ -61,13 +63,20 @@ async def start_server(
     the tokens for some queues (COMPOSER_WORKER_TOKENS), ``builtin_token`` the
     built-in workers' (COMPOSER_BUILTIN_WORKER_TOKEN); TokenConfigError when they
     cannot be read or there is none. With ``tls`` the port speaks TLS only: the
-    worker tokens and lease tokens cross the network encrypted."""
+    worker tokens and lease tokens cross the network encrypted. A worker's heartbeat
+    is written at most every ``heartbeat_write_seconds`` (composer_coordinator.presence)."""
     worker_tokens = WorkerTokens.parse(token, tokens, builtin_token)
     server = grpc.aio.server(
         interceptors=[TokenAuth(worker_tokens)], options=server_options(engine)
     )
     add_WorkerServiceServicer_to_server(
-        WorkerService(engine, worker_tokens, max_lease_seconds=max_lease_seconds), server
+        WorkerService(
+            engine,
+            worker_tokens,
+            max_lease_seconds=max_lease_seconds,
+            presence=Presence(engine.pool, write_every=heartbeat_write_seconds),
+        ),
+        server,
     )
     if tls is None:
         port = server.add_insecure_port(address)

@@ -32,6 +32,7 @@ from opentelemetry.trace import SpanKind
 
 import composer_repo as repo
 from composer_common.telemetry import extract, tracer
+from composer_coordinator.presence import BadBeat, Presence, beat_of
 from composer_coordinator.tokens import WorkerTokens
 from composer_engine import (
     AttemptLog,
@@ -70,11 +71,18 @@ class WorkerService(WorkerServiceServicer):
     items of concurrent calls share transactions (docs/architecture.md §3.1)."""
 
     def __init__(
-        self, engine: Engine, tokens: WorkerTokens, *, max_lease_seconds: float = 300.0
+        self,
+        engine: Engine,
+        tokens: WorkerTokens,
+        *,
+        max_lease_seconds: float = 300.0,
+        presence: Presence | None = None,
     ) -> None:
         self.engine = engine
         self.tokens = tokens
         self.max_lease_seconds = max_lease_seconds
+        #: Workers' heartbeats, kept for the API (composer_coordinator.presence).
+        self.presence = presence or Presence(engine.pool)
 
     def _queues(self, context: grpc.aio.ServicerContext[Any, Any]) -> frozenset[str] | None:
         """The queues the caller's token covers (None: all); TokenAuth let only
@@ -134,6 +142,24 @@ class WorkerService(WorkerServiceServicer):
                 pb.ReportTaskResultResponse,
             )
             return pb.ReportTaskResultsResponse(items=answers)
+
+    async def Heartbeat(
+        self, request: pb.HeartbeatRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.HeartbeatResponse:
+        """Keep what the worker says of itself; not a task call: no span, no engine."""
+        try:
+            beat = beat_of(request, self._queues(context))
+        except BadBeat as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise  # pragma: no cover - abort raises
+        try:
+            recorded = await self.presence.record(beat)
+        except repo.RepoError as exc:
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, f"recording the heartbeat failed: {exc}"
+            )
+            raise  # pragma: no cover - abort raises
+        return pb.HeartbeatResponse(recorded=recorded)
 
     # -- one item ----------------------------------------------------------------
 

@@ -30,3 +30,6 @@ class CoordinatorSettings(ServerSettings):
     #: The longest lease a worker gets, whatever TTL it asks for: a worker that dies
     #: holding a lease delays its task at most this long.
     max_lease_seconds: float = 300.0
+    #: COMPOSER_HEARTBEAT_WRITE_SECONDS: a worker's heartbeat is written to the workers
+    #: table at most this often (a beat between is dropped, unless the worker stops).
+    heartbeat_write_seconds: float = 5.0

@@ -763,3 +763,67 @@ SELECT task_id, attempt, max(at) AS at
   FROM run_history
  WHERE run_id = $1 AND kind = 'task.leased'
  GROUP BY task_id, attempt;
+
+-- =============================================================================
+-- Workers (V011): who serves which queue, from their heartbeats
+-- =============================================================================
+
+-- name: record_worker_heartbeat
+-- One worker's beat: its row, created or brought up to date. A worker that said
+-- it STOPPED stays stopped: a beat of the same process that arrives after that
+-- (sent before it) is dropped; a new process under the same name (a later
+-- started_at) takes the row over. Written at most every few seconds per worker
+-- (the coordinator).
+INSERT INTO workers AS w (id, host, queues, concurrency, in_flight, sdk_version, state,
+                          started_at, last_seen_at, stopped_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now(), CASE WHEN $7 = 'STOPPED' THEN now() END)
+ON CONFLICT (id) DO UPDATE
+   SET host = EXCLUDED.host,
+       queues = EXCLUDED.queues,
+       concurrency = EXCLUDED.concurrency,
+       in_flight = EXCLUDED.in_flight,
+       sdk_version = EXCLUDED.sdk_version,
+       state = EXCLUDED.state,
+       started_at = EXCLUDED.started_at,
+       last_seen_at = EXCLUDED.last_seen_at,
+       stopped_at = EXCLUDED.stopped_at
+ WHERE w.state <> 'STOPPED' OR EXCLUDED.started_at > w.started_at
+RETURNING 1;
+
+-- name: list_workers
+-- The workers, the most recently seen first, with the database's clock (the one
+-- last_seen_at was written with) to tell how long ago.
+SELECT id, host, queues, concurrency, in_flight, sdk_version, state, started_at,
+       last_seen_at, stopped_at, now() AS now
+  FROM workers
+ ORDER BY last_seen_at DESC, id
+ LIMIT $1;
+
+-- name: prune_workers
+-- Forget workers unseen for $1 seconds, at most $2 of them (the oldest first):
+-- a bounded delete that several coordinators may run at once.
+DELETE FROM workers
+ WHERE id IN (SELECT id FROM workers
+               WHERE last_seen_at < now() - make_interval(secs => $1)
+               ORDER BY last_seen_at
+               LIMIT $2)
+RETURNING 1;
+
+-- name: unserved_queues
+-- The queues of the run's tasks waiting for a worker (PENDING, QUEUED) that no
+-- live worker serves: none that has not stopped was seen within $2 seconds. Each
+-- with the last time any worker serving it was seen (NULL: none ever was) and
+-- the database's clock. One partition of task_instances; workers is small.
+WITH waiting AS (
+    SELECT DISTINCT queue
+      FROM task_instances
+     WHERE run_id = $1 AND state IN ('PENDING', 'QUEUED') AND queue IS NOT NULL
+)
+SELECT q.queue, max(w.last_seen_at) AS last_seen_at, now() AS now
+  FROM waiting q
+  LEFT JOIN workers w ON q.queue = ANY (w.queues)
+ GROUP BY q.queue
+HAVING NOT coalesce(
+           bool_or(w.state <> 'STOPPED' AND w.last_seen_at > now() - make_interval(secs => $2)),
+           false)
+ ORDER BY q.queue;

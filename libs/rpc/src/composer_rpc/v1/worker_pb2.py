@@ -24,41 +24,47 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63omposer/v1/worker.proto\x12\x0b\x63omposer.v1\"(\n\x07Problem\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"O\n\x18\x41\x63quireTaskLeasesRequest\x12\x33\n\x05items\x18\x01 \x03(\x0b\x32$.composer.v1.AcquireTaskLeaseRequest\"Q\n\x19\x41\x63quireTaskLeasesResponse\x12\x34\n\x05items\x18\x01 \x03(\x0b\x32%.composer.v1.AcquireTaskLeaseResponse\"K\n\x16RenewTaskLeasesRequest\x12\x31\n\x05items\x18\x01 \x03(\x0b\x32\".composer.v1.RenewTaskLeaseRequest\"M\n\x17RenewTaskLeasesResponse\x12\x32\n\x05items\x18\x01 \x03(\x0b\x32#.composer.v1.RenewTaskLeaseResponse\"O\n\x18ReportTaskResultsRequest\x12\x33\n\x05items\x18\x01 \x03(\x0b\x32$.composer.v1.ReportTaskResultRequest\"Q\n\x19ReportTaskResultsResponse\x12\x34\n\x05items\x18\x01 \x03(\x0b\x32%.composer.v1.ReportTaskResultResponse\"~\n\x17\x41\x63quireTaskLeaseRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\r\n\x05owner\x18\x04 \x01(\t\x12\x13\n\x0bttl_seconds\x18\x05 \x01(\x01\x12\r\n\x05\x63laim\x18\x06 \x01(\t\"\xd2\x02\n\x18\x41\x63quireTaskLeaseResponse\x12\x0f\n\x07granted\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x12\n\ninput_json\x18\x03 \x01(\t\x12\x18\n\x10lease_expires_at\x18\x04 \x01(\x01\x12\x14\n\x0cmax_attempts\x18\x05 \x01(\x05\x12\x13\n\x0blease_token\x18\x06 \x01(\t\x12\x0f\n\x07node_id\x18\x07 \x01(\t\x12\x11\n\tnode_type\x18\x08 \x01(\t\x12\x13\n\x0bworkflow_id\x18\t \x01(\t\x12\x18\n\x10workflow_version\x18\n \x01(\x05\x12\x17\n\x0ftimeout_seconds\x18\x0b \x01(\x01\x12\x13\n\x0bttl_seconds\x18\x0c \x01(\x01\x12\x14\n\x0c\x63ontext_json\x18\r \x01(\t\x12%\n\x07problem\x18\x0f \x01(\x0b\x32\x14.composer.v1.Problem\"\x82\x01\n\x15RenewTaskLeaseRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\r\n\x05owner\x18\x04 \x01(\t\x12\x13\n\x0bttl_seconds\x18\x05 \x01(\x01\x12\x13\n\x0blease_token\x18\x06 \x01(\t\"e\n\x16RenewTaskLeaseResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x18\n\x10lease_expires_at\x18\x02 \x01(\x01\x12%\n\x07problem\x18\x0f \x01(\x0b\x32\x14.composer.v1.Problem\"\x9e\x02\n\x17ReportTaskResultRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0f\n\x07node_id\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\r\n\x05owner\x18\x05 \x01(\t\x12\'\n\x06status\x18\x06 \x01(\x0e\x32\x17.composer.v1.TaskStatus\x12\x13\n\x0boutput_json\x18\x07 \x01(\t\x12\r\n\x05\x65rror\x18\x08 \x01(\t\x12\x12\n\nerror_code\x18\t \x01(\t\x12\x11\n\tpermanent\x18\n \x01(\x08\x12\x13\n\x0blease_token\x18\x0b \x01(\t\x12\x11\n\tlog_lines\x18\x0c \x03(\t\x12\x15\n\rlog_truncated\x18\r \x01(\x05\"c\n\x18ReportTaskResultResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12%\n\x07problem\x18\x0f \x01(\x0b\x32\x14.composer.v1.Problem*\\\n\nTaskStatus\x12\x1b\n\x17TASK_STATUS_UNSPECIFIED\x10\x00\x12\x19\n\x15TASK_STATUS_COMPLETED\x10\x01\x12\x16\n\x12TASK_STATUS_FAILED\x10\x02\x32\xd2\x04\n\rWorkerService\x12_\n\x10\x41\x63quireTaskLease\x12$.composer.v1.AcquireTaskLeaseRequest\x1a%.composer.v1.AcquireTaskLeaseResponse\x12Y\n\x0eRenewTaskLease\x12\".composer.v1.RenewTaskLeaseRequest\x1a#.composer.v1.RenewTaskLeaseResponse\x12_\n\x10ReportTaskResult\x12$.composer.v1.ReportTaskResultRequest\x1a%.composer.v1.ReportTaskResultResponse\x12\x62\n\x11\x41\x63quireTaskLeases\x12%.composer.v1.AcquireTaskLeasesRequest\x1a&.composer.v1.AcquireTaskLeasesResponse\x12\\\n\x0fRenewTaskLeases\x12#.composer.v1.RenewTaskLeasesRequest\x1a$.composer.v1.RenewTaskLeasesResponse\x12\x62\n\x11ReportTaskResults\x12%.composer.v1.ReportTaskResultsRequest\x1a&.composer.v1.ReportTaskResultsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63omposer/v1/worker.proto\x12\x0b\x63omposer.v1\"\xbd\x01\n\x10HeartbeatRequest\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0c\n\x04host\x18\x02 \x01(\t\x12\x0e\n\x06queues\x18\x03 \x03(\t\x12\x13\n\x0b\x63oncurrency\x18\x04 \x01(\x05\x12\x11\n\tin_flight\x18\x05 \x01(\x05\x12\x13\n\x0bsdk_version\x18\x06 \x01(\t\x12\'\n\x05state\x18\x07 \x01(\x0e\x32\x18.composer.v1.WorkerState\x12\x12\n\nstarted_at\x18\x08 \x01(\x01\"%\n\x11HeartbeatResponse\x12\x10\n\x08recorded\x18\x01 \x01(\x08\"(\n\x07Problem\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"O\n\x18\x41\x63quireTaskLeasesRequest\x12\x33\n\x05items\x18\x01 \x03(\x0b\x32$.composer.v1.AcquireTaskLeaseRequest\"Q\n\x19\x41\x63quireTaskLeasesResponse\x12\x34\n\x05items\x18\x01 \x03(\x0b\x32%.composer.v1.AcquireTaskLeaseResponse\"K\n\x16RenewTaskLeasesRequest\x12\x31\n\x05items\x18\x01 \x03(\x0b\x32\".composer.v1.RenewTaskLeaseRequest\"M\n\x17RenewTaskLeasesResponse\x12\x32\n\x05items\x18\x01 \x03(\x0b\x32#.composer.v1.RenewTaskLeaseResponse\"O\n\x18ReportTaskResultsRequest\x12\x33\n\x05items\x18\x01 \x03(\x0b\x32$.composer.v1.ReportTaskResultRequest\"Q\n\x19ReportTaskResultsResponse\x12\x34\n\x05items\x18\x01 \x03(\x0b\x32%.composer.v1.ReportTaskResultResponse\"~\n\x17\x41\x63quireTaskLeaseRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\r\n\x05owner\x18\x04 \x01(\t\x12\x13\n\x0bttl_seconds\x18\x05 \x01(\x01\x12\r\n\x05\x63laim\x18\x06 \x01(\t\"\xd2\x02\n\x18\x41\x63quireTaskLeaseResponse\x12\x0f\n\x07granted\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x12\n\ninput_json\x18\x03 \x01(\t\x12\x18\n\x10lease_expires_at\x18\x04 \x01(\x01\x12\x14\n\x0cmax_attempts\x18\x05 \x01(\x05\x12\x13\n\x0blease_token\x18\x06 \x01(\t\x12\x0f\n\x07node_id\x18\x07 \x01(\t\x12\x11\n\tnode_type\x18\x08 \x01(\t\x12\x13\n\x0bworkflow_id\x18\t \x01(\t\x12\x18\n\x10workflow_version\x18\n \x01(\x05\x12\x17\n\x0ftimeout_seconds\x18\x0b \x01(\x01\x12\x13\n\x0bttl_seconds\x18\x0c \x01(\x01\x12\x14\n\x0c\x63ontext_json\x18\r \x01(\t\x12%\n\x07problem\x18\x0f \x01(\x0b\x32\x14.composer.v1.Problem\"\x82\x01\n\x15RenewTaskLeaseRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\r\n\x05owner\x18\x04 \x01(\t\x12\x13\n\x0bttl_seconds\x18\x05 \x01(\x01\x12\x13\n\x0blease_token\x18\x06 \x01(\t\"e\n\x16RenewTaskLeaseResponse\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x18\n\x10lease_expires_at\x18\x02 \x01(\x01\x12%\n\x07problem\x18\x0f \x01(\x0b\x32\x14.composer.v1.Problem\"\x9e\x02\n\x17ReportTaskResultRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0f\n\x07node_id\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\r\n\x05owner\x18\x05 \x01(\t\x12\'\n\x06status\x18\x06 \x01(\x0e\x32\x17.composer.v1.TaskStatus\x12\x13\n\x0boutput_json\x18\x07 \x01(\t\x12\r\n\x05\x65rror\x18\x08 \x01(\t\x12\x12\n\nerror_code\x18\t \x01(\t\x12\x11\n\tpermanent\x18\n \x01(\x08\x12\x13\n\x0blease_token\x18\x0b \x01(\t\x12\x11\n\tlog_lines\x18\x0c \x03(\t\x12\x15\n\rlog_truncated\x18\r \x01(\x05\"c\n\x18ReportTaskResultResponse\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12%\n\x07problem\x18\x0f \x01(\x0b\x32\x14.composer.v1.Problem*z\n\x0bWorkerState\x12\x1c\n\x18WORKER_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14WORKER_STATE_SERVING\x10\x01\x12\x19\n\x15WORKER_STATE_DRAINING\x10\x02\x12\x18\n\x14WORKER_STATE_STOPPED\x10\x03*\\\n\nTaskStatus\x12\x1b\n\x17TASK_STATUS_UNSPECIFIED\x10\x00\x12\x19\n\x15TASK_STATUS_COMPLETED\x10\x01\x12\x16\n\x12TASK_STATUS_FAILED\x10\x02\x32\x9e\x05\n\rWorkerService\x12_\n\x10\x41\x63quireTaskLease\x12$.composer.v1.AcquireTaskLeaseRequest\x1a%.composer.v1.AcquireTaskLeaseResponse\x12Y\n\x0eRenewTaskLease\x12\".composer.v1.RenewTaskLeaseRequest\x1a#.composer.v1.RenewTaskLeaseResponse\x12_\n\x10ReportTaskResult\x12$.composer.v1.ReportTaskResultRequest\x1a%.composer.v1.ReportTaskResultResponse\x12\x62\n\x11\x41\x63quireTaskLeases\x12%.composer.v1.AcquireTaskLeasesRequest\x1a&.composer.v1.AcquireTaskLeasesResponse\x12\\\n\x0fRenewTaskLeases\x12#.composer.v1.RenewTaskLeasesRequest\x1a$.composer.v1.RenewTaskLeasesResponse\x12\x62\n\x11ReportTaskResults\x12%.composer.v1.ReportTaskResultsRequest\x1a&.composer.v1.ReportTaskResultsResponse\x12J\n\tHeartbeat\x12\x1d.composer.v1.HeartbeatRequest\x1a\x1e.composer.v1.HeartbeatResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'composer.v1.worker_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TASKSTATUS']._serialized_start=1662
-  _globals['_TASKSTATUS']._serialized_end=1754
-  _globals['_PROBLEM']._serialized_start=41
-  _globals['_PROBLEM']._serialized_end=81
-  _globals['_ACQUIRETASKLEASESREQUEST']._serialized_start=83
-  _globals['_ACQUIRETASKLEASESREQUEST']._serialized_end=162
-  _globals['_ACQUIRETASKLEASESRESPONSE']._serialized_start=164
-  _globals['_ACQUIRETASKLEASESRESPONSE']._serialized_end=245
-  _globals['_RENEWTASKLEASESREQUEST']._serialized_start=247
-  _globals['_RENEWTASKLEASESREQUEST']._serialized_end=322
-  _globals['_RENEWTASKLEASESRESPONSE']._serialized_start=324
-  _globals['_RENEWTASKLEASESRESPONSE']._serialized_end=401
-  _globals['_REPORTTASKRESULTSREQUEST']._serialized_start=403
-  _globals['_REPORTTASKRESULTSREQUEST']._serialized_end=482
-  _globals['_REPORTTASKRESULTSRESPONSE']._serialized_start=484
-  _globals['_REPORTTASKRESULTSRESPONSE']._serialized_end=565
-  _globals['_ACQUIRETASKLEASEREQUEST']._serialized_start=567
-  _globals['_ACQUIRETASKLEASEREQUEST']._serialized_end=693
-  _globals['_ACQUIRETASKLEASERESPONSE']._serialized_start=696
-  _globals['_ACQUIRETASKLEASERESPONSE']._serialized_end=1034
-  _globals['_RENEWTASKLEASEREQUEST']._serialized_start=1037
-  _globals['_RENEWTASKLEASEREQUEST']._serialized_end=1167
-  _globals['_RENEWTASKLEASERESPONSE']._serialized_start=1169
-  _globals['_RENEWTASKLEASERESPONSE']._serialized_end=1270
-  _globals['_REPORTTASKRESULTREQUEST']._serialized_start=1273
-  _globals['_REPORTTASKRESULTREQUEST']._serialized_end=1559
-  _globals['_REPORTTASKRESULTRESPONSE']._serialized_start=1561
-  _globals['_REPORTTASKRESULTRESPONSE']._serialized_end=1660
-  _globals['_WORKERSERVICE']._serialized_start=1757
-  _globals['_WORKERSERVICE']._serialized_end=2351
+  _globals['_WORKERSTATE']._serialized_start=1893
+  _globals['_WORKERSTATE']._serialized_end=2015
+  _globals['_TASKSTATUS']._serialized_start=2017
+  _globals['_TASKSTATUS']._serialized_end=2109
+  _globals['_HEARTBEATREQUEST']._serialized_start=42
+  _globals['_HEARTBEATREQUEST']._serialized_end=231
+  _globals['_HEARTBEATRESPONSE']._serialized_start=233
+  _globals['_HEARTBEATRESPONSE']._serialized_end=270
+  _globals['_PROBLEM']._serialized_start=272
+  _globals['_PROBLEM']._serialized_end=312
+  _globals['_ACQUIRETASKLEASESREQUEST']._serialized_start=314
+  _globals['_ACQUIRETASKLEASESREQUEST']._serialized_end=393
+  _globals['_ACQUIRETASKLEASESRESPONSE']._serialized_start=395
+  _globals['_ACQUIRETASKLEASESRESPONSE']._serialized_end=476
+  _globals['_RENEWTASKLEASESREQUEST']._serialized_start=478
+  _globals['_RENEWTASKLEASESREQUEST']._serialized_end=553
+  _globals['_RENEWTASKLEASESRESPONSE']._serialized_start=555
+  _globals['_RENEWTASKLEASESRESPONSE']._serialized_end=632
+  _globals['_REPORTTASKRESULTSREQUEST']._serialized_start=634
+  _globals['_REPORTTASKRESULTSREQUEST']._serialized_end=713
+  _globals['_REPORTTASKRESULTSRESPONSE']._serialized_start=715
+  _globals['_REPORTTASKRESULTSRESPONSE']._serialized_end=796
+  _globals['_ACQUIRETASKLEASEREQUEST']._serialized_start=798
+  _globals['_ACQUIRETASKLEASEREQUEST']._serialized_end=924
+  _globals['_ACQUIRETASKLEASERESPONSE']._serialized_start=927
+  _globals['_ACQUIRETASKLEASERESPONSE']._serialized_end=1265
+  _globals['_RENEWTASKLEASEREQUEST']._serialized_start=1268
+  _globals['_RENEWTASKLEASEREQUEST']._serialized_end=1398
+  _globals['_RENEWTASKLEASERESPONSE']._serialized_start=1400
+  _globals['_RENEWTASKLEASERESPONSE']._serialized_end=1501
+  _globals['_REPORTTASKRESULTREQUEST']._serialized_start=1504
+  _globals['_REPORTTASKRESULTREQUEST']._serialized_end=1790
+  _globals['_REPORTTASKRESULTRESPONSE']._serialized_start=1792
+  _globals['_REPORTTASKRESULTRESPONSE']._serialized_end=1891
+  _globals['_WORKERSERVICE']._serialized_start=2112
+  _globals['_WORKERSERVICE']._serialized_end=2782
 # @@protoc_insertion_point(module_scope)

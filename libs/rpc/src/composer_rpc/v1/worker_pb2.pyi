@@ -25,6 +25,31 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _WorkerState:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _WorkerStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_WorkerState.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    WORKER_STATE_UNSPECIFIED: _WorkerState.ValueType  # 0
+    WORKER_STATE_SERVING: _WorkerState.ValueType  # 1
+    """Reading its queues."""
+    WORKER_STATE_DRAINING: _WorkerState.ValueType  # 2
+    """Stopping: reads no more, lets its in-flight tasks finish."""
+    WORKER_STATE_STOPPED: _WorkerState.ValueType  # 3
+    """Gone: stopped on purpose (a worker that dies just stops beating)."""
+
+class WorkerState(_WorkerState, metaclass=_WorkerStateEnumTypeWrapper): ...
+
+WORKER_STATE_UNSPECIFIED: WorkerState.ValueType  # 0
+WORKER_STATE_SERVING: WorkerState.ValueType  # 1
+"""Reading its queues."""
+WORKER_STATE_DRAINING: WorkerState.ValueType  # 2
+"""Stopping: reads no more, lets its in-flight tasks finish."""
+WORKER_STATE_STOPPED: WorkerState.ValueType  # 3
+"""Gone: stopped on purpose (a worker that dies just stops beating)."""
+Global___WorkerState: _TypeAlias = WorkerState  # noqa: Y015
+
 class _TaskStatus:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -41,6 +66,74 @@ TASK_STATUS_UNSPECIFIED: TaskStatus.ValueType  # 0
 TASK_STATUS_COMPLETED: TaskStatus.ValueType  # 1
 TASK_STATUS_FAILED: TaskStatus.ValueType  # 2
 Global___TaskStatus: _TypeAlias = TaskStatus  # noqa: Y015
+
+@_typing.final
+class HeartbeatRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKER_ID_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    QUEUES_FIELD_NUMBER: _builtins.int
+    CONCURRENCY_FIELD_NUMBER: _builtins.int
+    IN_FLIGHT_FIELD_NUMBER: _builtins.int
+    SDK_VERSION_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    STARTED_AT_FIELD_NUMBER: _builtins.int
+    worker_id: _builtins.str
+    """The worker's name: its lease owner and consumer name, unique per process."""
+    host: _builtins.str
+    concurrency: _builtins.int
+    """Tasks it runs at once, at most, and those it holds now (leasing, running, reporting)."""
+    in_flight: _builtins.int
+    sdk_version: _builtins.str
+    state: Global___WorkerState.ValueType
+    started_at: _builtins.float
+    """When the process started serving, in seconds since the Unix epoch."""
+    @_builtins.property
+    def queues(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The queues it has handlers for (those its token does not cover are not recorded)."""
+
+    def __init__(
+        self,
+        *,
+        worker_id: _builtins.str = ...,
+        host: _builtins.str = ...,
+        queues: _abc.Iterable[_builtins.str] | None = ...,
+        concurrency: _builtins.int = ...,
+        in_flight: _builtins.int = ...,
+        sdk_version: _builtins.str = ...,
+        state: Global___WorkerState.ValueType = ...,
+        started_at: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["concurrency", b"concurrency", "host", b"host", "in_flight", b"in_flight", "queues", b"queues", "sdk_version", b"sdk_version", "started_at", b"started_at", "state", b"state", "worker_id", b"worker_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HeartbeatRequest: _TypeAlias = HeartbeatRequest  # noqa: Y015
+
+@_typing.final
+class HeartbeatResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RECORDED_FIELD_NUMBER: _builtins.int
+    recorded: _builtins.bool
+    """False when the coordinator kept no record of this beat (one came too soon after
+    the last one it wrote): nothing for the worker to do either way.
+    """
+    def __init__(
+        self,
+        *,
+        recorded: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["recorded", b"recorded"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HeartbeatResponse: _TypeAlias = HeartbeatResponse  # noqa: Y015
 
 @_typing.final
 class Problem(_message.Message):

@@ -64,6 +64,11 @@ class WorkerServiceStub:
                 request_serializer=composer_dot_v1_dot_worker__pb2.ReportTaskResultsRequest.SerializeToString,
                 response_deserializer=composer_dot_v1_dot_worker__pb2.ReportTaskResultsResponse.FromString,
                 _registered_method=True)
+        self.Heartbeat = channel.unary_unary(
+                '/composer.v1.WorkerService/Heartbeat',
+                request_serializer=composer_dot_v1_dot_worker__pb2.HeartbeatRequest.SerializeToString,
+                response_deserializer=composer_dot_v1_dot_worker__pb2.HeartbeatResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -119,6 +124,16 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Heartbeat(self, request, context):
+        """Say that this worker is alive, what it serves and how busy it is; sent every
+        few seconds, and once more with state STOPPED when it stops. The coordinator
+        keeps it (at most one write per worker every few seconds) for the API's list
+        of workers and for the hint on a task whose queue nobody serves.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -151,6 +166,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.ReportTaskResults,
                     request_deserializer=composer_dot_v1_dot_worker__pb2.ReportTaskResultsRequest.FromString,
                     response_serializer=composer_dot_v1_dot_worker__pb2.ReportTaskResultsResponse.SerializeToString,
+            ),
+            'Heartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.Heartbeat,
+                    request_deserializer=composer_dot_v1_dot_worker__pb2.HeartbeatRequest.FromString,
+                    response_serializer=composer_dot_v1_dot_worker__pb2.HeartbeatResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -315,6 +335,33 @@ class WorkerService:
             '/composer.v1.WorkerService/ReportTaskResults',
             composer_dot_v1_dot_worker__pb2.ReportTaskResultsRequest.SerializeToString,
             composer_dot_v1_dot_worker__pb2.ReportTaskResultsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Heartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/composer.v1.WorkerService/Heartbeat',
+            composer_dot_v1_dot_worker__pb2.HeartbeatRequest.SerializeToString,
+            composer_dot_v1_dot_worker__pb2.HeartbeatResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -60,6 +60,12 @@ class WorkerServiceStub:
     """
     RenewTaskLeases: _grpc.UnaryUnaryMultiCallable[_worker_pb2.RenewTaskLeasesRequest, _worker_pb2.RenewTaskLeasesResponse]
     ReportTaskResults: _grpc.UnaryUnaryMultiCallable[_worker_pb2.ReportTaskResultsRequest, _worker_pb2.ReportTaskResultsResponse]
+    Heartbeat: _grpc.UnaryUnaryMultiCallable[_worker_pb2.HeartbeatRequest, _worker_pb2.HeartbeatResponse]
+    """Say that this worker is alive, what it serves and how busy it is; sent every
+    few seconds, and once more with state STOPPED when it stops. The coordinator
+    keeps it (at most one write per worker every few seconds) for the API's list
+    of workers and for the hint on a task whose queue nobody serves.
+    """
 
 @_typing.type_check_only
 class WorkerServiceAsyncStub(WorkerServiceStub):
@@ -87,6 +93,12 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     """
     RenewTaskLeases: _aio.UnaryUnaryMultiCallable[_worker_pb2.RenewTaskLeasesRequest, _worker_pb2.RenewTaskLeasesResponse]  # type: ignore[assignment]
     ReportTaskResults: _aio.UnaryUnaryMultiCallable[_worker_pb2.ReportTaskResultsRequest, _worker_pb2.ReportTaskResultsResponse]  # type: ignore[assignment]
+    Heartbeat: _aio.UnaryUnaryMultiCallable[_worker_pb2.HeartbeatRequest, _worker_pb2.HeartbeatResponse]  # type: ignore[assignment]
+    """Say that this worker is alive, what it serves and how busy it is; sent every
+    few seconds, and once more with state STOPPED when it stops. The coordinator
+    keeps it (at most one write per worker every few seconds) for the API's list
+    of workers and for the hint on a task whose queue nobody serves.
+    """
 
 class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -147,5 +159,17 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _worker_pb2.ReportTaskResultsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_worker_pb2.ReportTaskResultsResponse, _abc.Awaitable[_worker_pb2.ReportTaskResultsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def Heartbeat(
+        self,
+        request: _worker_pb2.HeartbeatRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.HeartbeatResponse, _abc.Awaitable[_worker_pb2.HeartbeatResponse]]:
+        """Say that this worker is alive, what it serves and how busy it is; sent every
+        few seconds, and once more with state STOPPED when it stops. The coordinator
+        keeps it (at most one write per worker every few seconds) for the API's list
+        of workers and for the hint on a task whose queue nobody serves.
+        """
 
 def add_WorkerServiceServicer_to_server(servicer: WorkerServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

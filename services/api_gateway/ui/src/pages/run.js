@@ -74,6 +74,15 @@ function logsBlock(answer) {
     h('pre', { class: 'log-lines' }, (entry.lines || []).join('\n'))));
 }
 
+/** A notice for each task that waits on a queue no live worker serves (its waiting_hint). */
+function waitingHints(tasks) {
+  const hinted = (tasks || []).filter((t) => t.waiting_hint);
+  if (hinted.length === 0) return null;
+  return h('div', { class: 'waiting-hints', role: 'status' },
+    ...hinted.map((t) => h('p', { class: 'waiting-hint', dataset: { node: t.node_id } },
+      h('strong', {}, t.node_id), ` waits: ${t.waiting_hint} `, h('a', { href: '#/workers' }, 'Workers'))));
+}
+
 export function runPage(main, runId) {
   let run = null;
   let spec = null;
@@ -92,6 +101,7 @@ export function runPage(main, runId) {
   const nodeActions = h('div', { class: 'node-actions' });
   const runActions = h('section', { class: 'run-actions' });
   const extra = h('div', { class: 'run-extra' });
+  const hints = h('div', { id: 'waiting-hints' });
   const timelinePane = h('section', { class: 'card', id: 'timeline-pane', hidden: true });
   const body = h('div', { class: 'run-body' },
     h('section', { class: 'card graph-card' }, graphPane, legend()),
@@ -104,6 +114,7 @@ export function runPage(main, runId) {
   mount(main,
     h('p', { class: 'crumbs' }, h('a', { href: '#/runs' }, '← Runs')),
     head,
+    hints,
     tabs,
     body,
     timelinePane,
@@ -164,6 +175,7 @@ export function runPage(main, runId) {
         field('retried by', run.retried_by, 'retried-by'),
         field('error', run.redacted && ['FAILED', 'CANCELLED'].includes(run.status)
           ? h('span', { class: 'muted redacted', title: REDACTED_NOTE }, 'redacted') : run.error, 'error-text')));
+    mount(hints, waitingHints(run.tasks));
     mount(graphPane, drawGraph(spec, { tasks, selected, onSelect: select }));
     mount(timelinePane, h('h2', {}, 'Timeline'), timelineTable(entries, (nodeId) => { tab = 'graph'; selected = nodeId; showTab(); }));
     drawDetails(tasks);
@@ -200,6 +212,7 @@ export function runPage(main, runId) {
         field('state', h('span', { class: `badge state-${task.state.toLowerCase()}`, id: 'node-state' }, task.state.toLowerCase())),
         field('attempts', String(task.attempt + 1), 'attempts'),
         field('queue', task.queue),
+        field('no worker', task.waiting_hint, 'waiting-hint-text'),
         field('chose', Array.isArray(task.branches) ? (task.branches.join(', ') || 'no branch') : null),
         field('waits for signal', task.state === 'WAITING' ? task.awaited_signal : null, 'awaited'),
         field('wakes at', task.state === 'WAITING' && task.wake_at ? when(task.wake_at) : null, 'wake-at'),
