@@ -53,6 +53,8 @@ Per step of W1 (top-level keys of the results):
 
 - ``commits_per_step`` PostgreSQL commits in the scratch database ÷ steps,
   each run's start transaction included (so 0.1 of it comes from starting);
+- ``history_rows_per_step`` / ``history_bytes_per_step``: the run history's rows
+  and their bytes on disk per W1 step (docs/architecture.md §6.4);
 - ``statements_per_step`` / ``plans_per_step`` from pg_stat_statements when the
   server preloads it and the admin database has it installed (the top
   statements go to ``details.stack.statements`` in the JSON; otherwise that says
@@ -704,6 +706,7 @@ async def w1_with_commits(b: Bench) -> None:
         "w1_bench_reads": float(polls),
     }
     cost(b, steps, cpu0, cpu1, b.figures["w1_elapsed_s"])
+    await history_figures(b, steps)
 
     grpc = {k: v - rpc0.get(k, 0.0) for k, v in rpc1.items()}
     b.figures |= {
@@ -730,6 +733,22 @@ async def w1_with_commits(b: Bench) -> None:
         print(f"  SQL statements per step: unavailable ({unavailable})", flush=True)
     else:
         statement_figures(b, statements_q, statements0, statements1, quiet, window, steps)
+
+
+async def history_figures(b: Bench, steps: float) -> None:
+    """What the run history (docs/architecture.md §6.4) adds per step: its rows and the
+    bytes they take on disk (table and index), read after W1 (the runs before W1 in
+    this database are the warm-up's few, counted in too: an upper bound). Its CPU is
+    in cpu_total_s_per_1k_steps with the rest of the statement it rides with."""
+    rows = await b.mon.fetchval("SELECT count(*) FROM run_history")
+    size = await b.mon.fetchval(
+        "SELECT coalesce(sum(pg_total_relation_size(inhrelid)), 0) FROM pg_inherits"
+        " WHERE inhparent = 'run_history'::regclass"
+    )
+    b.figures |= {
+        "history_rows_per_step": float(rows) / max(1.0, steps),
+        "history_bytes_per_step": float(size) / max(1.0, steps),
+    }
 
 
 def statement_figures(
