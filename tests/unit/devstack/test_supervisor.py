@@ -71,7 +71,11 @@ ROOT = Path(__file__).resolve().parents[3]
 def test_make_run_has_the_stack_watch_make_itself() -> None:
     """No `uv run` between make and the stack, and its pid passed: killing make stops it."""
     shown = subprocess.run(
-        ["make", "-n", "run"], cwd=ROOT, capture_output=True, text=True, check=True
+        ["make", "--no-print-directory", "-n", "run"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.splitlines()[-1]
     assert shown == "exec .venv/bin/python -m composer_devstack --parent-pid $PPID"
 
