@@ -62,6 +62,9 @@ async def test_apply_start_wait_get_and_runs(live: Live, shop: str, tmp_path: Pa
     applied = await composer(live, "apply", "-f", str(EXAMPLES / "price-check.yaml"), "--deploy")
     assert applied.exit_code == 0, applied.output
     assert "price-check: version 1 (deployed)" in applied.output
+    reapplied = await composer(live, "apply", "-f", str(EXAMPLES / "price-check.yaml"))
+    assert reapplied.exit_code == 0, reapplied.output
+    assert "price-check: version 1 unchanged (deployed)" in reapplied.output
 
     inputs = tmp_path / "in.json"
     inputs.write_text(json.dumps({"url": shop}))

@@ -20,7 +20,7 @@ from composer_engine._recovery import (
     settle_entry,
     watch_queue,
 )
-from composer_engine._workflows import ValidDefinition, Workflows, validate_definition
+from composer_engine._workflows import Applied, ValidDefinition, Workflows, validate_definition
 from composer_engine.errors import (
     BadRequest,
     Conflict,
@@ -34,6 +34,7 @@ from composer_engine.errors import (
 
 __all__ = [
     "Acknowledge",
+    "Applied",
     "BadRequest",
     "ClaimedEntry",
     "Conflict",

@@ -48,6 +48,11 @@ class DefinitionCreated(Response):
     version: int
     name: str
     deployed: bool
+    unchanged: bool = Field(
+        default=False,
+        description="true: the newest version already held this definition; no version "
+        "was stored and `version` is that one",
+    )
 
 
 class WorkflowSummary(Response):

@@ -76,13 +76,17 @@ ROUTES: tuple[Route, ...] = (
         "Create the next version of a definition",
         "workflows",
         Role.ADMIN,
-        {201: DefinitionCreated},
+        {201: DefinitionCreated, 200: DefinitionCreated},
         body="definition",
         query=DeployQuery,
         errors=(400, 413, 415, 422, 503),
         description="The body is the definition as application/yaml or application/json. "
         "Every validation problem is listed in the 422 answer, each with its path. "
-        "`?deploy=true` makes the new version the one new runs use.",
+        "`?deploy=true` makes the new version the one new runs use. 201 for a new version; "
+        "a definition that means the same as the newest version (compared after parsing, "
+        "so layout, comments and spelt-out defaults do not count) stores nothing and "
+        "answers 200 with that version and `unchanged: true` (deployed now with "
+        "`?deploy=true`).",
     ),
     Route(
         "GET",

@@ -33,6 +33,19 @@ SELECT id, version, name, spec, webhook_url, created_by, deployed, deployed_at, 
   FROM workflow_definitions
  WHERE id = $1 AND version = $2;
 
+-- name: lock_definition_versions
+-- Until commit: applies of one workflow take turns, so two identical ones at
+-- once store one version (the second sees the first's).
+SELECT pg_advisory_xact_lock(hashtext('composer.definitions:' || $1::text));
+
+-- name: get_latest_definition
+-- The newest version that is not deleted: what an apply compares a definition with.
+SELECT id, version, name, spec, webhook_url, created_by, deployed, deployed_at, deleted_at, created_at
+  FROM workflow_definitions
+ WHERE id = $1 AND deleted_at IS NULL
+ ORDER BY version DESC
+ LIMIT 1;
+
 -- name: get_deployed_definition
 SELECT id, version, name, spec, webhook_url, created_by, deployed, deployed_at, deleted_at, created_at
   FROM workflow_definitions
