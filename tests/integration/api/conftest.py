@@ -161,6 +161,6 @@ def queued_workflow(workflow_id: str = "queued") -> dict[str, Any]:
 
 async def deploy(gw: Gateway, definition: dict[str, Any]) -> int:
     answer = await gw.call("POST", "/v1/workflows", json=definition, params={"deploy": "true"})
-    assert answer.status == 201, answer.body
+    assert answer.status in (200, 201), answer.body  # 200: unchanged, that version deployed
     version: int = answer.body["version"]
     return version

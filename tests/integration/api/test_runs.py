@@ -9,6 +9,7 @@ from typing import Any
 
 import uuid6
 
+import composer_repo as repo
 from tests.integration.api.conftest import Gateway, deploy, queued_workflow, waiting_workflow
 
 
@@ -37,15 +38,49 @@ async def test_start_and_get(gateway: Gateway) -> None:
 async def test_idempotent_start_answers_200_with_the_same_run(gateway: Gateway) -> None:
     await deploy(gateway, queued_workflow())
     first_status, first = await start(
-        gateway, workflow_id="queued", input={"n": 1}, idempotency_key="k1"
+        gateway, workflow_id="queued", input={"n": 1, "m": [2.0]}, idempotency_key="k1"
     )
+    # the same request sent again (its answer lost), keys in another order, 2.0 as 2
     again_status, again = await start(
-        gateway, workflow_id="queued", input={"n": 2}, idempotency_key="k1"
+        gateway, workflow_id="queued", input={"m": [2], "n": 1}, idempotency_key="k1"
     )
-    assert (first_status, again_status) == (201, 200)
+    assert (first_status, again_status) == (201, 200), again
     assert again["run_id"] == first["run_id"] and again["created"] is False
+
+
+async def test_a_start_key_reused_with_another_request_is_409(gateway: Gateway) -> None:
+    await deploy(gateway, queued_workflow())
+    status, first = await start(gateway, workflow_id="queued", input={"n": 1}, idempotency_key="k2")
+    assert status == 201, first
+    for changed in ({"input": {"n": 2}}, {"config": {"c": 1}}, {"version": 1}):
+        request = {"workflow_id": "queued", "input": {"n": 1}, "idempotency_key": "k2"} | changed
+        status, body = await start(gateway, **request)
+        assert status == 409, (changed, body)
+        assert body["type"] == "urn:composer:problem:idempotency-key-reused"
+        assert body["idempotency_key"] == "k2" and body["run_id"] == first["run_id"]
+        assert "'k2'" in body["detail"] and "different request" in body["detail"]
     run = await gateway.call("GET", f"/v1/runs/{first['run_id']}", role="operator")
-    assert run.body["input"] == {"n": 1}  # the repeat changed nothing
+    assert run.body["input"] == {"n": 1}  # the refused repeats changed nothing
+    listed = await gateway.call("GET", "/v1/runs", role="viewer", params={"workflow_id": "queued"})
+    assert [r["run_id"] for r in listed.body["runs"]].count(first["run_id"]) == 1
+
+
+async def test_a_key_stored_before_digests_answers_the_first_run(
+    gateway: Gateway, database_url: str
+) -> None:
+    """Keys from before V012 have no digest: a repeat answers the first run, as it did."""
+    await deploy(gateway, queued_workflow("legacy"))
+    status, first = await start(gateway, workflow_id="legacy", input={"n": 1}, idempotency_key="old")
+    assert status == 201, first
+    conn = await repo.connect(database_url)
+    try:
+        await conn.execute(
+            "UPDATE run_idempotency_keys SET request_digest = NULL WHERE idempotency_key = 'old'"
+        )
+    finally:
+        await conn.close()
+    status, again = await start(gateway, workflow_id="legacy", input={"n": 2}, idempotency_key="old")
+    assert (status, again["run_id"]) == (200, first["run_id"])
 
 
 async def test_twenty_concurrent_identical_starts_create_one_run(gateway: Gateway) -> None:

@@ -26,10 +26,12 @@ from composer_engine.errors import (
     Conflict,
     EngineError,
     Forbidden,
+    IdempotencyKeyReused,
     Internal,
     NotFound,
     Parked,
     Unavailable,
+    UnknownSignal,
 )
 
 __all__ = [
@@ -46,6 +48,7 @@ __all__ = [
     "Forbidden",
     "GiveBack",
     "GiveUp",
+    "IdempotencyKeyReused",
     "Internal",
     "LeaseGrant",
     "Leave",
@@ -58,6 +61,7 @@ __all__ = [
     "Reporter",
     "Started",
     "Unavailable",
+    "UnknownSignal",
     "Unserved",
     "ValidDefinition",
     "Workflows",

@@ -62,12 +62,15 @@ from composer_engine.errors import (
     Conflict,
     EngineError,
     Forbidden,
+    IdempotencyKeyReused,
     Internal,
     NotFound,
     Parked,
     StaleSnapshot,
     Unavailable,
+    UnknownSignal,
 )
+from composer_engine._requests import start_digest
 from composer_engine.sealing import KeyUnavailable, RunSeal, Sealer, looks_sealed
 from composer_rpc.codes import ErrorCode
 
@@ -229,7 +232,9 @@ class Engine:
 
         ``version`` None (or 0) is the deployed one. A client ``run_id`` must be
         a UUIDv7 from the last 24 h and at most 1 h ahead. A repeated
-        ``idempotency_key`` returns the run it started, changing nothing.
+        ``idempotency_key`` returns the run it started, changing nothing; sent with
+        another request (input, config, version or start node: ``start_digest``) it
+        is IdempotencyKeyReused, unless the key predates V012 (no digest kept).
         ``caller``, who starts it and the metadata they pass, is recorded
         (``started_by``) and kept as the run's calling context, which every TASK
         node's handler gets with its lease (None: the run has none).
@@ -247,6 +252,9 @@ class Engine:
         seal = self.sealer.for_run(new_run_id, data_key)
         # sealed once: the run's row and its TASK rows' copies hold the same document
         sealed_context = seal.doc(context)
+        digest = None
+        if idempotency_key is not None:
+            digest = start_digest(input, config, version, start_node)
 
         async def attempt(tx: Tx) -> Started:
             if version:
@@ -261,11 +269,24 @@ class Engine:
                 input=seal.doc(input if input is not None else {}),
                 config=seal.doc(config),
                 idempotency_key=idempotency_key,
+                # sealed like the input it digests (the run id is its associated data)
+                request_digest=seal.text(digest),
                 data_key=data_key,
                 started_by=None if caller is None else caller.name,
                 context=sealed_context,
             )
             if not started.created:
+                if started.request_digest is not None and digest is not None:
+                    first = self.sealer.open_text(started.run_id, started.request_digest)
+                    if first != digest:
+                        raise IdempotencyKeyReused(
+                            f"Idempotency-Key {idempotency_key!r} already started run "
+                            f"{started.run_id} of workflow {workflow_id!r} with a different "
+                            "request (input, config, version or start node): send the same "
+                            "request to get that run back, or use a new key for a new run",
+                            idempotency_key=idempotency_key,
+                            run_id=started.run_id,
+                        )
                 return Started(started.run_id, started.status, created=False)
             tx.after_commit(lambda: instruments().runs_started.add(1, {"workflow_id": workflow_id}))
             run = Run(

@@ -122,7 +122,8 @@ class StartRun(Request):
         default=None,
         min_length=1,
         max_length=200,
-        description="a repeated key answers 200 with the run it started, changing nothing",
+        description="a repeated key answers 200 with the run it started, changing nothing; "
+        "the same key with a different input, config or version answers 409",
     )
     start_node: str | None = Field(default=None, min_length=1, max_length=64)
     context: dict[str, JsonValue] | None = Field(

@@ -149,7 +149,9 @@ ROUTES: tuple[Route, ...] = (
         body=StartRun,
         errors=(400, 404, 409, 413, 503),
         description="201 for a new run. A repeated idempotency_key answers 200 with the run "
-        "it started and changes nothing. A client run_id already in use answers 409. The "
+        "it started and changes nothing; the same key with a different request (input, "
+        "config or version) answers 409 `idempotency-key-reused`, naming the key and the "
+        "run it started. A client run_id already in use answers 409. The "
         "run records the token's name (started_by); with `context`, your request metadata "
         "is kept beside it and handed to the run's TASK handlers (ctx.caller in the SDK).",
     ),

@@ -101,13 +101,14 @@ SELECT deleted_at
 
 -- name: claim_idempotency_key
 -- Waits for a concurrent start with the same key to commit or roll back.
-INSERT INTO run_idempotency_keys (workflow_id, idempotency_key, run_id)
-VALUES ($1, $2, $3)
+-- $4: the digest of the start's request (V012), what a repeat is compared with.
+INSERT INTO run_idempotency_keys (workflow_id, idempotency_key, run_id, request_digest)
+VALUES ($1, $2, $3, $4)
 ON CONFLICT DO NOTHING
 RETURNING run_id;
 
 -- name: find_idempotent_run
-SELECT r.id, r.status, now() AS now
+SELECT r.id, r.status, k.request_digest, now() AS now
   FROM run_idempotency_keys k
   JOIN workflow_runs r ON r.id = k.run_id
  WHERE k.workflow_id = $1 AND k.idempotency_key = $2;

@@ -1,0 +1,11 @@
+-- V012: a start's Idempotency-Key remembers the request it was first used with.
+--
+-- A key reused with a different request (another input, config, version or
+-- start node) must not silently answer the first run: the client believes it
+-- started what it sent. The start stores a SHA-256 digest of its canonical
+-- request beside the key, sealed like the run's documents when
+-- COMPOSER_ENCRYPTION_KEYS is set (a bare digest of a small input could be
+-- confirmed by guessing it); a repeat compares digests and answers 409 when
+-- they differ. Keys stored before this migration have none: a repeat of one
+-- answers the first run, as it did.
+ALTER TABLE run_idempotency_keys ADD COLUMN request_digest TEXT;
