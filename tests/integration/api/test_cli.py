@@ -121,8 +121,9 @@ async def test_signal_cancel_and_a_failed_wait(live: Live, tmp_path: Path) -> No
     assert watched.exit_code == 0 and "SUCCEEDED" in watched.output
 
     second = (await composer(live, "start", "cli-waits")).output.split()[1]
-    early = await composer(live, "signal", second, "other")
-    assert "buffered" in early.output
+    unknown = await composer(live, "signal", second, "other")  # no node waits for it
+    assert unknown.exit_code == 1 and "HTTP 422" in unknown.output, unknown.output
+    assert "'other'" in unknown.output and "'paid'" in unknown.output
     cancelled = await composer(live, "cancel", second, "--reason", "changed my mind")
     assert cancelled.exit_code == 0 and "CANCELLED" in cancelled.output
     watched = await composer(live, "watch", second)

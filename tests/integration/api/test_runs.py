@@ -10,7 +10,13 @@ from typing import Any
 import uuid6
 
 import composer_repo as repo
-from tests.integration.api.conftest import Gateway, deploy, queued_workflow, waiting_workflow
+from tests.integration.api.conftest import (
+    Gateway,
+    deploy,
+    queued_workflow,
+    two_waits_workflow,
+    waiting_workflow,
+)
 
 
 async def start(gw: Gateway, **body: Any) -> tuple[int, dict[str, Any]]:
@@ -187,11 +193,11 @@ async def test_get_errors(gateway: Gateway) -> None:
 
 
 async def test_signal_buffered_then_delivered(gateway: Gateway) -> None:
-    await deploy(gateway, queued_workflow())
+    await deploy(gateway, two_waits_workflow("buffers"))
     await deploy(gateway, waiting_workflow())
-    _, queued = await start(gateway, workflow_id="queued", input={"n": 1})
+    _, first = await start(gateway, workflow_id="buffers")
     buffered = await gateway.call(
-        "POST", f"/v1/runs/{queued['run_id']}/signals/early", role="operator", json={"x": 1}
+        "POST", f"/v1/runs/{first['run_id']}/signals/later", role="operator", json={"x": 1}
     )
     assert (buffered.status, buffered.body) == (200, {"delivered": False}), buffered.body
 
@@ -216,6 +222,27 @@ async def test_signal_buffered_then_delivered(gateway: Gateway) -> None:
         content_type="application/json",
     )
     assert bad_payload.status == 400
+
+
+async def test_a_signal_no_node_waits_for_is_refused_not_buffered(gateway: Gateway) -> None:
+    await deploy(gateway, two_waits_workflow("declares"))
+    await deploy(gateway, queued_workflow("declares-none"))
+    _, run = await start(gateway, workflow_id="declares")
+    refused = await gateway.call(
+        "POST", f"/v1/runs/{run['run_id']}/signals/later-typo", role="operator", json={"x": 1}
+    )
+    assert refused.status == 422, refused.body
+    assert refused.body["type"] == "urn:composer:problem:unknown-signal"
+    assert refused.body["signal"] == "later-typo"
+    assert refused.body["declared"] == ["go", "later"]
+    assert "'later-typo'" in refused.body["detail"] and "'later'" in refused.body["detail"]
+    shown = await gateway.call("GET", f"/v1/runs/{run['run_id']}", role="operator")
+    assert shown.body["signals"] == []  # nothing was buffered
+
+    _, other = await start(gateway, workflow_id="declares-none", input={"n": 1})
+    none = await gateway.call("POST", f"/v1/runs/{other['run_id']}/signals/go", role="operator")
+    assert none.status == 422 and none.body["declared"] == []
+    assert "no WAIT_FOR_EVENT node" in none.body["detail"]
 
 
 async def test_a_signal_sent_again_with_its_idempotency_key_takes_effect_once(

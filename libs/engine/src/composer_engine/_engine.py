@@ -600,6 +600,9 @@ class Engine:
     ) -> bool:
         """Send a signal; True if a waiting node took it, False if it was buffered.
 
+        A name no WAIT_FOR_EVENT node of the run's version waits for is refused
+        (UnknownSignal) rather than buffered where nothing would ever take it.
+
         A repeated ``idempotency_key`` (a client sending again a request whose answer
         it lost) changes nothing and answers as the first request did; the same key
         for another signal name is a Conflict. Every signal is kept with ``sent_by``
@@ -620,6 +623,8 @@ class Engine:
                         )
                     return delivered
             dag = await self.definitions.get(tx.conn, locked.run.workflow_id, locked.run.version)
+            if name.strip() and not dag.waits_for_signal(name):
+                raise _unknown_signal(locked.run, dag, name)
             tr = await self._decide(tx, dag, locked, SignalReceived(name, payload))
             await self._keep_signal(tx, locked, name, payload, tr, sent_by)
             if idempotency_key is not None:
@@ -1082,6 +1087,21 @@ async def committed(pool: repo.Pool, lost: repo.CommitUnknown, *, attempts: int)
         )
         return status == "committed"
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _unknown_signal(run: Run, dag: WorkflowDAG, name: str) -> UnknownSignal:
+    declared = list(dag.signal_names)
+    waits = (
+        f"its WAIT_FOR_EVENT nodes wait for {', '.join(map(repr, declared))}"
+        if declared
+        else "it has no WAIT_FOR_EVENT node, so it takes no signal"
+    )
+    return UnknownSignal(
+        f"run {run.run_id} (workflow {run.workflow_id!r} version {run.version}) has no node "
+        f"that waits for signal {name!r}: {waits}; check the name",
+        signal=name,
+        declared=declared,
+    )
 
 
 def _parked(tx: Tx | None, exc: KeyUnavailable) -> Parked:

@@ -203,9 +203,11 @@ ROUTES: tuple[Route, ...] = (
         Role.OPERATOR,
         {200: SignalDelivered},
         body="payload",
-        errors=(400, 404, 409, 413, 503),
+        errors=(400, 404, 409, 413, 422, 503),
         description="The body (any JSON, or empty) is the signal's payload. delivered=false: "
-        "no node waits for it yet and it is buffered. A finished run answers 409. With an "
+        "no node waits for it yet and it is buffered. A name no WAIT_FOR_EVENT node of the "
+        "run's version waits for answers 422 `unknown-signal`, with the names it waits for "
+        "(`declared`). A finished run answers 409. With an "
         "Idempotency-Key header, a request sent again (its answer lost) changes nothing and "
         "answers as the first did; the same key for another signal name answers 409.",
         body_required=False,
