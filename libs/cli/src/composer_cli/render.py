@@ -126,15 +126,23 @@ def run_view(run: dict[str, Any]) -> Group:
             task["node_id"],
             task["type"],
             styled(task["state"]),
-            str(task["attempt"]),
+            attempt_text(task),
             duration(task.get("started_at") or task.get("created_at"), task.get("finished_at")),
-            Text(_failed_error(task, task["state"] == "FAILED"), style="red"),
+            Text(_failed_error(task, task["state"] in ("FAILED", "CANCELLED")), style="red"),
         )
     lines.append(table)
     if run.get("signals"):
         lines.append(Text("signals", style="bold"))
         lines.append(signals_table(run["signals"]))
     return Group(*lines)
+
+
+def attempt_text(task: dict[str, Any]) -> str:
+    """The attempt as people count it, from 1, with the node's allowance when it has
+    one ("2 of 3"): the API's ``attempt`` counts from 0, the UI shows the same text."""
+    shown = f"{task['attempt'] + 1}"
+    limit = task.get("max_attempts")
+    return f"{shown} of {limit}" if limit else shown
 
 
 def runs_table(runs: list[dict[str, Any]]) -> Table:
@@ -176,8 +184,9 @@ def changes(before: dict[str, Any] | None, after: dict[str, Any]) -> list[str]:
     for task in after.get("tasks", []):
         now = (task["state"], task["attempt"])
         if old.get(task["node_id"]) != now:
-            attempt = f" (attempt {task['attempt']})" if task["attempt"] else ""
-            error = f": {task['error']}" if task.get("error") and task["state"] == "FAILED" else ""
+            attempt = f" (attempt {attempt_text(task)})" if task["attempt"] else ""
+            stopped = task["state"] in ("FAILED", "CANCELLED")
+            error = f": {task['error']}" if task.get("error") and stopped else ""
             lines.append(f"{task['node_id']} {task['state']}{attempt}{error}")
     if before is None or before["status"] != after["status"]:
         lines.append(f"run {after['status']}")

@@ -258,6 +258,9 @@ class TaskRecord:
     updated_at: dt.datetime
     started_at: dt.datetime | None
     finished_at: dt.datetime | None
+    #: The attempts its node's retry policy allows (worker nodes; None for the others
+    #: and rows from before V004). ``attempt`` counts from 0.
+    max_attempts: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -371,6 +371,7 @@ def _task(r: Any) -> TaskRecord:
         updated_at=r["updated_at"],
         started_at=r["started_at"],
         finished_at=r["finished_at"],
+        max_attempts=r["max_attempts"],
     )
 
 

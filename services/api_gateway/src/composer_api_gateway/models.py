@@ -145,7 +145,15 @@ class Task(Response):
     node_id: str
     type: NodeType
     state: TaskState
-    attempt: int
+    attempt: int = Field(
+        description="the current attempt, counted from 0 (as workers' leases count it); "
+        "people are shown attempt + 1, as in \"attempt 2 of 3\" (the CLI and the UI)"
+    )
+    max_attempts: int | None = Field(
+        default=None,
+        description="the attempts the node's retry policy allows (worker nodes; null for "
+        "the others)",
+    )
     input: JsonValue = None
     output: JsonValue = None
     error: str | None = None

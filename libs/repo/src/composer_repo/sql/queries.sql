@@ -209,8 +209,8 @@ UPDATE workflow_runs SET cancelled_by = $2 WHERE id = $1 RETURNING 1;
 UPDATE workflow_runs SET retried_by = $2 WHERE id = $1 RETURNING 1;
 
 -- name: get_run_tasks
-SELECT id, node_id, node_type, state, attempt, input, output, error, error_code, branches,
-       wake_at, awaited_signal, queue, lease_owner, lease_expires_at,
+SELECT id, node_id, node_type, state, attempt, max_attempts, input, output, error, error_code,
+       branches, wake_at, awaited_signal, queue, lease_owner, lease_expires_at,
        created_at, updated_at, started_at, finished_at
   FROM task_instances
  WHERE run_id = $1
@@ -294,9 +294,11 @@ ON CONFLICT (run_id, node_id) DO NOTHING
 RETURNING id;
 
 -- name: complete_tasks
--- complete_task for many attempts of one transaction, in one statement.
+-- complete_task for many attempts of one transaction, in one statement. An
+-- earlier attempt's error goes: a COMPLETED task shows no error.
 UPDATE task_instances t
-   SET state = 'COMPLETED', output = u.output, finished_at = composer_now(),
+   SET state = 'COMPLETED', output = u.output, error = NULL, error_code = NULL,
+       finished_at = composer_now(),
        updated_at = composer_now(), dispatched_at = NULL, lease_owner = NULL,
        lease_expires_at = NULL, lease_token = NULL, lease_claim = NULL
   FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::jsonb[])
@@ -335,9 +337,9 @@ UPDATE task_instances
 RETURNING 1;
 
 -- name: cancel_tasks
--- Fails the run's still-active tasks among $2, and takes them off every loop.
+-- Cancels the run's still-active tasks among $2, and takes them off every loop.
 UPDATE task_instances
-   SET state = 'FAILED', error = $3, finished_at = composer_now(), updated_at = composer_now(),
+   SET state = 'CANCELLED', error = $3, finished_at = composer_now(), updated_at = composer_now(),
        wake_at = NULL, dispatched_at = NULL, lease_owner = NULL, lease_expires_at = NULL,
        lease_token = NULL, lease_claim = NULL
  WHERE run_id = $1 AND id = ANY($2::text[])

@@ -4,7 +4,7 @@
 
 import { get, parseJsonInput, post, session } from '../api.js';
 import { h, mount } from '../dom.js';
-import { duration, json, when } from '../format.js';
+import { attempt, duration, json, when } from '../format.js';
 import { drawGraph, legend, tasksByNode } from '../graph.js';
 import { notify } from '../message.js';
 import { badge } from './runs.js';
@@ -161,7 +161,7 @@ export function runPage(main, runId) {
       h('h2', { id: 'node-title' }, node.id, ' ', h('span', { class: 'muted' }, node.type)),
       h('dl', { class: 'facts' },
         field('state', h('span', { class: `badge state-${task.state.toLowerCase()}`, id: 'node-state' }, task.state.toLowerCase())),
-        field('attempts', String(task.attempt + 1), 'attempts'),
+        field('attempt', attempt(task), 'attempts'),
         field('queue', task.queue),
         field('chose', Array.isArray(task.branches) ? (task.branches.join(', ') || 'no branch') : null),
         field('waits for signal', task.state === 'WAITING' ? task.awaited_signal : null, 'awaited'),
@@ -172,7 +172,7 @@ export function runPage(main, runId) {
         field('ran for', ran)),
       task.error ? h('section', { class: 'block' }, h('h3', {}, 'Error', task.error_code ? ` (${task.error_code})` : ''),
         h('pre', { class: 'error-text', id: 'node-error' }, task.error)) : null,
-      task.redacted && task.state === 'FAILED' ? redactedBlock(task.error_code ? `Error (${task.error_code})` : 'Error') : null,
+      task.redacted && ['FAILED', 'CANCELLED'].includes(task.state) ? redactedBlock(task.error_code ? `Error (${task.error_code})` : 'Error') : null,
       payload(task, 'Input', task.input),
       payload(task, 'Output', task.output),
       h('details', {}, h('summary', {}, 'Definition'), h('pre', {}, json(node))));
