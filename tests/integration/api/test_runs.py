@@ -76,7 +76,9 @@ async def test_a_key_stored_before_digests_answers_the_first_run(
 ) -> None:
     """Keys from before V012 have no digest: a repeat answers the first run, as it did."""
     await deploy(gateway, queued_workflow("legacy"))
-    status, first = await start(gateway, workflow_id="legacy", input={"n": 1}, idempotency_key="old")
+    status, first = await start(
+        gateway, workflow_id="legacy", input={"n": 1}, idempotency_key="old"
+    )
     assert status == 201, first
     conn = await repo.connect(database_url)
     try:
@@ -85,7 +87,9 @@ async def test_a_key_stored_before_digests_answers_the_first_run(
         )
     finally:
         await conn.close()
-    status, again = await start(gateway, workflow_id="legacy", input={"n": 2}, idempotency_key="old")
+    status, again = await start(
+        gateway, workflow_id="legacy", input={"n": 2}, idempotency_key="old"
+    )
     assert (status, again["run_id"]) == (200, first["run_id"])
 
 

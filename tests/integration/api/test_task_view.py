@@ -65,7 +65,10 @@ async def test_a_task_that_completed_on_a_later_attempt_shows_no_earlier_error(
         },
     )
     started = await live.gateway.call(
-        "POST", "/v1/runs", role="operator", json={"workflow_id": "flaky-charge", "input": {"amount": 4}}
+        "POST",
+        "/v1/runs",
+        role="operator",
+        json={"workflow_id": "flaky-charge", "input": {"amount": 4}},
     )
     run_id = started.body["run_id"]
     assert (await live.stack.wait_run(run_id)).status == "SUCCEEDED"

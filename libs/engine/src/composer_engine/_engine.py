@@ -56,6 +56,7 @@ from composer_engine._leases import LeaseGrant, Reporter, grant_leases, new_toke
 from composer_engine._metrics import instruments
 from composer_engine._persist import announce, persist, write_dispatch
 from composer_engine._publish import Dispatched, Publisher
+from composer_engine._requests import start_digest
 from composer_engine._tx import Tx
 from composer_engine.errors import (
     BadRequest,
@@ -70,7 +71,6 @@ from composer_engine.errors import (
     Unavailable,
     UnknownSignal,
 )
-from composer_engine._requests import start_digest
 from composer_engine.sealing import KeyUnavailable, RunSeal, Sealer, looks_sealed
 from composer_rpc.codes import ErrorCode
 

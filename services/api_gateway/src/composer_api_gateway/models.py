@@ -147,7 +147,7 @@ class Task(Response):
     state: TaskState
     attempt: int = Field(
         description="the current attempt, counted from 0 (as workers' leases count it); "
-        "people are shown attempt + 1, as in \"attempt 2 of 3\" (the CLI and the UI)"
+        'people are shown attempt + 1, as in "attempt 2 of 3" (the CLI and the UI)'
     )
     max_attempts: int | None = Field(
         default=None,

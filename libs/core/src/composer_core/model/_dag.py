@@ -16,7 +16,6 @@ from composer_core.model._spec import Edge, Node, RetryPolicy, WorkflowSpec
 from composer_core.model._states import BUILTIN_QUEUES, NodeType
 from composer_core.templates import CompiledValue, Expression, ExpressionEngine
 
-
 #: A template inside a string: what a templated signal name may render to anything in.
 _TEMPLATE = re.compile(r"\{\{.*?\}\}", re.DOTALL)
 
