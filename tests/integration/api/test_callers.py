@@ -17,7 +17,13 @@ from typer.testing import CliRunner, Result
 
 from composer_api_gateway.auth import Role, default_name
 from composer_cli import app
-from tests.integration.api.conftest import Answer, Gateway, open_gateway, waiting_workflow
+from tests.integration.api.conftest import (
+    Answer,
+    Gateway,
+    open_gateway,
+    two_waits_workflow,
+    waiting_workflow,
+)
 
 SECRETS = {
     "release": ("release-token-00000000000000000000000000", "admin"),
@@ -56,7 +62,7 @@ async def create(gw: Gateway, definition: dict[str, Any]) -> Answer:
 
 
 async def test_each_write_records_the_name_of_its_token(gw: Gateway) -> None:
-    deployed = await create(gw, waiting_workflow("audited"))
+    deployed = await create(gw, two_waits_workflow("audited"))
     assert deployed.body["created_by"] == "release"
     versions = await call(gw, "auditor", "GET", "/v1/workflows/audited")
     assert versions.body["versions"][0]["created_by"] == "release"
@@ -71,8 +77,8 @@ async def test_each_write_records_the_name_of_its_token(gw: Gateway) -> None:
     )
     assert started.status == 201, started.body
     run_id = started.body["run_id"]
-    early = await call(gw, "oncall", "POST", f"/v1/runs/{run_id}/signals/early", json={"n": 1})
-    assert early.body == {"delivered": False}  # buffered: no node waits for it
+    early = await call(gw, "oncall", "POST", f"/v1/runs/{run_id}/signals/later", json={"n": 1})
+    assert early.body == {"delivered": False}  # buffered: its node does not wait yet
     go = await call(gw, "oncall", "POST", f"/v1/runs/{run_id}/signals/go", json={"n": 2})
     assert go.body == {"delivered": True}
 
@@ -84,7 +90,7 @@ async def test_each_write_records_the_name_of_its_token(gw: Gateway) -> None:
         "metadata": {"ticket": "OPS-1"},
     }
     assert [(s["name"], s["payload"], s["sent_by"], s["consumed_by"]) for s in run["signals"]] == [
-        ("early", {"n": 1}, "oncall", None),
+        ("later", {"n": 1}, "oncall", "after"),
         ("go", {"n": 2}, "oncall", "wait"),
     ]
 
@@ -146,7 +152,6 @@ async def test_viewers_see_payloads_redacted_unless_the_workflow_allows(gw: Gate
             },
         )
         run_id = started.body["run_id"]
-        await call(gw, "ci", "POST", f"/v1/runs/{run_id}/signals/early", json={"s3cret": 1})
         await call(
             gw, "ci", "POST", f"/v1/runs/{run_id}/signals/go", json={"token": "s3cret-signal"}
         )
@@ -169,7 +174,6 @@ async def test_viewers_see_payloads_redacted_unless_the_workflow_allows(gw: Gate
     assert task["redacted"] is True and (task["input"], task["output"]) == (None, None)
     assert task["state"] == "COMPLETED"
     assert [(s["name"], s["payload"], s["redacted"], s["sent_by"]) for s in body["signals"]] == [
-        ("early", None, True, "ci"),
         ("go", None, True, "ci"),
     ]
     result = await call(gw, "auditor", "GET", f"/v1/runs/{runs['closed']}/result")
@@ -179,7 +183,7 @@ async def test_viewers_see_payloads_redacted_unless_the_workflow_allows(gw: Gate
     assert as_operator.body["redacted"] is False
     assert as_operator.body["input"] == {"api_key": "s3cret-input"}
     assert as_operator.body["context"]["metadata"] == {"email": "s3cret@example.com"}
-    assert as_operator.body["signals"][1]["payload"] == {"token": "s3cret-signal"}
+    assert as_operator.body["signals"][0]["payload"] == {"token": "s3cret-signal"}
 
     opened = await call(gw, "auditor", "GET", f"/v1/runs/{runs['open']}")
     assert opened.body["redacted"] is False

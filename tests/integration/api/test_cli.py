@@ -68,6 +68,9 @@ async def test_apply_start_wait_get_and_runs(live: Live, shop: str, tmp_path: Pa
     applied = await composer(live, "apply", "-f", str(EXAMPLES / "price-check.yaml"), "--deploy")
     assert applied.exit_code == 0, applied.output
     assert "price-check: version 1 (deployed)" in applied.output
+    reapplied = await composer(live, "apply", "-f", str(EXAMPLES / "price-check.yaml"))
+    assert reapplied.exit_code == 0, reapplied.output
+    assert "price-check: version 1 unchanged (deployed)" in reapplied.output
 
     inputs = tmp_path / "in.json"
     inputs.write_text(json.dumps({"url": shop}))
@@ -139,8 +142,9 @@ async def test_signal_cancel_and_a_failed_wait(live: Live, tmp_path: Path) -> No
     assert watched.exit_code == 0 and "SUCCEEDED" in watched.output
 
     second = (await composer(live, "start", "cli-waits")).output.split()[1]
-    early = await composer(live, "signal", second, "other")
-    assert "buffered" in early.output
+    unknown = await composer(live, "signal", second, "other")  # no node waits for it
+    assert unknown.exit_code == 1 and "HTTP 422" in unknown.output, unknown.output
+    assert "'other'" in unknown.output and "'paid'" in unknown.output
     cancelled = await composer(live, "cancel", second, "--reason", "changed my mind")
     assert cancelled.exit_code == 0 and "CANCELLED" in cancelled.output
     watched = await composer(live, "watch", second)

@@ -20,17 +20,31 @@ async def test_create_yaml_then_versions_deploy_and_delete(gateway: Gateway) -> 
         "version": 1,
         "name": "Price check",
         "deployed": False,
+        "unchanged": False,
     }
     assert first.headers["Location"] == "/v1/workflows/price-check/versions/1"
+
+    same = await gateway.call(
+        "POST", "/v1/workflows", json=yaml.safe_load(text), params={"deploy": "true"}
+    )
+    assert same.status == 200, same.body  # the same definition as JSON: no new version
+    assert same.body == {
+        "id": "price-check",
+        "version": 1,
+        "name": "Price check",
+        "deployed": True,
+        "unchanged": True,
+    }
 
     second = await gateway.call(
         "POST",
         "/v1/workflows",
-        json=yaml.safe_load(text),
+        json=yaml.safe_load(text) | {"description": "v2"},
         params={"deploy": "true"},
     )
     assert second.status == 201
     assert second.body["version"] == 2 and second.body["deployed"] is True
+    assert second.body["unchanged"] is False
 
     listed = await gateway.call("GET", "/v1/workflows", role="viewer")
     assert [w["id"] for w in listed.body["workflows"]] == ["price-check"]
@@ -63,6 +77,52 @@ async def test_create_yaml_then_versions_deploy_and_delete(gateway: Gateway) -> 
         "POST", "/v1/runs", role="operator", json={"workflow_id": "price-check", "version": 1}
     )
     assert start.status in (400, 404), start.body  # a deleted workflow starts no run
+
+
+async def test_an_unchanged_definition_adds_no_version(gateway: Gateway) -> None:
+    """What `composer apply` of a file nobody changed relies on: compared as the model
+    reads it, so layout, comments, key order and spelt-out defaults are no change."""
+    text = (EXAMPLES / "price-check.yaml").read_text().replace("id: price-check", "id: twice")
+    first = await gateway.call("POST", "/v1/workflows", data=text, content_type="application/yaml")
+    assert (first.status, first.body["version"], first.body["unchanged"]) == (201, 1, False)
+
+    document = yaml.safe_load(text)
+    document["nodes"][0]["retry"]["multiplier"] = 2.0  # the default, spelt out
+    reordered = dict(reversed(list(document.items())))
+    relaid = "# reformatted\n" + yaml.safe_dump(reordered, default_flow_style=True)
+    for body, media in ((relaid, "application/yaml"), (reordered, None)):
+        again = await gateway.call(
+            "POST",
+            "/v1/workflows",
+            data=body if media else None,
+            json=None if media else body,
+            content_type=media,
+        )
+        assert again.status == 200, again.body
+        assert (again.body["version"], again.body["unchanged"]) == (1, True)
+        assert again.body["deployed"] is False
+    shown = await gateway.call("GET", "/v1/workflows/twice", role="viewer")
+    assert [v["version"] for v in shown.body["versions"]] == [1]
+
+    deployed = await gateway.call(
+        "POST", "/v1/workflows", json=document, params={"deploy": "true"}
+    )  # unchanged, and now deployed: the version it already is
+    assert deployed.status == 200, deployed.body
+    assert (deployed.body["version"], deployed.body["deployed"]) == (1, True)
+
+    changed = yaml.safe_load(text)
+    changed["nodes"][0]["retry"]["max_attempts"] = 5
+    second = await gateway.call("POST", "/v1/workflows", json=changed)
+    assert (second.status, second.body["version"], second.body["unchanged"]) == (201, 2, False)
+    # the first definition again differs from the newest: a new version, not version 1
+    back = await gateway.call("POST", "/v1/workflows", data=text, content_type="application/yaml")
+    assert (back.status, back.body["version"]) == (201, 3)
+
+    await gateway.call("DELETE", "/v1/workflows/twice")
+    revived = await gateway.call(
+        "POST", "/v1/workflows", data=text, content_type="application/yaml"
+    )  # a deleted workflow has no newest version to be unchanged from
+    assert (revived.status, revived.body["version"]) == (201, 4)
 
 
 async def test_every_problem_is_listed_with_its_path(gateway: Gateway) -> None:

@@ -102,7 +102,7 @@ async def test_the_payment_walk_through_keeps_the_failed_attempt(named: Live) ->
     # the first settle attempt: leased by a worker, failed with its error and duration
     failure = next(e for e in entries if e["kind"] == "task.failed" and e["node_id"] == "settle")
     assert failure["task_id"] == failed_settle["task_id"]
-    assert failure["attempt"] == 1
+    assert failure["attempt"] == 0  # counted from 0, as a task's attempt
     assert "paid 5 of 21" in failure["detail"]["error"]
     assert failure["duration_ms"] is not None and failure["duration_ms"] >= 0
     leased = [e for e in entries if e["kind"] == "task.leased" and e["node_id"] == "settle"]

@@ -6,7 +6,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.integration.api.conftest import Gateway, deploy, open_gateway, queued_workflow
+from tests.integration.api.conftest import (
+    Gateway,
+    deploy,
+    open_gateway,
+    queued_workflow,
+    waiting_workflow,
+)
 
 #: Over the 1 MiB default of each limit, under the 2 MiB body limit.
 OVER = "x" * 1_500_000
@@ -42,8 +48,8 @@ async def test_a_run_input_or_config_over_the_limit_is_refused(gateway: Gateway)
 
 
 async def test_a_signal_payload_over_the_limit_is_refused(gateway: Gateway) -> None:
-    await deploy(gateway, queued_workflow())
-    started = await post(gateway, "/v1/runs", {"workflow_id": "queued", "input": {"n": 1}})
+    await deploy(gateway, waiting_workflow("limits-waits"))
+    started = await post(gateway, "/v1/runs", {"workflow_id": "limits-waits"})
     run_id = started.body["run_id"]
     refused = await post(gateway, f"/v1/runs/{run_id}/signals/go", {"blob": OVER})
     assert refused.status == 413, refused.body

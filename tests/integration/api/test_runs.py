@@ -9,7 +9,14 @@ from typing import Any
 
 import uuid6
 
-from tests.integration.api.conftest import Gateway, deploy, queued_workflow, waiting_workflow
+import composer_repo as repo
+from tests.integration.api.conftest import (
+    Gateway,
+    deploy,
+    queued_workflow,
+    two_waits_workflow,
+    waiting_workflow,
+)
 
 
 async def start(gw: Gateway, **body: Any) -> tuple[int, dict[str, Any]]:
@@ -37,15 +44,53 @@ async def test_start_and_get(gateway: Gateway) -> None:
 async def test_idempotent_start_answers_200_with_the_same_run(gateway: Gateway) -> None:
     await deploy(gateway, queued_workflow())
     first_status, first = await start(
-        gateway, workflow_id="queued", input={"n": 1}, idempotency_key="k1"
+        gateway, workflow_id="queued", input={"n": 1, "m": [2.0]}, idempotency_key="k1"
     )
+    # the same request sent again (its answer lost), keys in another order, 2.0 as 2
     again_status, again = await start(
-        gateway, workflow_id="queued", input={"n": 2}, idempotency_key="k1"
+        gateway, workflow_id="queued", input={"m": [2], "n": 1}, idempotency_key="k1"
     )
-    assert (first_status, again_status) == (201, 200)
+    assert (first_status, again_status) == (201, 200), again
     assert again["run_id"] == first["run_id"] and again["created"] is False
+
+
+async def test_a_start_key_reused_with_another_request_is_409(gateway: Gateway) -> None:
+    await deploy(gateway, queued_workflow())
+    status, first = await start(gateway, workflow_id="queued", input={"n": 1}, idempotency_key="k2")
+    assert status == 201, first
+    for changed in ({"input": {"n": 2}}, {"config": {"c": 1}}, {"version": 1}):
+        request = {"workflow_id": "queued", "input": {"n": 1}, "idempotency_key": "k2"} | changed
+        status, body = await start(gateway, **request)
+        assert status == 409, (changed, body)
+        assert body["type"] == "urn:composer:problem:idempotency-key-reused"
+        assert body["idempotency_key"] == "k2" and body["run_id"] == first["run_id"]
+        assert "'k2'" in body["detail"] and "different request" in body["detail"]
     run = await gateway.call("GET", f"/v1/runs/{first['run_id']}", role="operator")
-    assert run.body["input"] == {"n": 1}  # the repeat changed nothing
+    assert run.body["input"] == {"n": 1}  # the refused repeats changed nothing
+    listed = await gateway.call("GET", "/v1/runs", role="viewer", params={"workflow_id": "queued"})
+    assert [r["run_id"] for r in listed.body["runs"]].count(first["run_id"]) == 1
+
+
+async def test_a_key_stored_before_digests_answers_the_first_run(
+    gateway: Gateway, database_url: str
+) -> None:
+    """Keys from before V012 have no digest: a repeat answers the first run, as it did."""
+    await deploy(gateway, queued_workflow("legacy"))
+    status, first = await start(
+        gateway, workflow_id="legacy", input={"n": 1}, idempotency_key="old"
+    )
+    assert status == 201, first
+    conn = await repo.connect(database_url)
+    try:
+        await conn.execute(
+            "UPDATE run_idempotency_keys SET request_digest = NULL WHERE idempotency_key = 'old'"
+        )
+    finally:
+        await conn.close()
+    status, again = await start(
+        gateway, workflow_id="legacy", input={"n": 2}, idempotency_key="old"
+    )
+    assert (status, again["run_id"]) == (200, first["run_id"])
 
 
 async def test_twenty_concurrent_identical_starts_create_one_run(gateway: Gateway) -> None:
@@ -152,11 +197,11 @@ async def test_get_errors(gateway: Gateway) -> None:
 
 
 async def test_signal_buffered_then_delivered(gateway: Gateway) -> None:
-    await deploy(gateway, queued_workflow())
+    await deploy(gateway, two_waits_workflow("buffers"))
     await deploy(gateway, waiting_workflow())
-    _, queued = await start(gateway, workflow_id="queued", input={"n": 1})
+    _, first = await start(gateway, workflow_id="buffers")
     buffered = await gateway.call(
-        "POST", f"/v1/runs/{queued['run_id']}/signals/early", role="operator", json={"x": 1}
+        "POST", f"/v1/runs/{first['run_id']}/signals/later", role="operator", json={"x": 1}
     )
     assert (buffered.status, buffered.body) == (200, {"delivered": False}), buffered.body
 
@@ -181,6 +226,27 @@ async def test_signal_buffered_then_delivered(gateway: Gateway) -> None:
         content_type="application/json",
     )
     assert bad_payload.status == 400
+
+
+async def test_a_signal_no_node_waits_for_is_refused_not_buffered(gateway: Gateway) -> None:
+    await deploy(gateway, two_waits_workflow("declares"))
+    await deploy(gateway, queued_workflow("declares-none"))
+    _, run = await start(gateway, workflow_id="declares")
+    refused = await gateway.call(
+        "POST", f"/v1/runs/{run['run_id']}/signals/later-typo", role="operator", json={"x": 1}
+    )
+    assert refused.status == 422, refused.body
+    assert refused.body["type"] == "urn:composer:problem:unknown-signal"
+    assert refused.body["signal"] == "later-typo"
+    assert refused.body["declared"] == ["go", "later"]
+    assert "'later-typo'" in refused.body["detail"] and "'later'" in refused.body["detail"]
+    shown = await gateway.call("GET", f"/v1/runs/{run['run_id']}", role="operator")
+    assert shown.body["signals"] == []  # nothing was buffered
+
+    _, other = await start(gateway, workflow_id="declares-none", input={"n": 1})
+    none = await gateway.call("POST", f"/v1/runs/{other['run_id']}/signals/go", role="operator")
+    assert none.status == 422 and none.body["declared"] == []
+    assert "no WAIT_FOR_EVENT node" in none.body["detail"]
 
 
 async def test_a_signal_sent_again_with_its_idempotency_key_takes_effect_once(

@@ -61,6 +61,21 @@ async def test_the_api_answers_opened_values_and_stores_them_sealed(
         assert looks_sealed.status == 400, looks_sealed.body
         assert "$sealed:v1:" in looks_sealed.body["detail"]
 
+        # a start's Idempotency-Key keeps its request's digest sealed, and still tells
+        # the same request sent again from another one
+        keyed = {"workflow_id": "sealed-waits", "input": {"card": SECRET}, "idempotency_key": "s"}
+        answers = [
+            await gw.call("POST", "/v1/runs", role="operator", json=keyed | changed)
+            for changed in ({}, {}, {"input": {"card": "other"}})
+        ]
+        assert [a.status for a in answers] == [201, 200, 409], answers[-1].body
+        assert answers[1].body["run_id"] == answers[0].body["run_id"]
+        async with stack.pool.acquire() as conn:
+            digest = await conn.fetchval(
+                "SELECT request_digest FROM run_idempotency_keys WHERE idempotency_key = 's'"
+            )
+        assert isinstance(digest, str) and digest.startswith(PREFIX)
+
     # an api-gateway without k1 still answers for the run, and says why it cannot show it
     async with open_gateway(database_url, redis_url) as plain:
         shown = await plain.call("GET", f"/v1/runs/{run_id}", role="operator")

@@ -45,6 +45,16 @@ async def test_concurrent_creates_get_consecutive_versions(pool: repo.Pool) -> N
     assert sorted(d.version for d in created) == list(range(1, 9))
 
 
+async def test_concurrent_identical_applies_store_one_version(pool: repo.Pool) -> None:
+    workflows = Workflows(pool)
+    valid = validate_definition(definition("applied"))
+    applied = await asyncio.gather(*(workflows.apply(valid) for _ in range(8)))
+    assert {a.definition.version for a in applied} == {1}
+    assert sorted(a.unchanged for a in applied) == [False] + [True] * 7
+    changed = await workflows.apply(validate_definition(definition("applied", name="Applied")))
+    assert (changed.definition.version, changed.unchanged) == (2, False)
+
+
 async def test_create_deploy_and_delete(pool: repo.Pool) -> None:
     workflows = Workflows(pool)
     first = await workflows.create(validate_definition(definition("life")), deploy=True)

@@ -142,11 +142,11 @@ async def test_a_run_end_to_end_through_the_repository(pool: repo.Pool) -> None:
     assert state["ship"].task_id != ship.task_id and state["ship"].state is TaskState.PENDING
     assert state["reserve"].output == {"ok": True}
 
-    # Cancel: the active task fails with the reason and its dispatch is gone.
+    # Cancel: the active task is cancelled with the reason and its dispatch is gone.
     await apply(pool, dag, run_id, RunCancelled("customer changed their mind"))
     state = await tasks(pool, run_id)
     assert (state["ship"].state, state["ship"].error) == (
-        TaskState.FAILED,
+        TaskState.CANCELLED,
         "customer changed their mind",
     )
     async with pool.acquire() as conn:

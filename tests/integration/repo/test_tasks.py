@@ -217,7 +217,7 @@ async def test_resolve_wait_only_resolves_a_waiting_task(conn: repo.Connection) 
     assert all(w.task_id != task_id for w in await repo.due_waits(conn, limit=1000))
 
 
-async def test_cancel_fails_only_active_tasks_and_drops_their_dispatches(
+async def test_cancel_stops_only_active_tasks_and_drops_their_dispatches(
     conn: repo.Connection,
 ) -> None:
     run_id = await new_run(conn)
@@ -248,13 +248,13 @@ async def test_cancel_fails_only_active_tasks_and_drops_their_dispatches(
 
     assert sorted(cancelled) == sorted([pending.task_id, waiting_id])
     tasks = {t.node_id: t for t in await repo.get_run_tasks(conn, run_id)}
-    assert (tasks["a"].state, tasks["a"].error) == (TaskState.FAILED, "stopped by user")
-    assert (tasks["w"].state, tasks["w"].wake_at) == (TaskState.FAILED, None)
+    assert (tasks["a"].state, tasks["a"].error) == (TaskState.CANCELLED, "stopped by user")
+    assert (tasks["w"].state, tasks["w"].wake_at) == (TaskState.CANCELLED, None)
     assert tasks["b"].state is TaskState.COMPLETED
     async with conn.transaction():
         claimed = await repo.claim_outbox(conn, "dispatch", limit=1000)
     assert all(m.task_id != pending.task_id for m in claimed)
-    # A dispatch already published meets a failed task: no lease.
+    # A dispatch already published meets a cancelled task: no lease.
     assert (
         await repo.acquire_lease(conn, run_id, pending.task_id, 0, owner="w", ttl=30, token="tok")
         is None

@@ -26,6 +26,7 @@ FILL = {
     "COMPLETED": "rgb(187, 247, 208)",
     "FAILED": "rgb(254, 202, 202)",
     "SKIPPED": "rgb(229, 231, 235)",
+    "CANCELLED": "rgb(229, 231, 235)",
     "NOT_REACHED": "rgb(255, 255, 255)",
 }
 
@@ -124,6 +125,8 @@ async def test_fork_join_run_graph_colours_error_and_retry(ui: Ui) -> None:
     await expect(ui.page.locator("#node-title")).to_contain_text("right")
     await expect(ui.page.locator("#node-error")).to_have_text("step right refused: ok is False")
     await expect(ui.page.locator("#node-state")).to_have_text("failed")
+    # attempts counted from 1, with the node's allowance, as the CLI shows them
+    await expect(ui.page.locator("#node-details .attempts")).to_have_text("1 of 1")
     await ui.screenshot("fork-join-failed-page", page=True)
 
     # retry from it with a new input, and watch it (and what follows it) turn green
@@ -173,6 +176,10 @@ async def test_live_updates_and_a_signal_from_the_page(ui: Ui) -> None:
     await ui.gateway.call("POST", f"/v1/runs/{second['run_id']}/cancel", json={"reason": "test"})
     await expect(ui.page.locator("#run-status")).to_have_text("cancelled")
     await expect(ui.page.locator(".run-head .cancelled-by")).to_have_text(admin)
+    # the cancelled wait is drawn cancelled, not failed
+    await expect(wait).to_have_attribute("data-state", "CANCELLED")
+    assert await wait.locator("rect").evaluate("r => getComputedStyle(r).fill") == FILL["CANCELLED"]
+    await expect(ui.page.locator("#node-state")).to_have_text("cancelled")
 
 
 async def test_runs_list_filters_pages_and_workflow_diff(ui: Ui) -> None:

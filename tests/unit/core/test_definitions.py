@@ -938,3 +938,32 @@ def test_a_broken_definition_always_gets_a_list_of_problems(
         doc["start"] = start
     if not problems(doc):  # DefinitionInvalid is caught there; any other error fails
         build_dag(parse_definition(doc))  # no problem: it builds
+
+
+def test_a_version_names_the_signals_its_waits_take() -> None:
+    def wait(node_id: str, event: str) -> dict[str, Any]:
+        return {"id": node_id, "type": "WAIT_FOR_EVENT", "spec": {"event": event}}
+
+    dag = build_dag(
+        parse_definition(
+            definition(
+                [
+                    task("a"),
+                    wait("paid", "paid"),
+                    wait("again", "paid"),
+                    wait("approved", "approval-{{input.order}}-{{ config.team }}"),
+                ],
+                [("a", "paid"), ("paid", "again"), ("again", "approved")],
+            )
+        )
+    )
+    assert dag.signal_names == ("approval-{{input.order}}-{{ config.team }}", "paid")
+    assert dag.waits_for_signal("paid")
+    assert dag.waits_for_signal("approval-7-ops") and dag.waits_for_signal("approval--")
+    for unknown in ("pay", "paid ", "PAID", "approval-7", "x-approval-7-ops", ""):
+        assert not dag.waits_for_signal(unknown), unknown
+
+    none = build_dag(parse_definition(definition([task("a")])))
+    assert none.signal_names == () and not none.waits_for_signal("paid")
+    anything = build_dag(parse_definition(definition([wait("w", "{{input.signal}}")])))
+    assert anything.waits_for_signal("whatever the input says")

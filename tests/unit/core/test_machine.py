@@ -671,7 +671,7 @@ def test_signal_rules() -> None:
 # -- cancel and retry --------------------------------------------------------
 
 
-def test_cancel_fails_active_tasks_and_ignores_late_reports() -> None:
+def test_cancel_stops_active_tasks_and_ignores_late_reports() -> None:
     h = Harness(
         make_dag(
             [node("f", "FORK"), task("a"), node("w", "WAIT", {"duration_seconds": 60}), task("b")],
@@ -681,13 +681,31 @@ def test_cancel_fails_active_tasks_and_ignores_late_reports() -> None:
     h.start()
     tr = h.cancel("customer asked")
     assert of_type(tr, FinishRun) == [FinishRun(RunStatus.CANCELLED, error="customer asked")]
-    assert h.states() == {"a": "FAILED", "f": "COMPLETED", "w": "FAILED"}
+    # CANCELLED, not FAILED: a cancelled task or wait did not fail
+    assert h.states() == {"a": "CANCELLED", "f": "COMPLETED", "w": "CANCELLED"}
+    assert h.mem.tasks["a"].state is TaskState.CANCELLED
     assert h.mem.tasks["a"].error == "customer asked"
     a = h.run.nodes["a"]
     assert (h.apply(NodeCompleted(a.task_id, "a", 0, {}))).ignored
     assert (h.fire("w")).ignored
     again = h.cancel("asked twice")  # a cancel sent again answers as the first did
     assert again.ignored and not again.actions
+
+
+def test_a_cancelled_node_a_retry_does_not_reset_keeps_the_run_from_succeeding() -> None:
+    h = Harness(
+        make_dag(
+            [node("f", "FORK"), task("a"), node("w", "WAIT", {"duration_seconds": 60})],
+            [edge("f", "a"), edge("f", "w")],
+        )
+    )
+    h.start()
+    h.cancel("stop")
+    h.retry("a")
+    h.complete("a")
+    assert h.states() == {"a": "COMPLETED", "f": "COMPLETED", "w": "CANCELLED"}
+    assert h.status() is RunStatus.FAILED  # w never ran: no success
+    assert h.mem.error == "node w was cancelled: stop"
 
 
 def test_a_finished_run_cannot_be_cancelled() -> None:

@@ -138,7 +138,10 @@ def apply(
         bool, typer.Option(help="make each new version the one new runs use")
     ] = False,
 ) -> None:
-    """Create the next version of each definition (and deploy it with --deploy)."""
+    """Create the next version of each definition (and deploy it with --deploy).
+
+    A definition the newest version already holds adds no version: it prints
+    "unchanged" with that version (deployed with --deploy)."""
     client = client_of(ctx)
     for path in files:
         try:
@@ -158,7 +161,8 @@ def apply(
             raise CliError(f"{path}: {exc.message}", exc.details) from exc
         body = answer.body
         state = "deployed" if body["deployed"] else "not deployed"
-        out.print(f"{body['id']}: version {body['version']} ({state})")
+        unchanged = " unchanged" if body.get("unchanged") else ""
+        out.print(f"{body['id']}: version {body['version']}{unchanged} ({state})")
 
 
 @command

@@ -145,9 +145,11 @@ def run_view(run: dict[str, Any]) -> Group:
             task["node_id"],
             task["type"],
             styled(task["state"]),
-            str(task["attempt"]),
+            attempt_text(task),
             duration(task.get("started_at") or task.get("created_at"), task.get("finished_at")),
-            Text(summary(_failed_error(task, task["state"] == "FAILED")), style="red"),
+            Text(
+                summary(_failed_error(task, task["state"] in ("FAILED", "CANCELLED"))), style="red"
+            ),
         )
     lines.append(table)
     lines.extend(waiting_hints(run))
@@ -206,6 +208,14 @@ def ago(seconds: float) -> str:
     return f"{s // 86400}d"
 
 
+def attempt_text(task: dict[str, Any]) -> str:
+    """The attempt as people count it, from 1, with the node's allowance when it has
+    one ("2 of 3"): the API's ``attempt`` counts from 0, the UI shows the same text."""
+    shown = f"{task['attempt'] + 1}"
+    limit = task.get("max_attempts")
+    return f"{shown} of {limit}" if limit else shown
+
+
 def runs_table(runs: list[dict[str, Any]]) -> Table:
     table = Table(box=None, pad_edge=False, header_style="bold")
     table.add_column("run", no_wrap=True, min_width=36)  # ids are copied: never fold them
@@ -248,9 +258,9 @@ def changes(before: dict[str, Any] | None, after: dict[str, Any]) -> list[str]:
     for task in after.get("tasks", []):
         now = (task["state"], task["attempt"])
         if old.get(task["node_id"]) != now:
-            attempt = f" (attempt {task['attempt']})" if task["attempt"] else ""
-            failed = task.get("error") and task["state"] == "FAILED"
-            error = f": {summary(str(task['error']))}" if failed else ""
+            attempt = f" (attempt {attempt_text(task)})" if task["attempt"] else ""
+            stopped = task["state"] in ("FAILED", "CANCELLED")
+            error = f": {summary(str(task['error']))}" if task.get("error") and stopped else ""
             lines.append(f"{task['node_id']} {task['state']}{attempt}{error}")
     hinted = {t["node_id"]: t.get("waiting_hint") for t in (before or {}).get("tasks", [])}
     for task in after.get("tasks", []):

@@ -54,7 +54,8 @@ def describe(entry: dict[str, Any]) -> str:
     """One entry in words, e.g. "attempt 1 failed after 12ms: ValueError: paid 5 of 21"."""
     kind = str(entry.get("kind", ""))
     detail: dict[str, Any] = entry.get("detail") or {}
-    attempt = entry.get("attempt")
+    # the API counts attempts from 0, as a task's; people count them from 1
+    attempt = None if entry.get("attempt") is None else entry["attempt"] + 1
     by = f" by {entry['actor']}" if entry.get("actor") else ""
     took = _took(entry.get("duration_ms"))
     error = _first_line(detail.get("error"), entry)

@@ -138,6 +138,7 @@ class MemoryRun:
                 case CompleteTask():
                     record = self._task(action.node_id, action.task_id)
                     record.state, record.output = TaskState.COMPLETED, action.output
+                    record.error = None  # an earlier attempt's error goes (complete_tasks)
                 case FailTask():
                     record = self._task(action.node_id, action.task_id)
                     record.state, record.error = TaskState.FAILED, action.error
@@ -172,7 +173,7 @@ class MemoryRun:
                 case CancelTasks():
                     for record in self.tasks.values():
                         if record.state.is_active:
-                            record.state, record.error = TaskState.FAILED, action.reason
+                            record.state, record.error = TaskState.CANCELLED, action.reason
                 case FinishRun():
                     self.output, self.error = action.output, action.error
                 case _:

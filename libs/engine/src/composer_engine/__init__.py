@@ -20,20 +20,23 @@ from composer_engine._recovery import (
     settle_entry,
     watch_queue,
 )
-from composer_engine._workflows import ValidDefinition, Workflows, validate_definition
+from composer_engine._workflows import Applied, ValidDefinition, Workflows, validate_definition
 from composer_engine.errors import (
     BadRequest,
     Conflict,
     EngineError,
     Forbidden,
+    IdempotencyKeyReused,
     Internal,
     NotFound,
     Parked,
     Unavailable,
+    UnknownSignal,
 )
 
 __all__ = [
     "Acknowledge",
+    "Applied",
     "AttemptLog",
     "BadRequest",
     "ClaimedEntry",
@@ -46,6 +49,7 @@ __all__ = [
     "Forbidden",
     "GiveBack",
     "GiveUp",
+    "IdempotencyKeyReused",
     "Internal",
     "LeaseGrant",
     "Leave",
@@ -58,6 +62,7 @@ __all__ = [
     "Reporter",
     "Started",
     "Unavailable",
+    "UnknownSignal",
     "Unserved",
     "ValidDefinition",
     "Workflows",

@@ -57,17 +57,20 @@ from composer_engine._leases import LeaseGrant, Reporter, grant_leases, new_toke
 from composer_engine._metrics import instruments
 from composer_engine._persist import announce, persist, write_dispatch
 from composer_engine._publish import Dispatched, Publisher
+from composer_engine._requests import start_digest
 from composer_engine._tx import Tx
 from composer_engine.errors import (
     BadRequest,
     Conflict,
     EngineError,
     Forbidden,
+    IdempotencyKeyReused,
     Internal,
     NotFound,
     Parked,
     StaleSnapshot,
     Unavailable,
+    UnknownSignal,
 )
 from composer_engine.sealing import KeyUnavailable, RunSeal, Sealer, looks_sealed
 from composer_rpc.codes import ErrorCode
@@ -241,7 +244,9 @@ class Engine:
 
         ``version`` None (or 0) is the deployed one. A client ``run_id`` must be
         a UUIDv7 from the last 24 h and at most 1 h ahead. A repeated
-        ``idempotency_key`` returns the run it started, changing nothing.
+        ``idempotency_key`` returns the run it started, changing nothing; sent with
+        another request (input, config, version or start node: ``start_digest``) it
+        is IdempotencyKeyReused, unless the key predates V012 (no digest kept).
         ``caller``, who starts it and the metadata they pass, is recorded
         (``started_by``) and kept as the run's calling context, which every TASK
         node's handler gets with its lease (None: the run has none).
@@ -259,6 +264,9 @@ class Engine:
         seal = self.sealer.for_run(new_run_id, data_key)
         # sealed once: the run's row and its TASK rows' copies hold the same document
         sealed_context = seal.doc(context)
+        digest = None
+        if idempotency_key is not None:
+            digest = start_digest(input, config, version, start_node)
 
         async def attempt(tx: Tx) -> Started:
             if version:
@@ -273,11 +281,24 @@ class Engine:
                 input=seal.doc(input if input is not None else {}),
                 config=seal.doc(config),
                 idempotency_key=idempotency_key,
+                # sealed like the input it digests (the run id is its associated data)
+                request_digest=seal.text(digest),
                 data_key=data_key,
                 started_by=None if caller is None else caller.name,
                 context=sealed_context,
             )
             if not started.created:
+                if started.request_digest is not None and digest is not None:
+                    first = self.sealer.open_text(started.run_id, started.request_digest)
+                    if first != digest:
+                        raise IdempotencyKeyReused(
+                            f"Idempotency-Key {idempotency_key!r} already started run "
+                            f"{started.run_id} of workflow {workflow_id!r} with a different "
+                            "request (input, config, version or start node): send the same "
+                            "request to get that run back, or use a new key for a new run",
+                            idempotency_key=idempotency_key,
+                            run_id=started.run_id,
+                        )
                 return Started(started.run_id, started.status, created=False)
             tx.after_commit(lambda: instruments().runs_started.add(1, {"workflow_id": workflow_id}))
             run = Run(
@@ -606,6 +627,9 @@ class Engine:
     ) -> bool:
         """Send a signal; True if a waiting node took it, False if it was buffered.
 
+        A name no WAIT_FOR_EVENT node of the run's version waits for is refused
+        (UnknownSignal) rather than buffered where nothing would ever take it.
+
         A repeated ``idempotency_key`` (a client sending again a request whose answer
         it lost) changes nothing and answers as the first request did; the same key
         for another signal name is a Conflict. Every signal is kept with ``sent_by``
@@ -626,6 +650,8 @@ class Engine:
                         )
                     return delivered
             dag = await self.definitions.get(tx.conn, locked.run.workflow_id, locked.run.version)
+            if name.strip() and not dag.waits_for_signal(name):
+                raise _unknown_signal(locked.run, dag, name)
             tr = await self._decide(tx, dag, locked, SignalReceived(name, payload), by=sent_by)
             await self._keep_signal(tx, locked, name, payload, tr, sent_by)
             if idempotency_key is not None:
@@ -1102,6 +1128,21 @@ async def committed(pool: repo.Pool, lost: repo.CommitUnknown, *, attempts: int)
         )
         return status == "committed"
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _unknown_signal(run: Run, dag: WorkflowDAG, name: str) -> UnknownSignal:
+    declared = list(dag.signal_names)
+    waits = (
+        f"its WAIT_FOR_EVENT nodes wait for {', '.join(map(repr, declared))}"
+        if declared
+        else "it has no WAIT_FOR_EVENT node, so it takes no signal"
+    )
+    return UnknownSignal(
+        f"run {run.run_id} (workflow {run.workflow_id!r} version {run.version}) has no node "
+        f"that waits for signal {name!r}: {waits}; check the name",
+        signal=name,
+        declared=declared,
+    )
 
 
 def _parked(tx: Tx | None, exc: KeyUnavailable) -> Parked:

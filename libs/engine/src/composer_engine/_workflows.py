@@ -9,12 +9,15 @@ tests both call this, so there is one way a definition gets stored.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import composer_repo as repo
+from composer_core.errors import DefinitionInvalid
 from composer_core.model import WorkflowSpec, build_dag, parse_definition
+from composer_core.templates import Json
 from composer_engine._engine import DEFAULT_ATTEMPTS, in_transaction
 from composer_engine._tx import Tx
 
@@ -26,6 +29,31 @@ class ValidDefinition:
     spec: WorkflowSpec
     #: The spec as JSON (aliases, only the fields the author set): what ``create`` stores.
     document: dict[str, Any]
+
+    def same_as(self, stored: Json) -> bool:
+        """Whether a stored spec means the same workflow: both normalized by the model
+        (defaults filled in, key order and YAML layout gone), so re-applying a file
+        whose only change is a comment or a default spelled out is no new version."""
+        if not isinstance(stored, dict):
+            return False
+        try:
+            other = parse_definition(stored)
+        except DefinitionInvalid:  # stored under older rules: treat it as different
+            return False
+        return _normalized(other) == _normalized(self.spec)
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What ``Workflows.apply`` did: the version that holds the definition, and whether
+    it was the newest version already (nothing stored)."""
+
+    definition: repo.Definition
+    unchanged: bool
+
+
+def _normalized(spec: WorkflowSpec) -> str:
+    return json.dumps(spec.model_dump(mode="json", by_alias=True), sort_keys=True)
 
 
 def validate_definition(source: str | bytes | Mapping[str, Any]) -> ValidDefinition:
@@ -64,6 +92,36 @@ class Workflows:
                 created_by=created_by,
                 deploy=deploy,
             )
+
+        return await in_transaction(self.pool, attempt, attempts=self._attempts)
+
+    async def apply(
+        self, definition: ValidDefinition, *, deploy: bool = False, created_by: str | None = None
+    ) -> Applied:
+        """``create``, unless the workflow's newest version already holds the same
+        definition (compared normalized, ``ValidDefinition.same_as``): then that version
+        comes back ``unchanged`` (deployed now when ``deploy`` is set), so applying the
+        same file twice, as scripts and CI do, adds no version. Runs in one transaction:
+        two identical applies at once give one new version (the loser of the race for
+        its number tries again and finds it)."""
+        spec = definition.spec
+
+        async def attempt(tx: Tx) -> Applied:
+            latest = await repo.latest_definition(tx.conn, spec.id)
+            if latest is not None and definition.same_as(latest.spec):
+                if deploy and not latest.deployed:
+                    latest = await repo.deploy_definition(tx.conn, spec.id, latest.version)
+                return Applied(latest, unchanged=True)
+            created = await repo.create_definition(
+                tx.conn,
+                spec.id,
+                name=spec.name or spec.id,
+                spec=definition.document,
+                webhook_url=spec.webhook_url,
+                created_by=created_by,
+                deploy=deploy,
+            )
+            return Applied(created, unchanged=False)
 
         return await in_transaction(self.pool, attempt, attempts=self._attempts)
 

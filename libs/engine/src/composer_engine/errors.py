@@ -6,7 +6,11 @@
     │                           and a task of a queue it does not serve)
     ├── NotFound          404   no such run, workflow or version
     ├── Conflict          409   the run is finished (signal, cancel) or still active (retry);
-    │                           a run id or idempotency key collision
+    │   │                       a run id or idempotency key collision
+    │   └── IdempotencyKeyReused 409  a start's Idempotency-Key sent again with another
+    │                           request (input, config, version, start node)
+    ├── UnknownSignal     422   no WAIT_FOR_EVENT node of the run's version waits for that
+    │                           signal name: it would sit buffered for ever
     ├── Unavailable       503   the database connection kept failing after retries: try again later
     │   └── Parked        503   the run's documents are sealed with a key not configured here:
     │                           nothing changed; it goes on once the key is back (a loop parks
@@ -26,10 +30,15 @@ from __future__ import annotations
 
 class EngineError(Exception):
     status = 500
+    #: The problem's kind in the API's answer (None: the one its status maps to).
+    kind: str | None = None
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, **extensions: object) -> None:
+        """``extensions``: members the API adds to its problem document, so a client
+        reads the names involved without parsing the message."""
         super().__init__(message)
         self.message = message
+        self.extensions = extensions
 
 
 class BadRequest(EngineError):
@@ -46,6 +55,15 @@ class NotFound(EngineError):
 
 class Conflict(EngineError):
     status = 409
+
+
+class IdempotencyKeyReused(Conflict):
+    kind = "idempotency-key-reused"
+
+
+class UnknownSignal(EngineError):
+    status = 422
+    kind = "unknown-signal"
 
 
 class Unavailable(EngineError):

@@ -26,6 +26,7 @@ from composer_repo._definitions import (
     delete_definition,
     deploy_definition,
     get_definition,
+    latest_definition,
     list_definition_versions,
     list_definitions,
 )
@@ -276,6 +277,7 @@ __all__ = [
     "insert_task",
     "insert_task_logs",
     "insert_tasks",
+    "latest_definition",
     "lease_holder",
     "lease_outbox",
     "lease_times",

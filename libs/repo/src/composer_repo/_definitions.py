@@ -62,6 +62,19 @@ async def get_definition(
 
 
 @translated
+async def latest_definition(conn: Connection, workflow_id: str) -> Definition | None:
+    """The newest version of a workflow that is not deleted (None: no such workflow,
+    or it is deleted): what an apply compares a definition with.
+
+    Takes a transaction-level lock on the workflow's versions first (held until the
+    caller's commit), so concurrent applies of one workflow take turns: a check
+    followed by a create would otherwise let two identical applies both store."""
+    await conn.execute(q("lock_definition_versions"), workflow_id)
+    row = await conn.fetchrow(q("get_latest_definition"), workflow_id)
+    return None if row is None else _definition(row)
+
+
+@translated
 async def list_definition_versions(conn: Connection, workflow_id: str) -> list[DefinitionVersion]:
     """The versions of a workflow that is not deleted, newest first (no specs)."""
     rows = await conn.fetch(q("list_definition_versions"), workflow_id)

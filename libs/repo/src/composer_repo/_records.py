@@ -92,6 +92,9 @@ class StartedRun:
     created: bool
     #: The inserting transaction's clock: the time the run's first decision is made at.
     now: dt.datetime
+    #: Not created: the request digest stored with the key by the start that used it
+    #: first (as stored: sealed or not; None: that start stored none).
+    request_digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,6 +258,9 @@ class TaskRecord:
     updated_at: dt.datetime
     started_at: dt.datetime | None
     finished_at: dt.datetime | None
+    #: The attempts its node's retry policy allows (worker nodes; None for the others
+    #: and rows from before V004). ``attempt`` counts from 0.
+    max_attempts: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

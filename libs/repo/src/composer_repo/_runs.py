@@ -38,6 +38,7 @@ async def insert_run(
     input: Json = None,
     config: Json = None,
     idempotency_key: str | None = None,
+    request_digest: str | None = None,
     status: RunStatus = RunStatus.RUNNING,
     data_key: str | None = None,
     started_by: str | None = None,
@@ -49,8 +50,10 @@ async def insert_run(
     calling context document (``composer_common.caller``; None: none).
 
     With an ``idempotency_key`` already used for this workflow, nothing is
-    written and the existing run comes back (``created=False``); a concurrent
-    start with the same key waits for this transaction, then gets this run.
+    written and the existing run comes back (``created=False``) with the
+    ``request_digest`` its start stored beside the key, for the caller to compare
+    with its own; a concurrent start with the same key waits for this
+    transaction, then gets this run.
     Raises NotFound (no such version), Invalid (deleted version),
     RunAlreadyExists (run id taken) and NoPartition (run id in a month with no
     partition: not a recent UUIDv7, or partitions not created ahead).
@@ -62,7 +65,7 @@ async def insert_run(
         raise Invalid(f"workflow {workflow_id!r} is deleted: it starts no new runs")
     if idempotency_key is not None:
         claimed = await conn.fetchval(
-            q("claim_idempotency_key"), workflow_id, idempotency_key, run_id
+            q("claim_idempotency_key"), workflow_id, idempotency_key, run_id, request_digest
         )
         if claimed is None:
             existing = await conn.fetchrow(q("find_idempotent_run"), workflow_id, idempotency_key)
@@ -72,7 +75,11 @@ async def insert_run(
                     "that no longer exists"
                 )
             return StartedRun(
-                existing["id"], RunStatus(existing["status"]), created=False, now=existing["now"]
+                existing["id"],
+                RunStatus(existing["status"]),
+                created=False,
+                now=existing["now"],
+                request_digest=existing["request_digest"],
             )
     stored = await conn.fetchrow(
         q("insert_run"),
@@ -364,6 +371,7 @@ def _task(r: Any) -> TaskRecord:
         updated_at=r["updated_at"],
         started_at=r["started_at"],
         finished_at=r["finished_at"],
+        max_attempts=r["max_attempts"],
     )
 
 

@@ -95,18 +95,22 @@ async def parse_body(request: web.Request) -> ValidDefinition:
 
 
 async def create(request: web.Request) -> web.Response:
+    """201 with a new version; 200 with the newest one when it already holds the
+    definition (``Workflows.apply``), so applying an unchanged file adds nothing."""
     query = bodies.read_query(request, DeployQuery)
-    definition = await request.app[WORKFLOWS].create(
+    applied = await request.app[WORKFLOWS].apply(
         await parse_body(request), deploy=query.deploy, created_by=request[CALLER].name
     )
+    definition = applied.definition
     return json_response(
         DefinitionCreated(
             id=definition.workflow_id,
             version=definition.version,
             name=definition.name,
             deployed=definition.deployed,
+            unchanged=applied.unchanged,
         ),
-        201,
+        200 if applied.unchanged else 201,
         Location=f"/v1/workflows/{definition.workflow_id}/versions/{definition.version}",
     )
 

@@ -104,7 +104,7 @@ def _entry(
         kind=row.kind,
         node_id=row.node_id,
         task_id=row.task_id,
-        attempt=None if row.attempt is None else row.attempt + 1,
+        attempt=row.attempt,
         actor=row.actor,
         detail=detail if isinstance(detail, dict) else None,
         duration_ms=duration,

@@ -49,6 +49,11 @@ class DefinitionCreated(Response):
     version: int
     name: str
     deployed: bool
+    unchanged: bool = Field(
+        default=False,
+        description="true: the newest version already held this definition; no version "
+        "was stored and `version` is that one",
+    )
 
 
 class WorkflowSummary(Response):
@@ -118,7 +123,8 @@ class StartRun(Request):
         default=None,
         min_length=1,
         max_length=200,
-        description="a repeated key answers 200 with the run it started, changing nothing",
+        description="a repeated key answers 200 with the run it started, changing nothing; "
+        "the same key with a different input, config or version answers 409",
     )
     start_node: str | None = Field(default=None, min_length=1, max_length=64)
     context: dict[str, JsonValue] | None = Field(
@@ -140,7 +146,15 @@ class Task(Response):
     node_id: str
     type: NodeType
     state: TaskState
-    attempt: int
+    attempt: int = Field(
+        description="the current attempt, counted from 0 (as workers' leases count it); "
+        'people are shown attempt + 1, as in "attempt 2 of 3" (the CLI and the UI)'
+    )
+    max_attempts: int | None = Field(
+        default=None,
+        description="the attempts the node's retry policy allows (worker nodes; null for "
+        "the others)",
+    )
     input: JsonValue = None
     output: JsonValue = None
     error: str | None = None
@@ -333,7 +347,9 @@ class HistoryEntry(Response):
     node_id: str | None = None
     task_id: str | None = None
     attempt: int | None = Field(
-        default=None, description="the task's attempt (1 is the first), for attempt-scoped kinds"
+        default=None,
+        description="the task's attempt, counted from 0 like a task's `attempt` (the CLI and "
+        "the UI show it from 1), for attempt-scoped kinds",
     )
     actor: str | None = Field(
         default=None,

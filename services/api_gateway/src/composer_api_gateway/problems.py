@@ -75,8 +75,10 @@ _ENGINE_KINDS = {
 
 
 def from_engine(exc: EngineError) -> ApiProblem:
+    if exc.kind is not None:  # an error with a kind of its own (and its members)
+        return ApiProblem(exc.status, exc.kind, exc.message, **exc.extensions)
     status = exc.status if exc.status in _ENGINE_KINDS else 500
-    return ApiProblem(status, _ENGINE_KINDS.get(status, "internal"), exc.message)
+    return ApiProblem(status, _ENGINE_KINDS.get(status, "internal"), exc.message, **exc.extensions)
 
 
 def from_repo(exc: repo.RepoError) -> ApiProblem:

@@ -81,13 +81,17 @@ ROUTES: tuple[Route, ...] = (
         "Create the next version of a definition",
         "workflows",
         Role.ADMIN,
-        {201: DefinitionCreated},
+        {201: DefinitionCreated, 200: DefinitionCreated},
         body="definition",
         query=DeployQuery,
         errors=(400, 413, 415, 422, 503),
         description="The body is the definition as application/yaml or application/json. "
         "Every validation problem is listed in the 422 answer, each with its path. "
-        "`?deploy=true` makes the new version the one new runs use.",
+        "`?deploy=true` makes the new version the one new runs use. 201 for a new version; "
+        "a definition that means the same as the newest version (compared after parsing, "
+        "so layout, comments and spelt-out defaults do not count) stores nothing and "
+        "answers 200 with that version and `unchanged: true` (deployed now with "
+        "`?deploy=true`).",
     ),
     Route(
         "GET",
@@ -150,7 +154,9 @@ ROUTES: tuple[Route, ...] = (
         body=StartRun,
         errors=(400, 404, 409, 413, 503),
         description="201 for a new run. A repeated idempotency_key answers 200 with the run "
-        "it started and changes nothing. A client run_id already in use answers 409. The "
+        "it started and changes nothing; the same key with a different request (input, "
+        "config or version) answers 409 `idempotency-key-reused`, naming the key and the "
+        "run it started. A client run_id already in use answers 409. The "
         "run records the token's name (started_by); with `context`, your request metadata "
         "is kept beside it and handed to the run's TASK handlers (ctx.caller in the SDK).",
     ),
@@ -219,9 +225,11 @@ ROUTES: tuple[Route, ...] = (
         Role.OPERATOR,
         {200: SignalDelivered},
         body="payload",
-        errors=(400, 404, 409, 413, 503),
+        errors=(400, 404, 409, 413, 422, 503),
         description="The body (any JSON, or empty) is the signal's payload. delivered=false: "
-        "no node waits for it yet and it is buffered. A finished run answers 409. With an "
+        "no node waits for it yet and it is buffered. A name no WAIT_FOR_EVENT node of the "
+        "run's version waits for answers 422 `unknown-signal`, with the names it waits for "
+        "(`declared`). A finished run answers 409. With an "
         "Idempotency-Key header, a request sent again (its answer lost) changes nothing and "
         "answers as the first did; the same key for another signal name answers 409.",
         body_required=False,

@@ -162,6 +162,7 @@ async def load(request: web.Request, run_id: str) -> Run:
                 type=t.node_type,
                 state=t.state,
                 attempt=t.attempt,
+                max_attempts=t.max_attempts,
                 input=None if hidden else t.input,
                 output=None if hidden else t.output,
                 error=None if hidden else t.error,

@@ -40,3 +40,12 @@ export function condition(text, max = 24) {
   const bare = String(text).replace(/^\s*\{\{\s*/, '').replace(/\s*\}\}\s*$/, '');
   return bare.length > max ? `…${bare.slice(bare.length - max + 1)}` : bare;
 }
+
+/**
+ * A task's attempt as people count it, from 1, with its node's allowance when
+ * it has one ("2 of 3"): the API's `attempt` counts from 0; the CLI shows the same.
+ */
+export function attempt(task) {
+  const shown = String(task.attempt + 1);
+  return task.max_attempts ? `${shown} of ${task.max_attempts}` : shown;
+}

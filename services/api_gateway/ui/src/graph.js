@@ -4,9 +4,9 @@
 
 import { graphlib, layout } from '@dagrejs/dagre';
 import { h, svg } from './dom.js';
-import { condition } from './format.js';
+import { attempt, condition } from './format.js';
 
-export const STATES = ['PENDING', 'QUEUED', 'RUNNING', 'WAITING', 'COMPLETED', 'FAILED', 'SKIPPED'];
+export const STATES = ['PENDING', 'QUEUED', 'RUNNING', 'WAITING', 'COMPLETED', 'FAILED', 'SKIPPED', 'CANCELLED'];
 const NODE_HEIGHT = 48;
 const CHAR_WIDTH = 7.5;
 const MIN_SCALE = 0.65;
@@ -99,7 +99,7 @@ export function drawGraph(spec, { tasks = new Map(), selected = null, onSelect =
     const task = tasks.get(node.id);
     const state = preview ? 'preview' : task ? task.state : 'none';
     const stateText = preview ? '' : task ? task.state.toLowerCase() : 'not reached';
-    const attempts = task && task.attempt > 0 ? ` · attempt ${task.attempt + 1}` : '';
+    const attempts = task && task.attempt > 0 ? ` · attempt ${attempt(task)}` : '';
     const el = svg('g', {
       class: `node state-${state.toLowerCase()}${node.id === selected ? ' selected' : ''}${onSelect ? ' clickable' : ''}`,
       transform: `translate(${box.x - box.width / 2},${box.y - box.height / 2})`,

@@ -32,7 +32,8 @@ export function describe(entry) {
   const d = entry.detail || {};
   const by = entry.actor ? ` by ${entry.actor}` : '';
   const error = firstLine(d.error, entry);
-  const a = entry.attempt;
+  // the API counts attempts from 0, as a task's; people count them from 1
+  const a = entry.attempt === undefined || entry.attempt === null ? null : entry.attempt + 1;
   switch (entry.kind) {
     case 'run.started':
       return `run started${by} on v${d.version}${d.start_node ? ` from ${d.start_node}` : ''}`;
@@ -92,7 +93,7 @@ export function timelineTable(entries, onSelect) {
 /** The selected node's attempts, every one with its outcome, error and duration. */
 export function attemptsBlock(entries, nodeId) {
   const ends = entries.filter((e) => e.node_id === nodeId
-    && ['task.completed', 'task.failed', 'task.retry_scheduled', 'task.cancelled'].includes(e.kind) && e.attempt);
+    && ['task.completed', 'task.failed', 'task.retry_scheduled', 'task.cancelled'].includes(e.kind) && e.attempt !== null && e.attempt !== undefined);
   if (!ends.length) return null;
   return h('section', { class: 'block', id: 'node-attempts' }, h('h3', {}, `Attempts (${ends.length})`),
     h('ol', { class: 'attempts' }, ...ends.map((e) => h('li', { class: `kind-${KIND_CLASS[e.kind] || 'plain'}` },

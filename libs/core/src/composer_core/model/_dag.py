@@ -6,6 +6,7 @@ cache it and share it between events and runs.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -14,6 +15,9 @@ from composer_core.errors import InvalidRequest
 from composer_core.model._spec import Edge, Node, RetryPolicy, WorkflowSpec
 from composer_core.model._states import BUILTIN_QUEUES, NodeType
 from composer_core.templates import CompiledValue, Expression, ExpressionEngine
+
+#: A template inside a string: what a templated signal name may render to anything in.
+_TEMPLATE = re.compile(r"\{\{.*?\}\}", re.DOTALL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +66,18 @@ class WorkflowDAG:
         self._output_refs = output_refs
         self._topo_index = {node_id: i for i, node_id in enumerate(topo_order)}
         self._descendants: dict[str, tuple[str, ...]] = {}
+        events = sorted(
+            {
+                n.spec["event"]
+                for n in spec.nodes
+                if n.type is NodeType.WAIT_FOR_EVENT and isinstance(n.spec.get("event"), str)
+            }
+        )
+        self._signal_names = tuple(events)
+        self._signal_patterns = tuple(
+            re.compile(".*".join(re.escape(part) for part in _TEMPLATE.split(event)), re.DOTALL)
+            for event in events
+        )
 
     @property
     def workflow_id(self) -> str:
@@ -144,6 +160,19 @@ class WorkflowDAG:
         if not node.type.is_worker:
             return None
         return node.queue or BUILTIN_QUEUES.get(node.type)
+
+    @property
+    def signal_names(self) -> tuple[str, ...]:
+        """The ``event`` of every WAIT_FOR_EVENT node, sorted, once each, as written (a
+        templated one, ``approval-{{input.id}}``, stays a template)."""
+        return self._signal_names
+
+    def waits_for_signal(self, name: str) -> bool:
+        """Whether some WAIT_FOR_EVENT node of this version may wait for ``name``: one
+        whose event is ``name``, or a templated one whose text around its templates
+        matches it (a template may render to anything). A signal no node can take
+        would sit buffered for ever, which is why the engine refuses it."""
+        return any(p.fullmatch(name) for p in self._signal_patterns)
 
     def is_type(self, node_id: str, node_type: NodeType) -> bool:
         node = self._nodes.get(node_id)

@@ -30,6 +30,9 @@ class TaskState(StrEnum):
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
     SKIPPED = "SKIPPED"
+    # Stopped by a cancel of its run, not failed: a wait someone cancelled did not
+    # fail, and showing it FAILED sent people looking for an error that never was.
+    CANCELLED = "CANCELLED"
 
     @property
     def is_with_worker(self) -> bool:

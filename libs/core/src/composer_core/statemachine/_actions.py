@@ -122,7 +122,7 @@ class ReopenRun:
 
 @dataclass(frozen=True, slots=True)
 class CancelTasks:
-    """Fail every task that is still active (``task_ids``), with ``reason``."""
+    """Stop every task that is still active (``task_ids``): CANCELLED, with ``reason``."""
 
     reason: str
     task_ids: tuple[str, ...]

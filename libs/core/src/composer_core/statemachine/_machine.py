@@ -160,7 +160,7 @@ class _Draft:
                     if old.state.is_active:
                         nodes[node_id] = NodeState(
                             old.task_id,
-                            TaskState.FAILED,
+                            TaskState.CANCELLED,
                             old.attempt,
                             old.branches,
                             None,
@@ -395,9 +395,10 @@ class Machine:
         failed = self._run.failed_nodes()
         if failed:
             first = self._run.nodes[failed[0]]
+            how = "was cancelled" if first.state is TaskState.CANCELLED else "failed"
             more = f" (and {len(failed) - 1} more failed node(s))" if len(failed) > 1 else ""
             self._emit(
-                FinishRun(RunStatus.FAILED, error=f"node {failed[0]} failed: {first.error}{more}")
+                FinishRun(RunStatus.FAILED, error=f"node {failed[0]} {how}: {first.error}{more}")
             )
             return
         template = self._dag.output_template

@@ -70,7 +70,7 @@ class Run:
         return [node_id for node_id, n in self.nodes.items() if n.state.is_active]
 
     def failed_nodes(self) -> list[str]:
-        """Failed nodes, oldest task first (task ids are time-ordered)."""
+        """Failed (or cancelled) nodes, oldest task first (task ids are time-ordered)."""
         return _failed(self.nodes)
 
     def with_data(
@@ -101,6 +101,11 @@ class Missing:
     signals: bool = False
 
 
+#: Final states a run cannot succeed with. CANCELLED counts: a node a cancel stopped that
+#: a retry did not reset never ran, so the retried run must not pass for a success.
+_UNSUCCESSFUL = frozenset({TaskState.FAILED, TaskState.CANCELLED})
+
+
 def _failed(nodes: Mapping[str, NodeState]) -> list[str]:
-    failed = [(n.task_id, node_id) for node_id, n in nodes.items() if n.state is TaskState.FAILED]
+    failed = [(n.task_id, node_id) for node_id, n in nodes.items() if n.state in _UNSUCCESSFUL]
     return [node_id for _, node_id in sorted(failed)]

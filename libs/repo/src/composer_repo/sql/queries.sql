@@ -33,6 +33,19 @@ SELECT id, version, name, spec, webhook_url, created_by, deployed, deployed_at, 
   FROM workflow_definitions
  WHERE id = $1 AND version = $2;
 
+-- name: lock_definition_versions
+-- Until commit: applies of one workflow take turns, so two identical ones at
+-- once store one version (the second sees the first's).
+SELECT pg_advisory_xact_lock(hashtext('composer.definitions:' || $1::text));
+
+-- name: get_latest_definition
+-- The newest version that is not deleted: what an apply compares a definition with.
+SELECT id, version, name, spec, webhook_url, created_by, deployed, deployed_at, deleted_at, created_at
+  FROM workflow_definitions
+ WHERE id = $1 AND deleted_at IS NULL
+ ORDER BY version DESC
+ LIMIT 1;
+
 -- name: get_deployed_definition
 SELECT id, version, name, spec, webhook_url, created_by, deployed, deployed_at, deleted_at, created_at
   FROM workflow_definitions
@@ -88,13 +101,14 @@ SELECT deleted_at
 
 -- name: claim_idempotency_key
 -- Waits for a concurrent start with the same key to commit or roll back.
-INSERT INTO run_idempotency_keys (workflow_id, idempotency_key, run_id)
-VALUES ($1, $2, $3)
+-- $4: the digest of the start's request (V012), what a repeat is compared with.
+INSERT INTO run_idempotency_keys (workflow_id, idempotency_key, run_id, request_digest)
+VALUES ($1, $2, $3, $4)
 ON CONFLICT DO NOTHING
 RETURNING run_id;
 
 -- name: find_idempotent_run
-SELECT r.id, r.status, now() AS now
+SELECT r.id, r.status, k.request_digest, now() AS now
   FROM run_idempotency_keys k
   JOIN workflow_runs r ON r.id = k.run_id
  WHERE k.workflow_id = $1 AND k.idempotency_key = $2;
@@ -195,8 +209,8 @@ UPDATE workflow_runs SET cancelled_by = $2 WHERE id = $1 RETURNING 1;
 UPDATE workflow_runs SET retried_by = $2 WHERE id = $1 RETURNING 1;
 
 -- name: get_run_tasks
-SELECT id, node_id, node_type, state, attempt, input, output, error, error_code, branches,
-       wake_at, awaited_signal, queue, lease_owner, lease_expires_at,
+SELECT id, node_id, node_type, state, attempt, max_attempts, input, output, error, error_code,
+       branches, wake_at, awaited_signal, queue, lease_owner, lease_expires_at,
        created_at, updated_at, started_at, finished_at
   FROM task_instances
  WHERE run_id = $1
@@ -299,9 +313,11 @@ ON CONFLICT (run_id, node_id) DO NOTHING
 RETURNING id;
 
 -- name: complete_tasks
--- complete_task for many attempts of one transaction, in one statement.
+-- complete_task for many attempts of one transaction, in one statement. An
+-- earlier attempt's error goes: a COMPLETED task shows no error.
 UPDATE task_instances t
-   SET state = 'COMPLETED', output = u.output, finished_at = composer_now(),
+   SET state = 'COMPLETED', output = u.output, error = NULL, error_code = NULL,
+       finished_at = composer_now(),
        updated_at = composer_now(), dispatched_at = NULL, lease_owner = NULL,
        lease_expires_at = NULL, lease_token = NULL, lease_claim = NULL
   FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::jsonb[])
@@ -340,9 +356,9 @@ UPDATE task_instances
 RETURNING 1;
 
 -- name: cancel_tasks
--- Fails the run's still-active tasks among $2, and takes them off every loop.
+-- Cancels the run's still-active tasks among $2, and takes them off every loop.
 UPDATE task_instances
-   SET state = 'FAILED', error = $3, finished_at = composer_now(), updated_at = composer_now(),
+   SET state = 'CANCELLED', error = $3, finished_at = composer_now(), updated_at = composer_now(),
        wake_at = NULL, dispatched_at = NULL, lease_owner = NULL, lease_expires_at = NULL,
        lease_token = NULL, lease_claim = NULL
  WHERE run_id = $1 AND id = ANY($2::text[])

@@ -4,7 +4,7 @@
 
 import { get, parseJsonInput, post, session } from '../api.js';
 import { h, mount } from '../dom.js';
-import { duration, json, when } from '../format.js';
+import { attempt, duration, json, when } from '../format.js';
 import { drawGraph, legend, tasksByNode } from '../graph.js';
 import { notify } from '../message.js';
 import { attemptsBlock, timelineTable } from '../timeline.js';
@@ -210,7 +210,7 @@ export function runPage(main, runId) {
       h('h2', { id: 'node-title' }, node.id, ' ', h('span', { class: 'muted' }, node.type)),
       h('dl', { class: 'facts' },
         field('state', h('span', { class: `badge state-${task.state.toLowerCase()}`, id: 'node-state' }, task.state.toLowerCase())),
-        field('attempts', String(task.attempt + 1), 'attempts'),
+        field('attempt', attempt(task), 'attempts'),
         field('queue', task.queue),
         field('no worker', task.waiting_hint, 'waiting-hint-text'),
         field('chose', Array.isArray(task.branches) ? (task.branches.join(', ') || 'no branch') : null),
@@ -222,7 +222,7 @@ export function runPage(main, runId) {
         field('ran for', ran)),
       task.error ? h('section', { class: 'block' }, h('h3', {}, 'Error', task.error_code ? ` (${task.error_code})` : ''),
         h('pre', { class: 'error-text', id: 'node-error' }, task.error)) : null,
-      task.redacted && task.state === 'FAILED' ? redactedBlock(task.error_code ? `Error (${task.error_code})` : 'Error') : null,
+      task.redacted && ['FAILED', 'CANCELLED'].includes(task.state) ? redactedBlock(task.error_code ? `Error (${task.error_code})` : 'Error') : null,
       attemptsBlock(entries, selected),
       payload(task, 'Input', task.input),
       payload(task, 'Output', task.output),
