@@ -101,8 +101,16 @@ async def test_a_worker_killed_mid_task_has_its_task_run_again_elsewhere(
     task = (await s.tasks_of(started.run_id))["work"]
     assert run.status is RunStatus.SUCCEEDED
     assert task.attempt == 1 and task.output == {"attempt": 1}
-    assert "lease expired" in (task.error or "")  # what ended attempt 0
+    assert task.error is None  # completed: an earlier attempt's error is not its own
     assert killed_owner is not None and killed_owner != survivor.owner
+    # what ended attempt 0 stays in the run's history, with who held it
+    async with repo.transaction(s.pool) as conn:
+        history = await repo.run_history(conn, started.run_id)
+    [expired] = [h for h in history if h.kind == "task.retry_scheduled"]
+    assert expired.attempt == 0 and isinstance(expired.detail, dict)
+    assert expired.detail["error"] == f"lease expired (held by {killed_owner})"
+    leased = [h.actor for h in history if h.kind == "task.leased"]
+    assert leased == [killed_owner, survivor.owner]
     assert s.sweeper is not None and s.sweeper.totals.expired == 1
 
 

@@ -75,7 +75,7 @@ def test_a_failed_run_shows_its_error_in_full_once() -> None:
                 "node_id": "charge",
                 "type": "TASK",
                 "state": "FAILED",
-                "attempt": 2,
+                "attempt": 2,  # the third: the API counts from 0
                 "created_at": "2026-12-01T09:00:00Z",
                 "finished_at": "2026-12-01T09:00:03Z",
                 "error": TRACEBACK,
@@ -87,7 +87,7 @@ def test_a_failed_run_shows_its_error_in_full_once() -> None:
     assert "error: node charge failed: Traceback (most recent call last):" in text
     progress = changes(None, run)
     assert progress == [
-        "charge FAILED (attempt 2): Traceback (most recent call last):…",
+        "charge FAILED (attempt 3): Traceback (most recent call last):…",
         "run FAILED",
     ]
 

@@ -96,6 +96,6 @@ export function attemptsBlock(entries, nodeId) {
     && ['task.completed', 'task.failed', 'task.retry_scheduled', 'task.cancelled'].includes(e.kind) && e.attempt !== null && e.attempt !== undefined);
   if (!ends.length) return null;
   return h('section', { class: 'block', id: 'node-attempts' }, h('h3', {}, `Attempts (${ends.length})`),
-    h('ol', { class: 'attempts' }, ...ends.map((e) => h('li', { class: `kind-${KIND_CLASS[e.kind] || 'plain'}` },
+    h('ol', { class: 'attempt-list' }, ...ends.map((e) => h('li', { class: `kind-${KIND_CLASS[e.kind] || 'plain'}` },
       h('span', { class: 'muted' }, `${time(e.at)} `), describe(e)))));
 }
