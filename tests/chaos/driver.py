@@ -29,8 +29,7 @@ TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 class SentSignal:
     signal_id: str
     name: str
-    #: delivered (a waiting node took it), buffered, refused (409: the run was over; 422
-    #: for a late one to a run whose version waits for no signal),
+    #: delivered (a waiting node took it), buffered, refused (409: the run was over),
     #: or error (anything else: a violation).
     outcome: str = ""
     #: Sent again after an unknown outcome, having checked it had not landed.
@@ -161,13 +160,6 @@ class Driver:
                 sent.outcome = "delivered" if answer["delivered"] else "buffered"
                 return
             if status == 409:
-                sent.outcome = "refused"
-                return
-            unknown = isinstance(answer, dict) and str(answer.get("type", "")).endswith(
-                "unknown-signal"
-            )
-            if status == 422 and unknown and late:
-                # a finished run of a shape with no WAIT_FOR_EVENT node: refused as well
                 sent.outcome = "refused"
                 return
             if status and status < 500:

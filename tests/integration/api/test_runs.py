@@ -248,6 +248,14 @@ async def test_a_signal_no_node_waits_for_is_refused_not_buffered(gateway: Gatew
     assert none.status == 422 and none.body["declared"] == []
     assert "no WAIT_FOR_EVENT node" in none.body["detail"]
 
+    # once the run is over it takes no signal at all, declared or not: 409, as for any
+    cancelled = await gateway.call(
+        "POST", f"/v1/runs/{other['run_id']}/cancel", role="operator", json={}
+    )
+    assert cancelled.status == 200, cancelled.body
+    late = await gateway.call("POST", f"/v1/runs/{other['run_id']}/signals/go", role="operator")
+    assert late.status == 409, late.body
+
 
 async def test_a_signal_sent_again_with_its_idempotency_key_takes_effect_once(
     gateway: Gateway,

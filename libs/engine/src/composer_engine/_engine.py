@@ -628,7 +628,8 @@ class Engine:
         """Send a signal; True if a waiting node took it, False if it was buffered.
 
         A name no WAIT_FOR_EVENT node of the run's version waits for is refused
-        (UnknownSignal) rather than buffered where nothing would ever take it.
+        (UnknownSignal) rather than buffered where nothing would ever take it; a
+        finished run refuses any signal (Conflict).
 
         A repeated ``idempotency_key`` (a client sending again a request whose answer
         it lost) changes nothing and answers as the first request did; the same key
@@ -650,7 +651,9 @@ class Engine:
                         )
                     return delivered
             dag = await self.definitions.get(tx.conn, locked.run.workflow_id, locked.run.version)
-            if name.strip() and not dag.waits_for_signal(name):
+            # a finished run takes no signal at all: the machine says so (Conflict)
+            running = not locked.run.status.is_terminal
+            if running and name.strip() and not dag.waits_for_signal(name):
                 raise _unknown_signal(locked.run, dag, name)
             tr = await self._decide(tx, dag, locked, SignalReceived(name, payload), by=sent_by)
             await self._keep_signal(tx, locked, name, payload, tr, sent_by)
