@@ -9,8 +9,6 @@ from the attempt's lease, which may be on an earlier page.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import datetime as dt
 
 from aiohttp import web
@@ -20,7 +18,7 @@ from composer_api_gateway import bodies
 from composer_api_gateway.definitions import json_response
 from composer_api_gateway.models import History, HistoryEntry, HistoryQuery
 from composer_api_gateway.problems import bad_request
-from composer_api_gateway.runs import shows_payloads
+from composer_api_gateway.runs import BAD_CURSOR, decode_cursor, encode_cursor, shows_payloads
 from composer_api_gateway.state import CALLER, ENGINE, POOL
 from composer_engine import opened
 from composer_engine.sealing import Sealer
@@ -32,27 +30,15 @@ _PAYLOAD_KEYS = ("input", "config", "error", "reason")
 _ENDS_ATTEMPT = frozenset({"task.completed", "task.failed", "task.retry_scheduled"})
 
 
-def encode_cursor(seq: int) -> str:
-    return base64.urlsafe_b64encode(f"{_CURSOR_PREFIX}{seq}".encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> int:
-    try:
-        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-    except (binascii.Error, ValueError):
-        text = ""
-    seq = text[len(_CURSOR_PREFIX) :]
-    if not text.startswith(_CURSOR_PREFIX) or not seq.isdigit():
-        raise bad_request(
-            "cursor is not one this API gave out: pass the next_cursor of the previous page"
-        )
-    return int(seq)
-
-
 async def show(request: web.Request) -> web.Response:
     run_id = bodies.run_id_param(request)
     query = bodies.read_query(request, HistoryQuery)
-    after = decode_cursor(query.cursor) if query.cursor else 0
+    after = 0
+    if query.cursor:
+        seq = decode_cursor(query.cursor, _CURSOR_PREFIX)
+        if not seq.isdigit():
+            raise bad_request(BAD_CURSOR)
+        after = int(seq)
     engine = request.app[ENGINE]
     async with repo.transaction(request.app[POOL]) as conn:
         run = await repo.get_run(conn, run_id)  # NotFound: 404
@@ -72,7 +58,7 @@ async def show(request: web.Request) -> web.Response:
         History(
             run_id=run_id,
             entries=entries,
-            next_cursor=encode_cursor(rows[-1].seq) if more else None,
+            next_cursor=encode_cursor(str(rows[-1].seq), _CURSOR_PREFIX) if more else None,
         )
     )
 

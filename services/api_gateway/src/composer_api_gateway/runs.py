@@ -52,26 +52,28 @@ from composer_engine import DefinitionCache, opened
 #: The status a long-poll answers when the run is still going: "ask again".
 STILL_RUNNING = 202
 _CURSOR_PREFIX = "r1:"
+BAD_CURSOR = "cursor is not one this API gave out: pass the next_cursor of the previous page"
 #: The task states that wait for a worker to take them (a waiting_hint may say none will).
 _WAITING = frozenset({TaskState.PENDING, TaskState.QUEUED})
 
 
-def encode_cursor(run_id: str | None) -> str | None:
-    if run_id is None:
+def encode_cursor(value: str | None, prefix: str = _CURSOR_PREFIX) -> str | None:
+    """A page cursor as clients see it: ``value`` (the repository's cursor) behind a
+    versioned ``prefix`` that names the listing, base64url-wrapped."""
+    if value is None:
         return None
-    return base64.urlsafe_b64encode((_CURSOR_PREFIX + run_id).encode()).decode().rstrip("=")
+    return base64.urlsafe_b64encode((prefix + value).encode()).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> str:
+def decode_cursor(cursor: str, prefix: str = _CURSOR_PREFIX) -> str:
+    """The repository's cursor inside ``cursor``; 400 for one this listing did not give out."""
     try:
         text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
     except (binascii.Error, ValueError):
         text = ""
-    if not text.startswith(_CURSOR_PREFIX) or not text[len(_CURSOR_PREFIX) :].strip():
-        raise bad_request(
-            "cursor is not one this API gave out: pass the next_cursor of the previous page"
-        )
-    return text[len(_CURSOR_PREFIX) :]
+    if not text.startswith(prefix) or not text[len(prefix) :].strip():
+        raise bad_request(BAD_CURSOR)
+    return text[len(prefix) :]
 
 
 async def shows_payloads(
