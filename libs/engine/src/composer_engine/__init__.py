@@ -2,6 +2,7 @@
 
 from composer_engine._definitions import DefinitionCache
 from composer_engine._engine import AttemptLog, Engine, Report, Started, utcnow
+from composer_engine._history import KINDS as HISTORY_KINDS
 from composer_engine._leases import LeaseGrant, Reporter, new_token
 from composer_engine._recovery import (
     Acknowledge,
@@ -35,6 +36,7 @@ from composer_engine.errors import (
 )
 
 __all__ = [
+    "HISTORY_KINDS",
     "Acknowledge",
     "Applied",
     "AttemptLog",

@@ -145,25 +145,15 @@ def rows(
                     scheduled["wake_at"] = action.wake_at.isoformat()
                 if action.awaited_signal is not None:
                     scheduled["signal"] = action.awaited_signal
-                if action.error is not None:
-                    scheduled = {**scheduled, "error": action.error}
-                    add(
-                        repo.NewHistory(
-                            run_id,
-                            "task.scheduled",
-                            node_id=action.node_id,
-                            task_id=action.task_id,
-                            detail=seal.doc(scheduled),
-                        )
-                    )
-                    continue
+                if action.error is not None:  # a node created failed: its error is data
+                    scheduled["error"] = action.error
                 add(
                     repo.NewHistory(
                         run_id,
                         "task.scheduled",
                         node_id=action.node_id,
                         task_id=action.task_id,
-                        detail=scheduled,
+                        detail=scheduled if action.error is None else seal.doc(scheduled),
                     )
                 )
             case DispatchTask():

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from composer_core.model import NODE_SPECS, Node, NodeType, RunStatus, TaskState, WorkflowSpec
+from composer_engine import HISTORY_KINDS
 
 #: Any JSON value (inputs, outputs, payloads).
 JsonValue = Any
@@ -339,11 +340,7 @@ class Health(Response):
 class HistoryEntry(Response):
     seq: int = Field(description="orders a run's entries; increasing, with gaps")
     at: dt.datetime
-    kind: str = Field(
-        description="run.started, task.scheduled, task.dispatched, task.leased, task.completed, "
-        "task.failed, task.retry_scheduled, task.cancelled, timer.fired, signal.received, "
-        "signal.consumed, run.cancelled, run.retried, run.finished"
-    )
+    kind: str = Field(description=", ".join(HISTORY_KINDS))
     node_id: str | None = None
     task_id: str | None = None
     attempt: int | None = Field(
