@@ -1,5 +1,5 @@
 """Workers' heartbeats, kept in PostgreSQL for the API (``GET /v1/workers``, the
-hint on a task whose queue nobody serves; docs/architecture.md §6.3).
+hint on a task whose queue nobody serves; docs/architecture.md §6.5).
 
 Each SDK worker beats every few seconds. One write per beat would be cheap, but
 a fleet beating fast (or a test worker beating every 200 ms) should cost a write
