@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,17 +18,35 @@ from composer_executors import (
     ExecutionTimeout,
     InvalidSpec,
     PythonError,
+    Sandbox,
     run_python,
 )
 
 MEMORY = 256 * 1024 * 1024
 
 
-async def run(code: str, node_input: Any = None, *, timeout: float = 10, **kw: Any) -> Any:
+async def run_plain(code: str, node_input: Any = None, *, timeout: float = 10, **kw: Any) -> Any:
+    """The node run unsandboxed (COMPOSER_PYTHON_SANDBOX=off), where its pids are ours."""
     spec: dict[str, Any] = {"code": code}
     if node_input is not None:
         spec["input"] = node_input
     return await run_python(spec, timeout=timeout, memory_limit_bytes=MEMORY, **kw)
+
+
+Runner = Callable[..., Awaitable[Any]]
+
+
+@pytest.fixture(params=["unsandboxed", "sandboxed"])
+def run(request: pytest.FixtureRequest, sandbox: Sandbox) -> Runner:
+    """``run_plain``, and the same in the bubblewrap sandbox: what a node sees of its
+    result, errors and limits is the same in both."""
+    if request.param == "unsandboxed":
+        return run_plain
+
+    async def sandboxed(code: str, node_input: Any = None, **kw: Any) -> Any:
+        return await run_plain(code, node_input, sandbox=sandbox, **kw)
+
+    return sandboxed
 
 
 def alive(pid: int) -> bool:
@@ -52,16 +71,16 @@ async def gone(*pids: int, within: float = 5.0) -> bool:
     return True
 
 
-async def test_main_returns_json() -> None:
+async def test_main_returns_json(run: Runner) -> None:
     code = "def main(input):\n    return {'score': input['n'] * 2, 'tags': ['a', None, 1.5]}\n"
     assert await run(code, {"n": 21}) == {"score": 42, "tags": ["a", None, 1.5]}
 
 
-async def test_input_defaults_to_an_empty_object() -> None:
+async def test_input_defaults_to_an_empty_object(run: Runner) -> None:
     assert await run("def main(input):\n    return input\n") == {}
 
 
-async def test_print_does_not_corrupt_the_result() -> None:
+async def test_print_does_not_corrupt_the_result(run: Runner) -> None:
     code = (
         "import os, sys\n"
         "def main(input):\n"
@@ -74,7 +93,7 @@ async def test_print_does_not_corrupt_the_result() -> None:
     assert await run(code) == "real"
 
 
-async def test_every_printed_line_goes_to_output_in_order() -> None:
+async def test_every_printed_line_goes_to_output_in_order(run: Runner) -> None:
     code = (
         "import os, sys\n"
         "def main(input):\n"
@@ -93,19 +112,19 @@ async def test_every_printed_line_goes_to_output_in_order() -> None:
     assert lines == ["first", "to stderr", "from a subprocess", "no newline at the end"]
 
 
-async def test_a_failed_node_still_hands_over_what_it_printed() -> None:
+async def test_a_failed_node_still_hands_over_what_it_printed(run: Runner) -> None:
     lines: list[str] = []
     with pytest.raises(PythonError):
         await run("def main(input):\n    print('before')\n    1/0\n", output=lines.append)
     assert lines == ["before"]
 
 
-async def test_async_main_is_awaited() -> None:
+async def test_async_main_is_awaited(run: Runner) -> None:
     code = "import asyncio\nasync def main(input):\n    await asyncio.sleep(0)\n    return 7\n"
     assert await run(code) == 7
 
 
-async def test_an_exception_fails_with_its_type_message_and_traceback() -> None:
+async def test_an_exception_fails_with_its_type_message_and_traceback(run: Runner) -> None:
     code = (
         "def helper(x):\n"
         "    raise ValueError(f'bad order {x}')\n"
@@ -124,7 +143,7 @@ async def test_an_exception_fails_with_its_type_message_and_traceback() -> None:
     assert "about to fail" in err.message  # the last lines of stderr
 
 
-async def test_an_exception_of_a_module_type_is_named_with_its_module() -> None:
+async def test_an_exception_of_a_module_type_is_named_with_its_module(run: Runner) -> None:
     code = "import json\ndef main(input):\n    return json.loads('{')\n"
     with pytest.raises(PythonError) as caught:
         await run(code)
@@ -141,7 +160,7 @@ async def test_an_exception_of_a_module_type_is_named_with_its_module() -> None:
     ],
 )
 async def test_code_that_cannot_run_is_permanent(
-    code: str, error_code: ErrorCode, fragment: str
+    code: str, error_code: ErrorCode, fragment: str, run: Runner
 ) -> None:
     with pytest.raises(PythonError) as caught:
         await run(code)
@@ -150,7 +169,7 @@ async def test_code_that_cannot_run_is_permanent(
     assert fragment in caught.value.message
 
 
-async def test_a_syntax_error_names_its_line() -> None:
+async def test_a_syntax_error_names_its_line(run: Runner) -> None:
     with pytest.raises(PythonError, match=r"line 3"):
         await run("def main(input):\n    x = 1\n    return (\n")
 
@@ -160,7 +179,7 @@ async def test_a_syntax_error_names_its_line() -> None:
     [("{1, 2}", "set"), ("object()", "object"), ("float('nan')", "float"), ("b'x'", "bytes")],
 )
 async def test_a_non_json_return_value_is_an_error_naming_the_type(
-    returned: str, type_name: str
+    returned: str, type_name: str, run: Runner
 ) -> None:
     with pytest.raises(PythonError) as caught:
         await run(f"def main(input):\n    return {returned}\n")
@@ -169,7 +188,7 @@ async def test_a_non_json_return_value_is_an_error_naming_the_type(
     assert f"({type_name}:" in caught.value.message
 
 
-async def test_a_result_over_the_cap_fails() -> None:
+async def test_a_result_over_the_cap_fails(run: Runner) -> None:
     with pytest.raises(PythonError) as caught:
         await run("def main(input):\n    return 'x' * 5000\n", max_result_bytes=1000)
     assert caught.value.code == ErrorCode.RESULT_TOO_LARGE
@@ -186,7 +205,7 @@ async def test_an_endless_loop_times_out_and_every_process_is_gone() -> None:
     )
     started = time.monotonic()
     with pytest.raises(ExecutionTimeout) as caught:
-        await run(code, timeout=1.0)
+        await run_plain(code, timeout=1.0)
     assert time.monotonic() - started < 5
     err = caught.value
     assert err.code == ErrorCode.TIMEOUT
@@ -199,7 +218,7 @@ async def test_an_endless_loop_times_out_and_every_process_is_gone() -> None:
 async def test_a_process_left_behind_does_not_hold_the_result_and_is_killed() -> None:
     code = "import subprocess\ndef main(input):\n    return subprocess.Popen(['sleep', '60']).pid\n"
     started = time.monotonic()
-    pid = await run(code)
+    pid = await run_plain(code)
     assert time.monotonic() - started < 1.5
     assert await gone(pid)
 
@@ -213,7 +232,7 @@ async def test_a_process_that_left_the_group_cannot_hang_the_attempt() -> None:
         "    return subprocess.Popen(['sleep', '60'], start_new_session=True).pid\n"
     )
     started = time.monotonic()
-    pid = await run(code, timeout=10)
+    pid = await run_plain(code, timeout=10)
     try:
         assert time.monotonic() - started < 3
         assert await gone(pid)
@@ -231,7 +250,7 @@ async def test_a_cancelled_attempt_kills_the_child(tmp_path: Path) -> None:
         "        f.write(str(os.getpid()))\n"
         "    time.sleep(60)\n"
     )
-    task = asyncio.create_task(run(code, {"pid_file": str(pid_file)}, timeout=30))
+    task = asyncio.create_task(run_plain(code, {"pid_file": str(pid_file)}, timeout=30))
     deadline = time.monotonic() + 10
     while not pid_file.exists() or not pid_file.read_text():
         assert time.monotonic() < deadline, "the child never started"
@@ -243,7 +262,7 @@ async def test_a_cancelled_attempt_kills_the_child(tmp_path: Path) -> None:
     assert await gone(pid)
 
 
-async def test_allocating_past_the_memory_limit_is_a_memory_error() -> None:
+async def test_allocating_past_the_memory_limit_is_a_memory_error(run: Runner) -> None:
     code = "def main(input):\n    block = bytearray(1024 * 1024 * 1024)\n    return len(block)\n"
     with pytest.raises(PythonError) as caught:
         await run(code)
@@ -251,14 +270,16 @@ async def test_allocating_past_the_memory_limit_is_a_memory_error() -> None:
     assert "256 MiB" in caught.value.message
 
 
-async def test_the_parent_environment_is_not_visible(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_parent_environment_is_not_visible(
+    monkeypatch: pytest.MonkeyPatch, run: Runner
+) -> None:
     monkeypatch.setenv("COMPOSER_SECRET", "x")
     monkeypatch.setenv("PYTHONPATH", "/somewhere/else")
     code = "import os, sys\ndef main(input):\n    return {'env': dict(os.environ), 'isolated': sys.flags.isolated}\n"
     out = await run(code)
     assert "COMPOSER_SECRET" not in out["env"]
     assert not any(name.startswith("COMPOSER_") for name in out["env"])
-    assert set(out["env"]) <= {"PATH", "LANG", "LC_ALL", "HOME", "TMPDIR"}
+    assert set(out["env"]) <= {"PATH", "LANG", "LC_ALL", "HOME", "TMPDIR", "PWD"}  # PWD: bwrap's
     assert out["isolated"] == 1
 
 
@@ -269,13 +290,13 @@ async def test_the_code_runs_in_a_temporary_directory_removed_afterwards() -> No
         "    open('scratch.txt', 'w').write('x')\n"
         "    return os.getcwd()\n"
     )
-    cwd = await run(code)
+    cwd = await run_plain(code)
     assert cwd != os.getcwd()
     assert Path(cwd).name.startswith("composer-python-")
     assert not await asyncio.to_thread(Path(cwd).exists)
 
 
-async def test_a_process_that_exits_without_a_result_is_a_crash() -> None:
+async def test_a_process_that_exits_without_a_result_is_a_crash(run: Runner) -> None:
     code = "import os\ndef main(input):\n    print('leaving')\n    os._exit(3)\n"
     with pytest.raises(PythonError) as caught:
         await run(code)
@@ -284,7 +305,15 @@ async def test_a_process_that_exits_without_a_result_is_a_crash() -> None:
     assert "leaving" in caught.value.message
 
 
-async def test_runs_proceed_in_parallel() -> None:
+async def test_a_process_killed_by_a_signal_is_a_crash_naming_it(run: Runner) -> None:
+    code = "import os, signal\ndef main(input):\n    os.kill(os.getpid(), signal.SIGSEGV)\n"
+    with pytest.raises(PythonError) as caught:
+        await run(code)
+    assert caught.value.code == ErrorCode.CRASHED
+    assert "was killed by SIGSEGV" in caught.value.message
+
+
+async def test_runs_proceed_in_parallel(run: Runner) -> None:
     code = "import time\ndef main(input):\n    time.sleep(0.5)\n    return input\n"
     started = time.monotonic()
     results = await asyncio.gather(*(run(code, i) for i in range(4)))

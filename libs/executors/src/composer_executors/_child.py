@@ -1,9 +1,11 @@
 """The program the PYTHON executor runs in the child process (``python -I -c <this source>``).
 
 It must stand alone: only the standard library, nothing from the worker.
-Protocol: the parent writes ``{"code": str, "input": any}`` as JSON to
-stdin and closes it; the child writes exactly one JSON object to the fd
-that was its stdout and exits:
+Protocol: once confined (``_confine``), the child writes the line
+``confined`` to the fd that was its stdout; then the parent writes
+``{"code": str, "input": any}`` as JSON to stdin and closes it; the child
+writes exactly one JSON object, after a line holding its length in bytes, to
+that fd:
 
 - ``{"ok": true, "value": <main's return value>}``
 - ``{"ok": false, "code": <error code>, "type": <exception type>, "message": str,
@@ -34,6 +36,8 @@ import linecache
 import os
 import resource
 import signal
+import socket
+import struct
 import sys
 import time
 import traceback
@@ -51,6 +55,12 @@ _PR_SET_NO_NEW_PRIVS = 38
 _PR_CAP_AMBIENT = 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
+# rtnetlink (linux/netlink.h, linux/rtnetlink.h): add a route of type "unreachable".
+_RTM_NEWROUTE = 24
+_NLMSG_ERROR = 2
+_NLM_F_REQUEST, _NLM_F_ACK, _NLM_F_EXCL, _NLM_F_CREATE = 0x1, 0x4, 0x200, 0x400
+_RT_TABLE_MAIN, _RTPROT_STATIC, _RT_SCOPE_UNIVERSE, _RTN_UNREACHABLE = 254, 4, 0, 7
+_RTA_DST = 1
 
 
 class _CapHeader(ctypes.Structure):
@@ -66,7 +76,8 @@ class _CapData(ctypes.Structure):
 
 
 def _libc() -> Any:
-    return ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    # The C library the interpreter itself is linked with; find_library would run ldconfig.
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def _prctl(libc: Any, option: int, arg: int = 0) -> None:
@@ -98,6 +109,52 @@ def _tasks_of(uid: int) -> int:
     return count
 
 
+def _unreachable(networks: list[str]) -> None:
+    """Add an "unreachable" route for each IPv4 network (``10.0.0.0/8``) to this network
+    namespace: connecting there fails at once (ENETUNREACH), whatever the default route.
+
+    The sandbox's ``outbound`` network closes the host's own addresses and the
+    private ranges this way (``_sandbox``); it needs CAP_NET_ADMIN, dropped right
+    after. One netlink request per route, all acknowledged; any refusal is an error.
+    """
+    if not networks:
+        return
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as nl:
+        nl.bind((0, 0))
+        for seq, network in enumerate(networks, start=1):
+            address, _, length = network.partition("/")
+            rtmsg = struct.pack(
+                "=BBBBBBBBI",
+                socket.AF_INET,
+                int(length),
+                0,
+                0,
+                _RT_TABLE_MAIN,
+                _RTPROT_STATIC,
+                _RT_SCOPE_UNIVERSE,
+                _RTN_UNREACHABLE,
+                0,
+            )
+            dst = struct.pack("=HH", 8, _RTA_DST) + socket.inet_aton(address)
+            flags = _NLM_F_REQUEST | _NLM_F_ACK | _NLM_F_EXCL | _NLM_F_CREATE
+            body = rtmsg + dst
+            nl.send(struct.pack("=LHHLL", 16 + len(body), _RTM_NEWROUTE, flags, seq, 0) + body)
+        acknowledged = 0
+        while acknowledged < len(networks):
+            data = nl.recv(65536)
+            offset = 0
+            while offset + 16 <= len(data):
+                length, kind, _, seq, _ = struct.unpack_from("=LHHLL", data, offset)
+                if kind == _NLMSG_ERROR:
+                    (error,) = struct.unpack_from("=i", data, offset + 16)
+                    if error != 0:
+                        raise OSError(
+                            -error, f"route to {networks[seq - 1]}: {os.strerror(-error)}"
+                        )
+                    acknowledged += 1
+                offset += (length + 3) & ~3
+
+
 def _set_limit(which: int, value: int) -> None:
     """Soft and hard limit ``value``, or the hard limit already lower (raising it needs root)."""
     _, hard = resource.getrlimit(which)
@@ -124,6 +181,8 @@ def _confine(limits: dict[str, Any]) -> None:
     libc = _libc()
     # Orphans among our descendants become our children, not init's: see the docstring.
     _prctl(libc, _PR_SET_CHILD_SUBREAPER, 1)
+    # In the sandbox's network namespace, with the CAP_NET_ADMIN bwrap left us for this.
+    _unreachable(limits.get("unreachable") or [])
     with open("/proc/sys/kernel/cap_last_cap", "rb") as f:
         last_cap = int(f.read())
     for cap in range(last_cap + 1):
@@ -195,9 +254,13 @@ def _finish(result_fd: int, payload: dict[str, Any]) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # the user may have closed or replaced it
             stream.flush()
-    with os.fdopen(result_fd, "w", encoding="utf-8") as out:
-        out.write(data)
-    # The closed result tells the parent we are done: it kills this process and every
+    encoded = data.encode("utf-8", errors="surrogatepass")
+    with os.fdopen(result_fd, "wb") as out:
+        # Framed by its length: in a sandbox, bubblewrap's own processes hold the
+        # parent's end of this pipe open, so its end of file would come only with them.
+        out.write(b"%d\n" % len(encoded))
+        out.write(encoded)
+    # The result tells the parent we are done: it kills this process and every
     # descendant while we are still alive to hold them (see the module docstring).
     # No interpreter shutdown: a thread the snippet left running must not hold us back.
     deadline = time.monotonic() + _AWAIT_KILL_SECONDS
@@ -239,7 +302,12 @@ def _main() -> NoReturn:
     os.register_at_fork(after_in_child=lambda: _close_quietly(result_fd))
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    _confine(limits)
+    try:
+        _confine(limits)
+    except BaseException as exc:
+        _fail(result_fd, "sandbox_unavailable", exc, f"{_type_name(exc)}: {_message(exc)}")
+    # Only now does the parent give a sandbox its network, and us the request.
+    os.write(result_fd, b"confined\n")
 
     request = json.loads(sys.stdin.buffer.read())
     source: str = request["code"]

@@ -32,6 +32,7 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
@@ -68,17 +69,24 @@ class ProcessLimits:
                     "unset COMPOSER_PYTHON_UID or start the workers as root"
                 )
 
-    def argv(self) -> str:
-        """The limits as the child reads them (``argv[1]``)."""
-        gid = self.gid if self.gid is not None else self.uid
+    def argv(self, *, uid: int | None = None, unreachable: Sequence[str] = ()) -> str:
+        """The limits as the child reads them (``argv[1]``). In a sandbox, ``uid`` is the
+        node's own uid (the child switches to it, gid the same) and ``unreachable`` the
+        networks it closes (``_sandbox.SandboxSetup``)."""
+        if uid is None:
+            uid = self.uid
+            gid = self.gid if self.gid is not None else self.uid
+        else:
+            gid = uid
         return json.dumps(
             {
                 "memory_bytes": self.memory_bytes,
                 "processes": self.processes,
                 "file_bytes": self.file_bytes,
                 "open_files": self.open_files,
-                "uid": self.uid,
+                "uid": uid,
                 "gid": gid,
+                "unreachable": list(unreachable),
             }
         )
 

@@ -57,12 +57,15 @@ from typing import Any
 
 from composer_executors._contain import ProcessLimits, kill_tree
 from composer_executors._errors import (
+    ExecutionError,
     ExecutionTimeout,
     InvalidSpec,
     PythonError,
 )
+from composer_executors._sandbox import Sandbox, Sandboxed, SandboxUnavailable
 from composer_executors._secret_references import run_with_secrets
 from composer_executors._secret_sources import SecretSource
+from composer_executors._spawn import Child, spawn
 from composer_rpc.codes import ErrorCode
 
 _CHILD_SOURCE = (Path(__file__).parent / "_child.py").read_text(encoding="utf-8")
@@ -70,6 +73,11 @@ _STDERR_KEEP_BYTES = 64 * 1024
 _STDERR_QUOTE_LINES = 20
 _STDERR_QUOTE_CHARS = 2000
 _DRAIN_AFTER_EXIT = 1.0  # seconds to collect the pipes once the process group is dead
+#: The interpreter's arguments before the limits: isolated mode, no site-packages
+#: (the standard library only), no .pyc files, UTF-8.
+_PYTHON_ARGS = ("-I", "-S", "-B", "-X", "utf8", "-c", _CHILD_SOURCE)
+#: How long the start-up check's trivial node may take.
+_CHECK_SECONDS = 30.0
 _PERMANENT = frozenset(
     {ErrorCode.SYNTAX_ERROR, ErrorCode.NO_MAIN, ErrorCode.NOT_JSON, ErrorCode.RESULT_TOO_LARGE}
 )
@@ -87,6 +95,7 @@ async def run_python(
     uid: int | None = None,
     secrets: SecretSource | None = None,
     output: Callable[[str], None] | None = None,
+    sandbox: Sandbox | None = None,
 ) -> Any:
     """Run ``spec["code"]``'s ``main(spec["input"])`` in a child process; return its result.
 
@@ -94,16 +103,19 @@ async def run_python(
     strings, finite numbers, booleans, None) and at most
     ``max_result_bytes`` encoded. ``max_processes`` (processes and threads
     the node may add to those its uid runs), ``max_file_bytes`` and
-    ``max_open_files`` limit the child and all it starts; ``uid`` runs it as
-    another user (the worker must run as root; the interpreter and its
-    libraries must be readable by that user). Raises :class:`ExecutionTimeout`
-    past ``timeout`` seconds and :class:`PythonError` for everything the
-    snippet did wrong; see the module docstring for what isolation this gives.
-    The secret references ``input`` holds (listed under ``$secrets``) are
-    resolved from ``secrets`` and handed to the code; their values are scrubbed
-    from its result and errors, as far as they appear as they are
-    (docs/secrets.md). ``output`` gets each line the code printed (its stdout and
-    stderr, and its subprocesses'), as it comes, with the secrets scrubbed too.
+    ``max_open_files`` limit the child and all it starts. With ``sandbox``
+    (an opened :class:`Sandbox`) the child runs in it (``_sandbox``: its own
+    namespaces, uid, files and network); without, as a contained process of
+    the worker's (COMPOSER_PYTHON_SANDBOX=off), as ``uid`` when that is set
+    (the worker must run as root). Raises :class:`ExecutionTimeout` past
+    ``timeout`` seconds, :class:`PythonError` for everything the snippet did
+    wrong and :class:`SandboxUnavailable` when the sandbox could not be set
+    up. The secret references ``input`` holds (listed under ``$secrets``)
+    are resolved from ``secrets`` and handed to the code; their values are
+    scrubbed from its result and errors, as far as they appear as they are
+    (docs/secrets.md). ``output`` gets each line the code printed (its stdout
+    and stderr, and its subprocesses'), as it comes, with the secrets
+    scrubbed too.
     """
     if timeout <= 0:
         raise ValueError(f"timeout must be positive, got {timeout}")
@@ -114,8 +126,8 @@ async def run_python(
         processes=max_processes,
         file_bytes=max_file_bytes,
         open_files=max_open_files,
-        uid=uid,
-        gid=_primary_gid(uid),
+        uid=None if sandbox is not None else uid,
+        gid=None if sandbox is not None else _primary_gid(uid),
     )
 
     scrub: list[Callable[[str], str]] = []
@@ -125,77 +137,178 @@ async def run_python(
             output(scrub[0](line) if scrub else line)
 
     async def call(resolved: Mapping[str, Any]) -> Any:
-        return await _run(_payload(resolved), timeout, max_result_bytes, limits, printed)
+        payload = _payload(resolved)
+        if sandbox is not None:
+            node: _Node = await _Sandboxed.start(sandbox, limits)
+        else:
+            node = await _Contained.start(limits)
+        return await _run(node, payload, timeout, max_result_bytes, limits, printed)
 
     return await run_with_secrets(
         spec, secrets, call, on_resolved=lambda r: scrub.append(r.scrub_text)
     )
 
 
+async def check_sandbox(sandbox: Sandbox) -> None:
+    """Run one trivial node in ``sandbox``: what a worker does at start to learn that
+    the sandbox works here. Raises SandboxUnavailable (permanent) saying why not."""
+    try:
+        value = await run_python(
+            {"code": "def main(input):\n    return input\n", "input": {"ok": True}},
+            timeout=_CHECK_SECONDS,
+            memory_limit_bytes=256 * 1024 * 1024,
+            sandbox=sandbox,
+        )
+    except ExecutionError as exc:
+        raise SandboxUnavailable(
+            f"a trivial PYTHON node failed in the sandbox: {exc.message}", permanent=True
+        ) from None
+    if value != {"ok": True}:
+        raise SandboxUnavailable(
+            f"a trivial PYTHON node returned {value!r} in the sandbox", permanent=True
+        )
+
+
+class _Node:
+    """One node's running process, however it was started: its pipes, and its end."""
+
+    child: Child
+
+    async def connect(self) -> None:
+        """Once the child is confined: give it its network, if it has one to get."""
+
+    def status(self) -> int | None:
+        """The child's exit status once ended (negative: killed by that signal)."""
+        return self.child.returncode
+
+    def kill(self) -> None:
+        """SIGKILL the process and all it started (synchronous: no await can skip it)."""
+        raise NotImplementedError
+
+    async def end(self) -> None:
+        """Reap what is left and release what the node held."""
+        raise NotImplementedError
+
+
+class _Sandboxed(_Node):
+    def __init__(self, sandboxed: Sandboxed) -> None:
+        self.sandboxed = sandboxed
+        self.child = sandboxed.child
+
+    @classmethod
+    async def start(cls, sandbox: Sandbox, limits: ProcessLimits) -> _Sandboxed:
+        sandboxed = await sandbox.start(
+            _PYTHON_ARGS,
+            lambda setup: limits.argv(uid=setup.uid, unreachable=setup.unreachable),
+        )
+        return cls(sandboxed)
+
+    async def connect(self) -> None:
+        await self.sandboxed.connect()
+
+    def status(self) -> int | None:
+        # bwrap exits as its command did, a death by signal N as status 128 + N.
+        code = self.child.returncode
+        if code is not None and 128 < code < 128 + signal.NSIG:
+            return -(code - 128)
+        return code
+
+    def kill(self) -> None:
+        self.sandboxed.kill()
+
+    async def end(self) -> None:
+        await self.sandboxed.end()
+
+
+class _Contained(_Node):
+    """COMPOSER_PYTHON_SANDBOX=off: a process of the worker's own, in its own session,
+    in a temporary work directory (``_contain`` kills what it leaves)."""
+
+    def __init__(self, child: Child, work: str) -> None:
+        self.child = child
+        self.work = work
+
+    @classmethod
+    async def start(cls, limits: ProcessLimits) -> _Contained:
+        work = tempfile.mkdtemp(prefix="composer-python-")
+        try:
+            if limits.uid is not None:
+                os.chown(work, limits.uid, limits.gid if limits.gid is not None else limits.uid)
+            child = await spawn(
+                [sys.executable, *_PYTHON_ARGS, limits.argv()],
+                env=_clean_env(work),
+                cwd=work,
+                start_new_session=True,
+            )
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+        return cls(child, work)
+
+    def kill(self) -> None:
+        kill_tree(self.child.pid, root_reaped=self.child.returncode is not None)
+
+    async def end(self) -> None:
+        try:
+            await self.child.wait()
+        finally:
+            # The snippet may have left many files: remove them off the event loop.
+            await asyncio.to_thread(shutil.rmtree, self.work, ignore_errors=True)
+
+
 async def _run(
+    node: _Node,
     payload: bytes,
     timeout: float,
     max_result_bytes: int,
     limits: ProcessLimits,
     printed: Callable[[str], None],
 ) -> Any:
-    """Run the child on ``payload`` and turn what it left into the result or an error."""
-    work = tempfile.mkdtemp(prefix="composer-python-")
+    """Feed the node's process ``payload`` and turn what it left into the result or an error."""
+    child = node.child
+    assert child.stdin is not None
+    assert child.stdout is not None
+    result = _CappedReader(max_result_bytes)
+    stderr = _TailReader(_STDERR_KEEP_BYTES, printed)
+    reading = asyncio.create_task(result.read(child.stdout), name="python-node-result")
+    tailing = asyncio.create_task(stderr.read(child.stderr), name="python-node-stderr")
+    pipes = [reading, tailing]
+    timed_out = False
     try:
-        if limits.uid is not None:
-            os.chown(work, limits.uid, limits.gid if limits.gid is not None else limits.uid)
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-I",
-            "-B",
-            "-X",
-            "utf8",
-            "-c",
-            _CHILD_SOURCE,
-            limits.argv(),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=work,
-            env=_clean_env(work),
-            start_new_session=True,
-        )
-        assert proc.stdin is not None
-        assert proc.stdout is not None
-        assert proc.stderr is not None
-        result = _CappedReader(max_result_bytes)
-        stderr = _TailReader(_STDERR_KEEP_BYTES, printed)
-        feeding = asyncio.create_task(_feed(proc.stdin, payload), name="python-node-stdin")
-        reading = asyncio.create_task(result.read(proc.stdout), name="python-node-result")
-        tailing = asyncio.create_task(stderr.read(proc.stderr), name="python-node-stderr")
-        pipes = (feeding, reading, tailing)
-        timed_out = False
         try:
             async with asyncio.timeout(timeout):
-                # The result channel closes when the child has written its result or
-                # died (the processes it starts do not hold it). proc.wait() would also
-                # wait for every process that still holds stderr open.
+                # The child says when it has confined itself (or fails before): only then
+                # does the sandbox get its network, and the child its request.
+                confined = asyncio.create_task(result.confined.wait())
+                await asyncio.wait((confined, reading), return_when=asyncio.FIRST_COMPLETED)
+                confined.cancel()
+                if result.confined.is_set():
+                    await node.connect()
+                    pipes.append(
+                        asyncio.create_task(_feed(child.stdin, payload), name="python-node-stdin")
+                    )
+                # The result is read once the child has written it (or the pipe ends).
+                # Waiting for the process would also wait for every process that still
+                # holds stderr open.
                 await asyncio.shield(reading)
         except TimeoutError:
             timed_out = True
         finally:
             # Also after a normal end: the child waits for this, and whatever the snippet
-            # left running must not outlive the node. Synchronous (a few reads of /proc),
-            # so that a second cancellation cannot skip it.
-            kill_tree(proc.pid, root_reaped=proc.returncode is not None)
-            if not await _drain(pipes):
-                await _close_transport(proc)
-            await proc.wait()
-        if timed_out:
-            raise ExecutionTimeout(
-                f"the python code did not finish within {timeout:g} s and was stopped; "
-                "make main faster or raise the node's timeout_seconds" + _quote(stderr.text())
-            )
+            # left running must not outlive the node. Synchronous, so that a second
+            # cancellation cannot skip it.
+            node.kill()
+            await _drain(pipes)  # False: a process that escaped still holds a pipe
+            # Closed by us in any case: uvloop keeps a read pipe open at its end of file.
+            child.close_pipes()
     finally:
-        # The snippet may have left many files: remove them off the event loop.
-        await asyncio.to_thread(shutil.rmtree, work, ignore_errors=True)
-
-    return _outcome(result, stderr.text(), proc.returncode, limits)
+        await node.end()
+    if timed_out:
+        raise ExecutionTimeout(
+            f"the python code did not finish within {timeout:g} s and was stopped; "
+            "make main faster or raise the node's timeout_seconds" + _quote(stderr.text())
+        )
+    return _outcome(result, stderr.text(), node.status(), limits)
 
 
 def _primary_gid(uid: int | None) -> int | None:
@@ -234,28 +347,43 @@ async def _feed(stdin: asyncio.StreamWriter, payload: bytes) -> None:
     try:
         stdin.write(payload)
         await stdin.drain()
-        stdin.close()
-        await stdin.wait_closed()
     except (BrokenPipeError, ConnectionResetError):
         pass  # the child died before reading; its exit status says why
+    finally:
+        stdin.close()
 
 
 class _CappedReader:
-    """Reads a pipe to its end, keeping at most ``cap`` bytes and noting an overflow."""
+    """Reads the child's one result (a line with its length, then that many bytes),
+    keeping it if it is at most ``cap`` bytes and noting an overflow otherwise.
+
+    Returns once the result is read, an overflow is known, or the pipe ends
+    (the child died first: no result).
+    """
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
-        self.data = bytearray()
+        self.data = b""
         self.overflow = False
+        #: Set when the child says it is confined and waits for its request.
+        self.confined = asyncio.Event()
 
     async def read(self, stream: asyncio.StreamReader) -> None:
-        while chunk := await stream.read(64 * 1024):
-            if self.overflow:
-                continue  # keep draining so the child is never blocked on a full pipe
-            self.data += chunk
-            if len(self.data) > self.cap:
-                self.overflow = True
-                self.data.clear()
+        header = await stream.readline()
+        if header == b"confined\n":
+            self.confined.set()
+            header = await stream.readline()
+        try:
+            size = int(header)
+        except ValueError:
+            return  # the pipe ended (or held something else): no result
+        if size > self.cap:
+            self.overflow = True
+            return
+        try:
+            self.data = await stream.readexactly(size)
+        except asyncio.IncompleteReadError:
+            return
 
 
 class _TailReader:
@@ -300,30 +428,13 @@ def _decoded(line: bytes) -> str:
     return line.rstrip(b"\r").decode("utf-8", errors="replace")
 
 
-async def _drain(pipes: tuple[asyncio.Task[None], ...]) -> bool:
+async def _drain(pipes: list[asyncio.Task[None]]) -> bool:
     """Let the pipe tasks reach EOF; False when a process outside the group holds one open."""
     _, pending = await asyncio.wait(pipes, timeout=_DRAIN_AFTER_EXIT)
     for task in pending:
         task.cancel()
     await asyncio.gather(*pipes, return_exceptions=True)
     return not pending
-
-
-async def _close_transport(proc: asyncio.subprocess.Process) -> None:
-    """Close the pipes a process that escaped the group still holds, so proc.wait() returns.
-
-    Before Python 3.12, wait() also waits for every pipe to close. Process has
-    no public close(), hence the private transport. Closing before the child
-    watcher has the exit status would make the transport reap the child itself
-    (and the watcher report 255), so wait for the status first.
-    """
-    deadline = asyncio.get_running_loop().time() + _DRAIN_AFTER_EXIT
-    # No event announces the exit status before the pipes close: poll, on this rare path only.
-    while proc.returncode is None and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110
-        await asyncio.sleep(0.01)
-    transport = getattr(proc, "_transport", None)
-    if transport is not None:
-        transport.close()
 
 
 def _quote(stderr: str) -> str:
@@ -362,6 +473,11 @@ def _outcome(
         code = ErrorCode.EXCEPTION
     exc_type: str | None = frame.get("type")
     message: str = frame.get("message", "")
+    if code is ErrorCode.SANDBOX_UNAVAILABLE:
+        raise SandboxUnavailable(
+            f"the node's process could not confine itself before running the code: {message}"
+            + _quote(stderr)
+        )
     if code is ErrorCode.MEMORY_LIMIT:
         text = f"the python code ran out of memory (limit {_mib(memory_limit)})"
         text += f": {exc_type}: {message}" if message else ""

@@ -60,6 +60,9 @@ class ErrorCode(StrEnum):
     SECRET_NOT_FOUND = "secret_not_found"
     #: A secret source could not answer (a file it cannot read, a store that is down).
     SECRET_UNAVAILABLE = "secret_unavailable"
+    #: The PYTHON node's sandbox could not be set up on the worker (a tool is missing,
+    #: the kernel refused namespaces); permanent when the workers found so at start.
+    SANDBOX_UNAVAILABLE = "sandbox_unavailable"
 
 
 def http_status(status: int) -> str:

@@ -8,7 +8,16 @@ import os
 import sys
 from collections.abc import Mapping
 
-from composer_executors import HttpPolicy, create_http_session, parse_networks
+from composer_common.logs import alert
+from composer_executors import (
+    HttpPolicy,
+    Sandbox,
+    SandboxPolicy,
+    SandboxUnavailable,
+    check_sandbox,
+    create_http_session,
+    parse_networks,
+)
 from composer_sdk import SdkError, Worker, WorkerConfig
 from composer_service import StartupError, run, serving
 from composer_workers.handlers import http_handler, python_handler
@@ -25,7 +34,7 @@ async def serve(settings: WorkersSettings, secret_variables: Mapping[str, str]) 
         raise StartupError(
             f"COMPOSER_QUEUES names unknown built-in queues: {', '.join(sorted(unknown))} (http, python)"
         )
-    if "python" in queues:
+    if "python" in queues and settings.python_sandbox == "off":
         _check_python_uid(settings.python_uid)
     secrets = secret_source(settings.secrets_dir, secret_variables)
     worker = Worker(
@@ -59,8 +68,9 @@ async def serve(settings: WorkersSettings, secret_variables: Mapping[str, str]) 
         log.info("secret references resolve from %r", secrets)
         if "http" in queues:
             worker.add_handler("http", http_handler(session, policy, secrets))
+        sandbox: Sandbox | None = None
         if "python" in queues:
-            _warn_if_python_runs_as_root(settings.python_uid)
+            sandbox, refusal = await _python_sandbox(settings, policy)
             worker.add_handler(
                 "python",
                 python_handler(
@@ -68,8 +78,10 @@ async def serve(settings: WorkersSettings, secret_variables: Mapping[str, str]) 
                     max_processes=settings.python_max_processes,
                     max_file_bytes=settings.python_max_file_bytes,
                     max_open_files=settings.python_max_open_files,
-                    uid=settings.python_uid,
+                    uid=settings.python_uid if sandbox is None else None,
                     secrets=secrets,
+                    sandbox=sandbox,
+                    refusal=refusal,
                 ),
             )
         stopper = asyncio.create_task(_stop_on(rt.stop, worker))
@@ -77,6 +89,58 @@ async def serve(settings: WorkersSettings, secret_variables: Mapping[str, str]) 
             await worker.run()
         finally:
             stopper.cancel()
+            if sandbox is not None:
+                sandbox.close()
+
+
+async def _python_sandbox(
+    settings: WorkersSettings, http: HttpPolicy
+) -> tuple[Sandbox | None, str | None]:
+    """The sandbox PYTHON nodes run in, checked with a trivial node; or why nodes are refused.
+
+    COMPOSER_PYTHON_SANDBOX=off: no sandbox (an ALERT). A sandbox that cannot work
+    here is not a reason to stop the workers (their HTTP nodes work), nor to run
+    code unsandboxed: every PYTHON node fails with the reason, which says the fix.
+    """
+    if settings.python_sandbox == "off":
+        alert(
+            log,
+            "COMPOSER_PYTHON_SANDBOX=off: PYTHON nodes run unsandboxed as the workers' "
+            "user, with its files, its network and the servers in reach; use it only for "
+            "code you trust",
+        )
+        _warn_if_python_runs_as_root(settings.python_uid)
+        return None, None
+    sandbox = Sandbox(
+        SandboxPolicy(
+            network=settings.python_network,
+            tmp_bytes=settings.python_tmp_bytes,
+            first_uid=settings.python_uid if settings.python_uid is not None else 50000,
+            slots=settings.concurrency,
+            allow_private=http.allow_private,
+            allow_networks=http.allow_networks,
+        )
+    )
+    try:
+        sandbox.open()
+        await check_sandbox(sandbox)
+    except SandboxUnavailable as exc:
+        sandbox.close()
+        refusal = (
+            f"this worker refuses PYTHON nodes: they run sandboxed and the sandbox does not "
+            f"work here ({exc.message}); fix that, or set COMPOSER_PYTHON_SANDBOX=off on the "
+            "workers to run them unsandboxed (only for code you trust)"
+        )
+        alert(log, "%s", refusal)
+        return None, refusal
+    log.info("%s", sandbox.describe())
+    if settings.python_network == "host":
+        log.warning(
+            "COMPOSER_PYTHON_NETWORK=host: PYTHON nodes share the workers' network and reach "
+            "every server the workers reach (the coordinator, Redis, whatever listens on "
+            "this host); prefer outbound"
+        )
+    return sandbox, None
 
 
 def _check_python_uid(uid: int | None) -> None:

@@ -6,7 +6,15 @@ from typing import Any
 
 import aiohttp
 
-from composer_executors import ExecutionError, HttpPolicy, SecretSource, run_http, run_python
+from composer_executors import (
+    ErrorCode,
+    ExecutionError,
+    HttpPolicy,
+    Sandbox,
+    SecretSource,
+    run_http,
+    run_python,
+)
 from composer_sdk import PermanentError, TaskContext, TaskFailed, TaskLogger
 
 #: A node without timeout_seconds still gets one: the worker's default.
@@ -50,11 +58,20 @@ def python_handler(
     max_open_files: int = 256,
     uid: int | None = None,
     secrets: SecretSource | None = None,
+    sandbox: Sandbox | None = None,
+    refusal: str | None = None,
 ) -> Any:
     """The ``python`` queue's handler; ``secrets`` resolves the node's secret references.
-    The lines the node's code prints are kept with the attempt (its task log)."""
+    The lines the node's code prints are kept with the attempt (its task log).
+
+    Nodes run in ``sandbox`` (None: unsandboxed, COMPOSER_PYTHON_SANDBOX=off). A
+    ``refusal`` (why the sandbox cannot work here, found at start) fails every node
+    for good with that message instead of running it unsandboxed.
+    """
 
     async def python(ctx: TaskContext, input: dict[str, Any]) -> Any:
+        if refusal is not None:
+            raise PermanentError(refusal, code=ErrorCode.SANDBOX_UNAVAILABLE)
         printed = ctx.logger.write if isinstance(ctx.logger, TaskLogger) else None
         try:
             return await run_python(
@@ -67,6 +84,7 @@ def python_handler(
                 uid=uid,
                 secrets=secrets,
                 output=printed,
+                sandbox=sandbox,
             )
         except ExecutionError as exc:
             raise _failure(exc) from exc
