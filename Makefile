@@ -12,7 +12,7 @@ VENV_STAMP := .venv/.synced
 PY_SOURCES := libs services tests examples tools
 COMPOSER_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/composer
 
-.PHONY: help install run demo simulate test pytest test-unit lint fmt proto docs ui bench chaos migrate clean images test-containers
+.PHONY: help install sandbox-tools run demo simulate test pytest test-unit lint fmt proto docs ui bench chaos migrate clean images test-containers
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -24,9 +24,27 @@ $(VENV_STAMP): pyproject.toml uv.lock $(wildcard libs/*/pyproject.toml)
 
 install: $(VENV_STAMP)  ## create .venv with every library and the dev tools
 
+# PYTHON nodes run in a bubblewrap sandbox, networked by slirp4netns (docs/architecture.md
+# §8.1). Installed with apt-get when missing and allowed; else the workers refuse PYTHON nodes
+# (saying why) until they are, and everything else runs.
+sandbox-tools:
+	@missing=""; \
+	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
+	command -v slirp4netns >/dev/null 2>&1 || missing="$$missing slirp4netns"; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing$$missing (the PYTHON nodes' sandbox)"; \
+			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; } \
+				|| echo "could not install$$missing: PYTHON nodes will be refused until it is" >&2; \
+		else \
+			echo "PYTHON nodes run sandboxed by bubblewrap and slirp4netns; install them" \
+				"(sudo apt-get install$$missing), or the workers refuse PYTHON nodes" >&2; \
+		fi; \
+	fi
+
 # No `uv run` in between: the stack watches make itself (--parent-pid), so killing make,
 # even with SIGKILL, stops every service. COMPOSER_PORT_BASE moves its ports (README).
-run: $(VENV_STAMP)  ## the whole stack on this machine, supervised (Ctrl-C stops it); tokens in .state/tokens.env
+run: $(VENV_STAMP) sandbox-tools  ## the whole stack on this machine, supervised (Ctrl-C stops it); tokens in .state/tokens.env
 	exec .venv/bin/python -m composer_devstack --parent-pid $$PPID
 
 # The API token: COMPOSER_API_TOKEN if set, else the one `make run` made (.state/tokens.env);

@@ -53,6 +53,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _CLK_TCK
 
 
+def cpu_seconds_with_children(pid: int) -> float:
+    """User + system CPU time of a process and of its children it has reaped."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    # utime, stime, cutime, cstime: fields 14-17 (1-based)
+    return sum(int(f) for f in fields[11:15]) / _CLK_TCK
+
+
 def peak_rss_mb(pid: int) -> float:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():

@@ -47,7 +47,14 @@ Workloads (sizes at ``--scale 1``):
 - **w3** 5,000 starts of a 1-node workflow by 32 concurrent clients through
   POST /v1/runs: starts/s and start latency. Its TASK goes to a queue no worker
   serves, so W3 measures starting (the start transaction and the dispatch to
-  Redis), not running; it goes last, leaving those runs active.
+  Redis), not running; it leaves those runs active;
+- **python** 2,000 runs of one one-attempt PYTHON node on the built-in workers,
+  16 in flight: ``python_crashed`` (nodes killed by a signal: 0 expected),
+  ``python_node_p50_ms`` (lease → report), ``python_run_p50_ms``,
+  ``python_workers_cpu_ms_per_node`` (the workers' CPU with their reaped
+  children: the node's processes, bwrap and slirp4netns) and
+  ``python_machine_cpu_ms_per_node``; ``--env COMPOSER_PYTHON_SANDBOX=off``
+  measures the same unsandboxed.
 
 Per step of W1 (top-level keys of the results):
 
@@ -145,6 +152,7 @@ from tests.bench._procs import (
     ProcessStack,
     Profiler,
     cpu_seconds,
+    cpu_seconds_with_children,
     machine_busy_seconds,
     py_spy,
 )
@@ -159,7 +167,7 @@ ADMIN_URL = os.environ.get(
     "COMPOSER_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
 REDIS_URL = os.environ.get("COMPOSER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-WORKLOADS = ("idle", "w1", "ceiling", "w2", "w4", "w3", "sealing")
+WORKLOADS = ("idle", "w1", "ceiling", "w2", "w4", "w3", "sealing", "python")
 #: Seconds of quiet before reading pg_stat_database (idle backends flush after ~10 s).
 SETTLE = 11.5
 #: Seconds over which the idle services' own commits are measured, before W1.
@@ -252,6 +260,19 @@ ONE_WAIT = {
     "id": "bench-wait",
     "nodes": [{"id": "nap", "type": "WAIT", "spec": {"duration_seconds": 1}}],
 }
+#: One PYTHON node on the built-in workers, one attempt: a crash fails its run.
+ONE_PYTHON = {
+    "id": "bench-python",
+    "nodes": [
+        {
+            "id": "py",
+            "type": "PYTHON",
+            "retry": {"max_attempts": 1},
+            "spec": {"code": "import json\ndef main(input):\n    return {'ok': True}\n"},
+        }
+    ],
+}
+PYTHON_NODES, PYTHON_IN_FLIGHT = 2000, 16
 
 
 @dataclass
@@ -878,6 +899,47 @@ async def w4(b: Bench) -> None:
     }
 
 
+async def python_nodes(b: Bench) -> None:
+    """2,000 one-attempt PYTHON nodes, 16 at once, on the built-in workers (issue 25): none
+    may crash; what one costs (the workers' CPU with their reaped children: the node's
+    processes, and bwrap and slirp4netns in a sandbox) and takes (lease → report)."""
+    n = b.n(PYTHON_NODES)
+    workers = b.stack.pid("workers")
+    cpu0, busy0 = cpu_seconds_with_children(workers), machine_busy_seconds()
+    loop = await b.drive("bench-python", n, in_flight=PYTHON_IN_FLIGHT)
+    cpu1, busy1 = cpu_seconds_with_children(workers), machine_busy_seconds()
+    details = await b.runs(loop.run_ids)
+    good = succeeded(details)
+    errors = [
+        t.error or "" for r, tasks in details if r.status is not RunStatus.SUCCEEDED for t in tasks
+    ]
+    durations = [
+        (t.finished_at - t.started_at).total_seconds() * 1000
+        for _, tasks in good
+        for t in tasks
+        if t.started_at and t.finished_at
+    ]
+    latencies = [
+        (r.completed_at - r.created_at).total_seconds() * 1000
+        for r, _ in good
+        if r.completed_at is not None
+    ]
+    elapsed = max(1e-9, loop.last_done - loop.first_start)
+    b.figures |= {
+        "python_nodes": float(len(details)),
+        "python_runs_failed": float(len(details) - len(good)),
+        "python_crashed": float(sum("killed by SIG" in e for e in errors)),
+        "python_nodes_per_s": len(good) / elapsed,
+        "python_node_p50_ms": percentile(durations, 0.5),
+        "python_node_p99_ms": percentile(durations, 0.99),
+        "python_run_p50_ms": percentile(latencies, 0.5),
+        "python_workers_cpu_ms_per_node": (cpu1 - cpu0) * 1000 / max(1, len(details)),
+        "python_machine_cpu_ms_per_node": (busy1 - busy0) * 1000 / max(1, len(details)),
+    }
+    if errors:
+        print(f"  python: {len(errors)} failed, e.g. {errors[0][:300]}", flush=True)
+
+
 async def profile(b: Bench) -> None:
     command = py_spy()
     if command is None:
@@ -961,7 +1023,7 @@ async def main() -> dict[str, float]:
             )
             hints.start()
             await asyncio.wait_for(hints.subscribed.wait(), 30)
-            for definition in (chain(CHAIN_STEPS), fanout(FANOUT), ONE_NODE, ONE_WAIT):
+            for definition in (chain(CHAIN_STEPS), fanout(FANOUT), ONE_NODE, ONE_WAIT, ONE_PYTHON):
                 await b.deploy(definition)
             b.figures |= {
                 "loadavg_1m_at_start": load[0],
@@ -979,6 +1041,7 @@ async def main() -> dict[str, float]:
                 "w4": lambda: w4(b),
                 "w3": lambda: w3(b),
                 "sealing": lambda: sealing(b),
+                "python": lambda: python_nodes(b),
             }
             for workload in WORKLOADS:
                 if workload in args.only:

@@ -377,7 +377,10 @@ def test_the_allowed_networks_are_cut_out_of_the_closed_ones() -> None:
     blocked = unreachable_networks(
         hosts, allow_private=False, allow=[ipaddress.ip_network("10.20.0.0/16")]
     )
-    covered = lambda a: any(ipaddress.IPv4Address(a) in n for n in blocked)  # noqa: E731
+
+    def covered(address: str) -> bool:
+        return any(ipaddress.IPv4Address(address) in n for n in blocked)
+
     assert not covered("10.20.1.1")  # opened
     assert covered("10.21.1.1")  # the rest of 10/8 stays closed
     assert covered("10.20.5.5")  # the host's own address, always

@@ -27,12 +27,14 @@ CONCURRENT = 16
 async def _busy_channel(stop: asyncio.Event) -> None:
     """A gRPC server and client in this process, calling each other until ``stop``."""
     server = grpc.aio.server()
-    echo = grpc.unary_unary_rpc_method_handler(lambda request, context: request)
+    echo: grpc.RpcMethodHandler[bytes, bytes] = grpc.unary_unary_rpc_method_handler(
+        lambda request, context: request
+    )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("t.T", {"E": echo}),))
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    call = channel.unary_unary("/t.T/E")
+    call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary("/t.T/E")
     try:
 
         async def chatter() -> None:
