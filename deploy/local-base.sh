@@ -28,7 +28,7 @@ BASE_IMAGE=${LOCAL_PYTHON_IMAGE:-composer/python-base:$SUITE}
 UV_VERSION=${UV_VERSION:-$(sed -n 's/^ARG UV_IMAGE=.*:\([0-9.]*\)$/\1/p' deploy/Dockerfile)}
 UV_IMAGE=${LOCAL_UV_IMAGE:-composer/uv:$UV_VERSION}
 
-PACKAGES=python3,libstdc++6,ca-certificates,passwd
+PACKAGES=python3,libstdc++6,ca-certificates,passwd,bubblewrap,slirp4netns
 
 have() { "$ENGINE" image inspect "$1" >/dev/null 2>&1; }
 # The base records the packages it was made with: a base made from an older list is made again.

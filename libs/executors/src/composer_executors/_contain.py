@@ -1,4 +1,6 @@
-"""What confines a PYTHON node's process, seen from the worker: its limits, and ending it.
+"""What confines a PYTHON node's process, seen from the worker: its limits, and ending it
+when it runs unsandboxed (COMPOSER_PYTHON_SANDBOX=off; a sandboxed node ends with its
+pid namespace, ``_sandbox``).
 
 The child applies the limits to itself (``_child._confine``) before it reads
 the snippet. Ending a node (it returned, failed, timed out or was cancelled)

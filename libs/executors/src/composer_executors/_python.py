@@ -1,42 +1,30 @@
-"""The PYTHON node: run a snippet's ``main(input)`` in a separate, limited process.
+"""The PYTHON node: run a snippet's ``main(input)`` in a separate, sandboxed process.
 
-PYTHON nodes run trusted code: publishing a definition is running code on
-the workers. What follows contains a snippet's mistakes (a crash, a leak, an
-endless loop, a fork loop, a stray print, a daemon left behind) and keeps
-the worker's secrets out of its reach; it is not a sandbox for hostile code.
+A PYTHON node runs code that whoever publishes or starts a definition chose.
+With a :class:`Sandbox` (the workers' default, ``_sandbox``) the child runs
+in bubblewrap's namespaces as a uid of its own, with none of the host's files
+and a network of the deployment's choice; without one
+(COMPOSER_PYTHON_SANDBOX=off) it runs as a contained process of the worker's
+user. Either way (docs/architecture.md §8.1):
 
-How the child is set up, and why:
-
-- ``python -I -B -X utf8``: isolated mode ignores PYTHON* variables, the
-  user site directory and the current directory on ``sys.path``; no .pyc
-  files are written.
+- ``python -I -S -B -X utf8``: isolated mode ignores PYTHON* variables and
+  the current directory; no site-packages (the standard library only); no
+  .pyc files are written.
 - A clean environment (PATH, a UTF-8 locale, HOME and TMPDIR in the work
-  directory): nothing of the worker's, so no COMPOSER_* settings, tokens
-  or database URLs reach the snippet.
-- No capabilities and no_new_privs (a worker running as root included), so
-  the child cannot read a non-dumpable process's /proc/<pid>/environ or
-  memory; every service makes itself non-dumpable at start
-  (``composer_service.forbid_dumping``). Optionally another uid (``uid``).
-- A fresh temporary working directory, removed afterwards.
-- Limits, set in the child before the snippet is compiled (``_contain``):
-  RLIMIT_AS (allocating past it raises MemoryError, reported as
-  ``memory_limit``), RLIMIT_NPROC (processes and threads it may add),
-  RLIMIT_FSIZE (largest file written) and RLIMIT_NOFILE (open files); an
-  error that hits one of the last three names the limit.
-- Its own session; when the node ends (returned, failed, timed out or
-  cancelled) the session and every descendant of the child are killed,
-  setsid() daemons included (``_contain.kill_tree`` says how, and where
-  that stops).
+  directory): no COMPOSER_* settings, tokens or database URLs.
+- No capabilities and no_new_privs; limits set in the child before the
+  snippet is compiled (``_child._confine``): RLIMIT_AS (allocating past it
+  raises MemoryError, reported as ``memory_limit``), RLIMIT_NPROC, RLIMIT_FSIZE
+  and RLIMIT_NOFILE; an error that hits one of the last three names the limit.
+- When the node ends (returned, failed, timed out or cancelled) every process
+  it started is killed: the sandbox's pid namespace, or, unsandboxed, the
+  child's session and descendants (``_contain.kill_tree``).
 - Input and result travel as JSON over stdin and a private copy of the
   child's stdout; the snippet's own stdout is pointed at stderr, of which
   only the last 64 KiB is kept and the last lines are quoted in errors.
   Each line of it also goes to ``output`` as it comes (the node's task log).
-
-What it does not do: the snippet can read every file its uid can, open
-network connections (the HTTP node's SSRF guard does not apply) and import
-whatever is installed next to the worker. Run code you do not trust only on
-workers that are themselves confined (a container with no secrets mounted,
-a read-only filesystem, network policy, a seccomp profile).
+- Processes start without fork() (``_spawn``): gRPC's atfork handlers
+  crashed children started by uvloop's fork().
 """
 
 from __future__ import annotations
