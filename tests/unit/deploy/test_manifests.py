@@ -488,20 +488,54 @@ def test_compose_publishes_on_loopback_only() -> None:
 TOKEN_VARIABLES = ("COMPOSER_API_TOKENS", "COMPOSER_WORKER_TOKEN", "COMPOSER_BUILTIN_WORKER_TOKEN")
 
 
+#: Tokens of which the coordinator takes one or the other (composer_coordinator.tokens): each
+#: may be empty in compose, and the coordinator refuses to start with both or neither.
+EITHER_TOKEN = {"COMPOSER_WORKER_TOKEN", "COMPOSER_WORKER_TOKENS"}
+
+
 def test_compose_ships_no_token() -> None:
     """The tokens come from the caller's environment or .env, required (``${VAR:?…}``): a
-    default would be a token every reader of this file knows."""
+    default would be a token every reader of this file knows. The coordinator's token for
+    every queue may be left empty, for teams' tokens (COMPOSER_WORKER_TOKENS) instead."""
     text = COMPOSE_FILE.read_text()
     for name, spec in compose_services().items():
         for key, value in compose_env(spec).items():
             if key in TOKEN_VARIABLES:
                 match = re.fullmatch(r"\$\{(COMPOSER_[A-Z_]+):\?[^}]+\}", value)
-                assert match and match.group(1) in TOKEN_VARIABLES, (
+                if name == "coordinator" and key in EITHER_TOKEN:
+                    match = re.fullmatch(r"\$\{(COMPOSER_[A-Z_]+):-\}", value)
+                assert match and match.group(1) in {*TOKEN_VARIABLES, *EITHER_TOKEN}, (
                     f"compose {name}: {key}={value!r} is not required from the environment"
                 )
+    coordinator = compose_env(compose_services()["coordinator"])
+    assert set(coordinator) >= EITHER_TOKEN, "the coordinator must take either kind of token"
     # an empty default (COMPOSER_WORKER_TOKENS: no team tokens) is no token
     assert not re.search(r"\$\{COMPOSER_[A-Z_]*TOKENS?:?-[^}]", text), "a token has a default"
     assert "dev-token" not in text and "worker-token" not in text
+
+
+def test_compose_redis_requires_a_password_kept_off_its_command_line() -> None:
+    """Issue 25: a PYTHON node spoke raw Redis with no password. Compose's Redis requires
+    REDIS_PASSWORD from .env, as PostgreSQL requires POSTGRES_PASSWORD; every service's URL
+    carries it; redis-server reads it on stdin (a command line is readable by any process
+    on the host); the healthcheck succeeds only on an authenticated PONG."""
+    required = r"\$\{REDIS_PASSWORD:\?[^}]+\}"
+    redis = compose_services()["redis"]
+    assert re.fullmatch(required, compose_env(redis)["REDISCLI_AUTH"])
+    script = "\n".join(map(str, redis["command"]))
+    assert "redis-server -" in script and "requirepass $$REDISCLI_AUTH" in script
+    assert "--requirepass" not in script
+    assert redis.get("user") == "redis", "redis-server would run as root"
+    assert "grep -qx PONG" in " ".join(redis["healthcheck"]["test"])  # NOAUTH also exits 0
+    urls = {
+        name: compose_env(spec)["COMPOSER_REDIS_URL"]
+        for name, spec in compose_services().items()
+        if "COMPOSER_REDIS_URL" in compose_env(spec)
+    }
+    assert set(urls) >= set(services()) - {"partition-manager"}
+    for name, url in urls.items():
+        assert re.fullmatch(rf"redis://:{required}@redis:6379/0", url), f"compose {name}: {url}"
+    assert "REDIS_PASSWORD={t()}" in COMPOSE_FILE.read_text(), "the .env generator makes none"
 
 
 # ---- Kubernetes --------------------------------------------------------------------------

@@ -15,6 +15,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from composer_common import limits
 from composer_queue import DEFAULT_SHARDS
+from composer_service.errors import StartupError
+from composer_service.hosts import parse_hosts
 from composer_service.runtime import RuntimeConfig
 
 
@@ -68,6 +70,12 @@ class ServiceSettings(BaseSettings):
     admin_port: int | None = None
     #: Where the admin port listens: containers set 0.0.0.0 so probes and Prometheus reach it.
     admin_host: str = "127.0.0.1"
+    #: COMPOSER_ALLOWED_HOSTS: the host names (comma-separated, any port) the API and every
+    #: admin port answer for; ``.example.com`` also matches its subdomains, ``*`` any host.
+    #: Any other Host header is refused (421), so a web page cannot DNS-rebind its own name
+    #: to them. An admin port also answers a Host that is an IP address (a kubelet's probe,
+    #: a Prometheus scraping pod addresses): no rebinding page can send one.
+    allowed_hosts: str = "localhost,127.0.0.1,[::1]"
     #: Where to push traces and metrics over OTLP/gRPC (e.g. http://otel-collector:4317); unset: nowhere.
     otlp_endpoint: str | None = None
     #: Run the service on uvloop's event loop (less CPU per call than asyncio's own);
@@ -88,7 +96,12 @@ class ServiceSettings(BaseSettings):
     ) -> RuntimeConfig:
         """What ``serving()`` opens for service ``name``: a pool of ``pool_size``
         connections (None: no database), a Redis client if ``redis``, and the admin
-        port, logs and telemetry these settings describe."""
+        port, logs and telemetry these settings describe. StartupError for an empty
+        COMPOSER_ALLOWED_HOSTS."""
+        try:
+            allowed_hosts = parse_hosts(self.allowed_hosts)
+        except ValueError as exc:
+            raise StartupError(str(exc)) from None
         return RuntimeConfig(
             name=name,
             database_url=self.database_url if pool_size is not None else None,
@@ -96,6 +109,7 @@ class ServiceSettings(BaseSettings):
             redis_url=self.redis_url if redis else None,
             admin_port=self.admin_port,
             admin_host=self.admin_host,
+            allowed_hosts=allowed_hosts,
             log_level=self.log_level,
             json_logs=self.json_logs,
             otlp_endpoint=self.otlp_endpoint,
