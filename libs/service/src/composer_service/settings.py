@@ -36,11 +36,14 @@ class ServiceSettings(BaseSettings):
     #: COMPOSER_GRPC_TLS_CA: a PEM file of the CA that signed the coordinator's certificate;
     #: set, workers dial the coordinator over TLS and check it (unset: plaintext).
     grpc_tls_ca: str | None = None
-    #: The token workers present to the coordinator (``authorization: Bearer <token>``).
+    #: The token workers present to the coordinator (``authorization: Bearer <token>``); on
+    #: the coordinator, a token for every queue, which it refuses beside
+    #: COMPOSER_WORKER_TOKENS (list it there as ``token:*`` instead).
     worker_token: str = ""
-    #: COMPOSER_DEV_MODE: a development machine. The api-gateway and the coordinator then
-    #: accept well-known, placeholder and short tokens (with a warning); otherwise they
-    #: refuse to start with one (composer_service.tokens).
+    #: COMPOSER_DEV_MODE: a development machine. The api-gateway, the coordinator and the
+    #: outbox-enqueuer then accept well-known, placeholder and guessable tokens (under 128
+    #: bits, estimated) with a warning; otherwise they refuse to start with one
+    #: (composer_service.tokens).
     dev_mode: bool = False
     #: The workers' lease TTL: they renew within it, and the sweeper takes back a stream
     #: entry pending longer than this on a consumer (it is on a dead one).
@@ -56,7 +59,8 @@ class ServiceSettings(BaseSettings):
     http_allow_private: bool = False
     #: COMPOSER_HTTP_ALLOW_NETWORKS: comma-separated CIDRs (``10.20.0.0/16,fd00::/8``) that
     #: HTTP nodes and webhooks may call although private, while the SSRF guard keeps
-    #: refusing every other non-public address (the metadata service included).
+    #: refusing every other non-public address (the metadata service included); with a
+    #: port (``127.0.0.1:8080``, ``[fd00::1]:443``) only that port.
     http_allow_networks: str = ""
     #: COMPOSER_ENCRYPTION_KEYS: ``id:base64key,…`` (32-byte keys). Every payload is sealed
     #: at rest with the first and opened with any, so a new key goes first and old ones
