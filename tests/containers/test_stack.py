@@ -172,6 +172,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
             "COMPOSER_WEBHOOK_SECRET": strong_token(),
             "COMPOSER_ENCRYPTION_KEYS": f"ct:{base64.b64encode(secrets.token_bytes(32)).decode()}",
             "POSTGRES_PASSWORD": strong_token(),  # the file requires it; its server is not started
+            "REDIS_PASSWORD": strong_token(),  # the same; the machine's Redis is used instead
             # the probe's HTTP node calls the gateway by its compose name, a private address
             "COMPOSER_HTTP_ALLOW_PRIVATE": "true",
             "COMPOSER_ALLOWED_HOSTS": "localhost,127.0.0.1,[::1],api-gateway",

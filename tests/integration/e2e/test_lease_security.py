@@ -38,8 +38,7 @@ async def scoped(stack: Stack) -> AsyncIterator[str]:
     server, port = await start_server(
         stack.engine,
         address="127.0.0.1:0",
-        token=TOKEN,
-        tokens=f"{TEAM_A}:team-a",
+        tokens=f"{TOKEN}:*,{TEAM_A}:team-a",  # with scoped tokens, every queue is explicit
         max_lease_seconds=5,
     )
     try:

@@ -44,7 +44,7 @@ async def recorded(stack: Stack, worker_id: str) -> repo.WorkerRecord | None:
 
 async def test_a_beat_records_only_the_queues_its_token_covers(stack: Stack) -> None:
     server, port = await start_server(
-        stack.engine, address="127.0.0.1:0", token=TOKEN, tokens=f"{TEAM_A}:team-a"
+        stack.engine, address="127.0.0.1:0", tokens=f"{TOKEN}:*,{TEAM_A}:team-a"
     )
     worker_id = f"w-{uuid.uuid4().hex[:8]}"
     try:

@@ -8,14 +8,13 @@ from an empty outbox: the database is shared by the module.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import json
 import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -266,13 +265,21 @@ async def test_a_slow_receiver_holds_no_lock_and_does_not_hold_up_dispatches(
     assert len(receiver.received) == 1
 
 
-def verify(secret: str, headers: dict[str, str], body: bytes, tolerance: float = 300) -> bool:
-    """The receiver's recipe, as the README gives it."""
-    timestamp = headers["Composer-Timestamp"]
-    expected = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256)
-    signature = headers["Composer-Signature"].removeprefix("v1=")
-    fresh = abs(time.time() - int(timestamp)) <= tolerance
-    return fresh and hmac.compare_digest(expected.hexdigest(), signature)
+README = Path(__file__).resolve().parents[3] / "README.md"
+
+
+def readme_verify() -> Callable[[str, dict[str, str], bytes], bool]:
+    """The receiver's recipe, run as the README prints it ("Verifying webhooks")."""
+    text = README.read_text()
+    start = text.index("```python\nimport hashlib, hmac, time\n")
+    code = text[start:].split("\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, Any] = {}
+    exec(compile(code, str(README), "exec"), namespace)
+    verify: Callable[[str, dict[str, str], bytes], bool] = namespace["verify"]
+    return verify
+
+
+verify = readme_verify()
 
 
 @pytest.mark.usefixtures("empty_outbox")
@@ -290,7 +297,8 @@ async def test_each_delivery_is_signed_and_retries_carry_the_same_delivery_id(
     assert await row(pool, hook) is None
 
     [(first, first_body), (second, _)] = receiver.received
-    assert first["Composer-Delivery"] == second["Composer-Delivery"] == str(hook)
+    assert first["Composer-Delivery"] == second["Composer-Delivery"]  # the receiver dedupes
+    assert str(uuid.UUID(first["Composer-Delivery"])) == first["Composer-Delivery"]
     for headers, body in receiver.received:
         assert verify(SECRET, headers, body)
         assert not verify("another secret", headers, body)
@@ -298,6 +306,30 @@ async def test_each_delivery_is_signed_and_retries_carry_the_same_delivery_id(
         assert headers["Content-Type"] == "application/json"
     tampered = first_body.replace(b"SUCCEEDED", b"FAILED")
     assert not verify(SECRET, first, tampered)
+    # issue 25: a replay under another delivery id (to get past the receiver's dedupe)
+    # no longer verifies: the id is part of the signed text
+    replayed = first | {"Composer-Delivery": str(uuid.uuid4())}
+    assert not verify(SECRET, replayed, first_body)
+
+
+@pytest.mark.usefixtures("empty_outbox")
+async def test_delivery_ids_are_random_and_say_nothing_of_the_outbox(
+    pool: repo.Pool, queue: FakeQueue, receiver: Receiver, session: aiohttp.ClientSession
+) -> None:
+    """Issue 25: Composer-Delivery was the outbox row's id, a sequential number (how many
+    webhooks went out, and the next ones). It is a random UUID kept with the row."""
+    hooks = [await add_webhook(pool, f"run-id-{i}", receiver.url()) for i in range(3)]
+    stored = {
+        r["id"]: str(r["delivery_id"])
+        for r in await pool.fetch("SELECT id, delivery_id FROM outbox WHERE kind = 'webhook'")
+    }
+    await enqueuer(pool, queue, webhook_secret=SECRET).deliver_webhooks(session)
+    sent = [headers["Composer-Delivery"] for headers, _ in receiver.received]
+    assert sorted(sent) == sorted(stored[h] for h in hooks)
+    for delivery in sent:
+        assert uuid.UUID(delivery).version == 4
+        assert not delivery.isdigit() and delivery not in {str(h) for h in hooks}
+    assert len(set(sent)) == 3
 
 
 @pytest.mark.usefixtures("empty_outbox")
@@ -316,7 +348,7 @@ async def test_without_a_secret_deliveries_are_unsigned_and_the_loop_warns_once(
 
         await running(e, asyncio.Event(), delivered, "the unsigned webhook delivered")
     [(headers, _)] = receiver.received
-    assert headers["Composer-Delivery"] == str(hook)
+    assert uuid.UUID(headers["Composer-Delivery"]).version == 4
     assert abs(int(headers["Composer-Timestamp"]) - time.time()) < 60
     assert "Composer-Signature" not in headers
     warnings = [r for r in caplog.records if "COMPOSER_WEBHOOK_SECRET" in r.getMessage()]

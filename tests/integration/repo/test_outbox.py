@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import uuid
 
 import pytest
 
@@ -59,6 +60,10 @@ async def test_claim_returns_due_messages_oldest_first(conn: repo.Connection) ->
     assert [(m.id, m.destination, m.task_id) for m in webhooks] == [
         (hook, "https://example.com/h", None)
     ]
+    # a webhook's delivery id is random, made once (V013); a dispatch has none
+    assert [m.delivery_id for m in dispatches] == [None]
+    assert webhooks[0].delivery_id is not None
+    assert uuid.UUID(webhooks[0].delivery_id).version == 4
     assert await repo.next_outbox_due(conn, "dispatch") == later  # the backoff row waits
     async with conn.transaction():
         assert await repo.claim_outbox(conn, "dispatch") == []
@@ -170,3 +175,16 @@ async def test_mark_published_deletes_queues_and_tells_the_next_due_at_once(
     assert states == {"a": TaskState.QUEUED, "b": TaskState.RUNNING, "c": TaskState.PENDING}
     assert (await repo.outbox_size(conn))["dispatch"] == waiting + 1
     assert nothing_left == later
+
+
+async def test_a_leased_webhook_keeps_its_delivery_id_across_leases(conn: repo.Connection) -> None:
+    await drain(conn)
+    run_id = await new_run(conn)
+    await repo.enqueue_webhook(conn, run_id=run_id, url="https://example.com/h", payload={})
+    async with conn.transaction():
+        [first] = await repo.lease_outbox(conn, "webhook", lease=60)
+        await repo.postpone_outbox(conn, first.id, delay=0, error="503")
+    async with conn.transaction():
+        [again] = await repo.lease_outbox(conn, "webhook", lease=60)
+        await repo.delete_outbox(conn, [again.id])
+    assert first.delivery_id is not None and again.delivery_id == first.delivery_id

@@ -1,11 +1,15 @@
 """The api-gateway and the coordinator, started as processes, refuse well-known, placeholder
-and short tokens unless COMPOSER_DEV_MODE says this is a development machine (issue 15,
+and guessable tokens unless COMPOSER_DEV_MODE says this is a development machine (issue 15,
 item 6): docker-compose shipped ``dev-token:admin`` on 0.0.0.0, and the Kubernetes
-Secret's CHANGE-ME placeholders were accepted as real tokens."""
+Secret's CHANGE-ME placeholders were accepted as real tokens; 32 times ``a`` passed a length
+rule (issue 25). And a coordinator given scoped worker tokens holds no token for every
+queue unless that list says so (issue 25: a left-over COMPOSER_WORKER_TOKEN leased a
+``payments`` task)."""
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 import signal
 import socket
 import sys
@@ -67,6 +71,8 @@ async def test_gateway_refuses_a_weak_api_token(
         ("COMPOSER_WORKER_TOKEN", "dev-worker-token"),
         ("COMPOSER_BUILTIN_WORKER_TOKEN", "dev-builtin-worker-token"),
         ("COMPOSER_WORKER_TOKENS", "team-a-token:payments"),
+        ("COMPOSER_WORKER_TOKEN", "a" * 32),
+        ("COMPOSER_BUILTIN_WORKER_TOKEN", "ab" * 24),
     ],
 )
 async def test_coordinator_refuses_a_weak_worker_token(
@@ -108,3 +114,22 @@ async def test_dev_mode_lets_the_gateway_start_with_the_dev_token(
         proc.send_signal(signal.SIGTERM)
         await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 0
+
+
+async def test_coordinator_refuses_a_token_for_every_queue_beside_scoped_ones(
+    database_url: str, redis_url: str
+) -> None:
+    every_queue, team = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+    stderr = await refused(
+        "composer_coordinator",
+        service_env(
+            database_url,
+            redis_url,
+            COMPOSER_GRPC_ADDR=f"127.0.0.1:{free_port()}",
+            COMPOSER_WORKER_TOKEN=every_queue,
+            COMPOSER_WORKER_TOKENS=f"{team}:payments",
+        ),
+    )
+    assert "COMPOSER_WORKER_TOKEN (a token for every queue) is set beside" in stderr
+    assert "<token>:*" in stderr  # the explicit way, if a worker must serve every queue
+    assert every_queue not in stderr and team not in stderr

@@ -3,6 +3,8 @@ literals, subdomain suffixes, a star; and an empty list refused at start."""
 
 from __future__ import annotations
 
+import secrets
+
 import pytest
 
 from composer_api_gateway.__main__ import check_settings, config_from
@@ -10,7 +12,7 @@ from composer_api_gateway.hosts import LOOPBACK_HOSTS, HostAllowList, parse_host
 from composer_api_gateway.settings import GatewaySettings
 from composer_service import StartupError
 
-STRONG = "s" * 43
+STRONG = secrets.token_urlsafe(32)
 
 
 def test_the_default_is_the_loopback_names() -> None:

@@ -8,8 +8,8 @@ from composer_coordinator.tokens import TokenConfigError, WorkerTokens
 
 
 def test_tokens_cover_their_queues_and_the_plain_token_covers_all() -> None:
-    tokens = WorkerTokens.parse("fleet", "team-a:payments|refunds, builtin:http|python,ops:*")
-    assert tokens.queues("fleet") is None
+    assert WorkerTokens.parse("fleet").queues("fleet") is None
+    tokens = WorkerTokens.parse("", "team-a:payments|refunds, builtin:http|python,ops:*")
     assert tokens.queues("team-a") == frozenset({"payments", "refunds"})
     assert tokens.queues("builtin") == frozenset({"http", "python"})
     assert tokens.queues("ops") is None
@@ -27,6 +27,8 @@ def test_tokens_cover_their_queues_and_the_plain_token_covers_all() -> None:
         ("", "justatoken", "is not token:queue1|queue2"),
         ("", "secret-token:pay ments", "a queue name has letters"),
         ("", "tok:a,tok:b", "configured twice"),
+        # issue 25: a token for every queue beside scoped ones only where the list says so
+        ("fleet", "secret-token:payments", "must be listed among them as <token>:[*]"),
     ],
 )
 def test_a_bad_token_list_names_the_entry_and_the_fix(
@@ -42,3 +44,10 @@ def test_the_builtin_workers_token_serves_their_queues_only() -> None:
     assert tokens.queues("builtin") == frozenset({"http", "python"})
     with pytest.raises(TokenConfigError, match="a token of their own"):
         WorkerTokens.parse("same", "", "same")
+
+
+def test_with_scoped_tokens_every_queue_is_granted_only_by_the_list() -> None:
+    tokens = WorkerTokens.parse("", "ops:*,team-a:payments")
+    assert tokens.queues("ops") is None
+    assert tokens.match("fleet") is None
+    assert WorkerTokens.parse("fleet", " , ").queues("fleet") is None  # an empty list is none

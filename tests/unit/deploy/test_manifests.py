@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import importlib
+import ipaddress
 import re
 import sys
 import tomllib
@@ -488,20 +489,54 @@ def test_compose_publishes_on_loopback_only() -> None:
 TOKEN_VARIABLES = ("COMPOSER_API_TOKENS", "COMPOSER_WORKER_TOKEN", "COMPOSER_BUILTIN_WORKER_TOKEN")
 
 
+#: Tokens of which the coordinator takes one or the other (composer_coordinator.tokens): each
+#: may be empty in compose, and the coordinator refuses to start with both or neither.
+EITHER_TOKEN = {"COMPOSER_WORKER_TOKEN", "COMPOSER_WORKER_TOKENS"}
+
+
 def test_compose_ships_no_token() -> None:
     """The tokens come from the caller's environment or .env, required (``${VAR:?…}``): a
-    default would be a token every reader of this file knows."""
+    default would be a token every reader of this file knows. The coordinator's token for
+    every queue may be left empty, for teams' tokens (COMPOSER_WORKER_TOKENS) instead."""
     text = COMPOSE_FILE.read_text()
     for name, spec in compose_services().items():
         for key, value in compose_env(spec).items():
             if key in TOKEN_VARIABLES:
                 match = re.fullmatch(r"\$\{(COMPOSER_[A-Z_]+):\?[^}]+\}", value)
-                assert match and match.group(1) in TOKEN_VARIABLES, (
+                if name == "coordinator" and key in EITHER_TOKEN:
+                    match = re.fullmatch(r"\$\{(COMPOSER_[A-Z_]+):-\}", value)
+                assert match and match.group(1) in {*TOKEN_VARIABLES, *EITHER_TOKEN}, (
                     f"compose {name}: {key}={value!r} is not required from the environment"
                 )
+    coordinator = compose_env(compose_services()["coordinator"])
+    assert set(coordinator) >= EITHER_TOKEN, "the coordinator must take either kind of token"
     # an empty default (COMPOSER_WORKER_TOKENS: no team tokens) is no token
     assert not re.search(r"\$\{COMPOSER_[A-Z_]*TOKENS?:?-[^}]", text), "a token has a default"
     assert "dev-token" not in text and "worker-token" not in text
+
+
+def test_compose_redis_requires_a_password_kept_off_its_command_line() -> None:
+    """Issue 25: a PYTHON node spoke raw Redis with no password. Compose's Redis requires
+    REDIS_PASSWORD from .env, as PostgreSQL requires POSTGRES_PASSWORD; every service's URL
+    carries it; redis-server reads it on stdin (a command line is readable by any process
+    on the host); the healthcheck succeeds only on an authenticated PONG."""
+    required = r"\$\{REDIS_PASSWORD:\?[^}]+\}"
+    redis = compose_services()["redis"]
+    assert re.fullmatch(required, compose_env(redis)["REDISCLI_AUTH"])
+    script = "\n".join(map(str, redis["command"]))
+    assert "redis-server -" in script and "requirepass $$REDISCLI_AUTH" in script
+    assert "--requirepass" not in script
+    assert redis.get("user") == "redis", "redis-server would run as root"
+    assert "grep -qx PONG" in " ".join(redis["healthcheck"]["test"])  # NOAUTH also exits 0
+    urls = {
+        name: compose_env(spec)["COMPOSER_REDIS_URL"]
+        for name, spec in compose_services().items()
+        if "COMPOSER_REDIS_URL" in compose_env(spec)
+    }
+    assert set(urls) >= set(services()) - {"partition-manager"}
+    for name, url in urls.items():
+        assert re.fullmatch(rf"redis://:{required}@redis:6379/0", url), f"compose {name}: {url}"
+    assert "REDIS_PASSWORD={t()}" in COMPOSE_FILE.read_text(), "the .env generator makes none"
 
 
 # ---- Kubernetes --------------------------------------------------------------------------
@@ -863,3 +898,91 @@ async def test_probe_command_exits_zero_only_when_the_admin_port_answers_200() -
         healthy = False
         assert await probe(port) != 0
     assert await probe(port) != 0  # nothing listens any more
+
+
+# ---- the workers' NetworkPolicy --------------------------------------------------------------
+
+#: An address of each range a cluster puts pods, services, nodes and the metadata service in.
+PRIVATE_SAMPLES = ("10.96.0.10", "172.20.3.4", "192.168.9.9", "100.64.1.1", "169.254.169.254")
+
+
+def _peer_allows(peer: Doc, target: str | ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether one ``to`` entry admits ``target``: a service's pods (by name, in this
+    namespace) or an address (for a pod too: pods have private addresses)."""
+    if "podSelector" in peer:
+        if "namespaceSelector" in peer or not isinstance(target, str):
+            return False
+        labels = deployments()[target]["spec"]["template"]["metadata"]["labels"]
+        return bool(peer["podSelector"].get("matchLabels", {}).items() <= labels.items())
+    block = peer["ipBlock"]
+    network = ipaddress.ip_network(block["cidr"])
+    addresses = (
+        [ipaddress.ip_address(a) for a in PRIVATE_SAMPLES] if isinstance(target, str) else [target]
+    )
+    return any(
+        a.version == network.version
+        and a in network
+        and not any(a in ipaddress.ip_network(e) for e in block.get("except", []))
+        for a in addresses
+    )
+
+
+def egress_allows(
+    policy: Doc,
+    target: str | ipaddress.IPv4Address | ipaddress.IPv6Address,
+    port: int,
+    protocol: str = "TCP",
+) -> bool:
+    """Whether ``policy`` lets its pods connect to ``target`` (a service's pods, or an
+    address) on ``port``: NetworkPolicy's rules, a union of (ports, peers) pairs."""
+    for rule in policy["spec"].get("egress", []):
+        ports = rule.get("ports") or [{"port": port, "protocol": protocol}]
+        if not any(p["port"] == port and p.get("protocol", "TCP") == protocol for p in ports):
+            continue
+        peers = rule.get("to") or []
+        if not peers or any(_peer_allows(peer, target) for peer in peers):
+            return True
+    return False
+
+
+def test_the_workers_reach_the_coordinator_redis_dns_and_the_internet_only() -> None:
+    """Issue 25: the workers run what definitions say (a PYTHON node opens any socket), so
+    their pods may reach the coordinator's gRPC port, Redis, DNS and public addresses,
+    never PostgreSQL, the API or an admin port."""
+    (policy,) = [
+        p
+        for p in cluster().of("NetworkPolicy")
+        if _selects(p["spec"]["podSelector"]["matchLabels"]) == ["workers"]
+    ]
+    assert set(policy["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+
+    (container,) = pod_spec(deployments()["workers"])["containers"]
+    env = container_env(container)
+    _, grpc_port = port_of(str(env["COMPOSER_GRPC_ADDR"]))
+    admin_port = int(str(env["COMPOSER_ADMIN_PORT"]))
+    (secret,) = cluster().of("Secret")
+    redis_port = urlsplit(secret["stringData"]["COMPOSER_REDIS_URL"]).port or 6379
+    database_port = urlsplit(secret["stringData"]["COMPOSER_DATABASE_URL"]).port or 5432
+    gateway_env = container_env(pod_spec(deployments()["api-gateway"])["containers"][0])
+    api_port = int(str(gateway_env["COMPOSER_API_PORT"]))
+
+    assert egress_allows(policy, "coordinator", grpc_port)
+    assert egress_allows(policy, ipaddress.ip_address("10.0.4.2"), redis_port)
+    assert egress_allows(policy, ipaddress.ip_address("10.96.0.10"), 53, "UDP")
+    for public in ("93.184.215.14", "2606:4700:4700::1111"):
+        assert egress_allows(policy, ipaddress.ip_address(public), 443)
+    for name in deployments():
+        assert not egress_allows(policy, name, admin_port), f"the workers reach {name}'s /metrics"
+        assert not egress_allows(policy, name, database_port)
+        if name != "coordinator":
+            assert not egress_allows(policy, name, grpc_port)
+    assert not egress_allows(policy, "api-gateway", api_port), "the workers reach the API"
+    for private in (*PRIVATE_SAMPLES, "127.0.0.1", "::1", "fd00::5", "fe80::1", "::ffff:10.0.0.1"):
+        address = ipaddress.ip_address(private)
+        for port in (database_port, api_port, admin_port, 80, 443):
+            assert not egress_allows(policy, address, port), f"the workers reach {private}:{port}"
+
+    # what comes in: the admin port alone (probes, Prometheus)
+    ingress = policy["spec"]["ingress"]
+    assert [p["port"] for rule in ingress for p in rule.get("ports", [])] == [admin_port]
+    assert all(rule.get("ports") for rule in ingress), "an ingress rule opens every port"

@@ -70,7 +70,8 @@ def test_the_environment_still_wins_over_the_base(tmp_path: Path) -> None:
     assert env["COMPOSER_DATABASE_URL"] == "postgresql://h/mine"
     assert env["COMPOSER_REDIS_PREFIX"] == "shared"
     assert env["COMPOSER_GRPC_ADDR"] == "127.0.0.1:8201"  # the base, where nothing is set
-    assert env["COMPOSER_HTTP_ALLOW_PRIVATE"] == "true"  # the other defaults stay
+    assert env["COMPOSER_LOG_FORMAT"] == "human"  # the other defaults stay
+    assert env["COMPOSER_HTTP_ALLOW_NETWORKS"] == "127.0.0.1:9999"  # the API port it has
     # --admin-base moves the admin ports alone
     assert layout(8200, admin_base=7000).admin_ports[0] == 7000
 

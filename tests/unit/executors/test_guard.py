@@ -69,7 +69,38 @@ def test_parse_networks_reads_a_comma_separated_cidr_list() -> None:
     assert parse_networks("") == ()
 
 
-@pytest.mark.parametrize("text", ["10.20.0.0/33", "internal", "10.0.0.0/8;fd00::/8"])
+def test_an_allowed_network_may_name_one_port() -> None:
+    allowed = parse_networks("127.0.0.1:8080, 10.20.0.0/16:443, [::1]:8080, [fd00::/8]:9, fd00::1")
+    assert [str(a) for a in allowed] == [
+        "127.0.0.1/32:8080",
+        "10.20.0.0/16:443",
+        "[::1/128]:8080",
+        "[fd00::/8]:9",
+        "fd00::1/128",
+    ]
+    guard = AddressGuard(False, allowed)
+    loopback = ipaddress.ip_address("127.0.0.1")
+    assert guard.reason(loopback, 8080) is None
+    assert guard.reason(loopback, 9100) == "loopback"  # an admin port of the same stack
+    assert guard.reason(loopback) == "loopback"  # a port nobody named is not guessed
+    assert guard.reason(ipaddress.ip_address("10.20.3.4"), 443) is None
+    assert guard.reason(ipaddress.ip_address("10.20.3.4"), 5432) == "private"
+    assert guard.reason(ipaddress.ip_address("::1"), 8080) is None
+    assert guard.reason(ipaddress.ip_address("fd00::1"), 1234) is None  # no port: every port
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "10.20.0.0/33",
+        "internal",
+        "10.0.0.0/8;fd00::/8",
+        "127.0.0.1:http",
+        "[::1]8080",
+        "127.0.0.1:70000",
+        "[::1]:",
+    ],
+)
 def test_parse_networks_names_the_setting_and_the_bad_entry(text: str) -> None:
     with pytest.raises(ValueError, match=r"COMPOSER_HTTP_ALLOW_NETWORKS: .* is not a network"):
         parse_networks(text)

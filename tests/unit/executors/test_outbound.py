@@ -225,6 +225,26 @@ async def test_allowed_networks_open_a_private_target_and_nothing_else(
             )
 
 
+async def test_an_allowed_port_opens_that_port_of_the_address_and_no_other(
+    origin_a: TestServer, origin_b: TestServer
+) -> None:
+    """``make run`` opens its own API as 127.0.0.1:<port> for the demo (issue 25): the
+    services' admin ports on the same address stay refused, by literal, by name and as a
+    redirect's target."""
+    policy = HttpPolicy(allow_networks=parse_networks(f"127.0.0.1:{origin_a.port}"))
+    async with create_http_session(policy) as session:
+        for allowed in (url(origin_a, "/echo"), f"http://localhost:{origin_a.port}/echo"):
+            out = await run_http({"url": allowed}, timeout=5, session=session, policy=policy)
+            assert out["status"] == 200
+        for refused in (
+            url(origin_b, "/echo"),
+            f"http://localhost:{origin_b.port}/echo",
+            url(origin_a, f"/redirect?to=http://127.0.0.1:{origin_b.port}/echo"),
+        ):
+            with pytest.raises(TargetRefused, match="COMPOSER_HTTP_ALLOW_NETWORKS"):
+                await run_http({"url": refused}, timeout=5, session=session, policy=policy)
+
+
 async def test_the_http_worker_sends_the_same_key_on_every_attempt_of_a_node(
     origin_a: TestServer, session: aiohttp.ClientSession
 ) -> None:

@@ -141,6 +141,55 @@ def test_settings_become_the_plain_values_serving_takes(monkeypatch: pytest.Monk
     assert partitions.redis_url is None and partitions.database_url is not None
 
 
+async def get_as(port: int, path: str, host: str) -> tuple[int, str]:
+    """GET ``path`` on the admin port at 127.0.0.1 with the Host header ``host``."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}{path}", headers={"Host": host}) as response,
+    ):
+        return response.status, await response.text()
+
+
+async def test_the_admin_port_answers_only_for_allowed_hosts_and_addresses() -> None:
+    """Issue 25: the admin ports answered any Host, so a page DNS-rebinding its own name to
+    127.0.0.1 could read /metrics. They now apply COMPOSER_ALLOWED_HOSTS as the API does,
+    and still answer an IP address: what probes and a Prometheus scraping pods send."""
+    config = RuntimeConfig(
+        "test-service",
+        admin_port=0,
+        allowed_hosts=("localhost", "127.0.0.1", "[::1]", ".corp.example"),
+        logs=False,
+        telemetry=False,
+    )
+    async with serving(config) as rt:
+        assert rt.admin_port is not None
+        port = rt.admin_port
+        for path in ("/healthz", "/readyz", "/metrics"):
+            status, body = await get_as(port, path, f"evil.example:{port}")
+            assert status == 421, (path, status)
+            assert "COMPOSER_ALLOWED_HOSTS" in body and "evil.example" in body
+        for host in (
+            f"localhost:{port}",
+            f"127.0.0.1:{port}",
+            "metrics.corp.example",
+            f"10.42.7.9:{port}",  # a pod's address, as a kubelet's probe sends it
+            "[fd00::9]:9000",
+        ):
+            status, _ = await get_as(port, "/metrics", host)
+            assert status == 200, (host, status)
+
+
+def test_the_allowed_hosts_reach_the_admin_port_and_an_empty_list_stops_the_service(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COMPOSER_ALLOWED_HOSTS", "composer.example.com, .corp.example")
+    config = ServiceSettings().runtime("timer", pool_size=2)
+    assert config.allowed_hosts == ("composer.example.com", ".corp.example")
+    monkeypatch.setenv("COMPOSER_ALLOWED_HOSTS", " , ")
+    with pytest.raises(StartupError, match="COMPOSER_ALLOWED_HOSTS is empty"):
+        ServiceSettings().runtime("timer", pool_size=2)
+
+
 async def _refuses() -> None:
     raise StartupError("no token: set COMPOSER_SOMETHING")
 

@@ -2,18 +2,20 @@
 
 1. PostgreSQL and Redis: the configured ones (COMPOSER_DATABASE_URL,
    COMPOSER_REDIS_URL), or private ones under .state/ when nothing answers
-   but the servers are installed.
+   but the servers are installed (the private Redis requires a password, kept
+   in .state/redis/password).
 2. The ``composer`` database, created if missing, and migrated.
 3. Every service, supervised: api-gateway, coordinator, outbox-enqueuer,
    timer, lease-sweeper, partition-manager and the built-in workers.
 
 Tokens: random ones, made on the first start and kept in <state>/tokens.env
-(mode 0600; the API token, your workers' token and the built-in workers' own),
-printed in the banner and reused on later starts. The other development
-defaults (local servers, HTTP nodes allowed to call private addresses) and
-the tokens apply only where the environment sets nothing. Each service gets
-only the secrets it uses: the built-in workers hold no database URL and no
-API token.
+(mode 0600; the API token, your workers' token for every queue — none when
+COMPOSER_WORKER_TOKENS is set — and the built-in workers' own), printed in the
+banner and reused on later starts. The other development defaults (local
+servers) and the tokens apply only where the environment sets nothing. HTTP
+nodes and webhooks keep the SSRF guard: the stack's own API port is the one
+local address they may call. Each service gets only the secrets it uses: the
+built-in workers hold no database URL and no API token.
 
 Ports: the standard ones (API 8080, gRPC 50051, admin 9100…), or with
 COMPOSER_PORT_BASE=N every one from N, and with them the database and Redis
@@ -52,6 +54,7 @@ from composer_devstack._secrets import (
     DEFAULTS,
     TOKENS_FILE,
     load_tokens,
+    scoped_workers,
     service_env,
     stack_env,
 )
@@ -100,7 +103,10 @@ async def servers(
         )
         private_redis = await start_private_redis(state)
         env["COMPOSER_REDIS_URL"] = private_redis.url
-        sup.say("devstack", f"private Redis on port {private_redis.port}")
+        sup.say(
+            "devstack",
+            f"private Redis on port {private_redis.port}, password in {private_redis.password_file}",
+        )
     return private_pg, private_redis
 
 
@@ -133,7 +139,8 @@ async def up(args: argparse.Namespace, state: Path) -> int:
         sup.say("devstack", f"cannot start: {exc}", 31)
         return 2
     defaults = layout_env(plan, DEFAULTS["COMPOSER_DATABASE_URL"])
-    env = stack_env(os.environ, load_tokens(state), defaults)
+    tokens = load_tokens(state, every_queue=not scoped_workers(os.environ))
+    env = stack_env(os.environ, tokens, defaults)
     private_pg: PrivatePostgres | None = None
     private_redis: PrivateRedis | None = None
     try:
@@ -177,11 +184,17 @@ def banner(sup: Supervisor, env: dict[str, str], state: Path, plan: Layout) -> N
     token = env["COMPOSER_API_TOKENS"].split(",")[0].rpartition(":")[0]
     admin = plan.admin_ports
     url = "" if plan.base is None else f"COMPOSER_API_URL={api} "
+    workers = (
+        f"workers   COMPOSER_WORKER_TOKEN={env['COMPOSER_WORKER_TOKEN']}   (your own workers, every queue)"
+        if env.get("COMPOSER_WORKER_TOKEN")
+        else "workers   the tokens of your COMPOSER_WORKER_TOKENS (no token for every queue "
+        "unless it lists one as <token>:*)"
+    )
     for line in (
         f"API       {api}   (docs: {api}/docs)",
         f"web UI    {api}/ui/   (sign in with the API token below)",
         f"API token {token}",
-        f"workers   COMPOSER_WORKER_TOKEN={env['COMPOSER_WORKER_TOKEN']}   (your own workers, every queue)",
+        workers,
         f"gRPC      {env['COMPOSER_GRPC_ADDR']}   (your workers' coordinator address)",
         f"admin     ports {admin[0]}-{admin[-1]} (/healthz /readyz /metrics), in service order",
         f"stack     database {database_name(env['COMPOSER_DATABASE_URL'])}, Redis prefix {env['COMPOSER_REDIS_PREFIX']}"

@@ -4,6 +4,14 @@ When nothing answers at the configured URL but the server binaries are
 installed, start one under the git-ignored state folder on a spare port and
 say so. PostgreSQL refuses to run as root, so as root the cluster belongs to
 the ``postgres`` system user (Debian's package creates it).
+
+The private Redis requires a password (issue 25: a PYTHON node spoke raw Redis
+on loopback, where every stream and hint of the stack lives). It is random, made
+on its first start and kept in ``<state>/redis/password`` (mode 0600) like the
+tokens, so a restart on the same state takes the same one; redis-server reads it
+from its standard input, never from its command line, which every local user can
+read. The services get it inside COMPOSER_REDIS_URL, in the environment of
+processes that are non-dumpable (no PYTHON node reads it there).
 """
 
 from __future__ import annotations
@@ -12,8 +20,10 @@ import asyncio
 import glob
 import os
 import pwd
+import secrets
 import shutil
 import socket
+import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,14 +149,21 @@ def start_private_postgres(state: Path) -> PrivatePostgres:
     return pg
 
 
+PASSWORD_FILE = "password"
+
+
 @dataclass
 class PrivateRedis:
     process: asyncio.subprocess.Process
     port: int
+    password: str
+    #: Where the password is kept (``<state>/redis/password``).
+    password_file: Path
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        """The URL with the password: for the services' environment, never for a log."""
+        return f"redis://:{self.password}@127.0.0.1:{self.port}/0"
 
     async def stop(self) -> None:
         if self.process.returncode is None:
@@ -154,9 +171,28 @@ class PrivateRedis:
             await self.process.wait()
 
 
+def redis_password(folder: Path) -> str:
+    """The private Redis's password in ``folder``/password, made (mode 0600) if missing."""
+    path = folder / PASSWORD_FILE
+    if path.exists():
+        if stat.S_IMODE(path.stat().st_mode) & 0o077:
+            path.chmod(0o600)
+        password = path.read_text().strip()
+        if password:
+            return password
+    password = secrets.token_urlsafe(32)  # URL-safe: it goes in COMPOSER_REDIS_URL as is
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(password + "\n")
+    os.replace(temporary, path)
+    return password
+
+
 async def start_private_redis(state: Path, port: int | None = None) -> PrivateRedis:
-    """A redis-server under ``state``/redis on ``port`` (default: a spare one); a restart
-    passes the port it had, so clients reconnect to the same URL."""
+    """A redis-server under ``state``/redis on ``port`` (default: a spare one) that requires
+    the password kept there; a restart passes the port it had, so clients reconnect to the
+    same URL."""
     server = shutil.which("redis-server")
     if not server:
         raise SetupError(
@@ -164,10 +200,12 @@ async def start_private_redis(state: Path, port: int | None = None) -> PrivateRe
             "(Debian/Ubuntu: apt-get install redis-server) or run `docker compose up`"
         )
     folder = state / "redis"
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    password = redis_password(folder)
     port = port or free_port()
     process = await asyncio.create_subprocess_exec(
         server,
+        "-",  # the configuration file is stdin: the password, where no `ps` shows it
         "--port",
         str(port),
         "--bind",
@@ -180,10 +218,15 @@ async def start_private_redis(state: Path, port: int | None = None) -> PrivateRe
         str(folder),
         "--logfile",
         str(folder / "redis.log"),
+        stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
     )
-    private = PrivateRedis(process, port)
+    assert process.stdin is not None
+    process.stdin.write(f"requirepass {password}\n".encode())
+    await process.stdin.drain()
+    process.stdin.close()
+    private = PrivateRedis(process, port, password, folder / PASSWORD_FILE)
     for _ in range(100):
         if await redis_answers(private.url):
             return private

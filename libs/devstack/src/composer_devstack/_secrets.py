@@ -6,6 +6,11 @@ them in ``.state/tokens.env`` (mode 0600), reused on every later start; the
 environment still overrides each. So the services need no development mode to
 accept them, and a token is not the same on every developer's machine.
 
+Your own workers' token serves every queue. Whoever sets COMPOSER_WORKER_TOKENS
+(tokens scoped to queues) gets no such token: none is made, one kept from an
+earlier start is dropped from the file, and the coordinator is given none, so a
+token for every queue exists only where that list says ``token:*`` (issue 25).
+
 Each service gets only the secrets it uses (``service_env``): the API tokens go
 to the api-gateway alone, the worker tokens to the coordinator, and the built-in
 workers — whose PYTHON nodes run whatever a definition says — get their own
@@ -35,7 +40,6 @@ _FILE_KEYS = (
 DEFAULTS = {
     "COMPOSER_DATABASE_URL": "postgresql://postgres@127.0.0.1:5432/composer",
     "COMPOSER_REDIS_URL": "redis://127.0.0.1:6379/0",
-    "COMPOSER_HTTP_ALLOW_PRIVATE": "true",
     "COMPOSER_API_PORT": "8080",
     "COMPOSER_GRPC_ADDR": "127.0.0.1:50051",
     "COMPOSER_LOG_FORMAT": "human",  # the supervisor prints the lines; JSON would be for a collector
@@ -59,7 +63,8 @@ _NOT_FOR_WORKERS = ("DATABASE", "TOKEN", "SECRET", "PASSWORD", "KEY")
 @dataclass(frozen=True, slots=True)
 class Tokens:
     api: str
-    worker: str
+    #: Your own workers' token, for every queue; None when COMPOSER_WORKER_TOKENS is set.
+    worker: str | None
     builtin_worker: str
 
 
@@ -68,8 +73,16 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-def load_tokens(state: Path) -> Tokens:
-    """The tokens in ``state``/tokens.env, made (and written, mode 0600) where missing."""
+def scoped_workers(environ: Mapping[str, str]) -> bool:
+    """Whether the user configured worker tokens scoped to queues (COMPOSER_WORKER_TOKENS)."""
+    return bool(environ.get("COMPOSER_WORKER_TOKENS", "").strip(" ,"))
+
+
+def load_tokens(state: Path, *, every_queue: bool = True) -> Tokens:
+    """The tokens in ``state``/tokens.env, made (and written, mode 0600) where missing.
+
+    ``every_queue`` False (COMPOSER_WORKER_TOKENS is set): no token for every queue is
+    made, and one the file holds is removed from it."""
     path = state / TOKENS_FILE
     found: dict[str, str] = {}
     if path.exists():
@@ -79,12 +92,13 @@ def load_tokens(state: Path) -> Tokens:
             key, sep, value = line.partition("=")
             if sep and not key.startswith("#") and value.strip():
                 found[key.strip()] = value.strip()
-    values = {key: found.get(key) or new_token() for key, _ in _FILE_KEYS}
-    if any(found.get(key) != value for key, value in values.items()):
+    keys = [key for key, _ in _FILE_KEYS if every_queue or key != "COMPOSER_WORKER_TOKEN"]
+    values = {key: found.get(key) or new_token() for key in keys}
+    if any(found.get(key) != value for key, value in values.items()) or set(found) - set(keys):
         _write(path, values)
     return Tokens(
         values["COMPOSER_API_TOKEN"],
-        values["COMPOSER_WORKER_TOKEN"],
+        values.get("COMPOSER_WORKER_TOKEN"),
         values["COMPOSER_BUILTIN_WORKER_TOKEN"],
     )
 
@@ -97,7 +111,8 @@ def _write(path: Path, values: Mapping[str, str]) -> None:
         "# each. Private (mode 0600). Load into a shell: set -a; . .state/tokens.env; set +a",
     ]
     for key, meaning in _FILE_KEYS:
-        lines += [f"# {meaning}", f"{key}={values[key]}"]
+        if key in values:
+            lines += [f"# {meaning}", f"{key}={values[key]}"]
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -110,13 +125,25 @@ def stack_env(
 ) -> dict[str, str]:
     """The stack's environment: the development defaults, the ports, database and Redis
     prefix of its ``layout`` (``_stack.layout_env``) and the generated tokens, under
-    whatever ``environ`` sets."""
+    whatever ``environ`` sets.
+
+    HTTP nodes and webhooks keep the SSRF guard on: of this machine's addresses they may
+    call the stack's own API port only (127.0.0.1:<COMPOSER_API_PORT>, which ``make
+    demo``'s workflow calls), added to whatever COMPOSER_HTTP_ALLOW_NETWORKS the
+    environment names; the admin ports' /metrics, the database and every other local
+    port stay refused (issue 25). COMPOSER_HTTP_ALLOW_PRIVATE=true in the environment
+    still turns the guard off."""
     generated = {
         "COMPOSER_API_TOKENS": f"{tokens.api}:admin",
-        "COMPOSER_WORKER_TOKEN": tokens.worker,
         "COMPOSER_BUILTIN_WORKER_TOKEN": tokens.builtin_worker,
     }
-    return {**DEFAULTS, **(layout or {}), **generated, **environ}
+    if tokens.worker is not None:
+        generated["COMPOSER_WORKER_TOKEN"] = tokens.worker
+    env = {**DEFAULTS, **(layout or {}), **generated, **environ}
+    own_api = f"127.0.0.1:{env['COMPOSER_API_PORT']}"
+    given = env.get("COMPOSER_HTTP_ALLOW_NETWORKS", "").strip(" ,")
+    env["COMPOSER_HTTP_ALLOW_NETWORKS"] = f"{given},{own_api}" if given else own_api
+    return env
 
 
 def _workflow_secret(key: str) -> bool:

@@ -13,6 +13,10 @@ TLS SNI still carry the name from the URL.
 aiohttp never sends an IP literal through the resolver, so
 :meth:`AddressGuard.check_host`
 checks literals before each request (the first and every redirect hop).
+
+An allowed network may name one port (``127.0.0.1:8080``): ``make run`` opens
+its own API that way for the demo, while every other port of the machine — the
+services' admin ports with their /metrics, the database — stays refused.
 """
 
 from __future__ import annotations
@@ -31,10 +35,28 @@ from composer_executors._errors import TargetRefused
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
+
+@dataclass(frozen=True, slots=True)
+class NetworkPort:
+    """One port of a network that the guard lets through (``127.0.0.1:8080``)."""
+
+    network: IPNetwork
+    port: int
+
+    def __str__(self) -> str:
+        if self.network.version == 6:
+            return f"[{self.network}]:{self.port}"
+        return f"{self.network}:{self.port}"
+
+
+#: An entry of COMPOSER_HTTP_ALLOW_NETWORKS: a network (every port) or one port of it.
+AllowedNetwork = IPNetwork | NetworkPort
+
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 _ALLOW_HINT = (
     "HTTP nodes may only call public addresses; name the private networks they may call "
-    "in COMPOSER_HTTP_ALLOW_NETWORKS (CIDRs, e.g. 10.20.0.0/16) on the workers and the "
+    "in COMPOSER_HTTP_ALLOW_NETWORKS (CIDRs, e.g. 10.20.0.0/16, or one port of one, e.g. "
+    "10.20.0.5:8443) on the workers and the "
     "outbox-enqueuer, or set COMPOSER_HTTP_ALLOW_PRIVATE=true to allow every loopback, "
     "private and link-local target (development only)"
 )
@@ -46,13 +68,13 @@ class HttpPolicy:
 
     ``allow_private`` is COMPOSER_HTTP_ALLOW_PRIVATE: it turns the SSRF guard
     off. ``allow_networks`` is COMPOSER_HTTP_ALLOW_NETWORKS (see
-    :func:`parse_networks`): it opens only some networks (an internal API's
-    subnet) while the guard keeps refusing the rest, the metadata service
-    included.
+    :func:`parse_networks`): it opens only some networks, or one port of one (an
+    internal API's subnet, a local service's port) while the guard keeps refusing
+    the rest, the metadata service included.
     """
 
     allow_private: bool = False
-    allow_networks: tuple[IPNetwork, ...] = ()
+    allow_networks: tuple[AllowedNetwork, ...] = ()
     max_response_bytes: int = 1024 * 1024
     max_redirects: int = 5
     allowed_schemes: frozenset[str] = field(default_factory=lambda: frozenset({"http", "https"}))
@@ -66,27 +88,50 @@ class HttpPolicy:
 
 def parse_networks(
     text: str, *, setting: str = "COMPOSER_HTTP_ALLOW_NETWORKS"
-) -> tuple[IPNetwork, ...]:
+) -> tuple[AllowedNetwork, ...]:
     """The networks of a comma-separated CIDR list ("10.20.0.0/16, fd00::/8"), for
     :attr:`HttpPolicy.allow_networks`.
 
     An address without a prefix length is that one address (/32 or /128); host
-    bits are ignored (10.20.3.4/16 is 10.20.0.0/16). An empty text opens nothing.
-    Raises ValueError naming ``setting`` and the entry that is not a network.
+    bits are ignored (10.20.3.4/16 is 10.20.0.0/16). A port after the network
+    (``127.0.0.1:8080``, ``10.20.0.0/16:443``, ``[::1]:8080``) opens that port only.
+    An empty text opens nothing. Raises ValueError naming ``setting`` and the entry
+    that is not a network.
     """
-    networks: list[IPNetwork] = []
+    networks: list[AllowedNetwork] = []
     for entry in text.split(","):
         entry = entry.strip()
         if not entry:
             continue
         try:
-            networks.append(ipaddress.ip_network(entry, strict=False))
+            networks.append(_allowed_network(entry))
         except ValueError as exc:
             raise ValueError(
                 f"{setting}: {entry!r} is not a network ({exc}); write comma-separated "
-                "CIDRs such as 10.20.0.0/16,fd00::/8"
+                "CIDRs such as 10.20.0.0/16,fd00::/8, each with a port if only that port "
+                "may be called (127.0.0.1:8080, [::1]:8080)"
             ) from None
     return tuple(dict.fromkeys(networks))
+
+
+def _allowed_network(entry: str) -> AllowedNetwork:
+    """``network``, ``ipv4-network:port`` or ``[ipv6-network]:port``."""
+    network, port = entry, ""
+    if entry.startswith("["):
+        network, bracket, rest = entry[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            raise ValueError("an IPv6 network with a port is written [network]:port")
+        port = rest[1:] if rest else ""
+        if rest and not port:
+            raise ValueError("no port after the colon")
+    elif entry.count(":") == 1:  # IPv4 with a port; an IPv6 network has several colons
+        network, _, port = entry.partition(":")
+    parsed = ipaddress.ip_network(network, strict=False)
+    if not port:
+        return parsed
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{port!r} is not a port (1-65535)")
+    return NetworkPort(parsed, int(port))
 
 
 def refusal_reason(ip: IPAddress) -> str | None:
@@ -125,31 +170,37 @@ class AddressGuard:
     """The guard's decision for one address, from the policy's two settings."""
 
     allow_private: bool
-    allow_networks: tuple[IPNetwork, ...]
+    allow_networks: tuple[AllowedNetwork, ...]
 
     @classmethod
     def of(cls, policy: HttpPolicy) -> AddressGuard:
         return cls(policy.allow_private, policy.allow_networks)
 
-    def reason(self, ip: IPAddress) -> str | None:
-        """Why ``ip`` is refused, or None when the guard lets it through."""
+    def reason(self, ip: IPAddress, port: int | None = None) -> str | None:
+        """Why ``ip`` (on ``port``, when known) is refused, or None when the guard lets it
+        through. An allowed network that names a port lets through that port only."""
         if self.allow_private:
             return None
         if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id:
             ip = ipaddress.IPv6Address(int(ip))  # the zone (%eth0) changes no network membership
-        if any(ip in network for network in self.allow_networks):
-            return None
+        for allowed in self.allow_networks:
+            if isinstance(allowed, NetworkPort):
+                if port == allowed.port and ip in allowed.network:
+                    return None
+            elif ip in allowed:
+                return None
         return refusal_reason(ip)
 
-    def check_host(self, host: str) -> None:
+    def check_host(self, host: str, port: int | None = None) -> None:
         """Refuse an IP-literal host; a name is checked by the resolver when it resolves."""
         try:
             ip = ipaddress.ip_address(host.strip("[]"))
         except ValueError:
             return
-        reason = self.reason(ip)
+        reason = self.reason(ip, port)
         if reason is not None:
-            raise TargetRefused(f"refused to call {host}: it is a {reason} address. {_ALLOW_HINT}")
+            where = host if port is None else f"{host}:{port}"
+            raise TargetRefused(f"refused to call {where}: it is a {reason} address. {_ALLOW_HINT}")
 
 
 class GuardedResolver(AbstractResolver):
@@ -171,7 +222,7 @@ class GuardedResolver(AbstractResolver):
         allowed: list[ResolveResult] = []
         refused: list[str] = []
         for result in results:
-            reason = self.guard.reason(ipaddress.ip_address(result["host"]))
+            reason = self.guard.reason(ipaddress.ip_address(result["host"]), result["port"])
             if reason is None:
                 allowed.append(result)
             else:

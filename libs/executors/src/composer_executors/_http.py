@@ -340,7 +340,7 @@ def _check_url(url: URL, policy: HttpPolicy) -> None:
         )
     if not url.host:
         raise InvalidSpec(f"url {_show(url)} has no host")
-    AddressGuard.of(policy).check_host(url.host)
+    AddressGuard.of(policy).check_host(url.host, url.port)
 
 
 def _follow(request: _Request, status: int, location: str, policy: HttpPolicy) -> None:

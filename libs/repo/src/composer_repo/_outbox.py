@@ -68,7 +68,8 @@ async def enqueue_dispatches(conn: Connection, dispatches: Sequence[NewDispatch]
 async def enqueue_webhook(
     conn: Connection, *, run_id: str, url: str, payload: Json, not_before: dt.datetime | None = None
 ) -> int:
-    """Add a run-finished webhook POST to ``url``. Returns the outbox id."""
+    """Add a run-finished webhook POST to ``url``, with a random delivery id of its own
+    (``OutboxMessage.delivery_id``, the same on every retry). Returns the outbox id."""
     outbox_id: int = await conn.fetchval(
         q("enqueue"), "webhook", run_id, None, url, payload, not_before
     )
@@ -109,7 +110,7 @@ async def lease_outbox(
     Then ``delete_outbox`` the delivered and ``postpone_outbox`` the failed, in
     a transaction of their own. A lease that runs out (the deliverer died, or
     took longer than ``lease``) makes the message due again: delivered at least
-    once, so receivers dedupe on the message id.
+    once, so receivers dedupe on the message's delivery id.
     """
     if lease <= 0:
         raise Invalid(f"lease must be positive, got {lease}")
@@ -128,6 +129,7 @@ def _message(r: asyncpg.Record) -> OutboxMessage:
         attempts=r["attempts"],
         next_attempt_at=r["next_attempt_at"],
         created_at=r["created_at"],
+        delivery_id=None if r["delivery_id"] is None else str(r["delivery_id"]),
     )
 
 

@@ -405,6 +405,8 @@ class OutboxMessage:
     attempts: int
     next_attempt_at: dt.datetime
     created_at: dt.datetime
+    #: A webhook's random delivery id (the same on every retry); None for a dispatch.
+    delivery_id: str | None = None
 
 
 WorkerState = Literal["SERVING", "DRAINING", "STOPPED"]

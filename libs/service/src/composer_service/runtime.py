@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import composer_queue
 import composer_repo as repo
 from composer_service.admin import Check, serve_admin
+from composer_service.hosts import LOOPBACK_HOSTS
 from composer_service.logs import setup_logging
 from composer_service.signals import stop_on_signals
 from composer_service.telemetry import setup_telemetry
@@ -37,6 +38,8 @@ class RuntimeConfig:
     #: None: no admin port; 0: any free port (tests).
     admin_port: int | None = None
     admin_host: str = "127.0.0.1"
+    #: The Host names the admin port answers for (COMPOSER_ALLOWED_HOSTS), and IP addresses.
+    allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
     log_level: str = "INFO"
     #: None: JSON unless stderr is a terminal.
     json_logs: bool | None = None
@@ -104,7 +107,12 @@ async def serving(
         ready |= checks or {}
         stop = opened.enter_context(stop_on_signals())
         port = await opened.enter_async_context(
-            serve_admin(config.admin_port, ready, host=config.admin_host)
+            serve_admin(
+                config.admin_port,
+                ready,
+                host=config.admin_host,
+                allowed_hosts=config.allowed_hosts,
+            )
         )
         yield Runtime(config.name, stop, port, pool, client)
 

@@ -15,6 +15,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from composer_common import limits
 from composer_queue import DEFAULT_SHARDS
+from composer_service.errors import StartupError
+from composer_service.hosts import parse_hosts
 from composer_service.runtime import RuntimeConfig
 
 
@@ -34,11 +36,14 @@ class ServiceSettings(BaseSettings):
     #: COMPOSER_GRPC_TLS_CA: a PEM file of the CA that signed the coordinator's certificate;
     #: set, workers dial the coordinator over TLS and check it (unset: plaintext).
     grpc_tls_ca: str | None = None
-    #: The token workers present to the coordinator (``authorization: Bearer <token>``).
+    #: The token workers present to the coordinator (``authorization: Bearer <token>``); on
+    #: the coordinator, a token for every queue, which it refuses beside
+    #: COMPOSER_WORKER_TOKENS (list it there as ``token:*`` instead).
     worker_token: str = ""
-    #: COMPOSER_DEV_MODE: a development machine. The api-gateway and the coordinator then
-    #: accept well-known, placeholder and short tokens (with a warning); otherwise they
-    #: refuse to start with one (composer_service.tokens).
+    #: COMPOSER_DEV_MODE: a development machine. The api-gateway, the coordinator and the
+    #: outbox-enqueuer then accept well-known, placeholder and guessable tokens (under 128
+    #: bits, estimated) with a warning; otherwise they refuse to start with one
+    #: (composer_service.tokens).
     dev_mode: bool = False
     #: The workers' lease TTL: they renew within it, and the sweeper takes back a stream
     #: entry pending longer than this on a consumer (it is on a dead one).
@@ -54,7 +59,8 @@ class ServiceSettings(BaseSettings):
     http_allow_private: bool = False
     #: COMPOSER_HTTP_ALLOW_NETWORKS: comma-separated CIDRs (``10.20.0.0/16,fd00::/8``) that
     #: HTTP nodes and webhooks may call although private, while the SSRF guard keeps
-    #: refusing every other non-public address (the metadata service included).
+    #: refusing every other non-public address (the metadata service included); with a
+    #: port (``127.0.0.1:8080``, ``[fd00::1]:443``) only that port.
     http_allow_networks: str = ""
     #: COMPOSER_ENCRYPTION_KEYS: ``id:base64key,…`` (32-byte keys). Every payload is sealed
     #: at rest with the first and opened with any, so a new key goes first and old ones
@@ -68,6 +74,12 @@ class ServiceSettings(BaseSettings):
     admin_port: int | None = None
     #: Where the admin port listens: containers set 0.0.0.0 so probes and Prometheus reach it.
     admin_host: str = "127.0.0.1"
+    #: COMPOSER_ALLOWED_HOSTS: the host names (comma-separated, any port) the API and every
+    #: admin port answer for; ``.example.com`` also matches its subdomains, ``*`` any host.
+    #: Any other Host header is refused (421), so a web page cannot DNS-rebind its own name
+    #: to them. An admin port also answers a Host that is an IP address (a kubelet's probe,
+    #: a Prometheus scraping pod addresses): no rebinding page can send one.
+    allowed_hosts: str = "localhost,127.0.0.1,[::1]"
     #: Where to push traces and metrics over OTLP/gRPC (e.g. http://otel-collector:4317); unset: nowhere.
     otlp_endpoint: str | None = None
     #: Run the service on uvloop's event loop (less CPU per call than asyncio's own);
@@ -88,7 +100,12 @@ class ServiceSettings(BaseSettings):
     ) -> RuntimeConfig:
         """What ``serving()`` opens for service ``name``: a pool of ``pool_size``
         connections (None: no database), a Redis client if ``redis``, and the admin
-        port, logs and telemetry these settings describe."""
+        port, logs and telemetry these settings describe. StartupError for an empty
+        COMPOSER_ALLOWED_HOSTS."""
+        try:
+            allowed_hosts = parse_hosts(self.allowed_hosts)
+        except ValueError as exc:
+            raise StartupError(str(exc)) from None
         return RuntimeConfig(
             name=name,
             database_url=self.database_url if pool_size is not None else None,
@@ -96,6 +113,7 @@ class ServiceSettings(BaseSettings):
             redis_url=self.redis_url if redis else None,
             admin_port=self.admin_port,
             admin_host=self.admin_host,
+            allowed_hosts=allowed_hosts,
             log_level=self.log_level,
             json_logs=self.json_logs,
             otlp_endpoint=self.otlp_endpoint,

@@ -5,7 +5,7 @@ runs; viewer reads. Tokens come from ``COMPOSER_API_TOKENS="name=token:role,…"
 and are compared in constant time against every configured token (so the
 time an answer takes does not tell how much of a token matched, nor which
 token was close). The gateway's entry point refuses to start with a
-well-known, placeholder or short token unless COMPOSER_DEV_MODE is true
+well-known, placeholder or guessable token unless COMPOSER_DEV_MODE is true
 (``composer_service.tokens``): an admin token can run code on the workers
 through a PYTHON node.
 

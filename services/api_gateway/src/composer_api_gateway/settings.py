@@ -13,12 +13,9 @@ class GatewaySettings(ServerSettings):
     api_port: int = 8080
     #: ``name=token:role,…`` with roles admin, operator, viewer (``token:role`` entries are
     #: still read: composer_api_gateway.auth names them). Empty: every /v1 call is refused.
-    #: Outside COMPOSER_DEV_MODE each token must be a random secret of 32 characters or more.
+    #: Outside COMPOSER_DEV_MODE each token must be a random secret of 128 bits or more
+    #: (``secrets.token_urlsafe(32)``; composer_service.tokens estimates it).
     api_tokens: str = ""
-    #: COMPOSER_ALLOWED_HOSTS: the host names (comma-separated, any port) the API answers for;
-    #: ``.example.com`` also matches its subdomains, ``*`` any host. Any other Host header is
-    #: refused (421), so a web page cannot DNS-rebind its own name to this API.
-    allowed_hosts: str = "localhost,127.0.0.1,[::1]"
     #: The largest request body accepted (a definition, a run's input, a signal payload).
     api_max_body_bytes: int = 2 * 1024 * 1024
     #: COMPOSER_MAX_RUN_INPUT_BYTES: the largest run input, and run config, as JSON (a

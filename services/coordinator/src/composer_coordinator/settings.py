@@ -17,7 +17,8 @@ class CoordinatorSettings(ServerSettings):
     #: for the next.
     batches_in_flight: int = 2
     #: COMPOSER_WORKER_TOKENS="token:queue1|queue2,…": worker tokens that may serve only
-    #: their queues (``token:*``: all); COMPOSER_WORKER_TOKEN is one for every queue.
+    #: their queues (``token:*``: all). Instead of COMPOSER_WORKER_TOKEN (one for every
+    #: queue), not beside it: the coordinator refuses to start with both.
     worker_tokens: str = ""
     #: COMPOSER_BUILTIN_WORKER_TOKEN: the built-in workers' own token, for their queues
     #: (http, python) only; they present it as their COMPOSER_WORKER_TOKEN.

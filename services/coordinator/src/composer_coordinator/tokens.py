@@ -6,7 +6,12 @@ may serve only their queues (``token:*`` for all), so a team's workers cannot
 lease, renew or report another team's tasks; ``COMPOSER_BUILTIN_WORKER_TOKEN``
 is the built-in workers' own, for their queues (``http``, ``python``). A token is compared in constant
 time; what it covers is looked up afterwards. Outside COMPOSER_DEV_MODE the coordinator
-refuses to start with a well-known, placeholder or short token (composer_service.tokens).
+refuses to start with a well-known, placeholder or guessable token (composer_service.tokens).
+
+Who sets COMPOSER_WORKER_TOKENS means to scope the workers, so a token for every
+queue then exists only where that list says ``token:*``: COMPOSER_WORKER_TOKEN beside
+it (left over in an environment, a generated file or a Secret) is a start-up error
+naming the two ways out, never a silent key to every queue (issue 25).
 """
 
 from __future__ import annotations
@@ -42,6 +47,14 @@ class WorkerTokens:
         and COMPOSER_BUILTIN_WORKER_TOKEN (``builtin``)."""
         scopes: dict[str, frozenset[str] | None] = {}
         origins: dict[str, str] = {}
+        if all_queues.strip() and scoped.strip(" ,"):
+            raise TokenConfigError(
+                "COMPOSER_WORKER_TOKEN (a token for every queue) is set beside "
+                "COMPOSER_WORKER_TOKENS: with scoped tokens, a token for every queue must be "
+                "listed among them as <token>:*. Unset COMPOSER_WORKER_TOKEN on the "
+                "coordinator, or move it into COMPOSER_WORKER_TOKENS as <token>:* if some "
+                "worker must serve every queue"
+            )
         if all_queues.strip():
             scopes[all_queues.strip()] = None
             origins[all_queues.strip()] = "COMPOSER_WORKER_TOKEN"
@@ -85,7 +98,7 @@ class WorkerTokens:
         return cls(scopes, origins)
 
     def check_strength(self, *, dev_mode: bool) -> list[str]:
-        """Refuse well-known, placeholder and short tokens (WeakTokenError, naming each
+        """Refuse well-known, placeholder and guessable tokens (WeakTokenError, naming each
         one's variable) unless ``dev_mode``; then return a warning for each."""
         return check_tokens(
             ((self.origins.get(token, "a worker token"), token) for token in self.scopes),

@@ -20,10 +20,12 @@ commits), POST ``{run_id, workflow_id, version, status, error, output}`` to
 each definition's webhook_url through the HTTP executor (its SSRF guard
 applies), then in a short transaction delete the delivered rows and postpone
 the failed ones with exponential backoff, until a bounded time has passed
-(then dropped with an error log). Each POST carries ``Composer-Delivery`` (the
-outbox row id: the same on every retry, for the receiver to dedupe on),
-``Composer-Timestamp`` (unix seconds) and, when a secret is configured,
-``Composer-Signature: v1=<hex HMAC-SHA256(secret, "<timestamp>." + body)>``.
+(then dropped with an error log). Each POST carries ``Composer-Delivery`` (a
+random id kept with the row: the same on every retry, for the receiver to dedupe
+on, and telling nothing of how many webhooks went out), ``Composer-Timestamp``
+(unix seconds) and, when a secret is configured, ``Composer-Signature: v2=<hex
+HMAC-SHA256(secret, "<delivery id>.<timestamp>." + body)>``: the id is signed, so a
+replay cannot pass as a new delivery by changing it.
 
 One bad row never stops the loop: whatever goes wrong with one row (a payload
 that does not decode, a bug) is an ALERT naming its run, the row is set aside
@@ -62,12 +64,14 @@ TIMESTAMP_HEADER = "Composer-Timestamp"
 SIGNATURE_HEADER = "Composer-Signature"
 
 
-def sign(secret: str, timestamp: str, body: bytes) -> str:
-    """The ``Composer-Signature`` value: ``v1=`` and the hex HMAC-SHA256 of
-    ``"<timestamp>." + body`` under ``secret``. Binding the timestamp lets a
-    receiver refuse an old delivery replayed by whoever saw it."""
-    digest = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
-    return "v1=" + digest.hexdigest()
+def sign(secret: str, delivery: str, timestamp: str, body: bytes) -> str:
+    """The ``Composer-Signature`` value: ``v2=`` and the hex HMAC-SHA256 of
+    ``"<delivery id>.<timestamp>." + body`` under ``secret``. Binding the timestamp
+    lets a receiver refuse an old delivery replayed by whoever saw it; binding the
+    delivery id, that the replay pass its dedupe under another id. (``v1`` signed
+    the timestamp and body only; the version says which text is signed.)"""
+    signed = f"{delivery}.{timestamp}.".encode() + body
+    return "v2=" + hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
 
 
 @dataclass
@@ -307,15 +311,19 @@ class Enqueuer:
                 )
             return f"its payload is {exc}"
         try:
+            if message.delivery_id is None:  # V013 gives every webhook row one
+                raise ValueError(f"webhook outbox row {message.id} has no delivery id")
             body = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
             timestamp = str(int(time.time()))
             headers = {
                 "Content-Type": "application/json",
-                DELIVERY_HEADER: str(message.id),
+                DELIVERY_HEADER: message.delivery_id,
                 TIMESTAMP_HEADER: timestamp,
             }
             if self.webhook_secret:
-                headers[SIGNATURE_HEADER] = sign(self.webhook_secret, timestamp, body.encode())
+                headers[SIGNATURE_HEADER] = sign(
+                    self.webhook_secret, message.delivery_id, timestamp, body.encode()
+                )
             spec = {"method": "POST", "url": message.destination, "headers": headers, "body": body}
             await run_http(
                 spec, timeout=self.webhook_timeout, session=session, policy=self.http_policy

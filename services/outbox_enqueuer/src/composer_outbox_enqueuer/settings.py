@@ -20,7 +20,7 @@ class EnqueuerSettings(ServiceSettings):
     webhook_timeout_seconds: float = 10.0
     #: Webhook delivery is retried with backoff for about this long, then given up (and logged).
     webhook_give_up_seconds: float = 3600.0
-    #: COMPOSER_WEBHOOK_SECRET: the key of each webhook's ``Composer-Signature`` (HMAC-SHA256
-    #: of ``"<Composer-Timestamp>." + body``); empty: webhooks go out unsigned (a warning at
-    #: start). Give receivers the same secret.
+    #: COMPOSER_WEBHOOK_SECRET: the key of each webhook's ``Composer-Signature`` (``v2=``,
+    #: HMAC-SHA256 of ``"<Composer-Delivery>.<Composer-Timestamp>." + body``); empty: webhooks
+    #: go out unsigned (a warning at start). Give receivers the same secret.
     webhook_secret: str = ""

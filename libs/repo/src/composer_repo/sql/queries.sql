@@ -493,9 +493,12 @@ SELECT id, name, payload, created_at, consumed_at, consumed_by, sent_by
 
 -- name: enqueue
 -- created_at and next_attempt_at are one value for a message due at once, so the
--- enqueuer can tell it from a delayed one (docs/architecture.md §4.3).
-INSERT INTO outbox (kind, run_id, task_id, destination, payload, next_attempt_at, created_at)
-VALUES ($1, $2, $3, $4, $5, COALESCE($6::timestamptz, composer_now()), composer_now())
+-- enqueuer can tell it from a delayed one (docs/architecture.md §4.3). A webhook
+-- gets its random delivery id here, once: every retry of it sends the same (V013).
+INSERT INTO outbox (kind, run_id, task_id, destination, payload, next_attempt_at, created_at,
+                    delivery_id)
+VALUES ($1, $2, $3, $4, $5, COALESCE($6::timestamptz, composer_now()), composer_now(),
+        CASE WHEN $1 = 'webhook' THEN gen_random_uuid() END)
 RETURNING id;
 
 -- name: enqueue_dispatches
@@ -515,7 +518,8 @@ RETURNING id, task_id;
 -- A message due at once (next_attempt_at = created_at) is published by whoever
 -- committed it, right after the commit: it is claimed here only once it is $3
 -- seconds old, which means that publish did not happen (a crash, Redis away).
-SELECT id, kind, run_id, task_id, destination, payload, attempts, next_attempt_at, created_at
+SELECT id, kind, run_id, task_id, destination, payload, attempts, next_attempt_at, created_at,
+       delivery_id
   FROM outbox
  WHERE kind = $1 AND next_attempt_at <= statement_timestamp()
    AND (next_attempt_at > created_at
@@ -544,7 +548,7 @@ UPDATE outbox o
   FROM due
  WHERE o.id = due.id
 RETURNING o.id, o.kind, o.run_id, o.task_id, o.destination, o.payload, o.attempts,
-          due.next_attempt_at, o.created_at;
+          due.next_attempt_at, o.created_at, o.delivery_id;
 
 -- name: delete_outbox
 DELETE FROM outbox WHERE id = ANY($1::bigint[]);
