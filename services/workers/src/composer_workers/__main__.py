@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
 import sys
@@ -118,7 +119,13 @@ async def _python_sandbox(
             first_uid=settings.python_uid if settings.python_uid is not None else 50000,
             slots=settings.concurrency,
             allow_private=http.allow_private,
-            allow_networks=http.allow_networks,
+            # Routes open whole networks: an entry for one port of one (make run's own API,
+            # 127.0.0.1:<port>) opens nothing to PYTHON nodes.
+            allow_networks=tuple(
+                n
+                for n in http.allow_networks
+                if isinstance(n, ipaddress.IPv4Network | ipaddress.IPv6Network)
+            ),
         )
     )
     try:

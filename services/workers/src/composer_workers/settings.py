@@ -35,7 +35,8 @@ class WorkersSettings(ServiceSettings):
     python_sandbox: Literal["bwrap", "off"] = "bwrap"
     #: COMPOSER_PYTHON_NETWORK: what a sandboxed node may reach. ``outbound``: public
     #: addresses through user-mode NAT (slirp4netns), never this host's own addresses nor
-    #: private ranges (but those COMPOSER_HTTP_ALLOW_NETWORKS opens); ``none``: nothing;
+    #: private ranges (but the whole networks COMPOSER_HTTP_ALLOW_NETWORKS opens; an entry
+    #: naming one port opens nothing here); ``none``: nothing;
     #: ``host``: the workers' own network, servers included (a WARNING at start).
     python_network: Literal["none", "outbound", "host"] = "outbound"
     #: The size of a sandboxed node's tmpfs at /tmp, its only writable place (and of its
