@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import shutil
 import signal
 import socket
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc.aio
 import pytest
@@ -154,3 +156,73 @@ async def test_workers_and_enqueuer_stop_cleanly_on_sigterm(
     for proc in procs.values():
         _, stderr = await asyncio.wait_for(proc.communicate(), 30)
         assert proc.returncode == 0, stderr.decode()
+
+
+async def _workers_start(env: dict[str, str]) -> str:
+    """Start the workers service, read its log until it serves, stop it; its log."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "composer_workers", env=env, stderr=asyncio.subprocess.PIPE
+    )
+    try:
+        seen = await wait_for_line(proc, "serving http, python", timeout=60)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, rest = await asyncio.wait_for(proc.communicate(), 30)
+    return seen + rest.decode()
+
+
+async def test_workers_refuse_python_nodes_where_the_sandbox_cannot_work(
+    database_url: str, redis_url: str, tmp_path: Path
+) -> None:
+    # A kernel (or a container's seccomp profile) that refuses namespaces, as bwrap says it.
+    fake = tmp_path / "bin" / "bwrap"
+    fake.parent.mkdir()
+    fake.write_text(
+        "#!/bin/sh\necho 'bwrap: No permissions to creating new namespace' >&2\nexit 1\n"
+    )
+    fake.chmod(0o755)
+    (tmp_path / "bin" / "slirp4netns").symlink_to(shutil.which("slirp4netns") or "/bin/false")
+    env = service_env(
+        database_url,
+        redis_url,
+        COMPOSER_WORKER_TOKEN=TOKEN,
+        COMPOSER_GRPC_ADDR=f"127.0.0.1:{free_port()}",
+        COMPOSER_LOG_FORMAT="human",
+    )
+    env["PATH"] = f"{fake.parent}:{env.get('PATH', '')}"
+    log = await _workers_start(env)
+    assert "ALERT" in log
+    assert "refuses PYTHON nodes" in log
+    assert "No permissions to creating new namespace" in log
+    assert "COMPOSER_PYTHON_SANDBOX=off" in log  # the way out, named
+
+
+async def test_workers_with_the_sandbox_off_say_so_loudly(
+    database_url: str, redis_url: str
+) -> None:
+    env = service_env(
+        database_url,
+        redis_url,
+        COMPOSER_WORKER_TOKEN=TOKEN,
+        COMPOSER_GRPC_ADDR=f"127.0.0.1:{free_port()}",
+        COMPOSER_LOG_FORMAT="human",
+        COMPOSER_PYTHON_SANDBOX="off",
+    )
+    log = await _workers_start(env)
+    alerts = [line for line in log.splitlines() if "ALERT" in line]
+    assert any("PYTHON nodes run unsandboxed" in line for line in alerts), log
+
+
+async def test_workers_with_a_working_sandbox_say_how_nodes_run(
+    database_url: str, redis_url: str
+) -> None:
+    env = service_env(
+        database_url,
+        redis_url,
+        COMPOSER_WORKER_TOKEN=TOKEN,
+        COMPOSER_GRPC_ADDR=f"127.0.0.1:{free_port()}",
+        COMPOSER_LOG_FORMAT="human",
+    )
+    log = await _workers_start(env)
+    assert "PYTHON nodes run sandboxed by" in log
+    assert "ALERT" not in log
