@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import ipaddress
 import json
 import logging
@@ -171,6 +172,11 @@ class Sandbox:
         self._bwrap = ""
         self._slirp = ""
         self._cidr: str | None = None
+        #: What the workers' start-up check gave up because the host refused it
+        #: (``_python.check_sandbox``): a fresh /proc (a container runtime masks
+        #: /proc), and disabling nested user namespaces (/proc/sys read-only).
+        self.proc = True
+        self.disable_userns = True
         self._python = os.path.realpath(sys.executable)
         self._binds = _python_binds(self._python)
 
@@ -205,6 +211,21 @@ class Sandbox:
             f"{self.policy.network}; a {self.policy.tmp_bytes / (1024 * 1024):g} MiB tmpfs "
             f"at {WORK_DIR}; python {self._python}"
         )
+
+    def weakened(self) -> list[str]:
+        """What the sandbox goes without here (see ``proc`` and ``disable_userns``)."""
+        gone = []
+        if not self.proc:
+            gone.append(
+                "no /proc in the sandbox: this host refuses to mount one (a container "
+                "runtime masking /proc; podman: --security-opt unmask=/proc/*)"
+            )
+        if not self.disable_userns and not self.privileged:
+            gone.append(
+                "nodes may create user namespaces of their own: /proc/sys is read-only "
+                "here, so bwrap cannot forbid them"
+            )
+        return gone
 
     # -- one node ---------------------------------------------------------------
 
@@ -279,7 +300,7 @@ class Sandbox:
         else:
             argv += [
                 "--unshare-user",
-                "--disable-userns",
+                *(["--disable-userns"] if self.disable_userns else []),
                 "--uid",
                 str(INSIDE_UID),
                 "--gid",
@@ -298,7 +319,8 @@ class Sandbox:
             argv += ["--symlink" if kind == "symlink" else "--ro-bind", source, dest]
         argv += ["--ro-bind", str(self._etc), "/etc"]
         argv += ["--ro-bind-try", "/etc/ssl/certs", "/etc/ssl/certs"]
-        argv += ["--proc", "/proc", "--dev", "/dev"]
+        argv += ["--proc", "/proc"] if self.proc else ["--dir", "/proc"]
+        argv += ["--dev", "/dev"]
         argv += ["--perms", "1777", "--size", tmp, "--tmpfs", WORK_DIR]
         argv += ["--perms", "1777", "--size", tmp, "--tmpfs", "/dev/shm"]
         argv += ["--remount-ro", "/", "--chdir", WORK_DIR, "--clearenv"]
@@ -459,6 +481,7 @@ async def _start_slirp(program: str, pid: int, cidr: str, privileged: bool) -> C
     --die-with-parent) and slirp4netns exits when its tap device goes.
     """
     ready_r, ready_w = os.pipe()
+    pass_fds = [ready_w]
     argv = [
         program,
         "--configure",
@@ -469,16 +492,22 @@ async def _start_slirp(program: str, pid: int, cidr: str, privileged: bool) -> C
         "--enable-seccomp",
         f"--ready-fd={ready_w}",
     ]
+    owner: int | None = None
     if not privileged:
-        argv.append(f"--userns-path=/proc/{pid}/ns/user")
+        # The user namespace that owns the network namespace: bwrap runs the node in a
+        # second one nested in it (to give it its uid), which could not configure it.
+        owner = _owner_of_netns(pid)
+        pass_fds.append(owner)
+        argv.append(f"--userns-path=/proc/self/fd/{owner}")
     argv += [str(pid), "tap0"]
     try:
-        child = await spawn(argv, env={"PATH": os.defpath}, pass_fds=(ready_w,), quiet=True)
+        child = await spawn(argv, env={"PATH": os.defpath}, pass_fds=pass_fds, quiet=True)
     except OSError as exc:
         os.close(ready_r)
         raise SandboxUnavailable(f"slirp4netns did not start: {exc}") from None
     finally:
-        os.close(ready_w)
+        for fd in pass_fds:
+            os.close(fd)
     try:
         ready = await _read_pipe(ready_r, 1)
     except TimeoutError:
@@ -490,6 +519,24 @@ async def _start_slirp(program: str, pid: int, cidr: str, privileged: bool) -> C
         child.close_pipes()
         raise SandboxUnavailable(f"slirp4netns could not connect the sandbox: {said}")
     return child
+
+
+#: ioctl(2) on a namespace's file: a file of the user namespace that owns it (linux/nsfs.h).
+_NS_GET_USERNS = 0xB701
+
+
+def _owner_of_netns(pid: int) -> int:
+    """An fd of the user namespace owning ``pid``'s network namespace."""
+    try:
+        net = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SandboxUnavailable(f"the sandbox's network namespace is gone: {exc}") from None
+    try:
+        return fcntl.ioctl(net, _NS_GET_USERNS)
+    except OSError as exc:
+        raise SandboxUnavailable(f"cannot find who owns the sandbox's network: {exc}") from None
+    finally:
+        os.close(net)
 
 
 async def _read_pipe(fd: int, n: int = -1) -> bytes:

@@ -141,6 +141,8 @@ async def _python_sandbox(
         alert(log, "%s", refusal)
         return None, refusal
     log.info("%s", sandbox.describe())
+    for weaker in sandbox.weakened():
+        log.warning("PYTHON sandbox: %s", weaker)
     if settings.python_network == "host":
         log.warning(
             "COMPOSER_PYTHON_NETWORK=host: PYTHON nodes share the workers' network and reach "
