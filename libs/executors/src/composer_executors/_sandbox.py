@@ -376,7 +376,7 @@ class Sandboxed:
     init_pid: int = 0
     slirp: Child | None = None
     _init_fd: int | None = field(default=None, repr=False)
-    _ended: bool = field(default=False, repr=False)
+    _reaping: asyncio.Future[None] | None = field(default=None, repr=False)
 
     def watch_init(self, pid: int) -> None:
         """Hold a pidfd of the namespace's first process, so that killing it hits no other.
@@ -423,11 +423,17 @@ class Sandboxed:
             self.slirp.kill()
 
     async def end(self) -> None:
-        """Kill what is left and reap it; the node's uid is free again after this."""
-        if self._ended:
-            return
-        self._ended = True
-        self.kill()
+        """Kill what is left and reap it; the node's uid is free again after this.
+
+        The reaping goes on even if the caller is cancelled meanwhile, so the uid
+        always comes back, and only once nothing runs as it.
+        """
+        if self._reaping is None:
+            self.kill()
+            self._reaping = asyncio.ensure_future(self._reap())
+        await asyncio.shield(self._reaping)
+
+    async def _reap(self) -> None:
         await self.child.wait()
         if self._init_fd is not None:
             os.close(self._init_fd)
