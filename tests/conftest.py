@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 
 from composer_core.model import default_engine
+from composer_executors import Sandbox, SandboxPolicy
 
 # cel-python raises the interpreter's recursion limit (to 2500) the first time
 # its grammar is built. Build it once before any test, so that hypothesis does
@@ -27,3 +29,16 @@ def _no_composer_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in os.environ:
         if name.startswith("COMPOSER_") and not name.startswith(TEST_SETTINGS):
             monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def sandbox() -> Iterator[Sandbox]:
+    """The bubblewrap sandbox the built-in workers run PYTHON nodes in, opened with their
+    defaults (network ``outbound``; bwrap and slirp4netns installed: `make run`,
+    `.ci/run` and the workers' image install them)."""
+    box = Sandbox(SandboxPolicy(slots=8))
+    box.open()
+    try:
+        yield box
+    finally:
+        box.close()

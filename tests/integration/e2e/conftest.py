@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +26,7 @@ import composer_repo as repo
 from composer_coordinator.server import start_server
 from composer_engine import Engine, Workflows, validate_definition
 from composer_engine.sealing import Sealer
-from composer_executors import HttpPolicy, Sandbox, SandboxPolicy, create_http_session
+from composer_executors import HttpPolicy, create_http_session
 from composer_lease_sweeper.loop import Sweeper
 from composer_outbox_enqueuer.loop import Enqueuer
 from composer_sdk import Worker, WorkerConfig
@@ -217,14 +217,3 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} did not hold within {timeout}s")
         await asyncio.sleep(0.02)
-
-
-@pytest.fixture
-def sandbox() -> Iterator[Sandbox]:
-    """The sandbox the built-in workers run PYTHON nodes in, opened with their defaults."""
-    box = Sandbox(SandboxPolicy(slots=8))
-    box.open()
-    try:
-        yield box
-    finally:
-        box.close()

@@ -158,6 +158,17 @@ async def test_workers_and_enqueuer_stop_cleanly_on_sigterm(
         assert proc.returncode == 0, stderr.decode()
 
 
+def _workers_env(database_url: str, redis_url: str, **extra: str) -> dict[str, str]:
+    return service_env(
+        database_url,
+        redis_url,
+        COMPOSER_WORKER_TOKEN=TOKEN,
+        COMPOSER_GRPC_ADDR=f"127.0.0.1:{free_port()}",
+        COMPOSER_LOG_FORMAT="human",
+        **extra,
+    )
+
+
 async def _workers_start(env: dict[str, str]) -> str:
     """Start the workers service, read its log until it serves, stop it; its log."""
     proc = await asyncio.create_subprocess_exec(
@@ -182,13 +193,7 @@ async def test_workers_refuse_python_nodes_where_the_sandbox_cannot_work(
     )
     fake.chmod(0o755)
     (tmp_path / "bin" / "slirp4netns").symlink_to(shutil.which("slirp4netns") or "/bin/false")
-    env = service_env(
-        database_url,
-        redis_url,
-        COMPOSER_WORKER_TOKEN=TOKEN,
-        COMPOSER_GRPC_ADDR=f"127.0.0.1:{free_port()}",
-        COMPOSER_LOG_FORMAT="human",
-    )
+    env = _workers_env(database_url, redis_url)
     env["PATH"] = f"{fake.parent}:{env.get('PATH', '')}"
     log = await _workers_start(env)
     assert "ALERT" in log
@@ -200,15 +205,7 @@ async def test_workers_refuse_python_nodes_where_the_sandbox_cannot_work(
 async def test_workers_with_the_sandbox_off_say_so_loudly(
     database_url: str, redis_url: str
 ) -> None:
-    env = service_env(
-        database_url,
-        redis_url,
-        COMPOSER_WORKER_TOKEN=TOKEN,
-        COMPOSER_GRPC_ADDR=f"127.0.0.1:{free_port()}",
-        COMPOSER_LOG_FORMAT="human",
-        COMPOSER_PYTHON_SANDBOX="off",
-    )
-    log = await _workers_start(env)
+    log = await _workers_start(_workers_env(database_url, redis_url, COMPOSER_PYTHON_SANDBOX="off"))
     alerts = [line for line in log.splitlines() if "ALERT" in line]
     assert any("PYTHON nodes run unsandboxed" in line for line in alerts), log
 
@@ -216,13 +213,6 @@ async def test_workers_with_the_sandbox_off_say_so_loudly(
 async def test_workers_with_a_working_sandbox_say_how_nodes_run(
     database_url: str, redis_url: str
 ) -> None:
-    env = service_env(
-        database_url,
-        redis_url,
-        COMPOSER_WORKER_TOKEN=TOKEN,
-        COMPOSER_GRPC_ADDR=f"127.0.0.1:{free_port()}",
-        COMPOSER_LOG_FORMAT="human",
-    )
-    log = await _workers_start(env)
+    log = await _workers_start(_workers_env(database_url, redis_url))
     assert "PYTHON nodes run sandboxed by" in log
     assert "ALERT" not in log
