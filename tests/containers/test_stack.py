@@ -56,7 +56,11 @@ SERVICES = (
 #: An HTTP node calling the gateway across the containers' network, then a PYTHON node.
 PROBE = {
     "id": "containers-probe",
-    "output": {"status": "{{tasks.shout.output.status}}", "who": "{{tasks.shout.output.who}}"},
+    "output": {
+        "status": "{{tasks.shout.output.status}}",
+        "who": "{{tasks.shout.output.who}}",
+        "seen": "{{tasks.shout.output.seen}}",
+    },
     "nodes": [
         {
             "id": "fetch",
@@ -69,8 +73,12 @@ PROBE = {
             "id": "shout",
             "type": "PYTHON",
             "spec": {
-                "code": "def main(input):\n"
-                "    return {'status': input['status'], 'who': input['who'].upper()}\n",
+                "code": "import os\n"
+                "def main(input):\n"
+                "    seen = {'uid': os.getuid(), 'root': sorted(os.listdir('/')),\n"
+                "            'venv': os.path.exists('/opt/venv')}\n"
+                "    return {'status': input['status'], 'who': input['who'].upper(),\n"
+                "            'seen': seen}\n",
                 "input": {"status": "{{tasks.fetch.output.status}}", "who": "{{input.who}}"},
             },
         },
@@ -266,7 +274,13 @@ def test_a_run_with_http_and_python_nodes_succeeds_through_the_gateway(running: 
     run_id = api.start("containers-probe", {"url": "http://api-gateway:8080/healthz", "who": "ct"})
     run = api.result(run_id)
     assert run["status"] == "SUCCEEDED", run
+    seen = run["output"].pop("seen")
     assert run["output"] == {"status": 200, "who": "CT"}
+    # The PYTHON node ran in the bubblewrap sandbox inside the workers' container
+    # (issue 25): uid 65534 of a user namespace of its own, none of the container's files.
+    assert seen["uid"] == 65534, seen
+    assert not seen["venv"], seen
+    assert "opt" not in seen["root"], seen
     # stored sealed with the stack's key (docs/sealing.md), opened by the API for its answer
     run_key = str(uuid.UUID(run_id))
     stored = psql(
@@ -289,7 +303,7 @@ def test_two_coordinators_and_two_workers_serve_runs(running: Running) -> None:
     for i, run_id in enumerate(runs):
         run = api.result(run_id)
         assert run["status"] == "SUCCEEDED", run
-        assert run["output"] == {"status": 200, "who": f"CT{i}"}
+        assert (run["output"]["status"], run["output"]["who"]) == (200, f"CT{i}")
 
 
 def test_a_run_finishes_when_the_worker_running_it_is_killed(running: Running) -> None:

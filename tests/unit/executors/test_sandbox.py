@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import ipaddress
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -447,3 +448,45 @@ def _uid_of(pid: int) -> int | None:
             if line.startswith("Uid:"):
                 return int(line.split()[1])
     return None
+
+
+async def test_where_a_runtime_refuses_proc_and_hostname_the_check_goes_without_them(
+    tmp_path: Path,
+) -> None:
+    # As podman's defaults do inside a container: no fresh /proc, no sethostname.
+    fake = tmp_path / "bwrap"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'for a in "$@"; do\n'
+        '  [ "$a" = --proc ] && { echo "bwrap: Can\'t mount proc on /newroot/proc: '
+        'Operation not permitted" >&2; exit 1; }\n'
+        '  [ "$a" = --hostname ] && { echo "bwrap: Can\'t set hostname to sandbox: '
+        'Operation not permitted" >&2; exit 1; }\n'
+        "done\n"
+        f'exec {shutil.which("bwrap")} "$@"\n'
+    )
+    fake.chmod(0o755)
+    box = Sandbox(SandboxPolicy(bwrap=str(fake), slots=1))
+    box.open()
+    try:
+        await check_sandbox(box)
+        out = await run(box, "import os\ndef main(input):\n    return os.listdir('/proc')\n")
+    finally:
+        box.close()
+    assert out == []
+    weakened = " ".join(box.weakened())
+    assert "no /proc" in weakened and "host's name" in weakened
+
+
+async def test_a_refusal_that_is_not_optional_hardening_fails_the_check(tmp_path: Path) -> None:
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    box = Sandbox(SandboxPolicy(bwrap=str(fake), slots=1))
+    box.open()
+    try:
+        with pytest.raises(SandboxUnavailable, match="setting up uid map"):
+            await check_sandbox(box)
+    finally:
+        box.close()
+    assert box.weakened() == []

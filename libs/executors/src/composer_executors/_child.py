@@ -183,8 +183,12 @@ def _confine(limits: dict[str, Any]) -> None:
     _prctl(libc, _PR_SET_CHILD_SUBREAPER, 1)
     # In the sandbox's network namespace, with the CAP_NET_ADMIN bwrap left us for this.
     _unreachable(limits.get("unreachable") or [])
-    with open("/proc/sys/kernel/cap_last_cap", "rb") as f:
-        last_cap = int(f.read())
+    try:
+        with open("/proc/sys/kernel/cap_last_cap", "rb") as f:
+            last_cap = int(f.read())
+    except OSError:  # a sandbox without /proc (a container runtime masks it)
+        last_cap = 63  # every capability a kernel can have; past the last, EINVAL
+
     for cap in range(last_cap + 1):
         # EPERM without CAP_SETPCAP: then the bounding set is empty or fixed already.
         libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)

@@ -141,26 +141,20 @@ async def check_sandbox(sandbox: Sandbox) -> None:
     """Run one trivial node in ``sandbox``: what a worker does at start to learn that
     the sandbox works here. Raises SandboxUnavailable (permanent) saying why not.
 
-    A container runtime may mask /proc (no fresh one can be mounted) and keep
-    /proc/sys read-only (bwrap cannot forbid nested user namespaces): the check
-    then tries without those, and the sandbox says what it went without
-    (``Sandbox.weakened``). Namespaces themselves are never given up.
+    A container runtime may mask /proc (no fresh one can be mounted), keep
+    /proc/sys read-only (bwrap cannot forbid nested user namespaces) or refuse
+    sethostname: the check then tries again without what bwrap said it could
+    not do, and the sandbox says what it went without (``Sandbox.weakened``).
+    Namespaces themselves are never given up.
     """
-    tries = [(True, True), (False, True)]
-    if not sandbox.privileged:  # a root worker's sandbox has no user namespace to bound
-        tries = [(True, True), (True, False), (False, True), (False, False)]
-    first: SandboxUnavailable | None = None
-    for proc, disable_userns in tries:
-        sandbox.proc, sandbox.disable_userns = proc, disable_userns
+    while True:
         try:
             await _check_once(sandbox)
-        except SandboxUnavailable as exc:
-            first = first or exc
-        else:
             return
-    sandbox.proc, sandbox.disable_userns = True, True
-    assert first is not None
-    raise first
+        except SandboxUnavailable as exc:
+            if not sandbox.give_up_for(exc.message):
+                sandbox.restore()
+                raise
 
 
 async def _check_once(sandbox: Sandbox) -> None:

@@ -100,6 +100,28 @@ NON_PUBLIC_V4: tuple[IPv4Network, ...] = tuple(
 _SLIRP_CIDRS = ("10.0.2.0/24", "10.200.200.0/24", "172.31.254.0/24", "192.168.254.0/24")
 
 
+#: Hardening a host may refuse, by what bwrap says then, and what going without it means.
+#: Container runtimes do: podman and docker mask /proc (no fresh one can be mounted),
+#: mount /proc/sys read-only and refuse sethostname to a container without
+#: CAP_SYS_ADMIN. None of it is what isolates a node: its namespaces are.
+_OPTIONAL = {
+    "proc": (
+        "Can't mount proc",
+        "no /proc in the sandbox: this host refuses to mount one (a container runtime "
+        "masking /proc; podman: --security-opt unmask=/proc/*)",
+    ),
+    "disable_userns": (
+        "max_user_namespaces",
+        "nodes may create user namespaces of their own: /proc/sys is read-only here, so "
+        "bwrap cannot forbid them",
+    ),
+    "hostname": (
+        "Can't set hostname",
+        "the sandbox keeps this host's name: sethostname is refused here",
+    ),
+}
+
+
 class SandboxUnavailable(ExecutionError):
     """The sandbox cannot be set up here (a tool is missing, the kernel refuses namespaces).
 
@@ -173,10 +195,8 @@ class Sandbox:
         self._slirp = ""
         self._cidr: str | None = None
         #: What the workers' start-up check gave up because the host refused it
-        #: (``_python.check_sandbox``): a fresh /proc (a container runtime masks
-        #: /proc), and disabling nested user namespaces (/proc/sys read-only).
-        self.proc = True
-        self.disable_userns = True
+        #: (``_python.check_sandbox``, ``give_up_for``).
+        self.without: set[str] = set()
         self._python = os.path.realpath(sys.executable)
         self._binds = _python_binds(self._python)
 
@@ -213,19 +233,21 @@ class Sandbox:
         )
 
     def weakened(self) -> list[str]:
-        """What the sandbox goes without here (see ``proc`` and ``disable_userns``)."""
-        gone = []
-        if not self.proc:
-            gone.append(
-                "no /proc in the sandbox: this host refuses to mount one (a container "
-                "runtime masking /proc; podman: --security-opt unmask=/proc/*)"
-            )
-        if not self.disable_userns and not self.privileged:
-            gone.append(
-                "nodes may create user namespaces of their own: /proc/sys is read-only "
-                "here, so bwrap cannot forbid them"
-            )
-        return gone
+        """What the sandbox goes without here, each with why (``give_up_for``)."""
+        return [_OPTIONAL[name][1] for name in sorted(self.without)]
+
+    def give_up_for(self, failure: str) -> bool:
+        """Go without the hardening that ``failure`` (what bwrap said) shows this host
+        refuses; False when it names none left to give up (the sandbox cannot work)."""
+        for name, (said, _) in _OPTIONAL.items():
+            if said in failure and name not in self.without:
+                self.without.add(name)
+                return True
+        return False
+
+    def restore(self) -> None:
+        """Back to full strength (the start-up check failed anyway)."""
+        self.without.clear()
 
     # -- one node ---------------------------------------------------------------
 
@@ -288,9 +310,9 @@ class Sandbox:
             "--unshare-cgroup-try",
             "--die-with-parent",
             "--new-session",
-            "--hostname",
-            "sandbox",
         ]
+        if "hostname" not in self.without:
+            argv += ["--hostname", "sandbox"]
         if self.policy.network != "host":
             argv.append("--unshare-net")
         if self.privileged:
@@ -300,7 +322,7 @@ class Sandbox:
         else:
             argv += [
                 "--unshare-user",
-                *(["--disable-userns"] if self.disable_userns else []),
+                *(["--disable-userns"] if "disable_userns" not in self.without else []),
                 "--uid",
                 str(INSIDE_UID),
                 "--gid",
@@ -319,7 +341,7 @@ class Sandbox:
             argv += ["--symlink" if kind == "symlink" else "--ro-bind", source, dest]
         argv += ["--ro-bind", str(self._etc), "/etc"]
         argv += ["--ro-bind-try", "/etc/ssl/certs", "/etc/ssl/certs"]
-        argv += ["--proc", "/proc"] if self.proc else ["--dir", "/proc"]
+        argv += ["--proc", "/proc"] if "proc" not in self.without else ["--dir", "/proc"]
         argv += ["--dev", "/dev"]
         argv += ["--perms", "1777", "--size", tmp, "--tmpfs", WORK_DIR]
         argv += ["--perms", "1777", "--size", tmp, "--tmpfs", "/dev/shm"]
