@@ -149,6 +149,35 @@ async def test_every_problem_is_listed_with_its_path(gateway: Gateway) -> None:
     assert len(answer.body["problems"]) >= 4
 
 
+async def test_a_node_carrying_a_secret_must_write_its_host_literally(gateway: Gateway) -> None:
+    """The finding: with ``http://api.example.invalid{{input.path}}`` and a secret header, a
+    run's input chose the host the secret went to. Such a definition is refused; one whose
+    templates come after the host is taken (tests/integration/e2e/test_secrets.py runs
+    one stored before the rule)."""
+
+    def calling(url: str) -> dict[str, object]:
+        spec = {"url": url, "headers": {"X-Api-Key": "{{ secret.API_TOKEN }}"}}
+        return {"id": "keyed", "nodes": [{"id": "call", "type": "HTTP", "spec": spec}]}
+
+    for url in (
+        "http://api.example.invalid{{input.path}}",
+        "https://{{input.host}}/v1",
+        "https://api.example.invalid:{{input.port}}/",
+        "https://me:{{secret.PW}}@api.example.invalid/",
+    ):
+        answer = await gateway.call("POST", "/v1/workflows", json=calling(url))
+        assert answer.status == 422, (url, answer.body)
+        [problem] = answer.body["problems"]
+        assert problem["path"] == "nodes[0].spec.url"
+        assert problem["message"].startswith(
+            "an HTTP node that carries a secret reference must name where it sends it"
+        )
+    taken = await gateway.call(
+        "POST", "/v1/workflows", json=calling("http://api.example.invalid/{{input.path}}")
+    )
+    assert taken.status == 201, taken.body
+
+
 async def test_shape_errors_and_bad_syntax_are_422(gateway: Gateway) -> None:
     unknown = await gateway.call(
         "POST", "/v1/workflows", json={"id": "x", "nodes": [], "colour": "red"}

@@ -21,6 +21,8 @@ from composer_core.model._node_specs import (
     TaskSpec,
     WaitForEventSpec,
     WaitSpec,
+    fixes_origin,
+    literal_origin,
 )
 from composer_core.model._spec import DEFAULT_RETRY, Edge, Node, RetryPolicy, WorkflowSpec
 from composer_core.model._states import BUILTIN_QUEUES, NodeType, RunStatus, TaskState
@@ -52,6 +54,8 @@ __all__ = [
     "WorkflowSpec",
     "build_dag",
     "default_engine",
+    "fixes_origin",
+    "literal_origin",
     "parse_definition",
     "parse_seconds",
     "parse_time",
