@@ -24,7 +24,16 @@ from composer_core.model._node_specs import (
     fixes_origin,
     literal_origin,
 )
-from composer_core.model._spec import DEFAULT_RETRY, Edge, Node, RetryPolicy, WorkflowSpec
+from composer_core.model._spec import (
+    DEFAULT_RETRY,
+    HIDDEN_CREDENTIALS,
+    Edge,
+    Node,
+    RetryPolicy,
+    WorkflowSpec,
+    credentials_of,
+    hide_credentials,
+)
 from composer_core.model._states import BUILTIN_QUEUES, NodeType, RunStatus, TaskState
 
 __all__ = [
@@ -32,6 +41,7 @@ __all__ = [
     "DEFAULT_ACCEPT_STATUS",
     "DEFAULT_LIMITS",
     "DEFAULT_RETRY",
+    "HIDDEN_CREDENTIALS",
     "MAX_SECONDS",
     "NODE_SPECS",
     "CompiledNode",
@@ -53,8 +63,10 @@ __all__ = [
     "WorkflowDAG",
     "WorkflowSpec",
     "build_dag",
+    "credentials_of",
     "default_engine",
     "fixes_origin",
+    "hide_credentials",
     "literal_origin",
     "parse_definition",
     "parse_seconds",

@@ -24,7 +24,7 @@ from composer_core.model._node_specs import (
     accept_status_problems,
     fixes_origin,
 )
-from composer_core.model._spec import Node, WorkflowSpec
+from composer_core.model._spec import HIDDEN_CREDENTIALS, Node, WorkflowSpec, credentials_of
 from composer_core.model._states import NodeType
 from composer_core.templates import (
     ROOTS,
@@ -229,6 +229,17 @@ class _Builder:
             ("http://", "https://")
         ):
             self.add("webhook_url", "must be an http:// or https:// URL")
+        elif (
+            not self.stored
+            and spec.webhook_url is not None
+            and credentials_of(spec.webhook_url) == HIDDEN_CREDENTIALS
+        ):
+            self.add(
+                "webhook_url",
+                f"its user:password is {HIDDEN_CREDENTIALS!r}, which is how Composer shows "
+                "hidden credentials (a definition read back from the API): write the real "
+                "ones, or leave user:password@ out",
+            )
         if nesting_depth(spec.output) > limits.max_depth:
             self.add("output", f"nested deeper than {limits.max_depth} levels")
             self.too_deep.add(-1)
