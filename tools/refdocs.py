@@ -225,13 +225,14 @@ _HTTP_FAILURES: tuple[tuple[ErrorCode, str, bool], ...] = (
     (
         ErrorCode.INVALID_SPEC,
         "the resolved spec is unusable (a template gave a bad `url`, `method` or "
-        "`accept_status`, …)",
+        "`accept_status`, …), or it carries a secret and its url goes to another origin "
+        "than the one its definition spells out",
         False,
     ),
     (
         ErrorCode.TARGET_REFUSED,
         "the SSRF guard refused the address, or a redirect went to https → http, a "
-        "non-http(s) URL or no host",
+        "non-http(s) URL or no host, or to another origin taking a secret's value along",
         False,
     ),
     (ErrorCode.TOO_MANY_REDIRECTS, f"more than {HttpPolicy().max_redirects} redirects", False),

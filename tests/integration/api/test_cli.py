@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,6 +23,7 @@ from typer.testing import CliRunner, Result
 import composer_repo as repo
 from composer_cli import app
 from composer_sdk import PermanentError, TaskContext, TaskFailed
+from composer_sdk import _worker as sdk_worker
 from tests.integration.api.conftest import TOKENS, Live
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -311,3 +314,97 @@ async def test_logs_prints_each_attempt_s_lines(live: Live, tmp_path: Path) -> N
         and "redacted" in viewer.output
         and "hi" not in viewer.output.splitlines()
     )
+
+
+#: Text that drives a terminal when printed as it is: an OSC title with BEL, a CSI that
+#: clears the screen, a colour, an 8-bit CSI (U+009B), backspace, DEL, NEL (U+0085), CRLF,
+#: a tab (no NUL: PostgreSQL stores none).
+HOSTILE = "\x1b]0;pwned\x07\x1b[2J\x1b[31mred\x9b1mbold\x08\x7f\x85end\r\nsecond\tline"
+#: What no output may hold: C0 controls but tab and line feed, DEL, C1 controls.
+CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def strings(value: Any) -> list[str]:
+    """Every string in a JSON document, keys included."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [*value, *(t for v in value.values() for t in strings(v))]
+    if isinstance(value, list):
+        return [t for v in value for t in strings(v)]
+    return []
+
+
+async def test_no_command_prints_a_control_character_the_api_sent(
+    live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The finding: `composer get` and `composer history` printed ESC/OSC sequences from
+    a node's error as they were (a title set, the screen cleared). Every command that
+    prints what the API sent prints it without control characters; --json escapes them."""
+
+    async def hostile(ctx: TaskContext, input: dict[str, Any]) -> dict[str, Any]:
+        ctx.logger.info("log %s", HOSTILE)
+        raise PermanentError(HOSTILE)
+
+    # a worker's heartbeat names its host: shown by `composer workers`
+    monkeypatch.setattr(sdk_worker, "socket", SimpleNamespace(gethostname=lambda: "box" + HOSTILE))
+    live.stack.worker({"hostile": hostile})
+    definition = {
+        "id": "cli-hostile",
+        "name": "shop " + HOSTILE,
+        "nodes": [{"id": "fail", "type": "TASK", "queue": "hostile"}],
+    }
+    path = tmp_path / "hostile.json"
+    path.write_text(json.dumps(definition))
+    applied = await composer(live, "apply", "-f", str(path), "--deploy")
+    assert applied.exit_code == 0, applied.output
+
+    started = await composer(live, "start", "cli-hostile", "--wait")
+    assert started.exit_code == 1, started.output
+    run_id = started.output.split()[1]
+    outputs = {"start --wait": started.output}
+    for args in (
+        ["get", run_id],
+        ["watch", run_id],
+        ["history", run_id],
+        ["logs", run_id],
+        ["runs", "--workflow", "cli-hostile"],
+        ["workers"],
+        ["workflows"],
+    ):
+        result = await composer(live, *args, columns=400)
+        assert result.exit_code in (0, 1), (args, result.output)
+        outputs[" ".join(args[:1])] = result.output
+
+    # the definition's problems quote a spec key as it was written: an error's details
+    broken = tmp_path / "broken.json"
+    broken.write_text(
+        json.dumps(
+            {
+                "id": "cli-broken",
+                "nodes": [{"id": "a", "type": "TASK", "queue": "q", "spec": {HOSTILE: "{{ ) }}"}}],
+            }
+        )
+    )
+    invalid = await composer(live, "apply", "-f", str(broken))
+    assert invalid.exit_code == 1, invalid.output
+    outputs["apply (invalid)"] = invalid.output
+
+    for command_name, output in outputs.items():
+        assert not CONTROLS.search(output), (command_name, output)
+        # what the sequences wrapped is still there, as plain text
+        assert "]0;pwned" in output, (command_name, output)
+    assert "second" in outputs["get"] and "[2J[31mred1mboldend" in outputs["get"]
+    assert "log ]0;pwned" in outputs["logs"]
+    assert "box]0;pwned" in outputs["workers"]
+
+    # --json: the same documents, every control escaped (JSON escapes C0; DEL and C1 too)
+    for args in (["get", run_id], ["history", run_id], ["logs", run_id], ["runs"], ["workers"]):
+        as_json = await composer(live, *args, "--json")
+        assert as_json.exit_code == 0, (args, as_json.output)
+        assert not CONTROLS.search(as_json.stdout), (args, as_json.stdout)
+        # the controls are data still (a log line is cut at the line break)
+        found = strings(json.loads(as_json.stdout))
+        assert any("\x1b]0;pwned\x07\x1b[2J" in text for text in found), args
+    shown = json.loads((await composer(live, "get", run_id, "--json")).stdout)
+    assert shown["tasks"][0]["error"] == HOSTILE

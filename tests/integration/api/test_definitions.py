@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import yaml
 
+from composer_api_gateway.state import POOL
 from tests.integration.api.conftest import Gateway, deploy, queued_workflow
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -147,6 +149,69 @@ async def test_every_problem_is_listed_with_its_path(gateway: Gateway) -> None:
     assert {"nodes[0].spec.url", "nodes[1].id", "edges[0].to"} <= paths, answer.body
     assert any(p.startswith("nodes[2].spec") for p in paths), answer.body
     assert len(answer.body["problems"]) >= 4
+
+
+async def test_a_node_carrying_a_secret_must_write_its_host_literally(gateway: Gateway) -> None:
+    """The finding: with ``http://api.example.invalid{{input.path}}`` and a secret header, a
+    run's input chose the host the secret went to. Such a definition is refused; one whose
+    templates come after the host is taken (tests/integration/e2e/test_secrets.py runs
+    one stored before the rule)."""
+
+    def calling(url: str) -> dict[str, object]:
+        spec = {"url": url, "headers": {"X-Api-Key": "{{ secret.API_TOKEN }}"}}
+        return {"id": "keyed", "nodes": [{"id": "call", "type": "HTTP", "spec": spec}]}
+
+    for url in (
+        "http://api.example.invalid{{input.path}}",
+        "https://{{input.host}}/v1",
+        "https://api.example.invalid:{{input.port}}/",
+        "https://me:{{secret.PW}}@api.example.invalid/",
+    ):
+        answer = await gateway.call("POST", "/v1/workflows", json=calling(url))
+        assert answer.status == 422, (url, answer.body)
+        [problem] = answer.body["problems"]
+        assert problem["path"] == "nodes[0].spec.url"
+        assert problem["message"].startswith(
+            "an HTTP node that carries a secret reference must name where it sends it"
+        )
+    taken = await gateway.call(
+        "POST", "/v1/workflows", json=calling("http://api.example.invalid/{{input.path}}")
+    )
+    assert taken.status == 201, taken.body
+
+
+async def test_a_webhook_url_s_credentials_are_shown_to_no_one(gateway: Gateway) -> None:
+    """The finding: viewers saw webhook_url with its user:password@. It is kept (the
+    webhook is sent with it) and shown as ***@ to every role, in every answer."""
+    password = "hunter2-pw-0417"
+    definition = {
+        "id": "hooked",
+        "webhook_url": f"https://hook-user:{password}@hooks.example.com/composer?k=1",
+        "nodes": [{"id": "w", "type": "WAIT", "spec": {"duration_seconds": 1}}],
+    }
+    created = await gateway.call("POST", "/v1/workflows", json=definition)
+    assert created.status == 201, created.body
+    deployed = await gateway.call("POST", "/v1/workflows/hooked/versions/1/deploy")
+    shown_url = "https://***@hooks.example.com/composer?k=1"
+    for role in ("viewer", "operator", "admin"):
+        versions = await gateway.call("GET", "/v1/workflows/hooked", role=role)
+        one = await gateway.call("GET", "/v1/workflows/hooked/versions/1", role=role)
+        assert versions.body["versions"][0]["webhook_url"] == shown_url
+        assert one.body["webhook_url"] == one.body["spec"]["webhook_url"] == shown_url
+        for answer in (versions, one, deployed):
+            assert password not in json.dumps(answer.body) and "hook-user" not in json.dumps(
+                answer.body
+            )
+    stored = await gateway.app[POOL].fetchval(
+        "SELECT webhook_url FROM workflow_definitions WHERE id = 'hooked'"
+    )
+    assert stored == definition["webhook_url"]  # kept for the POST
+
+    # the definition as the API shows it, applied again, would post with '***': refused
+    again = await gateway.call("POST", "/v1/workflows", json=one.body["spec"])
+    assert again.status == 422, again.body
+    [problem] = again.body["problems"]
+    assert problem["path"] == "webhook_url" and "write the real ones" in problem["message"]
 
 
 async def test_shape_errors_and_bad_syntax_are_422(gateway: Gateway) -> None:

@@ -83,3 +83,64 @@ async def test_the_api_answers_opened_values_and_stores_them_sealed(
         assert shown.body["input"] == (
             "<sealed with key 'k1', which this api-gateway does not have>"
         )
+
+
+async def test_a_cancel_reason_is_sealed_in_every_row_and_shown_to_payload_readers(
+    database_url: str, redis_url: str
+) -> None:
+    """The finding: with sealing on, the reason was stored in the clear on each task the
+    cancel stopped (the run's error and the history's rows were already sealed)."""
+    reason = f"customer {SECRET} asked us to stop"
+    async with (
+        open_stack(database_url, redis_url, sealer=sealer_from(KEYS)) as stack,
+        open_gateway(database_url, redis_url, prefix=stack.prefix, encryption_keys=KEYS) as gw,
+    ):
+        await deploy(gw, waiting_workflow("sealed-cancels"))
+        started = await gw.call(
+            "POST", "/v1/runs", role="operator", json={"workflow_id": "sealed-cancels"}
+        )
+        assert started.status == 201, started.body
+        run_id = started.body["run_id"]
+        cancelled = await gw.call(
+            "POST", f"/v1/runs/{run_id}/cancel", role="operator", json={"reason": reason}
+        )
+        assert cancelled.status == 200, cancelled.body
+
+        async with stack.pool.acquire() as conn:
+            stored = await conn.fetch(
+                "SELECT row_to_json(r)::text FROM workflow_runs r WHERE id = $1 "
+                "UNION ALL SELECT row_to_json(t)::text FROM task_instances t WHERE run_id = $1 "
+                "UNION ALL SELECT row_to_json(h)::text FROM run_history h WHERE run_id = $1",
+                run_id,
+            )
+            task_error = await conn.fetchval(
+                "SELECT error FROM task_instances WHERE run_id = $1", run_id
+            )
+        assert len(stored) > 3 and [r[0] for r in stored if SECRET in r[0]] == []
+        assert isinstance(task_error, str) and task_error.startswith(PREFIX)
+
+        # whoever sees payloads reads it: the run's error, its task's, the history's
+        shown = await gw.call("GET", f"/v1/runs/{run_id}", role="operator")
+        assert shown.body["status"] == "CANCELLED"
+        assert shown.body["error"] == reason
+        assert shown.body["tasks"][0]["error"] == reason
+        history = await gw.call("GET", f"/v1/runs/{run_id}/history", role="operator")
+        reasons = [e["detail"].get("reason") for e in history.body["entries"]]
+        assert reasons.count(reason) == 2, history.body  # task.cancelled and run.cancelled
+        viewer = await gw.call("GET", f"/v1/runs/{run_id}", role="viewer")
+        assert viewer.body["error"] is None and viewer.body["tasks"][0]["error"] is None
+
+        looks_sealed = await gw.call(
+            "POST",
+            "/v1/runs",
+            role="operator",
+            json={"workflow_id": "sealed-cancels"},
+        )
+        refused = await gw.call(
+            "POST",
+            f"/v1/runs/{looks_sealed.body['run_id']}/cancel",
+            role="operator",
+            json={"reason": PREFIX + "k1:x:y"},
+        )
+        assert refused.status == 400, refused.body
+        assert "$sealed:v1:" in refused.body["detail"]

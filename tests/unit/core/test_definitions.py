@@ -23,6 +23,7 @@ from composer_core.model import (
     WorkflowDAG,
     WorkflowSpec,
     build_dag,
+    hide_credentials,
     parse_definition,
     parse_seconds,
     parse_time,
@@ -967,3 +968,16 @@ def test_a_version_names_the_signals_its_waits_take() -> None:
     assert none.signal_names == () and not none.waits_for_signal("paid")
     anything = build_dag(parse_definition(definition([wait("w", "{{input.signal}}")])))
     assert anything.waits_for_signal("whatever the input says")
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("https://u:p@hooks.example.com/x?y=1@2", "https://***@hooks.example.com/x?y=1@2"),
+        ("https://token@hooks.example.com", "https://***@hooks.example.com"),  # a user alone
+        ("http://a@b@hooks.example.com/x", "http://***@hooks.example.com/x"),
+        ("https://hooks.example.com/a@b?c=@#@", "https://hooks.example.com/a@b?c=@#@"),
+    ],
+)
+def test_a_webhook_url_is_shown_without_its_credentials(url: str, shown: str) -> None:
+    assert hide_credentials(url) == shown

@@ -8,8 +8,14 @@ from typing import Any
 import pytest
 
 from composer_core.errors import DefinitionInvalid
-from composer_core.model import default_engine, parse_definition, validate
-from composer_core.templates import SECRETS_KEY, SecretReference, compile_value
+from composer_core.model import (
+    build_dag,
+    default_engine,
+    literal_origin,
+    parse_definition,
+    validate,
+)
+from composer_core.templates import ORIGIN_KEY, SECRETS_KEY, SecretReference, compile_value
 from tests.unit.core.harness import Harness, dispatched_input, edge, make_dag, node, task
 
 ENGINE = default_engine()
@@ -102,7 +108,7 @@ def test_http_fields_and_python_input_take_references() -> None:
                 "nodes": [
                     http(
                         {
-                            "url": "https://{{secret.HOST}}/v1?key={{secret.KEY}}",
+                            "url": "https://api.example.com/v1?key={{secret.KEY}}",
                             "method": "POST",
                             "headers": {"Authorization": "Bearer {{ secret.API_TOKEN }}"},
                             "query": {"sig": "{{secret.SIG}}"},
@@ -123,6 +129,122 @@ def test_http_fields_and_python_input_take_references() -> None:
         )
         == []
     )
+
+
+# -- where an HTTP node that carries one may go ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://api.example.com/v1/{{ input.path }}",
+        "https://api.example.com",
+        "HTTPS://API.example.com:8443?q={{ input.q }}",
+        "http://127.0.0.1:8080#{{ input.f }}",
+        "http://[::1]:8080/{{ input.p }}",
+        "https://api.example.com/{{ secret.PATH }}",
+    ],
+)
+def test_a_node_with_a_secret_may_template_what_follows_a_literal_host(url: str) -> None:
+    found = problems({"nodes": [http({"url": url, "headers": {"X": "{{ secret.T }}"}})]})
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://api.example.invalid{{ input.path }}",  # the attacker's: the path finishes the host
+        "{{ input.url }}",
+        "https://{{ input.host }}/v1",
+        "https://{{ secret.HOST }}/v1",
+        "https://api.example.com:{{ input.port }}/",
+        "{{ input.scheme }}://api.example.com/",
+        "https://user:{{ secret.PW }}@api.example.com/",
+        "https://user:pw@api.example.com/",
+        "https://api.example.com@{{ input.host }}/",
+    ],
+)
+def test_a_node_with_a_secret_must_spell_out_scheme_host_and_port(url: str) -> None:
+    for secret_place in (
+        {"headers": {"Authorization": "Bearer {{ secret.T }}"}},
+        {"body": {"deep": ["x", {"password": "{{secret.T}}"}]}},
+        {"query": {"sig": "{{ secret.T }}"}},
+        {},  # the url's own reference, when it has one, is enough
+    ):
+        if not secret_place and "secret." not in url:
+            continue
+        found = problems({"nodes": [http({"url": url, **secret_place})]})
+        assert len(found) == 1 and found[0].startswith("nodes[0].spec.url: an HTTP node that "), (
+            url,
+            secret_place,
+            found,
+        )
+        assert "user:password@" in found[0] and "https://api.example.com/v1/" in found[0]
+        assert "pw" not in found[0]  # the url (and a password in it) is not quoted back
+
+
+def test_a_node_without_a_secret_may_template_its_host() -> None:
+    assert problems({"nodes": [http({"url": "{{ input.url }}", "body": "{{ input }}"})]}) == []
+
+
+def test_a_stored_definition_that_breaks_the_rule_still_builds_and_names_its_origin() -> None:
+    """Its runs finish: the worker holds each request to the origin its url starts with."""
+    doc = parse_definition(
+        {
+            "id": "wf",
+            "nodes": [
+                http(
+                    {
+                        "url": "http://api.example.invalid{{ input.path }}",
+                        "headers": {"Authorization": "Bearer {{ secret.T }}"},
+                    }
+                )
+            ],
+        }
+    )
+    with pytest.raises(DefinitionInvalid):
+        build_dag(doc)
+    dag = build_dag(doc, stored=True)
+    stored = dispatched_input(Harness(dag, input={"path": "@127.0.0.2:9911/x"}).start())
+    assert stored["url"] == "http://api.example.invalid@127.0.0.2:9911/x"
+    assert stored[ORIGIN_KEY] == "http://api.example.invalid"
+
+
+@pytest.mark.parametrize(
+    ("url", "origin"),
+    [
+        ("https://api.example.com/v1/{{ input.p }}", "https://api.example.com"),
+        ("http://api.example.invalid{{ input.path }}", "http://api.example.invalid"),
+        ("https://api.example.com:{{ input.port }}/", "https://api.example.com"),
+        ("http://[::1]:8080", "http://[::1]:8080"),
+        ("{{ input.url }}", None),
+        ("https://{{ secret.HOST }}/", None),
+        ("ftp://files.example.com/", None),
+    ],
+)
+def test_the_origin_is_what_the_url_spells_out_before_any_template(
+    url: str, origin: str | None
+) -> None:
+    assert literal_origin(url) == origin
+
+
+def test_only_an_http_node_that_carries_a_secret_gets_an_origin() -> None:
+    dag = make_dag(
+        [
+            http({"headers": {"X": "{{ secret.T }}"}}, "with_secret"),
+            http({"headers": {"X": "{{ input.x }}"}}, "without"),
+            node(
+                "py",
+                "PYTHON",
+                {"code": "def main(input):\n    return 1\n", "input": {"t": "{{secret.T}}"}},
+            ),
+        ],
+        [edge("with_secret", "without"), edge("without", "py")],
+    )
+    activation = {"input": dag.engine.to_native({"x": 1})}
+    assert dag.render_input("with_secret", activation)[ORIGIN_KEY] == "https://api.example.com"
+    assert ORIGIN_KEY not in dag.render_input("without", activation)
+    assert ORIGIN_KEY not in dag.render_input("py", activation)
 
 
 # -- where they are refused, each with its path ------------------------------------

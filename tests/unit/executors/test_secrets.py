@@ -8,6 +8,7 @@ tests also pin the format the engine writes and the workers read.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from composer_core.model import default_engine
+from composer_core.model import build_dag, default_engine, parse_definition
 from composer_core.templates import compile_value
 from composer_executors import (
     SECRETS_KEY,
@@ -31,6 +32,7 @@ from composer_executors import (
     SecretChain,
     SecretNotFound,
     SecretUnavailable,
+    TargetRefused,
     create_http_session,
     resolve_secrets,
     run_http,
@@ -47,6 +49,17 @@ def rendered(spec: dict[str, Any], **roots: Any) -> Any:
     engine = default_engine()
     activation = {k: engine.to_native(v) for k, v in roots.items()}
     return compile_value(spec, engine).evaluate(activation)
+
+
+def http_input(spec: dict[str, Any], *, stored: bool = False, **roots: Any) -> Any:
+    """An HTTP node's ``spec`` as the engine renders and stores it (with ``$origin``);
+    ``stored``: as for a definition stored before today's rules."""
+    dag = build_dag(
+        parse_definition({"id": "wf", "nodes": [{"id": "call", "type": "HTTP", "spec": spec}]}),
+        stored=stored,
+    )
+    activation = {k: dag.engine.to_native(v) for k, v in roots.items()}
+    return dag.render_input("call", activation)
 
 
 # -- sources -----------------------------------------------------------------------
@@ -216,7 +229,7 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
 async def test_the_request_carries_the_value_and_the_output_never_does(
     server: TestServer, session: aiohttp.ClientSession
 ) -> None:
-    spec = rendered(
+    spec = http_input(
         {
             "url": f"{server.make_url('/echo/')}{{{{ secret.OTHER }}}}",
             "headers": {"Authorization": "Bearer {{ secret.API_TOKEN }}"},
@@ -235,7 +248,7 @@ async def test_the_request_carries_the_value_and_the_output_never_does(
 async def test_an_error_names_the_reference_not_the_value(
     server: TestServer, session: aiohttp.ClientSession
 ) -> None:
-    spec = rendered(
+    spec = http_input(
         {
             "url": f"{server.make_url('/refuse/')}{{{{secret.API_TOKEN}}}}",
             "headers": {"X-Key": "{{secret.API_TOKEN}}"},
@@ -256,12 +269,162 @@ async def test_a_value_that_needs_url_encoding_is_scrubbed_encoded(
     session: aiohttp.ClientSession,
 ) -> None:
     source = EnvironmentSecrets({"K": "a b/c+d"})
-    spec = rendered({"url": "http://127.0.0.1:9/x/{{secret.K}}"})  # nothing listens on 9
+    spec = http_input({"url": "http://127.0.0.1:9/x/{{secret.K}}"})  # nothing listens on 9
     with pytest.raises(ExecutionError) as caught:
         await run_http(spec, timeout=5, session=session, policy=OPEN, secrets=source)
     assert caught.value.code == ErrorCode.CONNECTION_ERROR
     assert "/x/{{secret.K}}" in caught.value.message
     assert "a%20b" not in caught.value.message and "a b" not in caught.value.message
+
+
+# -- where a secret may go ---------------------------------------------------------------
+
+
+@dataclass
+class Recorder:
+    """A server that writes down every request it gets, and redirects where it is told."""
+
+    server: TestServer
+    got: list[dict[str, Any]] = field(default_factory=list)
+
+    def url(self, path: str = "/") -> str:
+        return str(self.server.make_url(path))
+
+
+async def recorder(host: str) -> Recorder:
+    async def any_request(request: web.Request) -> web.Response:
+        rec.got.append(
+            {
+                "method": request.method,
+                "path": request.path_qs,
+                "headers": dict(request.headers),
+                "body": await request.text(),
+            }
+        )
+        if "to" in request.query:
+            raise web.HTTPTemporaryRedirect(request.query["to"])
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", any_request)
+    srv = TestServer(app, host=host, port=0)
+    await srv.start_server()
+    rec = Recorder(srv)
+    return rec
+
+
+@pytest.fixture
+async def home() -> AsyncIterator[Recorder]:
+    """The server a definition names."""
+    rec = await recorder("127.0.0.1")
+    yield rec
+    await rec.server.close()
+
+
+@pytest.fixture
+async def elsewhere() -> AsyncIterator[Recorder]:
+    """Another origin (127.0.0.2: another address of the loopback), which must get no secret."""
+    rec = await recorder("127.0.0.2")
+    yield rec
+    await rec.server.close()
+
+
+async def test_an_input_cannot_move_a_secret_to_another_host(
+    home: Recorder, elsewhere: Recorder, session: aiohttp.ClientSession
+) -> None:
+    """The attack: the definition's url runs on into a template (a definition stored before
+    validation refused that), and the run's input makes the rest of the authority."""
+    spec = {
+        "url": f"http://127.0.0.1:{home.server.port}{{{{ input.path }}}}",
+        "headers": {"Authorization": "Bearer {{ secret.API_TOKEN }}"},
+    }
+    hijacked = http_input(
+        spec, stored=True, input={"path": f"@127.0.0.2:{elsewhere.server.port}/x"}
+    )
+    assert hijacked["$origin"] == f"http://127.0.0.1:{home.server.port}"
+    with pytest.raises(InvalidSpec) as caught:
+        await run_http(hijacked, timeout=5, session=session, policy=OPEN, secrets=SOURCE)
+    assert f"goes to http://127.0.0.2:{elsewhere.server.port}" in caught.value.message
+    assert "nothing was sent" in caught.value.message
+    assert caught.value.permanent
+    assert elsewhere.got == [] and home.got == []
+
+    # the same stored definition still works for an input that stays on its host
+    fine = http_input(spec, stored=True, input={"path": "/orders"})
+    out = await run_http(fine, timeout=5, session=session, policy=OPEN, secrets=SOURCE)
+    assert out["status"] == 200
+    assert [(r["path"], r["headers"]["Authorization"]) for r in home.got] == [
+        ("/orders", f"Bearer {TOKEN}")
+    ]
+    assert elsewhere.got == []
+
+
+async def test_a_url_with_no_literal_host_or_no_recorded_origin_sends_nothing(
+    elsewhere: Recorder, session: aiohttp.ClientSession
+) -> None:
+    templated = http_input(
+        {"url": "{{ input.url }}", "headers": {"X-Key": "{{ secret.API_TOKEN }}"}},
+        stored=True,
+        input={"url": elsewhere.url("/x")},
+    )
+    assert templated["$origin"] is None
+    with pytest.raises(InvalidSpec, match="does not spell out where it goes"):
+        await run_http(templated, timeout=5, session=session, policy=OPEN, secrets=SOURCE)
+
+    # an input rendered before the engine recorded the origin: refused, not guessed
+    unrecorded = {k: v for k, v in templated.items() if k != "$origin"}
+    with pytest.raises(InvalidSpec, match=r"no \$origin"):
+        await run_http(unrecorded, timeout=5, session=session, policy=OPEN, secrets=SOURCE)
+
+    userinfo = http_input(
+        {"url": elsewhere.url("/x"), "headers": {"X-Key": "{{ secret.API_TOKEN }}"}}
+    )
+    userinfo["url"] = userinfo["url"].replace("http://", "http://me:pw@")
+    with pytest.raises(InvalidSpec, match="user:password@"):
+        await run_http(userinfo, timeout=5, session=session, policy=OPEN, secrets=SOURCE)
+    assert elsewhere.got == []
+
+
+async def test_a_redirect_elsewhere_takes_no_secret_along(
+    home: Recorder, elsewhere: Recorder, session: aiohttp.ClientSession
+) -> None:
+    away = elsewhere.url("/landing")
+    # a secret in a header that is dropped across origins: the redirect is followed
+    header_only = http_input(
+        {
+            "url": home.url("/go"),
+            "query": {"to": away},
+            "headers": {"X-Key": "{{secret.API_TOKEN}}"},
+        }
+    )
+    out = await run_http(header_only, timeout=5, session=session, policy=OPEN, secrets=SOURCE)
+    assert out["status"] == 200
+    assert [r["path"] for r in elsewhere.got] == ["/landing"]
+    assert "X-Key" not in elsewhere.got[0]["headers"]
+    elsewhere.got.clear()
+
+    # a 307 sends the body again, and a User-Agent follows any redirect: refused
+    for secret_place in (
+        {"method": "POST", "body": {"password": "{{secret.API_TOKEN}}"}},
+        {"headers": {"User-Agent": "agent {{secret.API_TOKEN}}"}},
+    ):
+        spec = http_input({"url": home.url("/go"), "query": {"to": away}, **secret_place})
+        with pytest.raises(TargetRefused) as caught:
+            await run_http(spec, timeout=5, session=session, policy=OPEN, secrets=SOURCE)
+        assert "redirected to another origin" in caught.value.message
+        assert TOKEN not in caught.value.message
+    assert elsewhere.got == []
+    # within the origin, a redirect keeps everything
+    spec = http_input(
+        {
+            "method": "POST",
+            "url": home.url("/go"),
+            "query": {"to": "/there"},
+            "body": {"password": "{{secret.API_TOKEN}}"},
+        }
+    )
+    await run_http(spec, timeout=5, session=session, policy=OPEN, secrets=SOURCE)
+    assert home.got[-1]["path"] == "/there" and TOKEN in home.got[-1]["body"]
 
 
 # -- the PYTHON node -----------------------------------------------------------------------

@@ -9,9 +9,12 @@ definition problem on its own line).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import httpx
+
+from composer_cli.render import printable, printable_value
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 #: Answers that say the API is there but cannot serve now (a proxy before a restarting
@@ -24,21 +27,29 @@ class CliError(Exception):
 
     ``transient``: the API could not be reached or did not answer (down, restarting,
     overloaded), so the same request may succeed later; a refusal is never transient.
+    The message and details are printable (``render.printable``): they quote the API.
     """
 
     def __init__(
         self, message: str, details: list[str] | None = None, *, transient: bool = False
     ) -> None:
+        message = printable(message)
         super().__init__(message)
         self.message = message
-        self.details = details or []
+        self.details = [printable(line) for line in details or []]
         self.transient = transient
 
 
 @dataclass
 class Answer:
     status: int
+    #: The JSON as the API sent it: for ``--json`` (through ``render.json_text``).
     body: Any
+
+    @cached_property
+    def shown(self) -> Any:
+        """The body with every control character out of its strings: for a person."""
+        return printable_value(self.body)
 
 
 @dataclass

@@ -3,6 +3,10 @@
 Every command but ``migrate`` talks to the api-gateway over HTTP
 (COMPOSER_API_URL, COMPOSER_API_TOKEN). Exit codes: 0 done; 1 an error, or
 a waited-for run that FAILED or was CANCELLED; 2 a usage error.
+
+What the API sends is printed from ``Answer.shown`` (its control characters
+removed), or with ``--json`` through ``render.json_text``; errors are
+printable already (``CliError``). Nothing prints ``Answer.body`` otherwise.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ from composer_cli.render import (
     TERMINAL,
     changes,
     compact,
+    json_text,
+    printable_value,
     run_view,
     runs_table,
     workers_table,
@@ -159,7 +165,7 @@ def apply(
             )
         except CliError as exc:
             raise CliError(f"{path}: {exc.message}", exc.details) from exc
-        body = answer.body
+        body = answer.shown
         state = "deployed" if body["deployed"] else "not deployed"
         unchanged = " unchanged" if body.get("unchanged") else ""
         out.print(f"{body['id']}: version {body['version']}{unchanged} ({state})")
@@ -168,7 +174,7 @@ def apply(
 @command
 def workflows(ctx: typer.Context) -> None:
     """List workflows with their latest and deployed versions."""
-    body = client_of(ctx).call("GET", "/v1/workflows").body
+    body = client_of(ctx).call("GET", "/v1/workflows").shown
     out.print(workflows_table(body["workflows"]))
 
 
@@ -225,6 +231,7 @@ def start(
         if wait:
             exit_unless_succeeded(finished)
         return
+    started = answer.shown
     note = "" if started["created"] else " (already started with this idempotency key)"
     out.print(f"run {started['run_id']} {started['status']}{note}")
     if wait:
@@ -238,11 +245,11 @@ def get(
     as_json: Annotated[bool, typer.Option("--json", help="print the API's JSON")] = False,
 ) -> None:
     """Show a run and a table of its tasks."""
-    body = client_of(ctx).call("GET", f"/v1/runs/{run}").body
+    answer = client_of(ctx).call("GET", f"/v1/runs/{run}")
     if as_json:
-        print_json(body)
+        print_json(answer.body)
     else:
-        out.print(run_view(body))
+        out.print(run_view(answer.shown))
 
 
 @command
@@ -268,9 +275,9 @@ def history(
             break
         params["cursor"] = body["next_cursor"]
     if as_json:
-        typer.echo(json.dumps(entries, indent=2, ensure_ascii=False))
+        print_json(entries)
     else:
-        out.print(timeline(entries))
+        out.print(timeline(printable_value(entries)))
 
 
 @command
@@ -292,10 +299,11 @@ def runs(
         params["status"] = status.upper()
     if cursor:
         params["cursor"] = cursor
-    body = client_of(ctx).call("GET", "/v1/runs", params=params).body
+    answer = client_of(ctx).call("GET", "/v1/runs", params=params)
     if as_json:
-        print_json(body)
+        print_json(answer.body)
         return
+    body = answer.shown
     out.print(runs_table(body["runs"]))
     if body.get("next_cursor"):
         out.print(f"more: composer runs --cursor {body['next_cursor']}", style="dim")
@@ -327,7 +335,7 @@ def signal(
             content_type="application/json",
             headers={"Idempotency-Key": idempotency_key} if idempotency_key else None,
         )
-        .body
+        .shown
     )
     if body["delivered"]:
         out.print(f"signal {name} delivered")
@@ -342,7 +350,7 @@ def cancel(
     reason: Annotated[str, typer.Option(help="recorded as the run's error")] = "",
 ) -> None:
     """Cancel a run."""
-    body = client_of(ctx).call("POST", f"/v1/runs/{run}/cancel", json={"reason": reason}).body
+    body = client_of(ctx).call("POST", f"/v1/runs/{run}/cancel", json={"reason": reason}).shown
     out.print(f"run {body['run_id']} {body['status']}")
 
 
@@ -368,7 +376,7 @@ def retry(
     ):
         if value is not None:
             body[key] = value
-    answer = client.call("POST", f"/v1/runs/{run}/retry", json=body).body
+    answer = client.call("POST", f"/v1/runs/{run}/retry", json=body).shown
     out.print(f"run {answer['run_id']} {answer['status']} from {from_node}")
     if wait:
         exit_unless_succeeded(follow(client, run))
@@ -386,10 +394,11 @@ def logs(
 ) -> None:
     """Print what a run's task attempts logged (PYTHON nodes' prints, ctx.logger records)."""
     params = {"node": node} if node else None
-    body = client_of(ctx).call("GET", f"/v1/runs/{run}/logs", params=params).body
+    answer = client_of(ctx).call("GET", f"/v1/runs/{run}/logs", params=params)
     if as_json:
-        typer.echo(json.dumps(body, indent=2, ensure_ascii=False))
+        print_json(answer.body)
         return
+    body = answer.shown
     if body.get("redacted"):
         err.print(
             "the lines are redacted: this token is a viewer's and the workflow does not set "
@@ -446,10 +455,11 @@ def workers(
     as_json: Annotated[bool, typer.Option("--json", help="print the API's JSON")] = False,
 ) -> None:
     """List the workers and the queues they serve (from their heartbeats)."""
-    body = client_of(ctx).call("GET", "/v1/workers").body
+    answer = client_of(ctx).call("GET", "/v1/workers")
     if as_json:
-        print_json(body)
+        print_json(answer.body)
         return
+    body = answer.shown
     if not body["workers"]:
         out.print("no worker has sent a heartbeat (in the last day)")
         return
@@ -460,7 +470,7 @@ def workers(
 
 
 def print_json(body: Any) -> None:
-    typer.echo(json.dumps(body, indent=2, ensure_ascii=False))
+    typer.echo(json_text(body))
 
 
 #: How long ``follow`` keeps asking an API that stopped answering before it gives up.
@@ -539,20 +549,21 @@ def follow(
         with Live(console=out, auto_refresh=False) as live:
             while True:
                 run = read()
-                live.update(run_view(run), refresh=True)
+                live.update(run_view(printable_value(run)), refresh=True)
                 if run["status"] in TERMINAL:
                     break
     else:
         while True:
             run = read()
-            for line in changes(previous, run):
+            view = printable_value(run)
+            for line in changes(previous, view):
                 out.print(line)
-            previous = run
+            previous = view
             if run["status"] in TERMINAL:
                 break
-        out.print(run_view(run))
+        out.print(run_view(view))
     if run["status"] == "SUCCEEDED" and run.get("output") is not None and out.is_terminal:
-        out.print(f"output: {compact(run['output'], 400)}")
+        out.print(f"output: {compact(printable_value(run['output']), 400)}")
     return run
 
 

@@ -1,9 +1,17 @@
-"""How runs, tasks and listings look in a terminal (rich), and as plain progress lines."""
+"""How runs, tasks and listings look in a terminal (rich), and as plain progress lines.
+
+Whatever the API sends is somebody else's text: a node's error, a log line, a
+worker's host name, a cancel reason. Printed as it is, an ESC or a C1 control
+in it drives the terminal (sets its title, clears the screen, hides the lines
+before, rewrites the clipboard), so the commands print it through
+:func:`printable` (the person's view) or :func:`json_text` (``--json``).
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from typing import Any
 
 from rich.console import Group
@@ -24,6 +32,38 @@ _STYLES = {
     "PENDING": "blue",
     "QUEUED": "blue",
 }
+
+
+#: What may drive a terminal: C0 controls but tab and line feed, DEL, and C1 controls
+#: (U+0080 to U+009F: a terminal may read U+009B as CSI, as it reads ESC [).
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: In JSON text every C0 control is escaped already; these are not.
+_UNESCAPED_IN_JSON = re.compile("[\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character removed but tab and line feed (CR too, so a
+    CRLF ends a line as LF): ESC, BEL, CSI, OSC and the rest cannot reach the terminal,
+    and what they wrapped shows as plain text."""
+    return _CONTROLS.sub("", text)
+
+
+def printable_value(value: Any) -> Any:
+    """An API answer (JSON) with :func:`printable` applied to every string and key."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable(str(k)): printable_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [printable_value(v) for v in value]
+    return value
+
+
+def json_text(value: Any) -> str:
+    """``value`` as indented JSON that is safe to print and means the same: C0 controls
+    are escaped by JSON itself, and DEL and the C1 controls are escaped here (``\\u009b``)."""
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    return _UNESCAPED_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def styled(state: str) -> Text:

@@ -702,6 +702,11 @@ class Engine:
         """Cancel a run that is still going (Conflict when it finished otherwise; a
         cancelled run answers as the first cancel did). ``cancelled_by``, the name of
         the API token, is recorded with the cancel that took effect."""
+        if looks_sealed(reason):  # it is stored as the run's and its tasks' error
+            raise BadRequest(
+                "the cancel reason starts with '$sealed:v1:', which Composer keeps for sealed "
+                "documents: word it otherwise"
+            )
 
         async def attempt(tx: Tx) -> Transition:
             locked = await repo.load_run(tx.conn, run_id)

@@ -215,7 +215,10 @@ async def persist(
                 )
             case CancelTasks():
                 await writes.flush(tx)
-                await repo.cancel_tasks(conn, run_id, action.task_ids, reason=action.reason)
+                # the reason is each cancelled task's error: sealed as any error is
+                await repo.cancel_tasks(
+                    conn, run_id, action.task_ids, reason=text(action.reason) or ""
+                )
             case _:
                 assert_never(action)
     return effects

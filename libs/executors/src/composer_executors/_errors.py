@@ -6,10 +6,13 @@ needs to report it is on the error itself (``message``, ``code``,
 
     ExecutionError                a node attempt failed          (code, permanent)
     ├── InvalidSpec               the resolved spec is unusable  invalid_spec, permanent
+    │                             (or its secrets would go to another
+    │                             origin than its definition's)
     ├── ExecutionTimeout          the attempt ran past its timeout        timeout
     ├── TargetRefused             the SSRF guard refused the address,     target_refused, permanent
     │                             or a redirect (to https → http, to a
-    │                             non-http(s) or hostless target)
+    │                             non-http(s) or hostless target, to
+    │                             another origin with a secret along)
     ├── HttpStatusError           a status outside accept_status          http_<status>
     │                             (default 2xx): 4xx but 408, 425, 429,
     │                             and 1xx-3xx permanent; the rest retryable

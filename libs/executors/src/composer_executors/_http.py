@@ -10,6 +10,17 @@ https to http is refused (it would send the request, and the answer, in clear
 text). A redirect target that is not an http(s) URL with a host fails that
 call like any other bad answer.
 
+A node that carries secrets goes only where its definition says. Its input
+names, under ``$origin``, the ``scheme://host[:port]`` its definition's url
+spells out before any template; the request's url, secrets resolved, must
+have exactly that origin and no ``user:password@``, or the node fails before
+anything is sent. That is what keeps a run's input from pointing a secret at
+another server (``http://api.example.com{{ input.path }}`` with the path
+``@attacker.example/``), also for a definition stored before validation
+refused such a url. A redirect to another origin is followed only when
+nothing that goes along (the body, a header kept, the target's own URL)
+holds a secret's value.
+
 The final answer completes the node when its status is in the spec's
 ``accept_status`` (2xx when it sets none), so a workflow can route on a 404 or
 a 503 with a SWITCH; any other status fails the attempt with
@@ -40,7 +51,12 @@ from composer_executors._errors import (
     TargetRefused,
 )
 from composer_executors._guard import AddressGuard, GuardedConnector, HttpPolicy
-from composer_executors._secret_references import run_with_secrets
+from composer_executors._secret_references import (
+    ORIGIN_KEY,
+    SECRETS_KEY,
+    Resolved,
+    run_with_secrets,
+)
 from composer_executors._secret_sources import SecretSource
 from composer_rpc.codes import ErrorCode
 
@@ -91,7 +107,9 @@ async def run_http(
     same for every attempt of the node, so a retry can be recognised.
     The secret references the spec lists under ``$secrets`` are resolved from
     ``secrets`` just before the request, and their values kept out of the
-    output and the errors (docs/secrets.md).
+    output and the errors (docs/secrets.md); such a request goes only to the
+    origin the spec's ``$origin`` names, and follows a redirect elsewhere only
+    when it would take no value there.
     Raises :class:`ExecutionError` for every failure.
     """
     connector = session.connector
@@ -108,10 +126,13 @@ async def run_http(
     if timeout <= 0:
         raise ValueError(f"timeout must be positive, got {timeout}")
 
-    async def call(resolved: Mapping[str, Any]) -> dict[str, Any]:
-        return await _call(resolved, timeout, session, policy, idempotency_key)
+    held: list[Resolved] = []
 
-    return await run_with_secrets(spec, secrets, call)
+    async def call(resolved: Mapping[str, Any]) -> dict[str, Any]:
+        carried = held[0] if held and held[0].names else None
+        return await _call(resolved, timeout, session, policy, idempotency_key, carried, spec)
+
+    return await run_with_secrets(spec, secrets, call, on_resolved=held.append)
 
 
 async def _call(
@@ -120,8 +141,15 @@ async def _call(
     session: aiohttp.ClientSession,
     policy: HttpPolicy,
     idempotency_key: str | None,
+    carried: Resolved | None,
+    stored: Mapping[str, Any],
 ) -> dict[str, Any]:
+    """``carried``: the secrets resolved into ``spec`` (None: none); ``stored``: the
+    input as the engine wrote it, whose ``$origin`` says where they may go."""
     request = _Request.from_spec(spec)
+    if carried is not None:
+        _check_destination(request.url, stored)
+        request.carried = carried
     if idempotency_key and IDEMPOTENCY_HEADER not in request.headers:
         request.headers[IDEMPOTENCY_HEADER] = idempotency_key
     try:
@@ -166,6 +194,8 @@ class _Request:
         self.headers = headers
         self.body = body
         self.accept = accept or _Accept.DEFAULT
+        #: The secrets in this request (None: none): no redirect may take one elsewhere.
+        self.carried: Resolved | None = None
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any]) -> _Request:
@@ -376,7 +406,79 @@ def _follow(request: _Request, status: int, location: str, policy: HttpPolicy) -
         for name in list(request.headers.keys()):
             if name.lower() not in CROSS_ORIGIN_HEADERS:
                 request.headers.popall(name, None)
+        if request.carried is not None:
+            _check_nothing_carried(request, request.carried, source, target)
     request.url = target
+
+
+def _check_destination(url: URL, stored: Mapping[str, Any]) -> None:
+    """Refuse a request carrying secrets to any origin but the one ``$origin`` names."""
+    if ORIGIN_KEY not in stored:
+        raise InvalidSpec(
+            f"the input lists secret references under {SECRETS_KEY} but no {ORIGIN_KEY}, "
+            "the origin they may be sent to: it was rendered before Composer recorded it, or "
+            "changed since; nothing was sent. Run the node again (composer retry RUN --from "
+            "NODE) to have its input rendered anew"
+        )
+    allowed = stored[ORIGIN_KEY]
+    if allowed is None:
+        raise InvalidSpec(
+            f"this node carries secret references, but its definition's url does not spell out "
+            f"where it goes: {_show(url)} was rendered from a template in its scheme or host, "
+            "which a run's input could point anywhere; nothing was sent. Write the url as "
+            "https://host[:port]/… with templates only after the host (docs/secrets.md)"
+        )
+    try:
+        wanted = _origin_of(URL(allowed)) if isinstance(allowed, str) else None
+    except (ValueError, TypeError):
+        wanted = None
+    if wanted is None or not wanted[1]:
+        raise InvalidSpec(
+            f"the input's {ORIGIN_KEY} {allowed!r} is not an origin; Composer writes it when "
+            "it renders a node's secret references, and it must not be changed"
+        )
+    if _origin_of(url) != wanted:
+        raise InvalidSpec(
+            f"url {_show(url)} goes to {_shown_origin(url)}, but this node carries secret "
+            f"references and its definition sends them only to {allowed}: refused, nothing "
+            "was sent (a run's input rendered into the url must not move its host or port)"
+        )
+    if url.user is not None or url.password is not None:
+        raise InvalidSpec(
+            f"url {_show(url)} carries a user:password@ part, and this node carries secret "
+            "references: refused, nothing was sent. Send credentials in a header "
+            "(Authorization: 'Basic {{ secret.NAME }}')"
+        )
+
+
+def _origin_of(url: URL) -> tuple[str, str, int | None]:
+    """What makes an origin, normalised as the request will use it (case, IDNA, port)."""
+    return (url.scheme.lower(), (url.raw_host or "").lower(), url.port)
+
+
+def _shown_origin(url: URL) -> str:
+    try:
+        return str(url.origin())
+    except ValueError:
+        return repr(url.host)
+
+
+def _check_nothing_carried(request: _Request, carried: Resolved, source: URL, target: URL) -> None:
+    """Refuse a redirect to another origin that would take a secret's value there: in the
+    body it sends again (307, 308), a header it keeps, or the target URL itself."""
+    places = []
+    if request.body is not None and carried.holds(request.body.decode(errors="replace")):
+        places.append("its body")
+    if any(carried.holds(f"{name}: {value}") for name, value in request.headers.items()):
+        places.append("a header it keeps")
+    if carried.holds(str(target)) or carried.holds(target.raw_path_qs):
+        places.append("the target's URL")
+    if places:
+        raise TargetRefused(
+            f"{_show(source)} redirected to another origin, {_show(target)}, and following "
+            f"would take a secret's value there in {' and '.join(places)}: refused. Call the "
+            "final URL directly if it is meant to get the secret"
+        )
 
 
 def _bad_redirect(source: URL, location: str, why: str) -> TargetRefused:

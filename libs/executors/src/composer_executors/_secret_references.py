@@ -11,7 +11,10 @@ templates/_secrets.py; docs/secrets.md)::
 Only those places are resolved: the same text anywhere else (a run's input,
 a signal, an earlier node's output) is data and stays as it is. A place that
 does not hold the reference it names means the stored input was changed
-after the engine wrote it: the node fails rather than guess.
+after the engine wrote it: the node fails rather than guess. An HTTP node's
+input also names, under ``$origin``, the one origin its secrets may go to
+(its definition's literal ``scheme://host[:port]``); ``_http`` holds the
+request to it.
 
 The values then stay out of everything the node hands back: every string of
 its output and its error message has each value (raw, URL-encoded and
@@ -42,6 +45,8 @@ from composer_rpc.codes import ErrorCode
 
 #: The top-level key of a node's input that lists its secret references.
 SECRETS_KEY = "$secrets"
+#: The top-level key of an HTTP node's input naming the origin its secrets may go to.
+ORIGIN_KEY = "$origin"
 
 T = TypeVar("T")
 Path = tuple[str | int, ...]
@@ -82,6 +87,10 @@ class Resolved:
         """The secrets resolved, in the order the input names them."""
         return self._names
 
+    def holds(self, text: str) -> bool:
+        """Whether ``text`` holds a resolved value, as it is or encoded as a URL or JSON would."""
+        return any(form in text for form, _ in self._forms)
+
     def scrub_text(self, text: str) -> str:
         for form, reference in self._forms:
             if form in text:
@@ -115,14 +124,15 @@ class Resolved:
 async def resolve_secrets(spec: Any, source: SecretSource | None) -> Resolved:
     """``spec`` with the value of each secret reference its ``$secrets`` lists put in place.
 
-    Without ``$secrets`` the spec is returned as it is. Raises
+    Without ``$secrets`` the spec is returned as it is; with it, the result has neither
+    ``$secrets`` nor ``$origin``. Raises
     :class:`SecretNotFound` for a name ``source`` does not hold (None: no source),
     :class:`InvalidSpec` for a ``$secrets`` that does not match its input.
     """
     if not isinstance(spec, Mapping) or SECRETS_KEY not in spec:
         return Resolved(spec, {})
     spots = _spots(spec[SECRETS_KEY])
-    body: Any = {k: v for k, v in spec.items() if k != SECRETS_KEY}
+    body: Any = {k: v for k, v in spec.items() if k not in (SECRETS_KEY, ORIGIN_KEY)}
     source = source if source is not None else SecretChain(())
     values: dict[str, str] = {}
     for spot in spots:

@@ -4,6 +4,10 @@ Each handler parses the request, calls the engine's definitions use case
 (``composer_engine.Workflows``: validation, the write and its retries) or, for
 reads, libs/repo, and renders the answer. An invalid definition answers 422
 with every problem and its path, so a user fixes them all in one go.
+
+A ``webhook_url``'s ``user:password@`` is shown to no one, admins included, as
+``***@`` (here and in the definition's ``spec``): a viewer token must not learn
+the receiver's credentials, and nobody needs to read them back to use them.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from composer_api_gateway.models import (
 from composer_api_gateway.problems import ApiProblem
 from composer_api_gateway.state import CALLER, POOL, WORKFLOWS
 from composer_core.errors import DefinitionInvalid, Problem
-from composer_core.model import DEFAULT_LIMITS
+from composer_core.model import DEFAULT_LIMITS, hide_credentials
+from composer_core.templates import Json
 from composer_engine import ValidDefinition, validate_definition
 
 JSON_TYPES = frozenset({"application/json"})
@@ -150,7 +155,7 @@ async def show(request: web.Request) -> web.Response:
                 VersionSummary(
                     version=v.version,
                     name=v.name,
-                    webhook_url=v.webhook_url,
+                    webhook_url=_shown(v.webhook_url),
                     created_by=v.created_by,
                     deployed=v.deployed,
                     deployed_at=v.deployed_at,
@@ -167,13 +172,24 @@ def _detail(d: repo.Definition) -> VersionDetail:
         id=d.workflow_id,
         version=d.version,
         name=d.name,
-        webhook_url=d.webhook_url,
+        webhook_url=_shown(d.webhook_url),
         created_by=d.created_by,
         deployed=d.deployed,
         deployed_at=d.deployed_at,
         created_at=d.created_at,
-        spec=d.spec,
+        spec=_shown_spec(d.spec),
     )
+
+
+def _shown(url: str | None) -> str | None:
+    return None if url is None else hide_credentials(url)
+
+
+def _shown_spec(spec: Json) -> Json:
+    """The stored definition with its webhook_url's credentials hidden."""
+    if isinstance(spec, dict) and isinstance(spec.get("webhook_url"), str):
+        return spec | {"webhook_url": hide_credentials(spec["webhook_url"])}
+    return spec
 
 
 async def show_version(request: web.Request) -> web.Response:

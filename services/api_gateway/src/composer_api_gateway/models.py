@@ -73,7 +73,9 @@ class WorkflowList(Response):
 class VersionSummary(Response):
     version: int
     name: str
-    webhook_url: str | None
+    webhook_url: str | None = Field(
+        description="its user:password@, if any, shown to no one: ***@ stands in its place"
+    )
     created_by: str | None = Field(description="the name of the API token that created it")
     deployed: bool
     deployed_at: dt.datetime | None
@@ -92,12 +94,17 @@ class VersionDetail(Response):
     id: str
     version: int
     name: str
-    webhook_url: str | None
+    webhook_url: str | None = Field(
+        description="its user:password@, if any, shown to no one: ***@ stands in its place"
+    )
     created_by: str | None = Field(description="the name of the API token that created it")
     deployed: bool
     deployed_at: dt.datetime | None
     created_at: dt.datetime
-    spec: JsonValue = Field(description="the definition as submitted, as JSON")
+    spec: JsonValue = Field(
+        description="the definition as submitted, as JSON (its webhook_url's "
+        "user:password@ as ***@)"
+    )
 
 
 class WorkflowDeleted(Response):

@@ -26,6 +26,8 @@ on, and telling nothing of how many webhooks went out), ``Composer-Timestamp``
 (unix seconds) and, when a secret is configured, ``Composer-Signature: v2=<hex
 HMAC-SHA256(secret, "<delivery id>.<timestamp>." + body)>``: the id is signed, so a
 replay cannot pass as a new delivery by changing it.
+A webhook_url's ``user:password@`` goes out as Basic auth and nowhere else: log
+lines and the stored errors show ``***@`` and ``***`` in its place.
 
 One bad row never stops the loop: whatever goes wrong with one row (a payload
 that does not decode, a bug) is an ALERT naming its run, the row is set aside
@@ -43,7 +45,9 @@ import hmac
 import json
 import logging
 import time
+import traceback
 from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 import aiohttp
 from opentelemetry.metrics import Histogram
@@ -52,6 +56,7 @@ import composer_queue as cq
 import composer_repo as repo
 from composer_common.logs import ALERT, alert, log_context
 from composer_common.telemetry import meter
+from composer_core.model import HIDDEN_CREDENTIALS, credentials_of, hide_credentials
 from composer_engine.sealing import Sealer, SealingError
 from composer_executors import ExecutionError, HttpPolicy, create_http_session, run_http
 from composer_service import sleep_or_stop
@@ -274,7 +279,7 @@ class Enqueuer:
             log.error(
                 "giving up on the webhook of run %s to %s after %d attempts over %.0fs: %s",
                 m.run_id,
-                m.destination,
+                hide_credentials(m.destination),
                 m.attempts + 1,
                 age,
                 error,
@@ -285,7 +290,7 @@ class Enqueuer:
         log.warning(
             "webhook of run %s to %s failed (%s); retrying in %.0fs",
             m.run_id,
-            m.destination,
+            hide_credentials(m.destination),
             error,
             delay,
         )
@@ -328,22 +333,46 @@ class Enqueuer:
             await run_http(
                 spec, timeout=self.webhook_timeout, session=session, policy=self.http_policy
             )
-        except ExecutionError as exc:
-            return str(exc)
+        except ExecutionError as exc:  # its url is shown without credentials; an echo may not be
+            return _without_credentials(str(exc), message.destination)
         except Exception as exc:
+            # Its text and traceback may quote the url: the credentials come out of both.
+            shown = _without_credentials(f"{type(exc).__name__}: {exc}", message.destination)
+            trace = _without_credentials(
+                "".join(traceback.format_exception(exc)), message.destination
+            )
             with log_context(run_id=message.run_id):
                 log.log(
                     ALERT,
-                    "the webhook of run %s to %s failed unexpectedly (%s: %s); it is retried "
-                    "with backoff and the other deliveries go on",
+                    "the webhook of run %s to %s failed unexpectedly (%s); it is retried "
+                    "with backoff and the other deliveries go on\n%s",
                     message.run_id,
-                    message.destination,
-                    type(exc).__name__,
-                    exc,
-                    exc_info=exc,
+                    hide_credentials(message.destination),
+                    shown,
+                    trace.rstrip(),
                 )
-            return f"unexpected {type(exc).__name__}: {exc}"
+            return f"unexpected {shown}"
         return None
+
+
+def _without_credentials(text: str, url: str) -> str:
+    """``text`` with the user:password of ``url`` (as written and decoded) hidden: a
+    webhook_url's credentials are sent, never logged or stored elsewhere."""
+    credentials = credentials_of(url)
+    if not credentials:
+        return text
+    forms = {credentials, *credentials.split(":", 1)}
+    forms |= {unquote(form) for form in forms}
+    for form in sorted(forms, key=len, reverse=True):  # the whole before its parts
+        if len(form) >= 3:  # a one- or two-letter user name would blot out the message
+            text = text.replace(form, HIDDEN_CREDENTIALS)
+    return text
+    for form in sorted({credentials, unquote(credentials), *credentials.split(":", 1)}, key=len)[
+        ::-1
+    ]:
+        if len(form) >= 3:  # a one- or two-letter user name would blot out the message
+            text = text.replace(form, HIDDEN_CREDENTIALS)
+    return text
 
 
 async def _wait_for(event: asyncio.Event, stop: asyncio.Event, seconds: float) -> None:

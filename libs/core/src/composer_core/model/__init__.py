@@ -21,8 +21,19 @@ from composer_core.model._node_specs import (
     TaskSpec,
     WaitForEventSpec,
     WaitSpec,
+    fixes_origin,
+    literal_origin,
 )
-from composer_core.model._spec import DEFAULT_RETRY, Edge, Node, RetryPolicy, WorkflowSpec
+from composer_core.model._spec import (
+    DEFAULT_RETRY,
+    HIDDEN_CREDENTIALS,
+    Edge,
+    Node,
+    RetryPolicy,
+    WorkflowSpec,
+    credentials_of,
+    hide_credentials,
+)
 from composer_core.model._states import BUILTIN_QUEUES, NodeType, RunStatus, TaskState
 
 __all__ = [
@@ -30,6 +41,7 @@ __all__ = [
     "DEFAULT_ACCEPT_STATUS",
     "DEFAULT_LIMITS",
     "DEFAULT_RETRY",
+    "HIDDEN_CREDENTIALS",
     "MAX_SECONDS",
     "NODE_SPECS",
     "CompiledNode",
@@ -51,7 +63,11 @@ __all__ = [
     "WorkflowDAG",
     "WorkflowSpec",
     "build_dag",
+    "credentials_of",
     "default_engine",
+    "fixes_origin",
+    "hide_credentials",
+    "literal_origin",
     "parse_definition",
     "parse_seconds",
     "parse_time",

@@ -17,8 +17,14 @@ from typing import Any
 from composer_core.errors import DefinitionInvalid, Problem, TemplateError
 from composer_core.model._dag import CompiledNode, WorkflowDAG
 from composer_core.model._limits import DEFAULT_LIMITS, MAX_SECONDS, Limits, nesting_depth
-from composer_core.model._node_specs import HTTP_METHODS, NODE_SPECS, accept_status_problems
-from composer_core.model._spec import Node, WorkflowSpec
+from composer_core.model._node_specs import (
+    HTTP_METHODS,
+    NODE_SPECS,
+    UNFIXED_ORIGIN,
+    accept_status_problems,
+    fixes_origin,
+)
+from composer_core.model._spec import HIDDEN_CREDENTIALS, Node, WorkflowSpec, credentials_of
 from composer_core.model._states import NodeType
 from composer_core.templates import (
     ROOTS,
@@ -101,9 +107,16 @@ def build_dag(
     version: int = 1,
     engine: ExpressionEngine | None = None,
     limits: Limits = DEFAULT_LIMITS,
+    stored: bool = False,
 ) -> WorkflowDAG:
-    """Validate ``spec`` and build its DAG; raise DefinitionInvalid listing every problem."""
-    return _Builder(spec, version, engine or default_engine(), limits).build()
+    """Validate ``spec`` and build its DAG; raise DefinitionInvalid listing every problem.
+
+    ``stored``: the version is already stored, so it passed the rules of its day. Rules
+    that only keep new definitions out of harm (an HTTP node carrying a secret must fix
+    its url's origin) are not applied to it: a rule added later must not strand its
+    runs, and a check at run time stands in for each of them (docs/secrets.md).
+    """
+    return _Builder(spec, version, engine or default_engine(), limits, stored=stored).build()
 
 
 def graph_problems(
@@ -143,9 +156,12 @@ class _Builder:
         engine: ExpressionEngine,
         limits: Limits,
         untyped: frozenset[int] = frozenset(),
+        *,
+        stored: bool = False,
     ) -> None:
         self.spec = spec
         self.untyped = untyped
+        self.stored = stored
         self.version = version
         self.engine = engine
         self.limits = limits
@@ -213,6 +229,17 @@ class _Builder:
             ("http://", "https://")
         ):
             self.add("webhook_url", "must be an http:// or https:// URL")
+        elif (
+            not self.stored
+            and spec.webhook_url is not None
+            and credentials_of(spec.webhook_url) == HIDDEN_CREDENTIALS
+        ):
+            self.add(
+                "webhook_url",
+                f"its user:password is {HIDDEN_CREDENTIALS!r}, which is how Composer shows "
+                "hidden credentials (a definition read back from the API): write the real "
+                "ones, or leave user:password@ out",
+            )
         if nesting_depth(spec.output) > limits.max_depth:
             self.add("output", f"nested deeper than {limits.max_depth} levels")
             self.too_deep.add(-1)
@@ -451,6 +478,13 @@ class _Builder:
         if spec.get("accept_status") is not None:
             for where, message in accept_status_problems(spec["accept_status"]):
                 self.add(f"{path}.accept_status{where}", message)
+        if (
+            not self.stored
+            and isinstance(url, str)
+            and _carries_secret(spec)
+            and not fixes_origin(url)
+        ):
+            self.add(f"{path}.url", UNFIXED_ORIGIN)
 
     def check_python(self, path: str, spec: Mapping[str, Any]) -> None:
         code = spec.get("code")
@@ -631,6 +665,23 @@ def _templated(value: Any) -> bool:
 
 #: ``{{ secret.NAME }}`` in text that is never templated (PYTHON code).
 _SECRET_TEXT = re.compile(r"\{\{\s*secret\s*\.\s*[A-Za-z_][A-Za-z0-9_]*\s*\}\}")
+
+
+def _carries_secret(spec: Mapping[str, Any]) -> bool:
+    """Whether a string anywhere in ``spec`` (url, method, headers, query, body, …) holds
+    a secret reference. It finds every one the template compiler does, and a few more
+    in templates that fail to compile (reported on their own)."""
+    stack: list[Any] = [spec]
+    while stack:  # not recursive: a spec nested too deep is reported, not walked into
+        value = stack.pop()
+        if isinstance(value, str):
+            if _SECRET_TEXT.search(value):
+                return True
+        elif isinstance(value, Mapping):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return False
 
 
 def _quote(source: str, limit: int = 80) -> str:

@@ -12,9 +12,17 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from composer_core.errors import InvalidRequest
+from composer_core.model._node_specs import literal_origin
 from composer_core.model._spec import Edge, Node, RetryPolicy, WorkflowSpec
 from composer_core.model._states import BUILTIN_QUEUES, NodeType
-from composer_core.templates import CompiledValue, Expression, ExpressionEngine
+from composer_core.templates import (
+    ORIGIN_KEY,
+    SECRETS_KEY,
+    CompiledValue,
+    Expression,
+    ExpressionEngine,
+    Json,
+)
 
 #: A template inside a string: what a templated signal name may render to anything in.
 _TEMPLATE = re.compile(r"\{\{.*?\}\}", re.DOTALL)
@@ -139,6 +147,19 @@ class WorkflowDAG:
 
     def compiled_spec(self, node_id: str) -> CompiledValue:
         return self._compiled[node_id].spec
+
+    def render_input(self, node_id: str, activation: Mapping[str, object]) -> Json:
+        """The node's input as it is stored and handed to its worker: its spec evaluated
+        (secret references listed under ``$secrets``) and, for an HTTP node that carries
+        any, the only origin they may be sent to under ``$origin``. That origin is read
+        from the definition's text, so nothing a run renders into the url can move it.
+        Raises TemplateError as ``CompiledValue.evaluate`` does."""
+        value = self._compiled[node_id].spec.evaluate(activation)
+        if isinstance(value, dict) and SECRETS_KEY in value:
+            node = self._nodes[node_id]
+            if node.type is NodeType.HTTP:
+                value[ORIGIN_KEY] = literal_origin(node.spec.get("url"))
+        return value
 
     def condition(self, edge: Edge) -> Expression | None:
         return self._conditions.get((edge.source, edge.target))

@@ -36,6 +36,17 @@ StatusClass = Annotated[str, Field(pattern=r"^[1-5][xX][xX]$", title="status cla
 #: What an HTTP node accepts when its spec sets no ``accept_status``.
 DEFAULT_ACCEPT_STATUS = ("2xx",)
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
+#: The start of an HTTP url that says where the request goes: ``scheme://host[:port]``.
+#: No ``user:password@`` (its ``@`` ends the match), no template (``{`` ends it too).
+_ORIGIN = re.compile(r"(?i:https?)://(?:\[[0-9A-Fa-f:.]+\]|[\w.-]+)(?::[0-9]{1,5})?")
+#: Why a url does not fix where a node that carries a secret sends it.
+UNFIXED_ORIGIN = (
+    "an HTTP node that carries a secret reference must name where it sends it: start url "
+    "with a literal http(s)://host[:port] followed by '/', '?', '#' or nothing, with no "
+    "template before that and no user:password@ "
+    "(https://api.example.com/v1/{{ input.path }}; credentials go in a header). A template "
+    "in the scheme, host or port would let a run's input send the secret to another server"
+)
 
 
 class _SpecModel(BaseModel):
@@ -50,7 +61,9 @@ class HttpSpec(_SpecModel):
     response says it is JSON, else text (at most COMPOSER_HTTP_MAX_RESPONSE_BYTES).
     Redirects (301, 302, 303, 307, 308) are followed, up to 5, each hop checked
     again by the SSRF guard; a redirect to another origin keeps only headers that
-    carry no credentials, and one from https to http is refused.
+    carry no credentials, and one from https to http is refused. A spec that
+    carries a secret reference is sent only to the origin its url spells out, and
+    not across a redirect that would take a secret's value along (docs/secrets.md).
     """
 
     model_config = ConfigDict(
@@ -70,7 +83,9 @@ class HttpSpec(_SpecModel):
     url: str = Field(
         description="http:// or https:// URL. The SSRF guard refuses loopback, private, "
         "link-local and other non-public addresses unless COMPOSER_HTTP_ALLOW_PRIVATE "
-        "or COMPOSER_HTTP_ALLOW_NETWORKS lets them through."
+        "or COMPOSER_HTTP_ALLOW_NETWORKS lets them through. When any field of the spec "
+        "holds a {{ secret.NAME }}, the scheme, host and port are written literally, "
+        "templates only after them (https://api.example.com/{{input.path}})."
     )
     method: str = Field(
         default="GET",
@@ -236,3 +251,29 @@ def accept_status_problems(value: Any) -> list[tuple[str, str]]:
             )
         )
     return problems
+
+
+def literal_origin(url: Any) -> str | None:
+    """The ``scheme://host[:port]`` that ``url`` spells out before its first template;
+    None when its literal start names no host.
+
+    This is where the built-in workers may send a node's secrets (the engine writes it
+    into the input beside ``$secrets``): it comes from the definition's text, so no
+    value rendered into the url can move it. For a url whose authority runs on into a
+    template (``http://api.example.com{{ input.path }}``, stored before validation
+    refused that) it is the part before the template: the worker then refuses any
+    rendering that lands elsewhere.
+    """
+    if not isinstance(url, str):
+        return None
+    match = _ORIGIN.match(url.split("{{", 1)[0])
+    return match.group(0) if match else None
+
+
+def fixes_origin(url: Any) -> bool:
+    """Whether ``url`` is a string whose literal text ends its ``scheme://host[:port]``
+    before any template: followed by ``/``, ``?``, ``#`` or nothing."""
+    if not isinstance(url, str):
+        return False
+    match = _ORIGIN.match(url)
+    return match is not None and (match.end() == len(url) or url[match.end()] in "/?#")

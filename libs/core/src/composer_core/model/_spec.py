@@ -7,12 +7,31 @@ can be reported at once, with its path.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from composer_core.model._limits import MAX_SECONDS
 from composer_core.model._states import NodeType
+
+#: What the API and the logs show in place of a webhook_url's ``user:password``.
+HIDDEN_CREDENTIALS = "***"
+#: A URL's scheme and, up to the last '@' before its path, query or fragment, its userinfo.
+_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)([^/?#]*)@")
+
+
+def credentials_of(url: str) -> str | None:
+    """The ``user:password`` part of ``url`` (None when it has none), as written."""
+    match = _USERINFO.match(url)
+    return match.group(2) if match else None
+
+
+def hide_credentials(url: str) -> str:
+    """``url`` as the API and the logs show it: its ``user:password@`` (whatever holds
+    a token: the user part alone may) replaced by ``***@``. The stored definition keeps
+    them; the outbox-enqueuer sends them."""
+    return _USERINFO.sub(lambda m: f"{m.group(1)}{HIDDEN_CREDENTIALS}@", url, count=1)
 
 
 class _Strict(BaseModel):
@@ -120,7 +139,9 @@ class WorkflowSpec(_Strict):
     )
     webhook_url: str | None = Field(
         default=None,
-        description="an http(s) URL that gets a POST (signed when COMPOSER_WEBHOOK_SECRET is set) when a run finishes",
+        description="an http(s) URL that gets a POST (signed when COMPOSER_WEBHOOK_SECRET is "
+        "set) when a run finishes. A user:password@ in it is sent (Basic auth) but never "
+        "shown: the API answers and the logs have ***@ in its place",
     )
     output: Any = Field(
         default=None,

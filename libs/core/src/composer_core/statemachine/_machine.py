@@ -638,7 +638,7 @@ class Machine:
 
     def _resolve_input(self, node: Node) -> Json:
         self._ensure_outputs(self._dag.task_refs(node.id))
-        return self._dag.compiled_spec(node.id).evaluate(self._activation())
+        return self._dag.render_input(node.id, self._activation())
 
     def _set_output(self, node_id: str, output: Json) -> None:
         self._run.outputs[node_id] = output

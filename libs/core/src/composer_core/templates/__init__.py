@@ -10,6 +10,7 @@ from composer_core.templates._engine import (
     References,
 )
 from composer_core.templates._secrets import (
+    ORIGIN_KEY,
     SECRET_NAME,
     SECRET_ROOT,
     SECRETS_KEY,
@@ -21,6 +22,7 @@ __all__ = [
     "MAX_BUILT",
     "MAX_EXPRESSION_DEPTH",
     "MAX_STEPS",
+    "ORIGIN_KEY",
     "ROOTS",
     "SECRETS_KEY",
     "SECRET_NAME",

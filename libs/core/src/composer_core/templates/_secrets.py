@@ -29,6 +29,9 @@ SECRET_ROOT = "secret"
 SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: The top-level key of a rendered node input listing where secret references are.
 SECRETS_KEY = "$secrets"
+#: The top-level key, beside ``$secrets`` in an HTTP node's rendered input, naming the
+#: only origin its secrets may be sent to: the one its definition's url spells out.
+ORIGIN_KEY = "$origin"
 #: The source of a template that is a secret reference and nothing else.
 _REFERENCE = re.compile(r"secret\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
 
