@@ -50,6 +50,7 @@ class DefinitionCache:
 
 def build(spec: object, version: int) -> WorkflowDAG:
     try:
-        return build_dag(parse_definition(spec), version=version)  # type: ignore[arg-type]
+        # stored=True: a rule added since the version was stored does not stop its runs
+        return build_dag(parse_definition(spec), version=version, stored=True)  # type: ignore[arg-type]
     except DefinitionInvalid as exc:  # stored specs were validated: only a rule change gets here
         raise BadRequest(f"stored definition version {version} no longer validates: {exc}") from exc

@@ -23,7 +23,13 @@ from composer_core.model._node_specs import (
     WaitSpec,
 )
 from composer_core.model._spec import DEFAULT_RETRY, Edge, Node, RetryPolicy, WorkflowSpec
-from composer_core.model._states import BUILTIN_QUEUES, NodeType, RunStatus, TaskState
+from composer_core.model._states import (
+    BUILTIN_QUEUES,
+    RESERVED_QUEUES,
+    NodeType,
+    RunStatus,
+    TaskState,
+)
 
 __all__ = [
     "BUILTIN_QUEUES",
@@ -32,6 +38,7 @@ __all__ = [
     "DEFAULT_RETRY",
     "MAX_SECONDS",
     "NODE_SPECS",
+    "RESERVED_QUEUES",
     "CompiledNode",
     "Edge",
     "ForkSpec",

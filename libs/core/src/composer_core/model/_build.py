@@ -19,7 +19,7 @@ from composer_core.model._dag import CompiledNode, WorkflowDAG
 from composer_core.model._limits import DEFAULT_LIMITS, MAX_SECONDS, Limits, nesting_depth
 from composer_core.model._node_specs import HTTP_METHODS, NODE_SPECS, accept_status_problems
 from composer_core.model._spec import Node, WorkflowSpec
-from composer_core.model._states import NodeType
+from composer_core.model._states import BUILTIN_QUEUES, RESERVED_QUEUES, NodeType
 from composer_core.templates import (
     ROOTS,
     SECRET_ROOT,
@@ -37,6 +37,8 @@ _NODE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _WORKFLOW_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _QUEUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _HTTP_METHODS = frozenset(HTTP_METHODS)
+#: What the built-in workers run a task of their reserved queue as.
+_RUN_AS = {NodeType.HTTP: "an HTTP request", NodeType.PYTHON: "Python code"}
 #: The keys each type's spec takes, from its model (TASK's is free-form: absent here).
 _SPEC_KEYS: dict[NodeType, frozenset[str]] = {
     node_type: frozenset(model.model_fields)
@@ -101,9 +103,15 @@ def build_dag(
     version: int = 1,
     engine: ExpressionEngine | None = None,
     limits: Limits = DEFAULT_LIMITS,
+    stored: bool = False,
 ) -> WorkflowDAG:
-    """Validate ``spec`` and build its DAG; raise DefinitionInvalid listing every problem."""
-    return _Builder(spec, version, engine or default_engine(), limits).build()
+    """Validate ``spec`` and build its DAG; raise DefinitionInvalid listing every problem.
+
+    ``stored``: the spec was validated when it was stored, and is read back to run.
+    The rules added since for safety's sake, which a stored version cannot be changed
+    to meet (the reserved queue names), are not applied: the workers refuse what they
+    must not run, and the version's runs still load."""
+    return _Builder(spec, version, engine or default_engine(), limits, stored=stored).build()
 
 
 def graph_problems(
@@ -143,9 +151,12 @@ class _Builder:
         engine: ExpressionEngine,
         limits: Limits,
         untyped: frozenset[int] = frozenset(),
+        *,
+        stored: bool = False,
     ) -> None:
         self.spec = spec
         self.untyped = untyped
+        self.stored = stored
         self.version = version
         self.engine = engine
         self.limits = limits
@@ -250,6 +261,8 @@ class _Builder:
                         f"{path}.queue",
                         f"{node.queue!r} is not a queue name: use letters, digits, '_', '-', '.'",
                     )
+                elif node.queue is not None and not self.stored:
+                    self.check_reserved_queue(path, node, node.queue)
             else:
                 for field in ("queue", "timeout_seconds", "retry"):
                     if getattr(node, field) is not None:
@@ -270,6 +283,25 @@ class _Builder:
             retry = node.retry
             if retry is not None and retry.max_seconds < retry.initial_seconds:
                 self.add(f"{path}.retry.max_seconds", "must be at least initial_seconds")
+
+    def check_reserved_queue(self, path: str, node: Node, queue: str) -> None:
+        """The built-in workers run what they lease on ``http`` as an HTTP request and
+        on ``python`` as Python code: only that node type may be sent there."""
+        owner = RESERVED_QUEUES.get(queue)
+        if owner is None or owner is node.type:
+            return
+        if node.type is NodeType.TASK:
+            fix = (
+                f"name a queue of your own that your workers read (e.g. '{node.id}-tasks'); "
+                "http and python are the built-in workers'"
+            )
+        else:
+            fix = f"leave queue unset ({node.type} nodes go to {BUILTIN_QUEUES[node.type]!r})"
+        self.add(
+            f"{path}.queue",
+            f"{queue!r} is reserved for {owner} nodes (the built-in workers run every task on "
+            f"it as {_RUN_AS[owner]}), and this node's type is {node.type}: {fix}",
+        )
 
     def check_edges(self) -> None:
         seen: dict[tuple[str, str], int] = {}
