@@ -58,7 +58,7 @@ async def serve(settings: WorkersSettings, secret_variables: Mapping[str, str]) 
     ):
         log.info("secret references resolve from %r", secrets)
         if "http" in queues:
-            worker.add_handler("http", http_handler(session, policy, secrets))
+            worker.add_handler("http", http_handler(session, policy, secrets), node_types="HTTP")
         if "python" in queues:
             _warn_if_python_runs_as_root(settings.python_uid)
             worker.add_handler(
@@ -71,6 +71,7 @@ async def serve(settings: WorkersSettings, secret_variables: Mapping[str, str]) 
                     uid=settings.python_uid,
                     secrets=secrets,
                 ),
+                node_types="PYTHON",
             )
         stopper = asyncio.create_task(_stop_on(rt.stop, worker))
         try:
