@@ -238,8 +238,8 @@ def _refusal(request: repo.LeaseRequest, task: repo.TaskRouting | None) -> Lease
         if reserved_for is not None:
             fix = (
                 f"its workflow version was stored before queue {task.queue!r} was reserved "
-                f"for {reserved_for} nodes: move the node to a queue of its own, apply the "
-                "definition and retry the run from the node (or cancel it)"
+                f"for {reserved_for} nodes: move the node to a queue of its own and apply the "
+                "definition, then cancel the run and retry it from the node on the new version"
             )
         else:
             fix = (
