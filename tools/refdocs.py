@@ -172,7 +172,7 @@ def _runs_on(node_type: NodeType) -> str:
     if node_type in BUILTIN_QUEUES:
         return f"the built-in workers, queue `{BUILTIN_QUEUES[node_type]}`"
     if node_type.is_worker:
-        return "your workers, on the node's `queue`"
+        return "your workers, on the node's `queue` (not `http` or `python`)"
     if node_type.is_control:
         return "the coordinator, at once"
     if node_type is NodeType.WAIT:

@@ -22,7 +22,7 @@ import logging
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -59,10 +59,20 @@ class LedgerClient(CoordinatorClient):
         *,
         claim: str,
         until: Callable[[], bool],
+        queue: str = "",
+        node_types: Collection[str] = (),
     ) -> Lease | None:
         t0 = time.time()
         lease = await super().acquire(
-            task_id, run_id, attempt, owner, ttl, claim=claim, until=until
+            task_id,
+            run_id,
+            attempt,
+            owner,
+            ttl,
+            claim=claim,
+            until=until,
+            queue=queue,
+            node_types=node_types,
         )
         if lease is not None and lease.granted:
             self._note(

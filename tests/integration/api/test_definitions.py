@@ -214,6 +214,45 @@ async def test_a_webhook_url_s_credentials_are_shown_to_no_one(gateway: Gateway)
     assert problem["path"] == "webhook_url" and "write the real ones" in problem["message"]
 
 
+async def test_a_task_node_on_a_builtin_queue_is_refused(gateway: Gateway) -> None:
+    # Found by an attack: a TASK node on queue python with spec {code: "{{input.code}}"},
+    # started by an operator, ran the operator's code on the built-in workers.
+    yaml_text = "\n".join(
+        [
+            "id: runs-your-code",
+            "nodes:",
+            "  - id: run",
+            "    type: TASK",
+            "    queue: python",
+            '    spec: {code: "{{input.code}}"}',
+            "  - id: fetch",
+            "    type: TASK",
+            "    queue: http",
+            '    spec: {url: "{{input.url}}"}',
+            "edges: [{from: run, to: fetch}]",
+        ]
+    )
+    answer = await gateway.call(
+        "POST", "/v1/workflows", data=yaml_text, content_type="application/yaml"
+    )
+    assert answer.status == 422, answer.body
+    assert answer.content_type == "application/problem+json"
+    assert answer.body["type"] == "urn:composer:problem:definition-invalid"
+    problems = {p["path"]: p["message"] for p in answer.body["problems"]}
+    assert problems == {
+        "nodes[0].queue": "'python' is reserved for PYTHON nodes (the built-in workers run "
+        "every task on it as Python code), and this node's type is TASK: name a queue of "
+        "your own that your workers read (e.g. 'run-tasks'); http and python are the "
+        "built-in workers'",
+        "nodes[1].queue": "'http' is reserved for HTTP nodes (the built-in workers run every "
+        "task on it as an HTTP request), and this node's type is TASK: name a queue of your "
+        "own that your workers read (e.g. 'fetch-tasks'); http and python are the built-in "
+        "workers'",
+    }
+    listed = await gateway.call("GET", "/v1/workflows/runs-your-code", role="viewer")
+    assert listed.status == 404  # nothing was stored
+
+
 async def test_shape_errors_and_bad_syntax_are_422(gateway: Gateway) -> None:
     unknown = await gateway.call(
         "POST", "/v1/workflows", json={"id": "x", "nodes": [], "colour": "red"}

@@ -76,7 +76,7 @@ WIDER = {
     "expired_leases": "the sweeper scans the small in-flight partial index of every month",
     "lost_dispatches": "the sweeper scans the small in-flight partial index of every month",
     "task_attempts": "a batch of (run id, task id) pairs",
-    "task_queues": "a batch of (run id, task id) pairs (refused leases only)",
+    "task_routing": "a batch of (run id, task id) pairs (refused leases only)",
     "count_active_runs": "an id range: one month, by the partition-manager",
     "insert_task_logs": "INSERT: the rows are routed to their partitions",
 }

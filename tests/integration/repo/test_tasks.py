@@ -18,6 +18,8 @@ UTC = dt.UTC
 
 #: A retry's due time: any time will do, the tests read it back.
 SOON = dt.datetime(2030, 1, 1, tzinfo=UTC)
+#: A retry's due time that has passed: the attempt may be leased.
+DUE = dt.datetime(2020, 1, 1, tzinfo=UTC)
 
 
 async def task_row(conn: repo.Connection, ref: repo.TaskRef) -> repo.TaskRecord:
@@ -291,7 +293,7 @@ async def test_lease_is_granted_once_and_returns_the_input(conn: repo.Connection
 async def test_lease_is_fenced_by_attempt(conn: repo.Connection) -> None:
     run_id = await new_run(conn)
     ref = await new_worker_task(conn, run_id)
-    await repo.requeue_task(conn, ref, "flaky", not_before=SOON)
+    await repo.requeue_task(conn, ref, "flaky", not_before=DUE)
 
     assert (
         await repo.acquire_lease(conn, run_id, ref.task_id, 0, owner="w", ttl=30, token="tok")
@@ -301,6 +303,49 @@ async def test_lease_is_fenced_by_attempt(conn: repo.Connection) -> None:
         await repo.acquire_lease(conn, run_id, ref.task_id, 1, owner="w", ttl=30, token="tok")
         is not None
     )
+
+
+async def test_a_retry_is_not_leased_before_it_is_due(conn: repo.Connection) -> None:
+    run_id = await new_run(conn)
+    ref = await new_worker_task(conn, run_id)
+    await repo.requeue_task(conn, ref, "flaky", not_before=SOON)
+
+    lease = await repo.acquire_lease(conn, run_id, ref.task_id, 1, owner="w", ttl=30, token="t")
+
+    assert lease is None
+    task = await task_row(conn, ref)
+    assert (task.state, task.attempt, task.lease_owner) == (TaskState.PENDING, 1, None)
+    routing = await repo.task_routing(conn, [(run_id, ref.task_id)])
+    assert routing[(run_id, ref.task_id)] == repo.TaskRouting(
+        node_id="a",
+        node_type=NodeType.HTTP,
+        queue="http",
+        attempt=1,
+        state=TaskState.PENDING,
+        due_at=SOON,
+    )
+
+
+async def test_a_lease_is_granted_only_on_the_tasks_queue_and_node_type(
+    conn: repo.Connection,
+) -> None:
+    run_id = await new_run(conn)
+    ref = await new_worker_task(conn, run_id, queue="http")  # an HTTP node
+
+    async def lease(**scope: Any) -> repo.Lease | None:
+        return await repo.acquire_lease(
+            conn, run_id, ref.task_id, 0, owner="w", ttl=30, token="t", **scope
+        )
+
+    assert await lease(queue="python") is None
+    assert await lease(queue="http", node_types=frozenset({NodeType.PYTHON})) is None
+    assert await lease(node_types=frozenset({NodeType.TASK, NodeType.PYTHON})) is None
+    assert (await task_row(conn, ref)).state is TaskState.PENDING  # untouched
+    routing = await repo.task_routing(conn, [(run_id, ref.task_id), (run_id, uuid7())])
+    assert list(routing) == [(run_id, ref.task_id)]  # a task that does not exist: no row
+    assert routing[(run_id, ref.task_id)].due_at is None  # due: created PENDING
+    granted = await lease(queue="http", node_types=frozenset({NodeType.HTTP}))
+    assert granted is not None and granted.node_type is NodeType.HTTP
 
 
 async def test_renew_is_fenced_by_owner_and_attempt(conn: repo.Connection) -> None:

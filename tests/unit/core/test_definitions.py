@@ -525,6 +525,48 @@ def test_task_needs_a_valid_queue() -> None:
     assert spec_problems(task("t", queue="payments.eu-1", spec={"anything": {"goes": 1}})) == []
 
 
+def test_the_builtin_queues_take_their_own_node_type_only() -> None:
+    # Found by an attack: a TASK node on queue python with spec {code: "{{input.code}}"}
+    # ran whoever started it's code on the built-in workers.
+    assert spec_problems(task("t", queue="python", spec={"code": "{{input.code}}"})) == [
+        "nodes[0].queue: 'python' is reserved for PYTHON nodes (the built-in workers run "
+        "every task on it as Python code), and this node's type is TASK: name a queue of "
+        "your own that your workers read (e.g. 't-tasks'); http and python are the "
+        "built-in workers'"
+    ]
+    assert spec_problems(task("t", queue="http")) == [
+        "nodes[0].queue: 'http' is reserved for HTTP nodes (the built-in workers run every "
+        "task on it as an HTTP request), and this node's type is TASK: name a queue of your "
+        "own that your workers read (e.g. 't-tasks'); http and python are the built-in "
+        "workers'"
+    ]
+    code = {"code": "def main(input):\n    return 1\n"}
+    assert spec_problems({"id": "p", "type": "PYTHON", "queue": "http", "spec": code}) == [
+        "nodes[0].queue: 'http' is reserved for HTTP nodes (the built-in workers run every "
+        "task on it as an HTTP request), and this node's type is PYTHON: leave queue unset "
+        "(PYTHON nodes go to 'python')"
+    ]
+    assert spec_problems(http(url="https://x") | {"queue": "python"}) == [
+        "nodes[0].queue: 'python' is reserved for PYTHON nodes (the built-in workers run "
+        "every task on it as Python code), and this node's type is HTTP: leave queue unset "
+        "(HTTP nodes go to 'http')"
+    ]
+    # their own type may name them, or another queue (served by your own workers)
+    assert spec_problems({"id": "p", "type": "PYTHON", "queue": "python", "spec": code}) == []
+    assert spec_problems(http(url="https://x") | {"queue": "http"}) == []
+    assert spec_problems(http(url="https://x") | {"queue": "egress-eu"}) == []
+    assert spec_problems(task("t", queue="python-jobs")) == []
+
+
+def test_a_stored_version_on_a_reserved_queue_still_builds_to_run() -> None:
+    # A version stored before the queues were reserved: its runs still load (the
+    # workers refuse to run its task: docs/architecture.md §6.1).
+    spec = parse_definition(definition([task("t", queue="python")]))
+    with pytest.raises(DefinitionInvalid):
+        build_dag(spec)
+    assert build_dag(spec, stored=True).queue("t") == "python"
+
+
 @pytest.mark.parametrize("node_type", ["SWITCH", "FORK", "JOIN", "WAIT", "WAIT_FOR_EVENT"])
 def test_retry_timeout_and_queue_only_on_worker_nodes(node_type: str) -> None:
     node = {

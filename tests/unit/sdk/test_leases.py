@@ -41,10 +41,14 @@ class FakeCoordinator:
         *,
         claim: str,
         until: Any,
+        queue: str = "",
+        node_types: Any = (),
     ) -> Lease:
         asked = time.monotonic()
         await asyncio.sleep(self.grant_delay)  # the worker was frozen meanwhile
-        return Lease(True, input_json="{}", asked_at=asked, token="tok", node_id="n1")
+        return Lease(
+            True, input_json="{}", asked_at=asked, token="tok", node_id="n1", node_type="TASK"
+        )
 
     async def renew(
         self, task_id: str, run_id: str, attempt: int, owner: str, ttl: float, token: str

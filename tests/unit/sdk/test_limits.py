@@ -123,7 +123,9 @@ async def test_the_worker_drops_an_entry_whose_lease_answer_is_too_large() -> No
     stub = FakeStub(
         leases=[
             rpc_error(grpc.StatusCode.RESOURCE_EXHAUSTED, f"CLIENT: {RECEIVED}"),
-            pb.AcquireTaskLeaseResponse(granted=True, input_json="{}", lease_token="t"),
+            pb.AcquireTaskLeaseResponse(
+                granted=True, input_json="{}", lease_token="t", node_type="TASK"
+            ),
         ]
     )
 

@@ -3,7 +3,7 @@
 from composer_engine._definitions import DefinitionCache
 from composer_engine._engine import AttemptLog, Engine, Report, Started, utcnow
 from composer_engine._history import KINDS as HISTORY_KINDS
-from composer_engine._leases import LeaseGrant, Reporter, new_token
+from composer_engine._leases import LeaseGrant, Reporter, handler_node_types, new_token
 from composer_engine._recovery import (
     Acknowledge,
     ClaimedEntry,
@@ -29,6 +29,7 @@ from composer_engine.errors import (
     Forbidden,
     IdempotencyKeyReused,
     Internal,
+    Misrouted,
     NotFound,
     Parked,
     Unavailable,
@@ -55,6 +56,7 @@ __all__ = [
     "Internal",
     "LeaseGrant",
     "Leave",
+    "Misrouted",
     "NotFound",
     "Parked",
     "RecoveryLimits",
@@ -68,6 +70,7 @@ __all__ = [
     "Unserved",
     "ValidDefinition",
     "Workflows",
+    "handler_node_types",
     "lost_before",
     "lost_dispatch",
     "new_token",

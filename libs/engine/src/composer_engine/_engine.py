@@ -31,7 +31,7 @@ from composer_common.caller import Caller
 from composer_common.logs import alert
 from composer_common.telemetry import tracer
 from composer_core import errors as core_errors
-from composer_core.model import RunStatus, WorkflowDAG
+from composer_core.model import NodeType, RunStatus, WorkflowDAG
 from composer_core.statemachine import (
     BufferSignal,
     Deps,
@@ -768,11 +768,22 @@ class Engine:
         ttl: float,
         claim: str = "",
         queues: frozenset[str] | None = None,
+        queue: str | None = None,
+        node_types: frozenset[NodeType] | None = None,
     ) -> LeaseGrant:
         """Grant a worker the attempt under a fresh token (no run lock needed: one
-        fenced row update); Forbidden when the task is on none of ``queues``."""
+        fenced row update); Forbidden when the task is on none of ``queues``, Misrouted
+        when it is not on ``queue``, not of ``node_types`` or not due yet."""
         request = repo.LeaseRequest(
-            run_id, task_id, attempt, owner, ttl, claim=claim, queues=queues
+            run_id,
+            task_id,
+            attempt,
+            owner,
+            ttl,
+            claim=claim,
+            queues=queues,
+            queue=queue,
+            node_types=node_types,
         )
         [answer] = await self.acquire_leases([request])
         if isinstance(answer, EngineError):
@@ -876,7 +887,15 @@ class Engine:
 
     async def _acquire_one(self, r: repo.LeaseRequest) -> LeaseGrant:
         return await self.acquire_lease(
-            r.run_id, r.task_id, r.attempt, owner=r.owner, ttl=r.ttl, claim=r.claim, queues=r.queues
+            r.run_id,
+            r.task_id,
+            r.attempt,
+            owner=r.owner,
+            ttl=r.ttl,
+            claim=r.claim,
+            queues=r.queues,
+            queue=r.queue,
+            node_types=r.node_types,
         )
 
     async def renew_lease(

@@ -11,7 +11,11 @@ count, is decided here from the database alone:
   only with it: the owner name is no secret (it is the worker's consumer name,
   which ``XINFO CONSUMERS`` shows);
 - a worker's credentials name the queues it serves, and an attempt of another
-  queue is neither granted, renewed nor reported.
+  queue is neither granted, renewed nor reported;
+- an entry is a dispatch of its attempt only on its task's queue, to a handler of
+  its node type, once the attempt is due: an entry on another queue's stream, for a
+  node type the worker's handler does not run, or ahead of a retry's backoff is not
+  granted (``Misrouted``) and its task is left as it was.
 """
 
 from __future__ import annotations
@@ -25,10 +29,10 @@ from dataclasses import dataclass
 import composer_repo as repo
 from composer_common import limits
 from composer_common.logs import alert
-from composer_core.model import NodeType
+from composer_core.model import RESERVED_QUEUES, NodeType
 from composer_core.templates import Json
 from composer_engine._definitions import DefinitionCache
-from composer_engine.errors import EngineError, Forbidden
+from composer_engine.errors import BadRequest, EngineError, Forbidden, Misrouted
 from composer_engine.sealing import Sealer, SealingError
 
 log = logging.getLogger("composer.engine")
@@ -91,6 +95,24 @@ class Reporter:
         return None
 
 
+#: The node types a worker's handler may say it runs, by name.
+_WORKER_NODE_TYPES = {t.value: t for t in NodeType if t.is_worker}
+
+
+def handler_node_types(names: Sequence[str]) -> frozenset[NodeType] | None:
+    """The node types a lease request says its handler runs (None: it says none, a
+    worker older than the check); BadRequest for a name that is none of them."""
+    if not names:
+        return None
+    unknown = sorted(set(names) - _WORKER_NODE_TYPES.keys())
+    if unknown:
+        raise BadRequest(
+            f"node_types: {', '.join(map(repr, unknown))} is not a node type a worker runs "
+            f"({', '.join(_WORKER_NODE_TYPES)})"
+        )
+    return frozenset(_WORKER_NODE_TYPES[name] for name in names)
+
+
 def new_token() -> str:
     """An unguessable lease token (192 random bits)."""
     return secrets.token_urlsafe(24)
@@ -106,8 +128,9 @@ async def grant_leases(
     park_for: dt.timedelta = PARK_FOR,
 ) -> list[LeaseGrant | EngineError]:
     """``repo.acquire_leases`` and what each answer means to the worker: the grant
-    with the node's timeout from its definition, a refusal, or Forbidden for an
-    attempt on a queue the request's credentials do not cover. An input over
+    with the node's timeout from its definition, a refusal, Forbidden for an attempt
+    on a queue the request's credentials do not cover, or Misrouted for one that the
+    entry cannot stand for (``_refusal``). An input over
     ``max_input_bytes`` is not granted but answered ``too_large``: sent, it could
     be too large for the worker's gRPC messages, and no worker could ever take it.
 
@@ -116,20 +139,14 @@ async def grant_leases(
     given: the attempt is parked (``repo.park_task``: unspent, sent again after
     ``park_for``) with an ALERT naming the key."""
     leases = await repo.acquire_leases(conn, requests)
-    refused_scoped = [
-        (r.run_id, r.task_id)
-        for r, lease in zip(requests, leases, strict=True)
-        if lease is None and r.queues is not None
+    refused = [
+        (r.run_id, r.task_id) for r, lease in zip(requests, leases, strict=True) if lease is None
     ]
-    queues = await repo.task_queues(conn, refused_scoped) if refused_scoped else {}
+    routing = await repo.task_routing(conn, refused) if refused else {}
     answers: list[LeaseGrant | EngineError] = []
     for request, lease in zip(requests, leases, strict=True):
         if lease is None:
-            queue = queues.get((request.run_id, request.task_id))
-            if request.queues is not None and queue and queue not in request.queues:
-                answers.append(Forbidden(_not_covered(queue)))
-            else:
-                answers.append(LeaseGrant(False, NOT_GRANTED))
+            answers.append(_refusal(request, routing.get((request.run_id, request.task_id))))
             continue
         lease_input, context = lease.input, lease.context
         if sealer is not None:
@@ -191,6 +208,57 @@ async def _park(
         exc,
     )
     return LeaseGrant(False, reason, node_id=lease.node_id)
+
+
+def _refusal(request: repo.LeaseRequest, task: repo.TaskRouting | None) -> LeaseGrant | EngineError:
+    """Why ``request`` was not granted, as the worker is to hear it: a plain refusal
+    (a stale or duplicate entry: acknowledged quietly), Forbidden (credentials), or
+    Misrouted (the entry cannot be a dispatch of the attempt to this handler: the
+    worker drops it loudly; the task keeps waiting for its own entry).
+
+    Queue and node type are checked only for a worker that says them (``queue``,
+    ``node_types``). An attempt not due yet is refused to every worker; one that does
+    not say its queue (older than the check) hears a plain refusal, which it
+    acknowledges away as it always did."""
+    if task is None:
+        return LeaseGrant(False, NOT_GRANTED)
+    if request.queues is not None and task.queue and task.queue not in request.queues:
+        return Forbidden(_not_covered(task.queue))
+    what = f"task {request.task_id} (node {task.node_id} of run {request.run_id})"
+    if request.queue is not None and task.queue != request.queue:
+        where = f"queue {task.queue!r}" if task.queue else f"no queue (a {task.node_type} node)"
+        return Misrouted(
+            f"{what} is on {where}, not on {request.queue!r}, whose stream this entry was "
+            "read from: the entry is no dispatch of it (forged, or written by hand) and is "
+            "dropped; the task's own entry is on its queue's stream"
+        )
+    if request.node_types is not None and task.node_type not in request.node_types:
+        runs = ", ".join(sorted(request.node_types))
+        reserved_for = RESERVED_QUEUES.get(task.queue or "")
+        if reserved_for is not None:
+            fix = (
+                f"its workflow version was stored before queue {task.queue!r} was reserved "
+                f"for {reserved_for} nodes: move the node to a queue of its own and apply the "
+                "definition, then cancel the run and retry it from the node on the new version"
+            )
+        else:
+            fix = (
+                f"serve queue {task.queue!r} with a handler registered for {task.node_type} "
+                f'nodes (worker.handler({task.queue!r}, node_types={{"{task.node_type}"}}))'
+            )
+        return Misrouted(
+            f"{what} is of node type {task.node_type}, and the worker's handler for queue "
+            f"{task.queue!r} runs {runs} nodes only: it is not leased and its entry is "
+            f"dropped; {fix}"
+        )
+    if task.attempt == request.attempt and task.due_at is not None:
+        message = (
+            f"{what} attempt {request.attempt} is not due until {task.due_at.isoformat()} "
+            "(a retry's backoff, or a parked attempt): an entry before then is no dispatch "
+            "of it (forged, or written by hand) and is dropped; the attempt is sent when due"
+        )
+        return Misrouted(message) if request.queue is not None else LeaseGrant(False, message)
+    return LeaseGrant(False, NOT_GRANTED)
 
 
 def _not_covered(queue: str | None) -> str:

@@ -11,6 +11,11 @@
     │                           request (input, config, version, start node)
     ├── UnknownSignal     422   no WAIT_FOR_EVENT node of the run's version waits for that
     │                           signal name: it would sit buffered for ever
+    ├── Misrouted         409   a worker's stream entry is no dispatch of the attempt it
+    │                           names to that worker: the task is of another queue or node
+    │                           type than its handler's, or not due yet (a retry's backoff).
+    │                           Nothing changed; the worker drops the entry (the coordinator
+    │                           answers FAILED_PRECONDITION)
     ├── Unavailable       503   the database connection kept failing after retries: try again later
     │   └── Parked        503   the run's documents are sealed with a key not configured here:
     │                           nothing changed; it goes on once the key is back (a loop parks
@@ -64,6 +69,10 @@ class IdempotencyKeyReused(Conflict):
 class UnknownSignal(EngineError):
     status = 422
     kind = "unknown-signal"
+
+
+class Misrouted(EngineError):
+    status = 409
 
 
 class Unavailable(EngineError):

@@ -116,6 +116,7 @@ from composer_repo._records import (
     TaskAttempt,
     TaskRecord,
     TaskRef,
+    TaskRouting,
     UnservedQueue,
     WorkerBeat,
     WorkerRecord,
@@ -164,7 +165,7 @@ from composer_repo._tasks import (
     renew_leases,
     requeue_task,
     resolve_wait,
-    task_queues,
+    task_routing,
 )
 from composer_repo._tx import (
     CommitStatus,
@@ -228,6 +229,7 @@ __all__ = [
     "TaskLogRecord",
     "TaskRecord",
     "TaskRef",
+    "TaskRouting",
     "Transient",
     "UnservedQueue",
     "WorkerBeat",
@@ -322,7 +324,7 @@ __all__ = [
     "signal_key",
     "singleton",
     "task_attempts",
-    "task_queues",
+    "task_routing",
     "tracked_transaction",
     "transaction",
     "try_load_run",

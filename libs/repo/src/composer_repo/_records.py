@@ -306,6 +306,21 @@ class Lease:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskRouting:
+    """Where a task belongs and whether its attempt is due: what a refused lease is
+    told (docs/architecture.md §6.1)."""
+
+    node_id: str
+    node_type: NodeType
+    queue: str | None
+    attempt: int
+    state: TaskState
+    #: When the waiting attempt is due, if that is still ahead (a retry's backoff, a
+    #: parked attempt); None: due, or not waiting for a worker.
+    due_at: dt.datetime | None
+
+
+@dataclass(frozen=True, slots=True)
 class LeaseHolder:
     """Who may report a RUNNING attempt: the lease's token, and the task's queue."""
 

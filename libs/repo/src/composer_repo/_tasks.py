@@ -17,7 +17,15 @@ from composer_core.model import NodeType, TaskState
 from composer_core.templates import Json
 from composer_repo._db import Connection, translated
 from composer_repo._errors import Invalid
-from composer_repo._records import FinishedTask, Lease, LeaseHolder, NewTask, Requeued, TaskRef
+from composer_repo._records import (
+    FinishedTask,
+    Lease,
+    LeaseHolder,
+    NewTask,
+    Requeued,
+    TaskRef,
+    TaskRouting,
+)
 from composer_repo._sql import q
 
 
@@ -217,6 +225,11 @@ class LeaseRequest:
     name for one lease request, so the request sent again after its answer was
     lost gets the same lease back. ``queues`` are those the worker's credentials
     cover (None: all); an attempt on another queue is neither granted nor renewed.
+
+    A grant's only: ``queue`` is the queue whose stream the entry was read from and
+    ``node_types`` the node types the worker's handler runs (None for either: not
+    checked, a worker older than them); an attempt of another queue or type is not
+    granted (docs/architecture.md §6.1).
     """
 
     run_id: str
@@ -227,6 +240,8 @@ class LeaseRequest:
     token: str = ""
     claim: str = ""
     queues: frozenset[str] | None = None
+    queue: str | None = None
+    node_types: frozenset[NodeType] | None = None
 
 
 async def acquire_lease(
@@ -240,15 +255,21 @@ async def acquire_lease(
     token: str,
     claim: str = "",
     queues: frozenset[str] | None = None,
+    queue: str | None = None,
+    node_types: frozenset[NodeType] | None = None,
 ) -> Lease | None:
     """Grant the attempt for ``ttl`` seconds under ``token`` and return what runs it.
 
-    Granted when the attempt is PENDING or QUEUED, leased by someone whose lease
-    expired, or already granted to this very request (same owner and claim:
-    it keeps its first token), and only on one of ``queues`` (None: any). None
-    when the attempt is stale, finished, held by a live lease or on another queue.
+    Granted when the attempt is PENDING or QUEUED and due (not in a retry's backoff),
+    leased by someone whose lease expired, or already granted to this very request
+    (same owner and claim: it keeps its first token), and only on one of ``queues``
+    (None: any), on ``queue`` and of one of ``node_types`` (None: any). None when the
+    attempt is stale, not due, finished, held by a live lease, or on another queue or
+    of another type (``task_routing`` tells which).
     """
-    request = LeaseRequest(run_id, task_id, attempt, owner, ttl, token, claim, queues)
+    request = LeaseRequest(
+        run_id, task_id, attempt, owner, ttl, token, claim, queues, queue, node_types
+    )
     [lease] = await acquire_leases(conn, [request])
     return lease
 
@@ -286,6 +307,8 @@ async def acquire_leases(conn: Connection, requests: Sequence[LeaseRequest]) -> 
         *_columns(requests),
         [r.claim for r in requests],
         [_queues(r) for r in requests],
+        [r.queue for r in requests],
+        [_node_types(r) for r in requests],
     )
     granted = {(r["run_id"], r["id"], r["attempt"]): r for r in rows}
     leases: list[Lease | None] = []
@@ -326,12 +349,23 @@ async def renew_leases(
 
 
 @translated
-async def task_queues(
+async def task_routing(
     conn: Connection, tasks: Sequence[tuple[str, str]]
-) -> dict[tuple[str, str], str | None]:
-    """The queue of each (run id, task id) that exists."""
-    rows = await conn.fetch(q("task_queues"), [r for r, _ in tasks], [t for _, t in tasks])
-    return {(r["run_id"], r["id"]): r["queue"] for r in rows}
+) -> dict[tuple[str, str], TaskRouting]:
+    """Where each (run id, task id) that exists belongs, and whether its attempt is
+    due: why a lease was refused."""
+    rows = await conn.fetch(q("task_routing"), [r for r, _ in tasks], [t for _, t in tasks])
+    return {
+        (r["run_id"], r["id"]): TaskRouting(
+            node_id=r["node_id"],
+            node_type=NodeType(r["node_type"]),
+            queue=r["queue"],
+            attempt=r["attempt"],
+            state=TaskState(r["state"]),
+            due_at=r["due_at"],
+        )
+        for r in rows
+    }
 
 
 def _check_batch(requests: Sequence[LeaseRequest]) -> None:
@@ -360,6 +394,11 @@ def _queues(request: LeaseRequest) -> str | None:
     """The queues as the statements take them: joined by '|' (no queue name holds
     one), None for all."""
     return None if request.queues is None else "|".join(sorted(request.queues))
+
+
+def _node_types(request: LeaseRequest) -> str | None:
+    """The node types as acquire_leases takes them: joined by '|', None for all."""
+    return None if request.node_types is None else "|".join(sorted(request.node_types))
 
 
 @translated

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
@@ -136,6 +136,8 @@ class Coordinator(Protocol):
         *,
         claim: str,
         until: Callable[[], bool],
+        queue: str = "",
+        node_types: Collection[str] = (),
     ) -> Lease | None: ...
 
     async def renew(
@@ -274,11 +276,16 @@ class CoordinatorClient:
         *,
         claim: str,
         until: Callable[[], bool],
+        queue: str = "",
+        node_types: Collection[str] = (),
     ) -> Lease | None:
         """Take the lease; None if ``until()`` turned true while the coordinator was unreachable.
 
         ``claim`` is this request's random name: sent again after a lost answer, the
-        request gets the same lease back. Raises CoordinatorUnavailable when every
+        request gets the same lease back. ``queue`` is the queue whose stream the entry
+        was read from and ``node_types`` the node types the handler runs: the
+        coordinator grants no attempt of another queue or type, nor one not due yet
+        (SdkError, code FAILED_PRECONDITION). Raises CoordinatorUnavailable when every
         attempt failed transiently.
         """
         request = pb.AcquireTaskLeaseRequest(
@@ -288,6 +295,8 @@ class CoordinatorClient:
             owner=owner,
             ttl_seconds=ttl,
             claim=claim,
+            queue=queue,
+            node_types=sorted(node_types),
         )
         asked_at = 0.0
 

@@ -7,7 +7,7 @@ import dataclasses
 import inspect
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_type_hints
 
@@ -17,9 +17,41 @@ from composer_common import limits
 from composer_common.caller import Caller
 from composer_rpc.codes import ErrorCode
 from composer_sdk._tasklog import AttemptLines
-from composer_sdk.errors import TaskFailed
+from composer_sdk.errors import SdkError, TaskFailed
 
 HandlerFn = Callable[..., Awaitable[Any]]
+
+#: The node types a worker runs; a handler says which of them it runs.
+WORKER_NODE_TYPES = ("HTTP", "PYTHON", "TASK")
+#: The built-in workers' queues, each reserved for its node type: a definition cannot
+#: send another type there, and a handler of one runs that type only (as
+#: composer_core.model.RESERVED_QUEUES, which the SDK does not depend on).
+RESERVED_QUEUES = {"http": "HTTP", "python": "PYTHON"}
+
+
+def handler_node_types(queue: str, node_types: Iterable[str] | str | None) -> frozenset[str]:
+    """The node types a handler of ``queue`` runs: ``node_types`` as given, or by
+    default the reserved queue's own type (``http``: HTTP, ``python``: PYTHON) and
+    TASK on any other queue. Raises SdkError for a type a worker does not run, or
+    another type than its own on a reserved queue."""
+    if node_types is None:
+        return frozenset({RESERVED_QUEUES.get(queue, "TASK")})
+    names = frozenset({node_types} if isinstance(node_types, str) else node_types)
+    if unknown := sorted(names - set(WORKER_NODE_TYPES)):
+        raise SdkError(
+            f"handler for queue {queue!r}: {', '.join(map(repr, unknown))} is not a node type "
+            f"a worker runs (node_types takes some of {', '.join(WORKER_NODE_TYPES)})"
+        )
+    if not names:
+        raise SdkError(f"handler for queue {queue!r}: node_types names no node type")
+    reserved_for = RESERVED_QUEUES.get(queue)
+    if reserved_for is not None and names != {reserved_for}:
+        raise SdkError(
+            f"queue {queue!r} is reserved for {reserved_for} nodes (the built-in workers "
+            f"run every task on it as one): a handler there runs {reserved_for} nodes only; "
+            "serve your TASK nodes on a queue of your own"
+        )
+    return names
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,14 +124,20 @@ class Outcome:
 
 @dataclass(frozen=True, slots=True)
 class Handler:
-    """A registered handler: ``async def fn(ctx, input)``; input typed as a pydantic model or a dict."""
+    """A registered handler: ``async def fn(ctx, input)``; input typed as a pydantic model
+    or a dict. It runs the tasks of ``queue`` whose node type is one of ``node_types``
+    (``handler_node_types``): the worker asks the coordinator for no other, and runs
+    none it is granted anyway."""
 
     queue: str
     fn: HandlerFn
     input_model: type[BaseModel] | None
+    node_types: frozenset[str] = frozenset({"TASK"})
 
     @classmethod
-    def of(cls, queue: str, fn: HandlerFn) -> Handler:
+    def of(
+        cls, queue: str, fn: HandlerFn, node_types: Iterable[str] | str | None = None
+    ) -> Handler:
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"handler {fn.__qualname__} for queue {queue!r} must be an async def")
         params = list(inspect.signature(fn).parameters.values())
@@ -109,7 +147,7 @@ class Handler:
             )
         hint = get_type_hints(fn).get(params[1].name)
         model = hint if isinstance(hint, type) and issubclass(hint, BaseModel) else None
-        return cls(queue, fn, model)
+        return cls(queue, fn, model, handler_node_types(queue, node_types))
 
     async def invoke(
         self,

@@ -13,7 +13,10 @@ messages held), so they overlap the next handlers. While it runs, a heartbeat
 (``Queue.heartbeat``, every ttl/3, good for a ttl) tells the sweeper that the
 entries it holds are not lost deliveries. For every message: take the lease from the
 coordinator (a duplicate delivery or a stale attempt is not granted and is
-just acknowledged), run the handler under the node's timeout while renewing
+just acknowledged; an entry that is no dispatch of its attempt to this handler,
+because the task is of another queue or node type or not due yet, is refused
+and acknowledged away with an ALERT, and so is a grant of a node type the
+handler does not run), run the handler under the node's timeout while renewing
 the lease every ttl/3 (a lost lease cancels the handler and reports
 nothing), report the outcome, and only then acknowledge the message. A report
 the coordinator cannot take (unreachable after ``coordinator_attempts`` tries,
@@ -42,7 +45,7 @@ import signal
 import socket
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 
@@ -172,6 +175,9 @@ class Worker:
         self.abandoned = 0
         #: Messages acknowledged away because the worker's own code failed on them.
         self.parked = 0
+        #: Messages acknowledged away because they were no dispatch of their attempt to
+        #: this handler: another queue's or node type's task, or one not due yet.
+        self.misrouted = 0
         #: When run() began serving (seconds since the epoch), for the heartbeat.
         self.started_at = 0.0
         #: False once the coordinator said it keeps no heartbeats.
@@ -179,19 +185,30 @@ class Worker:
 
     # -- registration ----------------------------------------------------------
 
-    def handler(self, queue: str) -> Callable[[HandlerFn], HandlerFn]:
+    def handler(
+        self, queue: str, *, node_types: Iterable[str] | str | None = None
+    ) -> Callable[[HandlerFn], HandlerFn]:
+        """Register the decorated function as ``queue``'s handler (``add_handler``)."""
+
         def register(fn: HandlerFn) -> HandlerFn:
-            self.add_handler(queue, fn)
+            self.add_handler(queue, fn, node_types=node_types)
             return fn
 
         return register
 
-    def add_handler(self, queue: str, fn: HandlerFn) -> None:
+    def add_handler(
+        self, queue: str, fn: HandlerFn, *, node_types: Iterable[str] | str | None = None
+    ) -> None:
+        """Serve ``queue`` with ``fn``. It runs the queue's tasks of ``node_types`` only:
+        by default TASK nodes (HTTP on ``http``, PYTHON on ``python``, the queues reserved
+        for the built-in executors). An entry of another queue's task or another node
+        type, or one ahead of its attempt's backoff, is never run: it is acknowledged
+        away with an ALERT (docs/architecture.md §6.1)."""
         if queue in self._handlers:
             raise SdkError(
                 f"queue {queue!r} already has a handler ({self._handlers[queue].fn.__qualname__})"
             )
-        self._handlers[queue] = Handler.of(queue, fn)
+        self._handlers[queue] = Handler.of(queue, fn, node_types)
 
     # -- running ---------------------------------------------------------------
 
@@ -565,8 +582,17 @@ class Worker:
                 cfg.lease_ttl,
                 claim=secrets.token_urlsafe(16),
                 until=self._stopping.is_set,
+                queue=handler.queue,
+                node_types=handler.node_types,
             )
         except SdkError as exc:
+            if exc.code == "FAILED_PRECONDITION":
+                # The entry is no dispatch of its attempt to this handler (forged, or written
+                # by hand, or a definition stored before the built-in queues were reserved):
+                # nothing ran, nothing changed; a real dispatch has its own entry.
+                self._misrouted(entry, msg, str(exc))
+                await self._ack(entry)
+                return
             if exc.code == "PERMISSION_DENIED":
                 # Not this worker's to run (its token does not cover the task's queue):
                 # the entry is dropped; the task's own queue still has its entry.
@@ -608,6 +634,20 @@ class Worker:
                 lease.reason,
             )
             self.skipped += 1
+            await self._ack(entry)
+            return
+        if lease.node_type not in handler.node_types:
+            # Granted by a coordinator older than the node type check: the handler must
+            # still not run what it was not built for (an HTTP node as Python code).
+            self._misrouted(
+                entry,
+                msg,
+                f"node {lease.node_id} of run {msg.run_id} is of node type "
+                f"{lease.node_type or '(none given)'}, and the handler for queue "
+                f"{handler.queue!r} runs {', '.join(sorted(handler.node_types))} nodes only; "
+                "the coordinator granted its lease anyway (it is older than this check: "
+                "upgrade it), so the lease runs out and the attempt's retry policy decides",
+            )
             await self._ack(entry)
             return
         # Until when this process knows it holds the lease: it was granted no earlier
@@ -764,6 +804,21 @@ class Worker:
             return await asyncio.wait_for(call, max(0.05, deadline - asked))
         except TimeoutError:
             return None
+
+    def _misrouted(self, entry: cq.Entry, msg: cq.TaskMessage, why: str) -> None:
+        """Say, loudly, that ``entry`` is dropped unrun: it cannot be a dispatch of its
+        attempt to this handler, so someone wrote it (or a definition needs fixing)."""
+        self.misrouted += 1
+        log.log(
+            ALERT,
+            "task %s attempt %d of run %s: entry %s on %s is not run and is acknowledged away: %s",
+            msg.task_id,
+            msg.attempt,
+            msg.run_id,
+            entry.entry_id,
+            entry.stream,
+            why,
+        )
 
     def _abandon(self, msg: cq.TaskMessage, doing: str, exc: SdkError) -> None:
         """Leave the message unacknowledged: the lease-sweeper recovers its attempt."""

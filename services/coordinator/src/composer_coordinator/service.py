@@ -45,6 +45,7 @@ from composer_engine import (
     Report,
     Reporter,
     Unavailable,
+    handler_node_types,
 )
 from composer_rpc.v1 import worker_pb2 as pb
 from composer_rpc.v1.worker_pb2_grpc import WorkerServiceServicer
@@ -185,6 +186,9 @@ class WorkerService(WorkerServiceServicer):
                     ttl,
                     claim=request.claim,
                     queues=queues,
+                    # not sent by a worker older than these checks: not checked for it
+                    queue=request.queue or None,
+                    node_types=handler_node_types(request.node_types),
                 )
             )
         except NotFound as exc:
@@ -386,6 +390,7 @@ def _refused(exc: EngineError) -> Refused:
         return Refused(grpc.StatusCode.INVALID_ARGUMENT, exc.message)
     if isinstance(exc, Forbidden):
         return Refused(grpc.StatusCode.PERMISSION_DENIED, exc.message)
+    # Misrouted among them: the entry cannot stand for its attempt; the worker drops it
     return Refused(grpc.StatusCode.FAILED_PRECONDITION, exc.message)
 
 

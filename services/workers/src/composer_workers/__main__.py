@@ -68,7 +68,7 @@ async def serve(settings: WorkersSettings, secret_variables: Mapping[str, str]) 
     ):
         log.info("secret references resolve from %r", secrets)
         if "http" in queues:
-            worker.add_handler("http", http_handler(session, policy, secrets))
+            worker.add_handler("http", http_handler(session, policy, secrets), node_types="HTTP")
         sandbox: Sandbox | None = None
         if "python" in queues:
             sandbox, refusal = await _python_sandbox(settings, policy)
@@ -84,6 +84,7 @@ async def serve(settings: WorkersSettings, secret_variables: Mapping[str, str]) 
                     sandbox=sandbox,
                     refusal=refusal,
                 ),
+                node_types="PYTHON",
             )
         stopper = asyncio.create_task(_stop_on(rt.stop, worker))
         try:

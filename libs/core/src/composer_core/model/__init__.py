@@ -34,7 +34,13 @@ from composer_core.model._spec import (
     credentials_of,
     hide_credentials,
 )
-from composer_core.model._states import BUILTIN_QUEUES, NodeType, RunStatus, TaskState
+from composer_core.model._states import (
+    BUILTIN_QUEUES,
+    RESERVED_QUEUES,
+    NodeType,
+    RunStatus,
+    TaskState,
+)
 
 __all__ = [
     "BUILTIN_QUEUES",
@@ -44,6 +50,7 @@ __all__ = [
     "HIDDEN_CREDENTIALS",
     "MAX_SECONDS",
     "NODE_SPECS",
+    "RESERVED_QUEUES",
     "CompiledNode",
     "Edge",
     "ForkSpec",

@@ -25,7 +25,7 @@ from composer_core.model._node_specs import (
     fixes_origin,
 )
 from composer_core.model._spec import HIDDEN_CREDENTIALS, Node, WorkflowSpec, credentials_of
-from composer_core.model._states import NodeType
+from composer_core.model._states import BUILTIN_QUEUES, RESERVED_QUEUES, NodeType
 from composer_core.templates import (
     ROOTS,
     SECRET_ROOT,
@@ -43,6 +43,8 @@ _NODE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _WORKFLOW_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _QUEUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _HTTP_METHODS = frozenset(HTTP_METHODS)
+#: What the built-in workers run a task of their reserved queue as.
+_RUN_AS = {NodeType.HTTP: "an HTTP request", NodeType.PYTHON: "Python code"}
 #: The keys each type's spec takes, from its model (TASK's is free-form: absent here).
 _SPEC_KEYS: dict[NodeType, frozenset[str]] = {
     node_type: frozenset(model.model_fields)
@@ -115,6 +117,8 @@ def build_dag(
     that only keep new definitions out of harm (an HTTP node carrying a secret must fix
     its url's origin) are not applied to it: a rule added later must not strand its
     runs, and a check at run time stands in for each of them (docs/secrets.md).
+    The reserved queue names are not applied either: the workers refuse what they must not
+    run, and the version's runs still load.
     """
     return _Builder(spec, version, engine or default_engine(), limits, stored=stored).build()
 
@@ -277,6 +281,8 @@ class _Builder:
                         f"{path}.queue",
                         f"{node.queue!r} is not a queue name: use letters, digits, '_', '-', '.'",
                     )
+                elif node.queue is not None and not self.stored:
+                    self.check_reserved_queue(path, node, node.queue)
             else:
                 for field in ("queue", "timeout_seconds", "retry"):
                     if getattr(node, field) is not None:
@@ -297,6 +303,25 @@ class _Builder:
             retry = node.retry
             if retry is not None and retry.max_seconds < retry.initial_seconds:
                 self.add(f"{path}.retry.max_seconds", "must be at least initial_seconds")
+
+    def check_reserved_queue(self, path: str, node: Node, queue: str) -> None:
+        """The built-in workers run what they lease on ``http`` as an HTTP request and
+        on ``python`` as Python code: only that node type may be sent there."""
+        owner = RESERVED_QUEUES.get(queue)
+        if owner is None or owner is node.type:
+            return
+        if node.type is NodeType.TASK:
+            fix = (
+                f"name a queue of your own that your workers read (e.g. '{node.id}-tasks'); "
+                "http and python are the built-in workers'"
+            )
+        else:
+            fix = f"leave queue unset ({node.type} nodes go to {BUILTIN_QUEUES[node.type]!r})"
+        self.add(
+            f"{path}.queue",
+            f"{queue!r} is reserved for {owner} nodes (the built-in workers run every task on "
+            f"it as {_RUN_AS[owner]}), and this node's type is {node.type}: {fix}",
+        )
 
     def check_edges(self) -> None:
         seen: dict[tuple[str, str], int] = {}

@@ -145,7 +145,8 @@ class PythonSpec(_SpecModel):
 
 
 class TaskSpec(BaseModel):
-    """Work for your own workers: the node's ``queue`` names the queue they read.
+    """Work for your own workers: the node's ``queue`` names the queue they read
+    (any but ``http`` and ``python``, the built-in workers' own).
 
     The spec is free-form: it is the task's input, handed to your handler as it is
     (templates resolved). The node's output is what the handler returns.

@@ -95,7 +95,8 @@ class Node(_Strict):
     queue: str | None = Field(
         default=None,
         description="HTTP, PYTHON, TASK: the queue its task goes to (required for TASK; "
-        "default http or python)",
+        "HTTP and PYTHON default to http and python, which are reserved for them: a TASK "
+        "node names a queue of its own)",
     )
     timeout_seconds: float | None = Field(
         default=None,

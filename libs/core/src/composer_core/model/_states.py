@@ -82,3 +82,7 @@ _WAIT = frozenset({NodeType.WAIT, NodeType.WAIT_FOR_EVENT})
 
 #: Queues of the built-in executors; a TASK node names its own.
 BUILTIN_QUEUES: dict[NodeType, str] = {NodeType.HTTP: "http", NodeType.PYTHON: "python"}
+#: The built-in queues, each reserved for its node type: the built-in workers run what
+#: they lease there as that type (an HTTP request, Python code), so no other node type
+#: may be sent to one (docs/architecture.md §6.1).
+RESERVED_QUEUES: dict[str, NodeType] = {queue: t for t, queue in BUILTIN_QUEUES.items()}

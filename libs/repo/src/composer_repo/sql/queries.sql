@@ -371,11 +371,14 @@ DELETE FROM outbox
  WHERE kind = 'dispatch' AND run_id = $1 AND task_id = ANY($2::text[]);
 
 -- name: acquire_leases
--- Workers take attempts, many in one statement ($1-$8, one row per attempt; the
+-- Workers take attempts, many in one statement ($1-$10, one row per attempt; the
 -- caller sends an attempt at most once per batch). Granted when the task is
--- waiting for a worker, or its lease expired, or this is the same request sent
--- again (same owner and claim: its answer was lost), and only on a queue the
--- worker's credentials cover ($8: the queues joined by '|', NULL for all). A new
+-- waiting for a worker and due (dispatched_at: a retry's backoff or a parking is
+-- over; an entry that comes before is no dispatch of it), or its lease expired, or
+-- this is the same request sent again (same owner and claim: its answer was lost),
+-- and only on a queue the worker's credentials cover ($8: the queues joined by '|',
+-- NULL for all), on the queue whose stream the entry was read from ($9) and of a
+-- node type the worker's handler runs ($10, joined by '|'; NULL: not said). A new
 -- grant takes the coordinator's fresh token ($6); the same request sent again
 -- keeps the token it was given. Returns what the handler needs: the input and
 -- the node from the database, never from the stream, and the run's calling context
@@ -398,15 +401,18 @@ UPDATE task_instances t
                          THEN t.started_at ELSE now() END,
        updated_at = now()
   FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::float8[], $6::text[],
-              $7::text[], $8::text[])
-           AS u(run_id, id, attempt, owner, ttl, token, claim, queues),
+              $7::text[], $8::text[], $9::text[], $10::text[])
+           AS u(run_id, id, attempt, owner, ttl, token, claim, queues, queue, node_types),
        workflow_runs r
  WHERE t.run_id = u.run_id AND t.id = u.id AND t.attempt = u.attempt AND r.id = u.run_id
-   AND (t.state IN ('PENDING', 'QUEUED')
+   AND ((t.state IN ('PENDING', 'QUEUED')
+         AND (t.dispatched_at IS NULL OR t.dispatched_at <= statement_timestamp()))
         OR (t.state = 'RUNNING'
             AND ((t.lease_owner = u.owner AND u.claim <> '' AND t.lease_claim = u.claim)
                  OR t.lease_expires_at < statement_timestamp())))
    AND (u.queues IS NULL OR t.queue = ANY(string_to_array(u.queues, '|')))
+   AND (u.queue IS NULL OR t.queue = u.queue)
+   AND (u.node_types IS NULL OR t.node_type = ANY(string_to_array(u.node_types, '|')))
 RETURNING t.run_id, t.id, t.attempt, t.node_id, t.node_type, t.queue, t.input,
           t.lease_expires_at, t.max_attempts, t.lease_token, r.workflow_id, r.version, t.context,
           t.started_at, t.lease_owner
@@ -420,10 +426,14 @@ SELECT run_id, id, attempt, node_id, node_type, queue, input, lease_expires_at, 
        lease_token, workflow_id, version, context
   FROM granted;
 
--- name: task_queues
--- The queue of each of these tasks: why a lease was refused to credentials that
--- do not cover it.
-SELECT t.run_id, t.id, t.queue
+-- name: task_routing
+-- Where each of these tasks belongs, and when its waiting attempt is due if that is
+-- still ahead: why a lease was refused (credentials that do not cover the queue, an
+-- entry read from another queue's stream, a node type the handler does not run, an
+-- attempt in its retry backoff).
+SELECT t.run_id, t.id, t.node_id, t.node_type, t.queue, t.attempt, t.state,
+       CASE WHEN t.state IN ('PENDING', 'QUEUED') AND t.dispatched_at > statement_timestamp()
+            THEN t.dispatched_at END AS due_at
   FROM task_instances t
   JOIN unnest($1::text[], $2::text[]) AS u(run_id, id) ON t.run_id = u.run_id AND t.id = u.id;
 

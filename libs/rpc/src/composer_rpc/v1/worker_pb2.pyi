@@ -292,6 +292,8 @@ class AcquireTaskLeaseRequest(_message.Message):
     OWNER_FIELD_NUMBER: _builtins.int
     TTL_SECONDS_FIELD_NUMBER: _builtins.int
     CLAIM_FIELD_NUMBER: _builtins.int
+    QUEUE_FIELD_NUMBER: _builtins.int
+    NODE_TYPES_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     run_id: _builtins.str
     attempt: _builtins.int
@@ -302,6 +304,19 @@ class AcquireTaskLeaseRequest(_message.Message):
     """The worker's random name for this request: the same request sent again after
     its answer was lost gets the same lease (and token) back, and nobody else can.
     """
+    queue: _builtins.str
+    """The queue whose stream the entry was read from. An attempt of another queue is
+    not granted (FAILED_PRECONDITION): the entry is not the task's dispatch (forged,
+    or written by hand), and the task's own entry is on its queue's stream. Empty
+    (a worker older than this field): not checked; the token's queues still are.
+    """
+    @_builtins.property
+    def node_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The node types the handler runs (HTTP, PYTHON, TASK). An attempt of another type
+        is not granted (FAILED_PRECONDITION), and nothing changes on its task. Empty (a
+        worker older than this field): not checked.
+        """
+
     def __init__(
         self,
         *,
@@ -311,10 +326,12 @@ class AcquireTaskLeaseRequest(_message.Message):
         owner: _builtins.str = ...,
         ttl_seconds: _builtins.float = ...,
         claim: _builtins.str = ...,
+        queue: _builtins.str = ...,
+        node_types: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "claim", b"claim", "owner", b"owner", "run_id", b"run_id", "task_id", b"task_id", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "claim", b"claim", "node_types", b"node_types", "owner", b"owner", "queue", b"queue", "run_id", b"run_id", "task_id", b"task_id", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -76,7 +76,10 @@ class WorkerServiceServicer:
 
     def AcquireTaskLease(self, request, context):
         """Take the lease on a task attempt before running it. Not granted when the
-        attempt is stale, the task is finished, or another worker holds a live lease.
+        attempt is stale, the task is finished, or another worker holds a live lease;
+        refused (FAILED_PRECONDITION) when the attempt is not due yet (a retry's
+        backoff) or is not the handler's (another queue, another node type): the
+        entry that named it is no dispatch of it, and the task is left as it was.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

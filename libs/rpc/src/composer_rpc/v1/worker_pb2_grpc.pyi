@@ -39,7 +39,10 @@ class WorkerServiceStub:
     def __new__(cls, channel: _aio.Channel) -> WorkerServiceAsyncStub: ...
     AcquireTaskLease: _grpc.UnaryUnaryMultiCallable[_worker_pb2.AcquireTaskLeaseRequest, _worker_pb2.AcquireTaskLeaseResponse]
     """Take the lease on a task attempt before running it. Not granted when the
-    attempt is stale, the task is finished, or another worker holds a live lease.
+    attempt is stale, the task is finished, or another worker holds a live lease;
+    refused (FAILED_PRECONDITION) when the attempt is not due yet (a retry's
+    backoff) or is not the handler's (another queue, another node type): the
+    entry that named it is no dispatch of it, and the task is left as it was.
     """
     RenewTaskLease: _grpc.UnaryUnaryMultiCallable[_worker_pb2.RenewTaskLeaseRequest, _worker_pb2.RenewTaskLeaseResponse]
     """Extend a held lease; ok=false means the lease is lost: stop the handler."""
@@ -72,7 +75,10 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     AcquireTaskLease: _aio.UnaryUnaryMultiCallable[_worker_pb2.AcquireTaskLeaseRequest, _worker_pb2.AcquireTaskLeaseResponse]  # type: ignore[assignment]
     """Take the lease on a task attempt before running it. Not granted when the
-    attempt is stale, the task is finished, or another worker holds a live lease.
+    attempt is stale, the task is finished, or another worker holds a live lease;
+    refused (FAILED_PRECONDITION) when the attempt is not due yet (a retry's
+    backoff) or is not the handler's (another queue, another node type): the
+    entry that named it is no dispatch of it, and the task is left as it was.
     """
     RenewTaskLease: _aio.UnaryUnaryMultiCallable[_worker_pb2.RenewTaskLeaseRequest, _worker_pb2.RenewTaskLeaseResponse]  # type: ignore[assignment]
     """Extend a held lease; ok=false means the lease is lost: stop the handler."""
@@ -108,7 +114,10 @@ class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_worker_pb2.AcquireTaskLeaseResponse, _abc.Awaitable[_worker_pb2.AcquireTaskLeaseResponse]]:
         """Take the lease on a task attempt before running it. Not granted when the
-        attempt is stale, the task is finished, or another worker holds a live lease.
+        attempt is stale, the task is finished, or another worker holds a live lease;
+        refused (FAILED_PRECONDITION) when the attempt is not due yet (a retry's
+        backoff) or is not the handler's (another queue, another node type): the
+        entry that named it is no dispatch of it, and the task is left as it was.
         """
 
     @_abc_1.abstractmethod
