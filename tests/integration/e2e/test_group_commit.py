@@ -11,7 +11,7 @@ import pytest
 
 from composer_core.model import RunStatus, TaskState
 from composer_core.statemachine import Event, Machine, Run
-from composer_engine import Report, Reporter
+from composer_engine import Engine, Report, Reporter
 from composer_rpc.v1 import worker_pb2 as pb
 from composer_rpc.v1.worker_pb2_grpc import WorkerServiceStub
 from tests.integration.e2e.conftest import TOKEN, Stack
@@ -161,3 +161,73 @@ async def test_a_fan_in_of_reports_to_one_run_in_one_batch_applies_in_order(stac
     assert after["join"].state is TaskState.COMPLETED
     # a repeated report of the batch is stale now: acknowledged, nothing changed
     assert await stack.engine.report_many(reports[:1]) == [False]
+
+
+async def test_a_report_too_heavy_for_the_loop_leaves_the_batch_and_is_applied_alone(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The group commit decides its reports on the event loop; one whose templates need
+    more than their share of it (docs/architecture.md §8) is applied after the batch, on
+    its own and decided on the engine's decision thread, so the batch never waits for it
+    and the loop goes on serving. Its outcome is what it would have been anyway."""
+    quadratic = "{{tasks.a.output.l.map(x, tasks.a.output.l.filter(y, y == x).size())}}"
+    branches = ["b0", "b1", "b2"]
+    await stack.deploy(
+        {
+            "id": "then-fork",
+            "nodes": [
+                {"id": "a", "type": "TASK", "queue": "manual", "spec": {}},
+                {"id": "fork", "type": "FORK"},
+                *(
+                    {"id": b, "type": "TASK", "queue": "manual", "spec": {"n": quadratic}}
+                    for b in branches
+                ),
+            ],
+            "edges": [{"from": "a", "to": "fork"}, *({"from": "fork", "to": b} for b in branches)],
+        }
+    )
+    run_ids = [(await stack.engine.start("then-fork")).run_id for _ in range(3)]
+    alone: list[str] = []
+    off_loop: list[str] = []
+    report_alone, decide_off_loop = Engine._report_alone, Engine._off_loop
+
+    async def recorded_alone(self: Engine, r: Report) -> Any:
+        alone.append(r.run_id)
+        return await report_alone(self, r)
+
+    async def recorded_off_loop(self: Engine, machine: Machine, run: Run, event: Event) -> Any:
+        off_loop.append(run.run_id)
+        return await decide_off_loop(self, machine, run, event)
+
+    monkeypatch.setattr(Engine, "_report_alone", recorded_alone)
+    monkeypatch.setattr(Engine, "_off_loop", recorded_off_loop)
+    async with grpc.aio.insecure_channel(stack.grpc_target) as channel:
+        stub = WorkerServiceStub(channel)
+        leased = await leased_tasks(stack, stub, run_ids, "a")
+    heavy = run_ids[1]
+    reports = [
+        Report(
+            r,
+            t,
+            "a",
+            0,
+            Reporter(token, "w"),
+            completed=True,
+            # 60 elements: about 67,500 of the event's 100,000 steps per branch
+            output={"l": list(range(60)) if r == heavy else [1, 2]},
+        )
+        for r, (t, token) in zip(run_ids, leased, strict=True)
+    ]
+    assert await stack.engine.report_many(reports) == [True, True, True]
+    assert alone == [heavy] and off_loop == [heavy]
+    for run_id in run_ids:
+        states = [(await stack.tasks_of(run_id))[b].state for b in branches]
+        if run_id == heavy:
+            # one branch fits in the event's budget, the others fail naming it
+            assert states.count(TaskState.FAILED) == 2, states
+            failed = [
+                t for t in (await stack.tasks_of(run_id)).values() if t.state is TaskState.FAILED
+            ]
+            assert all("template exceeded its budget" in (t.error or "") for t in failed)
+        else:
+            assert TaskState.FAILED not in states, states
