@@ -25,9 +25,10 @@ Work is counted, not timed (the core has no clock), in three currencies:
   hundred times over, which is what a node's input or a FORK's branches can ask.
 
 A budget may also carry a pause mark (``pause_at``, a share of each
-currency): past it, evaluation raises WorkPaused, which is no template error.
+currency): past it, evaluation raises WorkPaused, which is no template error,
+even where it would have run out of budget (the decision made again says so).
 The engine decides an event on its event loop with a small mark, and a
-decision that passes it is decided again from the start, off the loop, on a
+decision that passes it is made again from the start, off the loop, on a
 fresh budget without one: the decision is pure, so the first try leaves
 nothing behind.
 """
