@@ -137,6 +137,11 @@ class _LeavesTheBatch(Exception):
     applied alone after the batch (decided off the loop), and the batch goes on."""
 
 
+class _Alone:
+    """A report left its batch (_LeavesTheBatch): its submitter applies it alone, so the
+    batch's slot is not held while it is decided."""
+
+
 #: The share of one event's template budget (templates/_budget.py) its decision may
 #: spend on the event loop: 2,000 steps, some milliseconds. Past it, the decision is
 #: made again on the decision thread, and a group commit's batch yields the loop
@@ -145,6 +150,7 @@ ON_LOOP_SHARE = 0.02
 
 
 _BUSY = _Busy()
+_ALONE = _Alone()
 #: How many batches a report whose run is held waits for before it is applied alone.
 _BUSY_RETRIES = 3
 
@@ -222,7 +228,7 @@ class Engine:
         self._new_id = new_id
         self._new_lease_token = new_lease_token
         self._attempts = attempts
-        self._reports: Batcher[Report, bool | _Busy] = Batcher(
+        self._reports: Batcher[Report, bool | _Busy | _Alone] = Batcher(
             lambda reports: self._group_commit(reports, defer_busy=True),
             max_size=batch_size,
             max_in_flight=batches_in_flight,
@@ -409,6 +415,8 @@ class Engine:
         report = self._storable(report)
         for _ in range(_BUSY_RETRIES):
             result = await self._reports.submit(report)
+            if isinstance(result, _Alone):
+                break
             if not isinstance(result, _Busy):
                 return result
         answer = await self._report_alone(report)
@@ -429,7 +437,7 @@ class Engine:
         applied on its own through ``handle``, so one bad report never fails the others.
         """
         results = await self._group_commit([self._storable(r) for r in reports], defer_busy=False)
-        return [r for r in results if not isinstance(r, _Busy)]
+        return [r for r in results if not isinstance(r, _Busy | _Alone)]
 
     def _storable(self, report: Report) -> Report:
         """``report``, or, when its output cannot be stored (over ``max_output_bytes``,
@@ -468,11 +476,13 @@ class Engine:
 
     async def _group_commit(
         self, reports: Sequence[Report], *, defer_busy: bool
-    ) -> list[bool | EngineError | _Busy]:
+    ) -> list[bool | EngineError | _Busy | _Alone]:
         """``report_many``; with ``defer_busy`` a report whose run another transaction
-        holds is answered ``_BUSY`` (its caller submits it again) instead of applied alone."""
-        results: list[bool | EngineError | _Busy | None] = [None] * len(reports)
+        holds is answered ``_BUSY`` (its caller submits it again) instead of applied alone,
+        and one too heavy for the batch ``_ALONE`` (its caller applies it alone)."""
+        results: list[bool | EngineError | _Busy | _Alone | None] = [None] * len(reports)
         busy: list[int] = []
+        heavy: list[int] = []
 
         async def apply(tx: Tx) -> None:
             locked = await repo.lock_runs(tx.conn, {r.run_id for r in reports})
@@ -504,6 +514,7 @@ class Engine:
                 except _LeavesTheBatch:
                     # applied alone once the batch committed, decided off the loop; the
                     # run's later reports in the batch wait for it (busy)
+                    heavy.append(i)
                     del snapshots[r.run_id]
                     continue
                 snapshots[r.run_id] = transition.run
@@ -537,6 +548,8 @@ class Engine:
             if defer_busy:
                 for i in busy:
                     results[i] = _BUSY
+                for i in heavy:
+                    results[i] = _ALONE
         alone = [i for i, result in enumerate(results) if result is None]
         if alone:
             answers = await asyncio.gather(*(self._report_alone(reports[i]) for i in alone))
