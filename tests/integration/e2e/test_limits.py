@@ -15,6 +15,7 @@ import grpc.aio
 import pytest
 
 from composer_core.model import RunStatus, TaskState
+from composer_engine import Engine
 from composer_rpc.codes import ErrorCode
 from composer_rpc.v1.worker_pb2_grpc import WorkerServiceStub
 from composer_sdk import Outcome, TaskContext
@@ -31,7 +32,7 @@ async def echo(ctx: TaskContext, input: dict[str, Any]) -> dict[str, Any]:
     return {"seen": len(str(input))}
 
 
-async def test_a_node_input_over_the_limit_fails_the_node(stack: Stack) -> None:
+async def test_a_node_input_rendered_over_the_limit_fails_the_node_unstored(stack: Stack) -> None:
     await stack.deploy(one_task("a", spec={"blob": "{{input.blob}}"}))
     calls: list[str] = []
 
@@ -46,14 +47,46 @@ async def test_a_node_input_over_the_limit_fails_the_node(stack: Stack) -> None:
     task = (await stack.tasks_of(big.run_id))["a"]
     assert task.state is TaskState.FAILED
     assert task.error is not None
-    assert "node input is 4.7 MB, over the 1 MiB limit (COMPOSER_MAX_NODE_INPUT_BYTES)" in (
-        task.error
+    # rendering stopped as soon as the input was certain to be over the limit
+    assert (
+        "node input is at least 4.7 MB, over the 1 MiB limit (COMPOSER_MAX_NODE_INPUT_BYTES)"
+        in (task.error)
     )
     assert task.error_code == ErrorCode.INPUT_TOO_LARGE
+    assert task.input is None  # nothing of it was stored
     assert calls == []  # the worker never saw it...
     small = await stack.engine.start("one-a", input={"blob": "x"})
     assert (await stack.wait_run(small.run_id)).status is RunStatus.SUCCEEDED  # ...and goes on
     assert calls == [small.run_id]
+
+
+async def test_a_stored_node_input_over_the_limit_is_not_leased(stack: Stack) -> None:
+    """An input stored by a service with a larger limit (or before it was checked as
+    rendered) is refused at lease: the node fails for good, and no worker sees it."""
+    await stack.deploy(one_task("a", spec={"blob": "{{input.blob}}"}))
+    calls: list[str] = []
+
+    async def handler(ctx: TaskContext, input: dict[str, Any]) -> dict[str, Any]:
+        calls.append(ctx.run_id)
+        return {"ok": True}
+
+    stack.worker({"work": handler})
+    unlimited = Engine(
+        stack.pool, redis=stack.redis, redis_prefix=stack.prefix, max_node_input_bytes=None
+    )
+    try:
+        big = await unlimited.start("one-a", input={"blob": "x" * BIG})
+    finally:
+        await unlimited.aclose()
+    run = await stack.wait_run(big.run_id, timeout=15)
+    assert run.status is RunStatus.FAILED
+    task = (await stack.tasks_of(big.run_id))["a"]
+    assert task.error is not None
+    assert "node input is 4.7 MB, over the 1 MiB limit (COMPOSER_MAX_NODE_INPUT_BYTES)" in (
+        task.error
+    )
+    assert task.error_code == ErrorCode.INPUT_TOO_LARGE
+    assert calls == []
 
 
 async def test_an_output_over_the_limit_fails_the_node_and_frees_the_slot(stack: Stack) -> None:

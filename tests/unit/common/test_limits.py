@@ -18,6 +18,9 @@ def test_a_limit_is_shown_as_it_was_likely_set(limit: int, shown: str) -> None:
 def test_over_limit_names_the_size_the_limit_and_the_setting() -> None:
     message = limits.over_limit("node input", 4_700_000, 2**20, "COMPOSER_MAX_NODE_INPUT_BYTES")
     assert message == "node input is 4.7 MB, over the 1 MiB limit (COMPOSER_MAX_NODE_INPUT_BYTES)"
+    # measuring stopped once the input was certain to be over: its size is a lower bound
+    stopped = limits.over_limit("node input", 1_200_000, 2**20, "S", at_least=True)
+    assert stopped == "node input is at least 1.2 MB, over the 1 MiB limit (S)"
 
 
 def test_encode_counts_utf8_bytes_of_compact_json() -> None:

@@ -103,9 +103,12 @@ def _text_problem(text: str) -> str | None:
     return None
 
 
-def over_limit(what: str, size: int, limit: int, setting: str) -> str:
-    """``"node input is 4.7 MB, over the 1 MiB limit (COMPOSER_MAX_NODE_INPUT_BYTES)"``."""
-    return f"{what} is {show_size(size)}, over the {show_limit(limit)} limit ({setting})"
+def over_limit(what: str, size: int, limit: int, setting: str, *, at_least: bool = False) -> str:
+    """``"node input is 4.7 MB, over the 1 MiB limit (COMPOSER_MAX_NODE_INPUT_BYTES)"``;
+    ``at_least``: ``size`` is where measuring stopped, once it was certain to be over
+    (``"node input is at least 1.2 MB, …"``)."""
+    how = "at least " if at_least else ""
+    return f"{what} is {how}{show_size(size)}, over the {show_limit(limit)} limit ({setting})"
 
 
 def show_size(size: int) -> str:

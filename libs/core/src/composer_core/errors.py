@@ -5,7 +5,10 @@ The hierarchy, so callers can catch at the depth they need::
     CoreError
     ├── DefinitionInvalid      a workflow definition failed validation (every problem listed)
     ├── TemplateError          a template failed to compile or evaluate
-    │   └── TemplateBudgetExceeded  its evaluation did more work than a template may
+    │   ├── TemplateBudgetExceeded  the event's templates did more work than they may
+    │   └── InputTooLarge      a node's input rendered past the node input limit
+    ├── WorkPaused             a decision passed its budget's pause mark (no failure:
+    │                          the caller decides the event again, elsewhere)
     └── EventRejected          the event cannot apply to this run; retrying gives the same answer
         ├── InvalidRequest     malformed event, unknown node, …        (API: 400)
         ├── RunFinished        the run is terminal                     (API: 409)
@@ -51,10 +54,36 @@ class TemplateError(CoreError):
 
 
 class TemplateBudgetExceeded(TemplateError):
-    """An evaluation took more steps or built more than a template may (templates/_budget.py).
+    """The templates of one event took more steps, built more or held more than they may
+    (templates/_budget.py).
 
-    Its node fails like any other template error: the budget keeps one template
-    from stalling the service that evaluates it.
+    The node whose template ran past the budget fails like on any other template
+    error, and so does every later one that needs more: the budget keeps one event
+    from stalling the service that decides it.
+    """
+
+
+class InputTooLarge(TemplateError):
+    """A node's input, as it was rendered, is larger than the node input limit.
+
+    ``size`` is its size in bytes of compact UTF-8 JSON when ``exact``; otherwise
+    rendering stopped as soon as it was certain to be over, and the input is at
+    least that large.
+    """
+
+    def __init__(self, size: int, limit: int, *, exact: bool) -> None:
+        self.size, self.limit, self.exact = size, limit, exact
+        what = "is" if exact else "is at least"
+        super().__init__(f"the input {what} {size} bytes, over the limit of {limit} bytes")
+
+
+class WorkPaused(CoreError):
+    """Templates passed the pause mark of their budget (templates/_budget.py).
+
+    Not a failure and not a TemplateError, so nothing in the machine catches it: it
+    unwinds the whole decision, which changed nothing, and the caller decides the
+    event again from the start on a budget without a mark (the engine: off its
+    event loop).
     """
 
 

@@ -18,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -36,6 +38,7 @@ from composer_core.statemachine import (
     BufferSignal,
     Deps,
     Event,
+    InputLimit,
     Machine,
     Missing,
     NodeCompleted,
@@ -49,7 +52,7 @@ from composer_core.statemachine import (
     TimerFired,
     Transition,
 )
-from composer_core.templates import Json
+from composer_core.templates import Budget, Json
 from composer_engine import _history
 from composer_engine import opened as _opened
 from composer_engine._definitions import DefinitionCache
@@ -129,7 +132,25 @@ class _Busy:
     """A report's run was held by another transaction: submit it to the next batch."""
 
 
+class _LeavesTheBatch(Exception):
+    """An event of a group commit needs more than its share of the event loop: it is
+    applied alone after the batch (decided off the loop), and the batch goes on."""
+
+
+class _Alone:
+    """A report left its batch (_LeavesTheBatch): its submitter applies it alone, so the
+    batch's slot is not held while it is decided."""
+
+
+#: The share of one event's template budget (templates/_budget.py) its decision may
+#: spend on the event loop: 2,000 steps, some milliseconds. Past it, the decision is
+#: made again on the decision thread, and a group commit's batch yields the loop
+#: once its decisions together spent as much (docs/architecture.md §8).
+ON_LOOP_SHARE = 0.02
+
+
 _BUSY = _Busy()
+_ALONE = _Alone()
 #: How many batches a report whose run is held waits for before it is applied alone.
 _BUSY_RETRIES = 3
 
@@ -187,7 +208,19 @@ class Engine:
         self.sealer = sealer or Sealer()
         self.park_for = dt.timedelta(seconds=park_seconds)
         self.max_node_input_bytes = max_node_input_bytes
+        #: Checked as each node's input is rendered (the lease checks again).
+        self.input_limit = (
+            None
+            if max_node_input_bytes is None
+            else InputLimit(
+                max_node_input_bytes,
+                ErrorCode.INPUT_TOO_LARGE,
+                functools.partial(_input_too_large, max_node_input_bytes),
+            )
+        )
         self.max_output_bytes = max_output_bytes
+        #: Where decisions too heavy for the event loop are made (``_transition``).
+        self._decider = ThreadPoolExecutor(max_workers=1, thread_name_prefix="composer-decide")
         self.redis = redis
         self.prefix = redis_prefix
         self.definitions = definitions or DefinitionCache()
@@ -195,7 +228,7 @@ class Engine:
         self._new_id = new_id
         self._new_lease_token = new_lease_token
         self._attempts = attempts
-        self._reports: Batcher[Report, bool | _Busy] = Batcher(
+        self._reports: Batcher[Report, bool | _Busy | _Alone] = Batcher(
             lambda reports: self._group_commit(reports, defer_busy=True),
             max_size=batch_size,
             max_in_flight=batches_in_flight,
@@ -382,6 +415,8 @@ class Engine:
         report = self._storable(report)
         for _ in range(_BUSY_RETRIES):
             result = await self._reports.submit(report)
+            if isinstance(result, _Alone):
+                break
             if not isinstance(result, _Busy):
                 return result
         answer = await self._report_alone(report)
@@ -402,7 +437,7 @@ class Engine:
         applied on its own through ``handle``, so one bad report never fails the others.
         """
         results = await self._group_commit([self._storable(r) for r in reports], defer_busy=False)
-        return [r for r in results if not isinstance(r, _Busy)]
+        return [r for r in results if not isinstance(r, _Busy | _Alone)]
 
     def _storable(self, report: Report) -> Report:
         """``report``, or, when its output cannot be stored (over ``max_output_bytes``,
@@ -441,11 +476,13 @@ class Engine:
 
     async def _group_commit(
         self, reports: Sequence[Report], *, defer_busy: bool
-    ) -> list[bool | EngineError | _Busy]:
+    ) -> list[bool | EngineError | _Busy | _Alone]:
         """``report_many``; with ``defer_busy`` a report whose run another transaction
-        holds is answered ``_BUSY`` (its caller submits it again) instead of applied alone."""
-        results: list[bool | EngineError | _Busy | None] = [None] * len(reports)
+        holds is answered ``_BUSY`` (its caller submits it again) instead of applied alone,
+        and one too heavy for the batch ``_ALONE`` (its caller applies it alone)."""
+        results: list[bool | EngineError | _Busy | _Alone | None] = [None] * len(reports)
         busy: list[int] = []
+        heavy: list[int] = []
 
         async def apply(tx: Tx) -> None:
             locked = await repo.lock_runs(tx.conn, {r.run_id for r in reports})
@@ -470,9 +507,22 @@ class Engine:
                 dag = await self.definitions.get(tx.conn, run.workflow_id, run.version)
                 # the run as the batch's earlier reports left it, with its key and context
                 this = dataclasses.replace(locked.locked(r.run_id), run=run)
-                transition = await self._decide(tx, dag, this, r.event(), attempt_log=r.log)
+                try:
+                    transition = await self._decide(
+                        tx, dag, this, r.event(), attempt_log=r.log, in_batch=True
+                    )
+                except _LeavesTheBatch:
+                    # applied alone once the batch committed, decided off the loop; the
+                    # run's later reports in the batch wait for it (busy)
+                    heavy.append(i)
+                    del snapshots[r.run_id]
+                    continue
                 snapshots[r.run_id] = transition.run
                 results[i] = transition.ignored is None
+                if tx.loop_work >= ON_LOOP_SHARE:
+                    # a batch's decisions hold the loop together: let it serve others
+                    tx.loop_work = 0.0
+                    await asyncio.sleep(0)
 
         try:
             try:
@@ -498,6 +548,8 @@ class Engine:
             if defer_busy:
                 for i in busy:
                     results[i] = _BUSY
+                for i in heavy:
+                    results[i] = _ALONE
         alone = [i for i, result in enumerate(results) if result is None]
         if alone:
             answers = await asyncio.gather(*(self._report_alone(reports[i]) for i in alone))
@@ -934,9 +986,14 @@ class Engine:
         *,
         by: str | None = None,
         attempt_log: AttemptLog | None = None,
+        in_batch: bool = False,
     ) -> Transition:
         """Apply ``event`` to the locked run and persist what it decided, with its
-        history rows (``by``: the API token's name behind the event, if any)."""
+        history rows (``by``: the API token's name behind the event, if any).
+
+        ``in_batch`` (a group commit): an event whose templates need more than their
+        share of the event loop is not decided here but raises _LeavesTheBatch, having
+        written nothing: the batch goes on without it, and it is applied alone."""
         kind = type(event).__name__
         node_id = getattr(event, "node_id", None)
         # names only: an event's and its actions' values may be sealed documents,
@@ -956,52 +1013,77 @@ class Engine:
             attributes["composer.node_id"] = node_id
         with tracer().start_as_current_span(f"apply {kind}", attributes=attributes) as span:
             tx.now = locked.now
-            transition = await self._transition(tx, dag, locked, event)
-            span.set_attribute("composer.actions", len(transition.actions))
-            outcome = "applied"
-            if transition.ignored is None:
-                actions = transition.actions
-                tx.deciding = lambda: (
-                    f"{about}, actions {', '.join(type(a).__name__ for a in actions)}"
-                )
-                effects = await persist(
-                    tx, dag, run, transition.actions, seal, context=locked.context
-                )
-                tx.writes.history.extend(_history.rows(run, event, actions, seal, by=by))
-                if attempt_log is not None and isinstance(event, NodeCompleted | NodeFailed):
-                    tx.writes.keep_log(run.run_id, event, attempt_log, seal)
-                announce(
-                    tx,
-                    effects,
-                    redis=self.redis,
-                    prefix=self.prefix,
-                    run=run,
-                    log_error=not seal.sealing,
-                )
+            transition = await self._transition(tx, dag, locked, event, in_batch=in_batch)
+            if transition is None:
+                span.set_attribute("composer.left_the_batch", True)
             else:
-                outcome = "ignored"
-                span.set_attribute("composer.ignored", transition.ignored)
-                log.debug("run %s: %s ignored: %s", run.run_id, kind, transition.ignored)
-            tx.after_commit(
-                lambda: instruments().events.add(1, {"event": kind, "outcome": outcome})
-            )
+                span.set_attribute("composer.actions", len(transition.actions))
+                outcome = "applied"
+                if transition.ignored is None:
+                    actions = transition.actions
+                    tx.deciding = lambda: (
+                        f"{about}, actions {', '.join(type(a).__name__ for a in actions)}"
+                    )
+                    effects = await persist(
+                        tx, dag, run, transition.actions, seal, context=locked.context
+                    )
+                    tx.writes.history.extend(_history.rows(run, event, actions, seal, by=by))
+                    if attempt_log is not None and isinstance(event, NodeCompleted | NodeFailed):
+                        tx.writes.keep_log(run.run_id, event, attempt_log, seal)
+                    announce(
+                        tx,
+                        effects,
+                        redis=self.redis,
+                        prefix=self.prefix,
+                        run=run,
+                        log_error=not seal.sealing,
+                    )
+                else:
+                    outcome = "ignored"
+                    span.set_attribute("composer.ignored", transition.ignored)
+                    log.debug("run %s: %s ignored: %s", run.run_id, kind, transition.ignored)
+                tx.after_commit(
+                    lambda: instruments().events.add(1, {"event": kind, "outcome": outcome})
+                )
+        if transition is None:
+            raise _LeavesTheBatch
         return transition
 
     async def _transition(
-        self, tx: Tx, dag: WorkflowDAG, locked: repo.LockedRun, event: Event
-    ) -> Transition:
+        self, tx: Tx, dag: WorkflowDAG, locked: repo.LockedRun, event: Event, *, in_batch: bool
+    ) -> Transition | None:
         """Apply the machine, loading what it asks for (one query per ask) and applying
-        again on the extended snapshot until it decides."""
-        machine = Machine(dag, Deps(locked.now, self._new_id))
+        again on the extended snapshot until it decides.
+
+        The decision runs on the event loop until its templates pass their share of it
+        (ON_LOOP_SHARE of the event's budget); then it is made again from the start on
+        the engine's decision thread, on a budget of its own, so the loop goes on
+        serving (the GIL passes between the two every few milliseconds). ``in_batch``:
+        None instead (a group commit applies such an event alone, not in the batch)."""
+        deps = Deps(locked.now, self._new_id, self.input_limit)
+        budget = Budget(pause_at=ON_LOOP_SHARE)
+        machine = Machine(dag, deps, budget=budget)
+        on_loop = True
         snapshot = locked.run
         for _ in range(len(snapshot.nodes) + 2):  # every ask loads something new
             try:
-                result = machine.apply(snapshot, event)
+                if on_loop:
+                    try:
+                        result = machine.apply(snapshot, event)
+                    except core_errors.WorkPaused:
+                        if in_batch:
+                            return None
+                        on_loop, machine = False, Machine(dag, deps)
+                        result = await self._off_loop(machine, snapshot, event)
+                else:
+                    result = await self._off_loop(machine, snapshot, event)
             except core_errors.InvalidRequest as exc:
                 raise BadRequest(str(exc)) from exc
             except (core_errors.RunFinished, core_errors.RunActive) as exc:
                 raise Conflict(str(exc)) from exc
             if not isinstance(result, Missing):
+                if on_loop:
+                    tx.loop_work += budget.used
                 return result
             run_id = snapshot.run_id
             snapshot = snapshot.with_data(
@@ -1015,6 +1097,12 @@ class Engine:
                 else None,
             )
         raise AssertionError(f"the machine keeps asking for data it was given: {result}")
+
+    async def _off_loop(self, machine: Machine, run: Run, event: Event) -> Transition | Missing:
+        """``machine.apply`` on the decision thread: one, so that heavy decisions take
+        turns and the event loop competes for the GIL with one thread at most."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._decider, machine.apply, run, event)
 
     async def _run_seal(self, tx: Tx, locked: repo.LockedRun) -> RunSeal:
         """What seals the run's documents; a run started before sealing was turned on
@@ -1179,6 +1267,12 @@ def _parked(tx: Tx | None, exc: KeyUnavailable) -> Parked:
     where = tx.deciding() if tx is not None and tx.deciding else "outside a decision"
     alert(log, "parked (%s): %s", where, exc)
     return Parked(f"the run is parked: {exc}")
+
+
+def _input_too_large(limit: int, size: int, exact: bool) -> str:
+    return limits.over_limit(
+        "node input", size, limit, "COMPOSER_MAX_NODE_INPUT_BYTES", at_least=not exact
+    )
 
 
 def _refuse_sealed_looking(value: Json, what: str) -> None:

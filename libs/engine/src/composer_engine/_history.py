@@ -147,6 +147,8 @@ def rows(
                     scheduled["signal"] = action.awaited_signal
                 if action.error is not None:  # a node created failed: its error is data
                     scheduled["error"] = action.error
+                if action.error_code is not None:
+                    scheduled["code"] = action.error_code
                 add(
                     repo.NewHistory(
                         run_id,

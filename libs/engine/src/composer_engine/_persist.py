@@ -104,6 +104,7 @@ async def persist(
                             dag.retry_policy(action.node_id).max_attempts if worker else None
                         ),
                         context=context if action.node_type is NodeType.TASK else None,
+                        error_code=action.error_code,
                     )
                 )
                 if action.wake_at is not None:

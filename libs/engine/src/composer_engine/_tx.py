@@ -26,7 +26,7 @@ AfterCommit = Callable[[], Awaitable[None] | None]
 class Tx:
     """The event's connection (inside its transaction) and what to do after commit."""
 
-    __slots__ = ("_after", "conn", "deciding", "dispatched", "now", "writes")
+    __slots__ = ("_after", "conn", "deciding", "dispatched", "loop_work", "now", "writes")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -40,6 +40,9 @@ class Tx:
         #: What the transaction is deciding (run, event, actions so far), for the log
         #: line of an internal error: formatted only then, never on the hot path.
         self.deciding: Callable[[], str] | None = None
+        #: The share of a template budget the transaction's decisions spent on the event
+        #: loop since it last let the loop serve others (engine/_engine.py, ON_LOOP_SHARE).
+        self.loop_work = 0.0
 
     def after_commit(self, fn: AfterCommit) -> None:
         self._after.append(fn)

@@ -130,6 +130,8 @@ class NewTask:
     #: The run's calling context, copied for the lease (None: none, or no handler of
     #: the user's runs this task).
     context: Json = None
+    #: A task created FAILED: the failure's code (INPUT_TOO_LARGE), if it has one.
+    error_code: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

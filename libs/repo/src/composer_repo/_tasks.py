@@ -97,6 +97,7 @@ async def insert_tasks(conn: Connection, tasks: Sequence[NewTask]) -> set[str]:
         [t.queue for t in tasks],
         [t.max_attempts for t in tasks],
         [t.context for t in tasks],
+        [t.error_code for t in tasks],
     )
     return {r["id"] for r in rows}
 

@@ -48,8 +48,10 @@ class ServiceSettings(BaseSettings):
     #: The workers' lease TTL: they renew within it, and the sweeper takes back a stream
     #: entry pending longer than this on a consumer (it is on a dead one).
     lease_ttl_seconds: float = 30.0
-    #: The largest rendered input of a worker node, as JSON: the coordinator does not
-    #: lease a larger one but fails its node for good (docs/architecture.md, "Limits").
+    #: The largest rendered input of a node, as JSON: a node whose templates render a
+    #: larger one fails for good as it is rendered, before anything of it is stored (every
+    #: service that decides events), and the coordinator does not lease a larger one
+    #: (docs/architecture.md, "Limits").
     max_node_input_bytes: int = limits.DEFAULT_MAX_NODE_INPUT_BYTES
     #: The largest output of a worker node, as JSON: the coordinator fails a node that
     #: reports a larger one, and the built-in workers refuse one before sending it.

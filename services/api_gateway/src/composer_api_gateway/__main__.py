@@ -50,6 +50,7 @@ def config_from(settings: GatewaySettings) -> GatewayConfig:
         max_body_bytes=settings.api_max_body_bytes,
         max_run_input_bytes=settings.max_run_input_bytes,
         max_signal_bytes=settings.max_signal_bytes,
+        max_node_input_bytes=settings.max_node_input_bytes,
         max_context_bytes=settings.max_context_bytes,
         max_wait_seconds=settings.api_max_wait_seconds,
         result_poll_seconds=settings.api_result_poll_seconds,

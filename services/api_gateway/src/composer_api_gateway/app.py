@@ -72,6 +72,7 @@ def create_app(
         redis=redis,
         redis_prefix=config.redis_prefix,
         shards=config.shards,
+        max_node_input_bytes=config.max_node_input_bytes,
         sealer=sealer_from(config.encryption_keys),
     )
     app[WORKFLOWS] = Workflows(pool)

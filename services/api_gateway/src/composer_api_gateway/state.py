@@ -27,6 +27,8 @@ class GatewayConfig:
     max_body_bytes: int = 2 * 1024 * 1024
     max_run_input_bytes: int = limits.DEFAULT_MAX_RUN_INPUT_BYTES
     max_signal_bytes: int = limits.DEFAULT_MAX_SIGNAL_BYTES
+    #: COMPOSER_MAX_NODE_INPUT_BYTES: a start's decision fails a node rendered larger.
+    max_node_input_bytes: int = limits.DEFAULT_MAX_NODE_INPUT_BYTES
     #: COMPOSER_MAX_CONTEXT_BYTES: the request metadata a start may carry (``context``).
     max_context_bytes: int = DEFAULT_MAX_CONTEXT_BYTES
     max_wait_seconds: float = 60.0

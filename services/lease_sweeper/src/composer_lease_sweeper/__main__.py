@@ -26,6 +26,7 @@ async def serve(settings: SweeperSettings) -> None:
             redis=rt.queue,
             redis_prefix=settings.redis_prefix,
             shards=settings.shards,
+            max_node_input_bytes=settings.max_node_input_bytes,
             sealer=sealer,
         )
         sweeper = Sweeper(

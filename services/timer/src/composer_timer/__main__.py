@@ -25,6 +25,7 @@ async def serve(settings: TimerSettings) -> None:
             redis=rt.queue,
             redis_prefix=settings.redis_prefix,
             shards=settings.shards,
+            max_node_input_bytes=settings.max_node_input_bytes,
             sealer=sealer,
         )
         timer = Timer(

@@ -148,13 +148,16 @@ class WorkflowDAG:
     def compiled_spec(self, node_id: str) -> CompiledValue:
         return self._compiled[node_id].spec
 
-    def render_input(self, node_id: str, activation: Mapping[str, object]) -> Json:
+    def render_input(
+        self, node_id: str, activation: Mapping[str, object], *, max_bytes: int | None = None
+    ) -> Json:
         """The node's input as it is stored and handed to its worker: its spec evaluated
         (secret references listed under ``$secrets``) and, for an HTTP node that carries
         any, the only origin they may be sent to under ``$origin``. That origin is read
         from the definition's text, so nothing a run renders into the url can move it.
-        Raises TemplateError as ``CompiledValue.evaluate`` does."""
-        value = self._compiled[node_id].spec.evaluate(activation)
+        Raises TemplateError as ``CompiledValue.evaluate`` does (with ``max_bytes``, the
+        node input's limit, as it does)."""
+        value = self._compiled[node_id].spec.evaluate(activation, max_bytes=max_bytes)
         if isinstance(value, dict) and SECRETS_KEY in value:
             node = self._nodes[node_id]
             if node.type is NodeType.HTTP:

@@ -25,7 +25,7 @@ from composer_core.statemachine._events import (
     SignalReceived,
     TimerFired,
 )
-from composer_core.statemachine._machine import Deps, Machine
+from composer_core.statemachine._machine import Deps, InputLimit, Machine
 from composer_core.statemachine._state import Missing, NodeState, Run, Signal
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "Event",
     "FailTask",
     "FinishRun",
+    "InputLimit",
     "Machine",
     "Missing",
     "NodeCompleted",

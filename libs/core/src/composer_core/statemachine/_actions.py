@@ -28,6 +28,8 @@ class CreateTask:
     branches: tuple[str, ...] | None = None
     wake_at: dt.datetime | None = None
     awaited_signal: str | None = None
+    #: FAILED: what kind of failure, when it has a code (INPUT_TOO_LARGE).
+    error_code: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,13 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import assert_never
 
-from composer_core.errors import InvalidRequest, RunActive, RunFinished, TemplateError
+from composer_core.errors import (
+    InputTooLarge,
+    InvalidRequest,
+    RunActive,
+    RunFinished,
+    TemplateError,
+)
 from composer_core.model import Node, NodeType, RunStatus, TaskState, WorkflowDAG
 from composer_core.statemachine._actions import (
     Action,
@@ -47,7 +53,21 @@ from composer_core.statemachine._events import (
 )
 from composer_core.statemachine._state import Missing, NodeState, Run, Signal, _failed
 from composer_core.statemachine._waits import wait_input, woke_at
-from composer_core.templates import Json
+from composer_core.templates import Budget, Json, spending
+
+
+@dataclass(frozen=True, slots=True)
+class InputLimit:
+    """The largest a node's input may be rendered to, as compact UTF-8 JSON: a node
+    whose input would be larger fails for good as it is rendered, with nothing of it
+    stored (docs/architecture.md §6.2). The engine passes its setting's value down."""
+
+    max_bytes: int
+    #: The failed node's error code (the engine's INPUT_TOO_LARGE).
+    code: str
+    #: The failed node's error, for a size in bytes; ``exact`` False: rendering stopped
+    #: as soon as the input was certain to be over, and it is at least that large.
+    describe: Callable[[int, bool], str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +75,8 @@ class Deps:
     #: The time of the decision: the database clock of the event's transaction.
     now: dt.datetime
     new_id: Callable[[], str]
+    #: The node input limit (None: none, as in a test).
+    input_limit: InputLimit | None = None
 
 
 class _Readiness(Enum):
@@ -186,13 +208,21 @@ class _Draft:
 
 
 class Machine:
-    """Decides events for runs of one definition version. Cheap to make; the engine
-    makes one per event. Not thread-safe."""
+    """Decides one event for runs of one definition version. Cheap to make; the
+    engine makes one per event. Not thread-safe.
 
-    def __init__(self, dag: WorkflowDAG, deps: Deps) -> None:
+    Every template the decision evaluates — node inputs, conditions, the run's
+    output — spends from one ``budget`` (templates/_budget.py; a fresh one when none
+    is given), and so do the decisions again after a ``Missing``: they redo that
+    work. A template past the budget fails its node (or the run, for the output);
+    past the budget's pause mark, ``apply`` raises WorkPaused and decides nothing.
+    """
+
+    def __init__(self, dag: WorkflowDAG, deps: Deps, *, budget: Budget | None = None) -> None:
         self._dag = dag
         self._deps = deps
         self._now = deps.now
+        self._budget = Budget() if budget is None else budget
 
     def apply(self, run: Run, event: Event) -> Transition | Missing:
         """Decide one event on ``run``.
@@ -201,8 +231,14 @@ class Machine:
         after them), or Missing when the snapshot lacks outputs or signals the
         decision reads: load them and apply again on ``run.with_data(...)``.
         Raises InvalidRequest, RunFinished or RunActive when the event cannot
-        apply (nothing to persist). Any other exception is a bug.
+        apply (nothing to persist), and WorkPaused when the templates passed the
+        budget's pause mark (decide again on a budget without one). Any other
+        exception is a bug.
         """
+        with spending(self._budget):
+            return self._apply(run, event)
+
+    def _apply(self, run: Run, event: Event) -> Transition | Missing:
         self._run = _Draft(run)
         self._actions: list[Action] = []
         self._ignored: str | None = None
@@ -537,6 +573,9 @@ class Machine:
         """
         try:
             node_input = self._resolve_input(node)
+        except InputTooLarge as exc:
+            self._fail_too_large(node, exc)
+            return
         except TemplateError as exc:
             self._fail_node(node, f"input of {node.id} could not be resolved: {exc}")
             return
@@ -564,6 +603,9 @@ class Machine:
         try:
             resolved = self._resolve_input(node)
             wait = wait_input(node.type, resolved, self._now)
+        except InputTooLarge as exc:
+            self._fail_too_large(node, exc)
+            return []
         except (TemplateError, ValueError) as exc:
             self._fail_node(node, f"{node.id}: {exc}")
             return []
@@ -609,12 +651,26 @@ class Machine:
         self._set_output(node.id, output)
         return list(self._dag.successors(node.id))
 
-    def _fail_node(self, node: Node, error: str) -> None:
+    def _fail_node(self, node: Node, error: str, code: str | None = None) -> None:
         """A node that cannot even start (bad input, broken condition) is a FAILED task:
         the run fails once nothing else is active, instead of the event being retried forever."""
         self._emit(
-            CreateTask(self._deps.new_id(), node.id, node.type, TaskState.FAILED, error=error)
+            CreateTask(
+                self._deps.new_id(),
+                node.id,
+                node.type,
+                TaskState.FAILED,
+                error=error,
+                error_code=code,
+            )
         )
+
+    def _fail_too_large(self, node: Node, exc: InputTooLarge) -> None:
+        """Its input is over the node input limit: failed for good, and none of it is
+        kept (no worker could be given it)."""
+        limit = self._deps.input_limit
+        assert limit is not None  # only a limit raises it
+        self._fail_node(node, limit.describe(exc.size, exc.exact), limit.code)
 
     def _buffered(self, name: str) -> Signal | None:
         """The oldest buffered signal called ``name`` not yet consumed."""
@@ -638,7 +694,10 @@ class Machine:
 
     def _resolve_input(self, node: Node) -> Json:
         self._ensure_outputs(self._dag.task_refs(node.id))
-        return self._dag.render_input(node.id, self._activation())
+        limit = self._deps.input_limit
+        return self._dag.render_input(
+            node.id, self._activation(), max_bytes=None if limit is None else limit.max_bytes
+        )
 
     def _set_output(self, node_id: str, output: Json) -> None:
         self._run.outputs[node_id] = output

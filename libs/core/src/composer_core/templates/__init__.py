@@ -1,6 +1,13 @@
 """Templates: ``{{ CEL }}`` inside definition specs, compiled once per version."""
 
-from composer_core.templates._budget import MAX_BUILT, MAX_EXPRESSION_DEPTH, MAX_STEPS
+from composer_core.templates._budget import (
+    MAX_BUILT,
+    MAX_EXPRESSION_DEPTH,
+    MAX_RESULTS,
+    MAX_STEPS,
+    Budget,
+    spending,
+)
 from composer_core.templates._cel import CelEngine, CelExpression
 from composer_core.templates._engine import (
     ROOTS,
@@ -21,12 +28,14 @@ from composer_core.templates._template import CompiledValue, compile_condition, 
 __all__ = [
     "MAX_BUILT",
     "MAX_EXPRESSION_DEPTH",
+    "MAX_RESULTS",
     "MAX_STEPS",
     "ORIGIN_KEY",
     "ROOTS",
     "SECRETS_KEY",
     "SECRET_NAME",
     "SECRET_ROOT",
+    "Budget",
     "CelEngine",
     "CelExpression",
     "CompiledValue",
@@ -37,4 +46,5 @@ __all__ = [
     "SecretReference",
     "compile_condition",
     "compile_value",
+    "spending",
 ]

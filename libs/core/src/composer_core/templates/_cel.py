@@ -7,9 +7,10 @@ takes tens of microseconds. cel-python raises internal texts
 are rewritten here into messages that name the expression.
 
 cel-python has no limits of its own, so its interpreter is subclassed to
-spend from the evaluation's Budget (templates/_budget.py): each comprehension
-element, each concatenation and each long scan is charged as it happens, and
-compiling refuses an expression nested deeper than the interpreter can recurse.
+spend from the event's Budget (templates/_budget.py): each comprehension
+element, each concatenation and each long scan is charged as it happens, each
+result as it is written out, and compiling refuses an expression nested
+deeper than the interpreter can recurse.
 """
 
 from __future__ import annotations
@@ -265,7 +266,7 @@ class CelExpression:
         return self._references
 
     def evaluate(self, activation: Mapping[str, object]) -> Json:
-        # Within a CompiledValue the budget is the whole value's; alone, its own.
+        # Within a decision (or a CompiledValue) the budget is the event's; alone, its own.
         token = _budget.current.set(Budget()) if _budget.current.get() is None else None
         try:
             return self._evaluate(activation)
@@ -362,8 +363,9 @@ def to_cel(value: Json) -> Any:
 def to_json(value: Any) -> Json:
     """CEL values back to plain JSON types (a bool stays a bool, not 1).
 
-    Under a budget, a string, list or map met again (``input.l.map(x, input.l)``
-    holds one list n times) is charged as built: written out, it is a copy.
+    Under a budget, each string, list or map is charged as held by the result (its
+    length), and one met again (``input.l.map(x, input.l)`` holds one list n
+    times) as built: written out, it is a copy.
     """
     return _to_json(value, set(), _budget.current.get())
 
@@ -403,12 +405,14 @@ def _to_json(value: Any, seen: set[int], budget: Budget | None) -> Json:
 
 
 def _once(value: Any, seen: set[int], budget: Budget) -> None:
-    """The first time a value is written out it is passed through; each further time, built."""
+    """The first time a value is written out it is held by the result; each further
+    time, it is built."""
     key = id(value)  # every value stays alive, held by the result, while it is written
     if key in seen:
         budget.build(len(value))
     else:
         seen.add(key)
+        budget.hold(len(value))
 
 
 def _quote(source: str) -> str:

@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from composer_core.errors import TemplateError
+from composer_core.errors import InputTooLarge, TemplateError
 from composer_core.templates import _budget
 from composer_core.templates._engine import Expression, ExpressionEngine, Json, References
 from composer_core.templates._secrets import SECRETS_KEY, SecretReference
@@ -27,6 +27,25 @@ _TEMPLATE = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 Where = tuple[str | int, ...]
 #: Where the engine wrote one secret reference: ``{"path": [...], "at": n, "name": "..."}``.
 Spot = dict[str, Json]
+
+
+class _Limit:
+    """The size a value being rendered may reach, watched as its templates return.
+
+    What the templates' results held so far (the budget's result units: one per
+    character and per list or map element, each at least a byte of JSON) is a
+    lower bound of the value's size, so rendering can stop once that alone is over,
+    without writing out what it rendered."""
+
+    __slots__ = ("budget", "max_bytes", "start")
+
+    def __init__(self, max_bytes: int, budget: _budget.Budget, start: int) -> None:
+        self.max_bytes, self.budget, self.start = max_bytes, budget, start
+
+    def check(self) -> None:
+        held = self.start - self.budget.results
+        if held > self.max_bytes:
+            raise InputTooLarge(held, self.max_bytes, exact=False)
 
 
 class CompiledValue:
@@ -42,25 +61,39 @@ class CompiledValue:
     def expressions(self) -> tuple[Expression, ...]:
         raise NotImplementedError
 
-    def evaluate(self, activation: Mapping[str, object]) -> Json:
-        """The value with every template evaluated, under one budget for all of them.
+    def evaluate(self, activation: Mapping[str, object], *, max_bytes: int | None = None) -> Json:
+        """The value with every template evaluated, under one budget for all of them:
+        the decision's (the event's) when there is one, else a budget of its own.
 
         Secret references are written as their text, and a map that holds any gets
         the ``$secrets`` list of where they are (a value that is no map cannot).
         Raises TemplateError (TemplateBudgetExceeded over budget); a value nested
         too deep to convert, or memory running out, is a TemplateError too, so the
         node fails instead of the service that evaluates it.
+
+        ``max_bytes``: the value, as compact UTF-8 JSON, may be no larger (a node's
+        input). Rendering stops with InputTooLarge as soon as what the templates
+        returned so far is certain to be over, before the rest is rendered; a value
+        with no template is as large as its definition let it be, and is not measured.
         """
-        token = _budget.current.set(_budget.Budget())
+        budget, token = _budget.current.get(), None
+        if budget is None:
+            budget = _budget.Budget()
+            token = _budget.current.set(budget)
+        limit = None if max_bytes is None else _Limit(max_bytes, budget, budget.results)
         try:
             spots: list[Spot] = []
-            value = self._evaluate(activation, spots)
+            value = self._evaluate(activation, spots, limit)
             if spots:
                 if not isinstance(value, dict):
                     raise TemplateError(
                         "a secret reference can only be in a node's spec, which is a mapping"
                     )
                 value[SECRETS_KEY] = spots
+            if limit is not None:
+                size = len(_compact(value).encode("utf-8"))
+                if size > limit.max_bytes:
+                    raise InputTooLarge(size, limit.max_bytes, exact=True)
             return value
         except RecursionError as exc:
             raise TemplateError(
@@ -69,9 +102,12 @@ class CompiledValue:
         except MemoryError as exc:
             raise TemplateError("ran out of memory while evaluating") from exc
         finally:
-            _budget.current.reset(token)
+            if token is not None:
+                _budget.current.reset(token)
 
-    def _evaluate(self, activation: Mapping[str, object], spots: list[Spot]) -> Json:
+    def _evaluate(
+        self, activation: Mapping[str, object], spots: list[Spot], limit: _Limit | None
+    ) -> Json:
         raise NotImplementedError
 
     def located(self, path: str = "") -> Iterator[tuple[str, Expression]]:
@@ -95,10 +131,12 @@ class _Literal(CompiledValue):
     def expressions(self) -> tuple[Expression, ...]:
         return ()
 
-    def evaluate(self, activation: Mapping[str, object]) -> Json:
+    def evaluate(self, activation: Mapping[str, object], *, max_bytes: int | None = None) -> Json:
         return self.value
 
-    def _evaluate(self, activation: Mapping[str, object], spots: list[Spot]) -> Json:
+    def _evaluate(
+        self, activation: Mapping[str, object], spots: list[Spot], limit: _Limit | None
+    ) -> Json:
         return self.value
 
     def located(self, path: str = "") -> Iterator[tuple[str, Expression]]:
@@ -120,8 +158,13 @@ class _Single(CompiledValue):
     def expressions(self) -> tuple[Expression, ...]:
         return (self.expression,)
 
-    def _evaluate(self, activation: Mapping[str, object], spots: list[Spot]) -> Json:
-        return self.expression.evaluate(activation)
+    def _evaluate(
+        self, activation: Mapping[str, object], spots: list[Spot], limit: _Limit | None
+    ) -> Json:
+        value = self.expression.evaluate(activation)
+        if limit is not None:
+            limit.check()
+        return value
 
     def located(self, path: str = "") -> Iterator[tuple[str, Expression]]:
         yield path, self.expression
@@ -149,7 +192,9 @@ class _Interpolated(CompiledValue):
             if not isinstance(part, str | SecretReference):
                 yield part
 
-    def _evaluate(self, activation: Mapping[str, object], spots: list[Spot]) -> Json:
+    def _evaluate(
+        self, activation: Mapping[str, object], spots: list[Spot], limit: _Limit | None
+    ) -> Json:
         out: list[str] = []
         length = 0
         for part in self.parts:
@@ -162,6 +207,8 @@ class _Interpolated(CompiledValue):
                 text = part.text
             else:
                 value = part.evaluate(activation)
+                if limit is not None:
+                    limit.check()
                 text = value if isinstance(value, str) else _compact(value)
             out.append(text)
             length += len(text)
@@ -189,8 +236,10 @@ class _List(CompiledValue):
     def expressions(self) -> tuple[Expression, ...]:
         return tuple(e for i in self.items for e in i.expressions)
 
-    def _evaluate(self, activation: Mapping[str, object], spots: list[Spot]) -> Json:
-        return [i._evaluate(activation, spots) for i in self.items]
+    def _evaluate(
+        self, activation: Mapping[str, object], spots: list[Spot], limit: _Limit | None
+    ) -> Json:
+        return [i._evaluate(activation, spots, limit) for i in self.items]
 
     def located(self, path: str = "") -> Iterator[tuple[str, Expression]]:
         for i, item in enumerate(self.items):
@@ -213,8 +262,10 @@ class _Map(CompiledValue):
     def expressions(self) -> tuple[Expression, ...]:
         return tuple(e for _, v in self.entries for e in v.expressions)
 
-    def _evaluate(self, activation: Mapping[str, object], spots: list[Spot]) -> Json:
-        return {k: v._evaluate(activation, spots) for k, v in self.entries}
+    def _evaluate(
+        self, activation: Mapping[str, object], spots: list[Spot], limit: _Limit | None
+    ) -> Json:
+        return {k: v._evaluate(activation, spots, limit) for k, v in self.entries}
 
     def located(self, path: str = "") -> Iterator[tuple[str, Expression]]:
         for key, value in self.entries:

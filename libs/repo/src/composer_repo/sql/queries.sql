@@ -296,19 +296,20 @@ RETURNING 1;
 -- statement; returns the ids inserted (a node that already had its task is
 -- left out: the caller's snapshot was stale). No SWITCH branches here.
 INSERT INTO task_instances
-       (id, run_id, node_id, node_type, state, input, output, error, wake_at,
+       (id, run_id, node_id, node_type, state, input, output, error, error_code, wake_at,
         awaited_signal, queue, max_attempts, context, created_at, updated_at, dispatched_at,
         started_at, finished_at)
-SELECT u.id, u.run_id, u.node_id, u.node_type, u.state, u.input, u.output, u.error, u.wake_at,
-       u.awaited_signal, u.queue, u.max_attempts, u.context, composer_now(), composer_now(),
+SELECT u.id, u.run_id, u.node_id, u.node_type, u.state, u.input, u.output, u.error,
+       u.error_code, u.wake_at, u.awaited_signal, u.queue, u.max_attempts, u.context,
+       composer_now(), composer_now(),
        CASE WHEN u.state = 'PENDING' THEN composer_now() END,
        CASE WHEN u.state IN ('WAITING', 'COMPLETED', 'FAILED') THEN composer_now() END,
        CASE WHEN u.state IN ('COMPLETED', 'FAILED', 'SKIPPED') THEN composer_now() END
   FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[],
               $7::jsonb[], $8::text[], $9::timestamptz[], $10::text[], $11::text[], $12::int[],
-              $13::jsonb[])
+              $13::jsonb[], $14::text[])
            AS u(id, run_id, node_id, node_type, state, input, output, error, wake_at,
-                awaited_signal, queue, max_attempts, context)
+                awaited_signal, queue, max_attempts, context, error_code)
 ON CONFLICT (run_id, node_id) DO NOTHING
 RETURNING id;
 
