@@ -20,6 +20,8 @@ from aiohttp.test_utils import TestServer
 
 import composer_repo as repo
 from composer_core.model import RunStatus
+from composer_executors import EnvironmentSecrets, HttpPolicy, create_http_session
+from composer_workers.handlers import http_handler
 from tests.integration.e2e.conftest import TOKEN, Stack
 
 API_TOKEN = "sk_live_9f8e7d6c5b4a39281706"  # COMPOSER_SECRET_API_TOKEN
@@ -348,3 +350,48 @@ async def test_a_run_input_cannot_send_a_secret_to_another_host(
     assert attacker.got == []
     assert leaks(await stored_rows(stack, hijacked.run_id)) == []
     assert leaks(workers.log) == []
+
+
+async def test_a_task_rendered_before_origins_were_recorded_gets_its_origin_at_lease(
+    stack: Stack, server: TestServer
+) -> None:
+    """An HTTP task whose input was rendered by an engine older than the origin rule has
+    ``$secrets`` but no ``$origin``; the workers refuse such an input. The lease adds the
+    origin the definition spells out, so a run in flight across the upgrade goes on."""
+    await stack.deploy(
+        {
+            "id": "upgraded",
+            "nodes": [
+                {
+                    "id": "call",
+                    "type": "HTTP",
+                    "spec": {
+                        "method": "POST",
+                        "url": f"{server.make_url('/hook/')}{{{{ input.order }}}}",
+                        "headers": {"Authorization": "Bearer {{ secret.API_TOKEN }}"},
+                        "body": {"order": "{{ input.order }}"},
+                    },
+                    "retry": {"max_attempts": 1},
+                }
+            ],
+        }
+    )
+    started = await stack.engine.start("upgraded", input={"order": "B-2"})
+    async with repo.transaction(stack.pool) as conn:  # as the older engine stored it
+        changed = await conn.execute(
+            "UPDATE task_instances SET input = input - '$origin' WHERE run_id = $1",
+            started.run_id,
+        )
+    assert changed == "UPDATE 1"
+    policy = HttpPolicy(allow_private=True)
+    secrets = EnvironmentSecrets.from_environ(
+        {"COMPOSER_SECRET_API_TOKEN": API_TOKEN}, prefix="COMPOSER_SECRET_"
+    )
+    async with create_http_session(policy) as session:
+        stack.worker({"http": http_handler(session, policy, secrets)})
+        run = await stack.wait_run(started.run_id)
+    assert run.status is RunStatus.SUCCEEDED, run.error
+    received = server.app[RECEIVED].requests
+    assert [(r["path"], r["authorization"]) for r in received] == [
+        ("/hook/B-2", f"Bearer {API_TOKEN}")
+    ]

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 import composer_repo as repo
 from composer_common import limits
 from composer_common.logs import alert
-from composer_core.model import RESERVED_QUEUES, NodeType
-from composer_core.templates import Json
+from composer_core.model import RESERVED_QUEUES, Node, NodeType, literal_origin
+from composer_core.templates import ORIGIN_KEY, SECRETS_KEY, Json
 from composer_engine._definitions import DefinitionCache
 from composer_engine.errors import BadRequest, EngineError, Forbidden, Misrouted
 from composer_engine.sealing import Sealer, SealingError
@@ -156,6 +156,9 @@ async def grant_leases(
             except SealingError as exc:  # its key is not here, or it was altered
                 answers.append(await _park(conn, request, lease, exc, park_for))
                 continue
+        dag = await definitions.get(conn, lease.workflow_id, lease.workflow_version)
+        node = dag.node(lease.node_id)
+        lease_input = _with_origin(lease_input, node)
         encoded = limits.encode(
             lease_input,
             "node input",
@@ -167,8 +170,6 @@ async def grant_leases(
                 LeaseGrant(False, encoded.message, node_id=lease.node_id, too_large=True)
             )
             continue
-        dag = await definitions.get(conn, lease.workflow_id, lease.workflow_version)
-        node = dag.node(lease.node_id)
         answers.append(
             LeaseGrant(
                 True,
@@ -186,6 +187,21 @@ async def grant_leases(
             )
         )
     return answers
+
+
+def _with_origin(lease_input: Json, node: Node | None) -> Json:
+    """An HTTP node's input rendered before origins were recorded, given the one its
+    definition spells out: the workers send its secrets nowhere else, and refuse an
+    input that carries secrets and names none (docs/secrets.md)."""
+    if (
+        node is not None
+        and node.type is NodeType.HTTP
+        and isinstance(lease_input, dict)
+        and SECRETS_KEY in lease_input
+        and ORIGIN_KEY not in lease_input
+    ):
+        return {**lease_input, ORIGIN_KEY: literal_origin(node.spec.get("url"))}
+    return lease_input
 
 
 async def _park(
