@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import os
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -64,6 +65,15 @@ class Child:
         if self.process.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 self.process.kill()
+
+    def reap_in_background(self) -> None:
+        """Stop watching the child and its pipes, and reap it from a thread of its own:
+        for a killed child whose exit may take a while and which nobody waits for."""
+        self._close_pidfd()
+        self.close_pipes()
+        threading.Thread(
+            target=self.process.wait, name=f"reap-{self.process.pid}", daemon=True
+        ).start()
 
     def close_pipes(self) -> None:
         """Close our ends of its pipes, once read to their end or no longer wanted (a
