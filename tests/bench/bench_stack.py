@@ -51,10 +51,12 @@ Workloads (sizes at ``--scale 1``):
 - **python** 2,000 runs of one one-attempt PYTHON node on the built-in workers,
   16 in flight: ``python_crashed`` (nodes killed by a signal: 0 expected),
   ``python_node_p50_ms`` (lease → report), ``python_run_p50_ms``,
-  ``python_workers_cpu_ms_per_node`` (the workers' CPU with their reaped
-  children: the node's processes, bwrap and slirp4netns) and
-  ``python_machine_cpu_ms_per_node``; ``--env COMPOSER_PYTHON_SANDBOX=off``
-  measures the same unsandboxed.
+  ``python_machine_cpu_ms_per_node`` (the whole machine's CPU per node: the
+  figure to compare) and ``python_workers_cpu_ms_per_node`` (the workers' CPU
+  with their reaped children; it misses most of a sandboxed node's, whose
+  processes die with their pid namespace instead of being reaped up to the
+  worker); ``--env COMPOSER_PYTHON_SANDBOX=off`` measures the same
+  unsandboxed. ``make bench BENCH=python`` measures the executor alone.
 
 Per step of W1 (top-level keys of the results):
 
