@@ -26,7 +26,7 @@ install: $(VENV_STAMP)  ## create .venv with every library and the dev tools
 
 # PYTHON nodes run in a bubblewrap sandbox, networked by slirp4netns (docs/architecture.md
 # §8.1). Installed with apt-get when missing and allowed; else the workers refuse PYTHON nodes
-# (saying why) until they are, and everything else runs.
+# (saying why) until they are, and everything else runs. The tests need them too.
 sandbox-tools:
 	@missing=""; \
 	command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
@@ -66,10 +66,10 @@ simulate: $(VENV_STAMP)  ## drive examples/order-fulfilment.yaml through the sta
 # `make test` is what CI runs (.ci/run): the linters first, so a lint error fails it.
 test: lint pytest  ## the linters, then the whole suite (unit; integration against the real PostgreSQL and Redis)
 
-pytest: $(VENV_STAMP)  ## the whole suite without the linters (quick iteration; PYTEST_ARGS="-k lease -x")
+pytest: $(VENV_STAMP) sandbox-tools  ## the whole suite without the linters (quick iteration; PYTEST_ARGS="-k lease -x")
 	$(UV) run --no-sync pytest $(PYTEST_ARGS)
 
-test-unit: $(VENV_STAMP)  ## the unit suite only (no services needed)
+test-unit: $(VENV_STAMP) sandbox-tools  ## the unit suite only (no services needed)
 	$(UV) run --no-sync pytest tests/unit
 
 lint: $(VENV_STAMP)  ## ruff (lint and format check) and mypy
