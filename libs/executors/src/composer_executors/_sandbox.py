@@ -43,7 +43,6 @@ import contextlib
 import fcntl
 import ipaddress
 import json
-import logging
 import os
 import shutil
 import signal
@@ -57,8 +56,6 @@ from typing import Literal
 from composer_executors._errors import ExecutionError
 from composer_executors._spawn import Child, spawn
 from composer_rpc.codes import ErrorCode
-
-log = logging.getLogger("composer.executors.sandbox")
 
 Network = Literal["none", "outbound", "host"]
 NETWORKS: tuple[Network, ...] = ("none", "outbound", "host")
