@@ -1,29 +1,23 @@
 """Workflow definitions: the YAML format, its validation and the WorkflowDAG."""
 
-from composer_core.model._build import (
-    build_dag,
-    default_engine,
-    parse_seconds,
-    parse_time,
-    validate,
-)
-from composer_core.model._dag import CompiledNode, WorkflowDAG
-from composer_core.model._limits import DEFAULT_LIMITS, MAX_SECONDS, Limits
-from composer_core.model._load import parse_definition
-from composer_core.model._node_specs import (
+from composer_core.kinds import parse_seconds, parse_time
+from composer_core.kinds.fork import ForkSpec
+from composer_core.kinds.http import (
     DEFAULT_ACCEPT_STATUS,
-    NODE_SPECS,
-    ForkSpec,
     HttpSpec,
-    JoinSpec,
-    PythonSpec,
-    SwitchSpec,
-    TaskSpec,
-    WaitForEventSpec,
-    WaitSpec,
     fixes_origin,
     literal_origin,
 )
+from composer_core.kinds.join import JoinSpec
+from composer_core.kinds.python import PythonSpec
+from composer_core.kinds.switch import SwitchSpec
+from composer_core.kinds.task import TaskSpec
+from composer_core.kinds.wait import WaitSpec
+from composer_core.kinds.wait_for_event import WaitForEventSpec
+from composer_core.model._build import build_dag, default_engine, validate
+from composer_core.model._dag import CompiledNode, WorkflowDAG
+from composer_core.model._limits import DEFAULT_LIMITS, MAX_SECONDS, Limits
+from composer_core.model._load import parse_definition
 from composer_core.model._spec import (
     DEFAULT_RETRY,
     HIDDEN_CREDENTIALS,
@@ -36,6 +30,7 @@ from composer_core.model._spec import (
 )
 from composer_core.model._states import (
     BUILTIN_QUEUES,
+    NODE_SPECS,
     RESERVED_QUEUES,
     NodeType,
     RunStatus,

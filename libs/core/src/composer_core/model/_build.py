@@ -6,26 +6,18 @@ definition in one answer. The DAG is built only when there is none.
 
 from __future__ import annotations
 
-import ast
 import contextlib
-import datetime as dt
 import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from composer_core.errors import DefinitionInvalid, Problem, TemplateError
+from composer_core.kinds import KINDS, RESERVED_QUEUES, Category, NodeType, kind_of
+from composer_core.kinds._values import parse_seconds, templated
 from composer_core.model._dag import CompiledNode, WorkflowDAG
 from composer_core.model._limits import DEFAULT_LIMITS, MAX_SECONDS, Limits, nesting_depth
-from composer_core.model._node_specs import (
-    HTTP_METHODS,
-    NODE_SPECS,
-    UNFIXED_ORIGIN,
-    accept_status_problems,
-    fixes_origin,
-)
 from composer_core.model._spec import HIDDEN_CREDENTIALS, Node, WorkflowSpec, credentials_of
-from composer_core.model._states import BUILTIN_QUEUES, RESERVED_QUEUES, NodeType
 from composer_core.templates import (
     ROOTS,
     SECRET_ROOT,
@@ -42,40 +34,12 @@ from composer_core.templates import (
 _NODE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _WORKFLOW_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _QUEUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-_HTTP_METHODS = frozenset(HTTP_METHODS)
-#: What the built-in workers run a task of their reserved queue as.
-_RUN_AS = {NodeType.HTTP: "an HTTP request", NodeType.PYTHON: "Python code"}
-#: The keys each type's spec takes, from its model (TASK's is free-form: absent here).
+#: The keys each type's spec takes, from its kind's model (a free-form one: absent here).
 _SPEC_KEYS: dict[NodeType, frozenset[str]] = {
-    node_type: frozenset(model.model_fields)
-    for node_type, model in NODE_SPECS.items()
-    if model.model_config.get("extra") == "forbid"
+    node_type: frozenset(kind.spec_model.model_fields)
+    for node_type, kind in KINDS.items()
+    if kind.spec_model.model_config.get("extra") == "forbid"
 }
-#: Spec keys kept as text: Python code is full of ``{{`` that are not templates.
-_VERBATIM: dict[NodeType, frozenset[str]] = {NodeType.PYTHON: frozenset({"code"})}
-#: Where a secret reference is refused, and why: everywhere its value would be stored
-#: or handed on, or decide something stored (docs/secrets.md). HTTP and PYTHON specs
-#: take them: the built-in workers resolve them at run time and store nothing.
-_SECRET_TAKERS = frozenset({NodeType.HTTP, NodeType.PYTHON})
-_NO_SECRETS: dict[NodeType, str] = {
-    NodeType.TASK: (
-        "a TASK node cannot take a secret: its input is stored in the database and handed "
-        "as it is to your own worker's code; give your worker the secret itself (its own "
-        "environment or secret store)"
-    ),
-    NodeType.WAIT: (
-        "a WAIT node cannot read a secret: its spec decides when the run wakes and is "
-        "stored with the task"
-    ),
-    NodeType.WAIT_FOR_EVENT: (
-        "a WAIT_FOR_EVENT node cannot read a secret: its spec names what the run waits for "
-        "and is stored with the task"
-    ),
-}
-_SECRETS_ONLY_IN = (
-    "secret references go only in HTTP and PYTHON node specs, which the built-in workers "
-    "resolve at run time"
-)
 _SECRET_IN_CONDITION = (
     "a condition cannot read a secret: the branch it selects is stored with the run, "
     "and would tell the secret's value"
@@ -86,12 +50,16 @@ _SECRET_COMPUTED = (
     '(text around it is fine, as in "Bearer {{ secret.NAME }}"), NAME made of letters, '
     "digits and '_', not starting with a digit"
 )
-_SECRET_IN_CODE = (
-    "PYTHON code is never templated, so {{ secret.NAME }} here would stay that text: "
-    "pass the secret in the node's input (input: {token: '{{ secret.NAME }}'}) and read "
-    "input['token']"
-)
 
+
+def _listed(names: list[str], last: str) -> str:
+    return f" {last} ".join(filter(None, (", ".join(names[:-1]), names[-1])))
+
+
+#: The types whose nodes take queue, timeout_seconds and retry ("HTTP, PYTHON and TASK").
+_WORKER_TYPES = _listed([t for t, k in KINDS.items() if k.category is Category.WORKER], "and")
+#: The types whose outgoing edges may carry a condition ("SWITCH").
+_CONDITION_TYPES = _listed([t for t, k in KINDS.items() if k.takes_conditions], "or")
 _default_engine: ExpressionEngine | None = None
 
 
@@ -271,11 +239,14 @@ class _Builder:
                 )
             else:
                 self.index[node.id] = i
+            kind = kind_of(node.type)
             if i in self.untyped:
                 pass  # which fields apply depends on the type, which is unknown
-            elif node.type.is_worker:
-                if node.type is NodeType.TASK and not node.queue:
-                    self.add(f"{path}.queue", "required for TASK: the queue your workers read")
+            elif kind.category is Category.WORKER:
+                if kind.own_queue and not node.queue:
+                    self.add(
+                        f"{path}.queue", f"required for {node.type}: the queue your workers read"
+                    )
                 if node.queue is not None and not _QUEUE.fullmatch(node.queue):
                     self.add(
                         f"{path}.queue",
@@ -288,7 +259,7 @@ class _Builder:
                     if getattr(node, field) is not None:
                         self.add(
                             f"{path}.{field}",
-                            f"applies only to HTTP, PYTHON and TASK nodes, not {node.type}",
+                            f"applies only to {_WORKER_TYPES} nodes, not {node.type}",
                         )
             if nesting_depth(node.spec) > self.limits.max_depth:
                 # Measuring or compiling it would recurse that deep: leave it alone.
@@ -310,17 +281,18 @@ class _Builder:
         owner = RESERVED_QUEUES.get(queue)
         if owner is None or owner is node.type:
             return
-        if node.type is NodeType.TASK:
+        kind = kind_of(node.type)
+        if kind.builtin_queue is None:
             fix = (
                 f"name a queue of your own that your workers read (e.g. '{node.id}-tasks'); "
-                "http and python are the built-in workers'"
+                f"{' and '.join(RESERVED_QUEUES)} are the built-in workers'"
             )
         else:
-            fix = f"leave queue unset ({node.type} nodes go to {BUILTIN_QUEUES[node.type]!r})"
+            fix = f"leave queue unset ({node.type} nodes go to {kind.builtin_queue!r})"
         self.add(
             f"{path}.queue",
             f"{queue!r} is reserved for {owner} nodes (the built-in workers run every task on "
-            f"it as {_RUN_AS[owner]}), and this node's type is {node.type}: {fix}",
+            f"it as {kind_of(owner).runs_as}), and this node's type is {node.type}: {fix}",
         )
 
     def check_edges(self) -> None:
@@ -343,11 +315,12 @@ class _Builder:
             if (
                 edge.condition is not None
                 and source is not None
-                and source.type is not NodeType.SWITCH
+                and not kind_of(source.type).takes_conditions
             ):
                 self.add(
                     f"{path}.condition",
-                    f"conditions belong on edges out of a SWITCH; {edge.source!r} is {source.type}",
+                    f"conditions belong on edges out of a {_CONDITION_TYPES}; "
+                    f"{edge.source!r} is {source.type}",
                 )
 
     def node(self, node_id: str) -> Node | None:
@@ -462,100 +435,13 @@ class _Builder:
                         else f"; {node.type} takes no spec"
                     )
                     self.add(f"{path}.{key}", f"unknown field{hint}")
-        match node.type:
-            case NodeType.HTTP:
-                self.check_http(path, spec)
-            case NodeType.PYTHON:
-                self.check_python(path, spec)
-            case NodeType.WAIT:
-                self.check_wait(path, spec)
-            case NodeType.WAIT_FOR_EVENT:
-                self.check_wait_for_event(path, spec)
-            case NodeType.SWITCH:
-                if not any(e.source == node.id for e in self.spec.edges):
-                    self.add(f"nodes[{i}]", f"SWITCH {node.id!r} has no outgoing edge")
-            case _:
-                pass
+        kind_of(node.type).check_spec(self, path, node)
 
-    def check_http(self, path: str, spec: Mapping[str, Any]) -> None:
-        url = spec.get("url")
-        if url is None:
-            self.add(f"{path}.url", "required for HTTP")
-        elif not isinstance(url, str):
-            self.add(f"{path}.url", "must be a string")
-        elif not _templated(url) and not url.startswith(("http://", "https://")):
-            self.add(f"{path}.url", f"{url!r} is not an http:// or https:// URL")
-        method = spec.get("method")
-        if (
-            isinstance(method, str)
-            and not _templated(method)
-            and method.upper() not in _HTTP_METHODS
-        ):
-            self.add(
-                f"{path}.method", f"{method!r} is not one of {', '.join(sorted(_HTTP_METHODS))}"
-            )
-        elif method is not None and not isinstance(method, str):
-            self.add(f"{path}.method", "must be a string")
-        for key in ("headers", "query"):
-            value = spec.get(key)
-            if value is not None and not isinstance(value, Mapping) and not _templated(value):
-                self.add(f"{path}.{key}", "must be a mapping of names to values")
-        if spec.get("accept_status") is not None:
-            for where, message in accept_status_problems(spec["accept_status"]):
-                self.add(f"{path}.accept_status{where}", message)
-        if (
-            not self.stored
-            and isinstance(url, str)
-            and _carries_secret(spec)
-            and not fixes_origin(url)
-        ):
-            self.add(f"{path}.url", UNFIXED_ORIGIN)
-
-    def check_python(self, path: str, spec: Mapping[str, Any]) -> None:
-        code = spec.get("code")
-        if code is None:
-            self.add(f"{path}.code", "required for PYTHON: a module that defines main(input)")
-            return
-        if not isinstance(code, str):
-            self.add(f"{path}.code", "must be a string of Python source")
-            return
-        try:
-            module = ast.parse(code)
-        except SyntaxError as exc:
-            self.add(f"{path}.code", f"not valid Python: {exc.msg} (line {exc.lineno})")
-            return
-        if not any(
-            isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef) and stmt.name == "main"
-            for stmt in module.body
-        ):
-            self.add(f"{path}.code", "must define a top-level function main(input)")
-        if _SECRET_TEXT.search(code):
-            self.add(f"{path}.code", _SECRET_IN_CODE)
-
-    def check_wait(self, path: str, spec: Mapping[str, Any]) -> None:
-        has_duration, has_until = "duration_seconds" in spec, "until" in spec
-        if has_duration == has_until:
-            self.add(path, "WAIT needs exactly one of duration_seconds or until")
-        if has_duration:
-            self.check_seconds(f"{path}.duration_seconds", spec["duration_seconds"])
-        if has_until:
-            until = spec["until"]
-            if not isinstance(until, str):
-                self.add(f"{path}.until", "must be an RFC 3339 time string")
-            elif not _templated(until) and parse_time(until) is None:
-                self.add(f"{path}.until", f"{until!r} is not an RFC 3339 time with a time zone")
-
-    def check_wait_for_event(self, path: str, spec: Mapping[str, Any]) -> None:
-        event = spec.get("event")
-        if event is None:
-            self.add(f"{path}.event", "required for WAIT_FOR_EVENT: the signal name to wait for")
-        elif not isinstance(event, str) or not event.strip():
-            self.add(f"{path}.event", "must be a non-empty string")
-        if "timeout_seconds" in spec:
-            self.check_seconds(f"{path}.timeout_seconds", spec["timeout_seconds"])
+    def has_outgoing(self, node_id: str) -> bool:
+        return any(e.source == node_id for e in self.spec.edges)
 
     def check_seconds(self, path: str, value: Any) -> None:
-        if isinstance(value, str) and _templated(value):
+        if isinstance(value, str) and templated(value):
             return
         if parse_seconds(value) is None:
             self.add(path, f"must be a number of seconds from 0 to {MAX_SECONDS}, got {value!r}")
@@ -568,26 +454,23 @@ class _Builder:
             if self.index.get(node.id) != i or i in self.too_deep:
                 continue
             path = f"nodes[{i}].spec"
+            kind = kind_of(node.type)
             value = compile_value(
                 node.spec,
                 self.engine,
                 path=path,
                 on_error=self.template_error,
-                verbatim=_VERBATIM.get(node.type, frozenset()),
+                verbatim=kind.verbatim,
             )
-            refused = (
-                None
-                if node.type in _SECRET_TAKERS or i in self.untyped
-                else _NO_SECRETS.get(node.type, _SECRETS_ONLY_IN)
-            )
+            refused = None if i in self.untyped else kind.refuses_secrets
             for where, reference in value.located_secrets(path):
                 if refused is not None:
                     self.add(where, f"{reference.text}: {refused}")
             refs = self.check_references(
                 value.located(path), node.id, secret_refused=refused or _SECRET_COMPUTED
             )
-            if node.type is NodeType.SWITCH:
-                # A SWITCH passes on its predecessor's output and reads its conditions' refs.
+            if kind.takes_conditions:
+                # It passes on its predecessor's output and reads its conditions' refs.
                 preds = frozenset(e.source for e in self.spec.edges if e.target == node.id)
                 cond_refs: References = References()
                 for edge in self.spec.edges:
@@ -684,56 +567,5 @@ class _Builder:
         return None if task_ids is None else frozenset(task_ids)
 
 
-def _templated(value: Any) -> bool:
-    return isinstance(value, str) and "{{" in value
-
-
-#: ``{{ secret.NAME }}`` in text that is never templated (PYTHON code).
-_SECRET_TEXT = re.compile(r"\{\{\s*secret\s*\.\s*[A-Za-z_][A-Za-z0-9_]*\s*\}\}")
-
-
-def _carries_secret(spec: Mapping[str, Any]) -> bool:
-    """Whether a string anywhere in ``spec`` (url, method, headers, query, body, …) holds
-    a secret reference. It finds every one the template compiler does, and a few more
-    in templates that fail to compile (reported on their own)."""
-    stack: list[Any] = [spec]
-    while stack:  # not recursive: a spec nested too deep is reported, not walked into
-        value = stack.pop()
-        if isinstance(value, str):
-            if _SECRET_TEXT.search(value):
-                return True
-        elif isinstance(value, Mapping):
-            stack.extend(value.values())
-        elif isinstance(value, list):
-            stack.extend(value)
-    return False
-
-
 def _quote(source: str, limit: int = 80) -> str:
     return repr(source if len(source) <= limit else source[: limit - 1] + "…")
-
-
-def parse_seconds(value: Any) -> float | None:
-    """A JSON number or numeric string as seconds in [0, MAX_SECONDS]; None if it is not one.
-
-    The bound keeps ``now + timedelta(seconds=…)`` inside what a datetime can hold.
-    """
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            return None
-    if isinstance(value, int | float) and 0 <= value <= MAX_SECONDS:  # NaN fails both
-        return float(value)
-    return None
-
-
-def parse_time(value: str) -> dt.datetime | None:
-    """An RFC 3339 time with a zone, in UTC; None if it is not one."""
-    try:
-        parsed = dt.datetime.fromisoformat(value.strip())
-        return parsed.astimezone(dt.UTC) if parsed.tzinfo is not None else None
-    except (ValueError, OverflowError):  # 9999-12-31T23:00:00-05:00 has no UTC form
-        return None

@@ -12,12 +12,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from composer_core.errors import InvalidRequest
-from composer_core.model._node_specs import literal_origin
+from composer_core.kinds import Category, NodeType, kind_of
 from composer_core.model._spec import Edge, Node, RetryPolicy, WorkflowSpec
-from composer_core.model._states import BUILTIN_QUEUES, NodeType
 from composer_core.templates import (
-    ORIGIN_KEY,
-    SECRETS_KEY,
     CompiledValue,
     Expression,
     ExpressionEngine,
@@ -76,9 +73,9 @@ class WorkflowDAG:
         self._descendants: dict[str, tuple[str, ...]] = {}
         events = sorted(
             {
-                n.spec["event"]
+                event
                 for n in spec.nodes
-                if n.type is NodeType.WAIT_FOR_EVENT and isinstance(n.spec.get("event"), str)
+                if (event := kind_of(n.type).awaited_signal(n.spec)) is not None
             }
         )
         self._signal_names = tuple(events)
@@ -158,10 +155,8 @@ class WorkflowDAG:
         Raises TemplateError as ``CompiledValue.evaluate`` does (with ``max_bytes``, the
         node input's limit, as it does)."""
         value = self._compiled[node_id].spec.evaluate(activation, max_bytes=max_bytes)
-        if isinstance(value, dict) and SECRETS_KEY in value:
-            node = self._nodes[node_id]
-            if node.type is NodeType.HTTP:
-                value[ORIGIN_KEY] = literal_origin(node.spec.get("url"))
+        node = self._nodes[node_id]
+        kind_of(node.type).finish_input(node, value)
         return value
 
     def condition(self, edge: Edge) -> Expression | None:
@@ -181,13 +176,14 @@ class WorkflowDAG:
     def queue(self, node_id: str) -> str | None:
         """The queue a worker node is dispatched to; None for nodes no worker runs."""
         node = self._nodes[node_id]
-        if not node.type.is_worker:
+        kind = kind_of(node.type)
+        if kind.category is not Category.WORKER:
             return None
-        return node.queue or BUILTIN_QUEUES.get(node.type)
+        return node.queue or kind.builtin_queue
 
     @property
     def signal_names(self) -> tuple[str, ...]:
-        """The ``event`` of every WAIT_FOR_EVENT node, sorted, once each, as written (a
+        """The signal every waiting node waits for (a WAIT_FOR_EVENT's ``event``), sorted, once each, as written (a
         templated one, ``approval-{{input.id}}``, stays a template)."""
         return self._signal_names
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-#: The longest wait, timeout or retry delay, in seconds (100 years): ``now`` plus it
-#: stays far inside what a datetime can hold.
-MAX_SECONDS = 100 * 365 * 24 * 3600
+from composer_core.kinds import MAX_SECONDS
+
+__all__ = ["DEFAULT_LIMITS", "MAX_SECONDS", "Limits", "nesting_depth"]
 
 
 @dataclass(frozen=True, slots=True)

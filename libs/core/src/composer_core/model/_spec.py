@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
+from composer_core.kinds import NodeType
 from composer_core.model._limits import MAX_SECONDS
-from composer_core.model._states import NodeType
 
 #: What the API and the logs show in place of a webhook_url's ``user:password``.
 HIDDEN_CREDENTIALS = "***"

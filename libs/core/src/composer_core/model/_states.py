@@ -1,8 +1,23 @@
-"""Statuses of runs and tasks, and the kinds of node (docs/architecture.md §2)."""
+"""Statuses of runs and tasks; the kinds of node are composer_core.kinds' (docs/architecture.md §2)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
+from types import MappingProxyType
+
+from pydantic import BaseModel
+
+from composer_core.kinds import BUILTIN_QUEUES, KINDS, RESERVED_QUEUES, NodeType
+
+__all__ = [
+    "BUILTIN_QUEUES",
+    "NODE_SPECS",
+    "RESERVED_QUEUES",
+    "NodeType",
+    "RunStatus",
+    "TaskState",
+]
 
 
 class RunStatus(StrEnum):
@@ -52,37 +67,7 @@ class TaskState(StrEnum):
 _WITH_WORKER = frozenset({TaskState.PENDING, TaskState.QUEUED, TaskState.RUNNING})
 
 
-class NodeType(StrEnum):
-    HTTP = "HTTP"
-    PYTHON = "PYTHON"
-    TASK = "TASK"
-    SWITCH = "SWITCH"
-    FORK = "FORK"
-    JOIN = "JOIN"
-    WAIT = "WAIT"
-    WAIT_FOR_EVENT = "WAIT_FOR_EVENT"
-
-    @property
-    def is_worker(self) -> bool:
-        """Executed by a worker through a queue (the others resolve in the coordinator)."""
-        return self in _WORKER
-
-    @property
-    def is_control(self) -> bool:
-        return self in _CONTROL
-
-    @property
-    def is_wait(self) -> bool:
-        return self in _WAIT
-
-
-_WORKER = frozenset({NodeType.HTTP, NodeType.PYTHON, NodeType.TASK})
-_CONTROL = frozenset({NodeType.SWITCH, NodeType.FORK, NodeType.JOIN})
-_WAIT = frozenset({NodeType.WAIT, NodeType.WAIT_FOR_EVENT})
-
-#: Queues of the built-in executors; a TASK node names its own.
-BUILTIN_QUEUES: dict[NodeType, str] = {NodeType.HTTP: "http", NodeType.PYTHON: "python"}
-#: The built-in queues, each reserved for its node type: the built-in workers run what
-#: they lease there as that type (an HTTP request, Python code), so no other node type
-#: may be sent to one (docs/architecture.md §6.1).
-RESERVED_QUEUES: dict[str, NodeType] = {queue: t for t, queue in BUILTIN_QUEUES.items()}
+#: The spec model of each node type (its kind's).
+NODE_SPECS: Mapping[NodeType, type[BaseModel]] = MappingProxyType(
+    {node_type: kind.spec_model for node_type, kind in KINDS.items()}
+)

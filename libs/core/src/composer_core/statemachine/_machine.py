@@ -25,7 +25,8 @@ from composer_core.errors import (
     RunFinished,
     TemplateError,
 )
-from composer_core.model import Node, NodeType, RunStatus, TaskState, WorkflowDAG
+from composer_core.kinds import WaitKind, kind_of
+from composer_core.model import Node, RunStatus, TaskState, WorkflowDAG
 from composer_core.statemachine._actions import (
     Action,
     BufferSignal,
@@ -52,7 +53,6 @@ from composer_core.statemachine._events import (
     TimerFired,
 )
 from composer_core.statemachine._state import Missing, NodeState, Run, Signal, _failed
-from composer_core.statemachine._waits import wait_input, woke_at
 from composer_core.templates import Budget, Json, spending
 
 
@@ -357,13 +357,12 @@ class Machine:
         ):
             self._ignore(f"timer for {event.node_id} is no longer pending")
             return
-        if self._dag.is_type(event.node_id, NodeType.WAIT_FOR_EVENT):
-            error = f"timed out waiting for event {state.awaited_signal!r}"
-            self._emit(ResolveWait(event.task_id, event.node_id, TaskState.FAILED, error=error))
+        node = self._dag.node(event.node_id)
+        kind = None if node is None else kind_of(node.type)
+        if not isinstance(kind, WaitKind):  # a timer only ever fires for a wait
+            self._ignore(f"timer for {event.node_id} fired, but it is no wait node")
             return
-        output = woke_at(self._now)
-        self._emit(ResolveWait(event.task_id, event.node_id, TaskState.COMPLETED, output))
-        self._advance_from(event.node_id, output)
+        kind.on_timer(event.node_id, event.task_id, state.awaited_signal, self)
 
     def _on_signal_received(self, event: SignalReceived) -> None:
         if not event.name or not event.name.strip():
@@ -442,8 +441,8 @@ class Machine:
             self._emit(FinishRun(RunStatus.SUCCEEDED))
             return
         try:
-            self._ensure_outputs(self._dag.output_refs)
-            output = template.evaluate(self._activation())
+            self.ensure_outputs(self._dag.output_refs)
+            output = template.evaluate(self.activation())
         except TemplateError as exc:
             self._emit(FinishRun(RunStatus.FAILED, error=f"run output: {exc}"))
             return
@@ -498,63 +497,23 @@ class Machine:
         return _Readiness.RUN if any_active else _Readiness.SKIP
 
     def _activate(self, node: Node) -> list[Node]:
-        """Start a ready node; return the nodes to look at next."""
-        if node.type is NodeType.SWITCH:
-            return self._activate_switch(node)
-        if node.type.is_control:  # FORK, JOIN
-            self._emit(
-                CreateTask(self._deps.new_id(), node.id, node.type, TaskState.COMPLETED, output={})
-            )
-            self._set_output(node.id, {})
-            return list(self._dag.successors(node.id))
-        if node.type.is_wait:
-            return self._park(node)
-        self._schedule(node)
-        return []
+        """Start a ready node, as its kind does; return the nodes to look at next."""
+        return kind_of(node.type).activate(node, self)
 
-    def _activate_switch(self, node: Node) -> list[Node]:
-        """Complete a SWITCH inline, passing on its predecessor's output and recording
-        which branches its conditions select (a decision later events never re-make)."""
-        try:
-            self._ensure_outputs(self._dag.task_refs(node.id))
-            branches = self._select_branches(node)
-        except TemplateError as exc:
-            self._fail_node(node, f"SWITCH {node.id}: {exc}")
-            return []
-        output = self._predecessor_output(node)
-        self._emit(
-            CreateTask(
-                self._deps.new_id(),
-                node.id,
-                node.type,
-                TaskState.COMPLETED,
-                output=output,
-                branches=branches,
-            )
-        )
-        self._set_output(node.id, output)
-        return list(self._dag.successors(node.id))
+    # -- what a kind may do (composer_core.kinds.Decision) ---------------------
 
-    def _select_branches(self, node: Node) -> tuple[str, ...]:
-        activation: Mapping[str, object] | None = None
-        branches: list[str] = []
-        for edge in self._dag.outgoing(node.id):
-            condition = self._dag.condition(edge)
-            if condition is not None:
-                if activation is None:
-                    activation = self._activation()
-                try:
-                    taken = _truthy(condition.evaluate(activation))
-                except TemplateError as exc:
-                    raise TemplateError(
-                        f"condition of edge {edge.source} → {edge.target}: {exc}"
-                    ) from exc
-                if not taken:
-                    continue
-            branches.append(edge.target)
-        return tuple(branches)
+    @property
+    def now(self) -> dt.datetime:
+        return self._now
 
-    def _predecessor_output(self, node: Node) -> Json:
+    @property
+    def dag(self) -> WorkflowDAG:
+        return self._dag
+
+    def new_id(self) -> str:
+        return self._deps.new_id()
+
+    def predecessor_output(self, node: Node) -> Json:
         for edge in self._dag.incoming(node.id):
             source = self._run.nodes.get(edge.source)
             if (
@@ -565,22 +524,14 @@ class Machine:
                 return self._run.outputs[edge.source]
         return {}
 
-    def _schedule(self, node: Node) -> None:
+    def dispatch(self, node: Node, input: Json) -> None:
         """Create a worker node's task with its resolved input and dispatch it.
 
-        The input is resolved once, here, and stored on the task: a retry reuses
+        The input is resolved once, by its kind, and stored on the task: a retry reuses
         it, and a worker never sees a template.
         """
-        try:
-            node_input = self._resolve_input(node)
-        except InputTooLarge as exc:
-            self._fail_too_large(node, exc)
-            return
-        except TemplateError as exc:
-            self._fail_node(node, f"input of {node.id} could not be resolved: {exc}")
-            return
         task_id = self._deps.new_id()
-        self._emit(CreateTask(task_id, node.id, node.type, TaskState.PENDING, input=node_input))
+        self._emit(CreateTask(task_id, node.id, node.type, TaskState.PENDING, input=input))
         self._emit(
             DispatchTask(
                 task_id=task_id,
@@ -597,61 +548,58 @@ class Machine:
             raise InvalidRequest(f"node {node.id} ({node.type}) has no queue")
         return queue
 
-    def _park(self, node: Node) -> list[Node]:
-        """Record a wait node as WAITING, or complete it now when it is already satisfied
-        (a time in the past, or a signal that arrived before the run got here)."""
-        try:
-            resolved = self._resolve_input(node)
-            wait = wait_input(node.type, resolved, self._now)
-        except InputTooLarge as exc:
-            self._fail_too_large(node, exc)
-            return []
-        except (TemplateError, ValueError) as exc:
-            self._fail_node(node, f"{node.id}: {exc}")
-            return []
-        task_id = self._deps.new_id()
-        if node.type is NodeType.WAIT:
-            if wait.wake_at is None or wait.wake_at <= self._now:
-                return self._complete_now(node, task_id, resolved, woke_at(self._now))
-            self._emit(
-                CreateTask(
-                    task_id,
-                    node.id,
-                    node.type,
-                    TaskState.WAITING,
-                    input=resolved,
-                    wake_at=wait.wake_at,
-                )
-            )
-            return []
-        assert wait.event is not None
-        signal = self._buffered(wait.event)
-        if signal is not None:
-            self._emit(ConsumeSignal(signal.signal_id, node.id))
-            return self._complete_now(node, task_id, resolved, _signal_output(signal.payload))
+    def park(
+        self,
+        node: Node,
+        input: Json,
+        *,
+        task_id: str,
+        wake_at: dt.datetime | None,
+        awaited_signal: str | None = None,
+    ) -> None:
         self._emit(
             CreateTask(
                 task_id,
                 node.id,
                 node.type,
                 TaskState.WAITING,
-                input=resolved,
-                wake_at=wait.wake_at,
-                awaited_signal=wait.event,
+                input=input,
+                wake_at=wake_at,
+                awaited_signal=awaited_signal,
             )
         )
-        return []
 
-    def _complete_now(self, node: Node, task_id: str, node_input: Json, output: Json) -> list[Node]:
+    def complete(
+        self,
+        node: Node,
+        output: Json,
+        *,
+        task_id: str | None = None,
+        input: Json = None,
+        branches: tuple[str, ...] | None = None,
+    ) -> list[Node]:
         self._emit(
             CreateTask(
-                task_id, node.id, node.type, TaskState.COMPLETED, input=node_input, output=output
+                self._deps.new_id() if task_id is None else task_id,
+                node.id,
+                node.type,
+                TaskState.COMPLETED,
+                input=input,
+                output=output,
+                branches=branches,
             )
         )
         self._set_output(node.id, output)
         return list(self._dag.successors(node.id))
 
-    def _fail_node(self, node: Node, error: str, code: str | None = None) -> None:
+    def wake(self, node_id: str, task_id: str, output: Json) -> None:
+        self._emit(ResolveWait(task_id, node_id, TaskState.COMPLETED, output))
+        self._advance_from(node_id, output)
+
+    def time_out(self, node_id: str, task_id: str, error: str) -> None:
+        self._emit(ResolveWait(task_id, node_id, TaskState.FAILED, error=error))
+
+    def fail(self, node: Node, error: str, code: str | None = None) -> None:
         """A node that cannot even start (bad input, broken condition) is a FAILED task:
         the run fails once nothing else is active, instead of the event being retried forever."""
         self._emit(
@@ -665,14 +613,14 @@ class Machine:
             )
         )
 
-    def _fail_too_large(self, node: Node, exc: InputTooLarge) -> None:
+    def fail_too_large(self, node: Node, exc: InputTooLarge) -> None:
         """Its input is over the node input limit: failed for good, and none of it is
         kept (no worker could be given it)."""
         limit = self._deps.input_limit
         assert limit is not None  # only a limit raises it
-        self._fail_node(node, limit.describe(exc.size, exc.exact), limit.code)
+        self.fail(node, limit.describe(exc.size, exc.exact), limit.code)
 
-    def _buffered(self, name: str) -> Signal | None:
+    def buffered(self, name: str) -> Signal | None:
         """The oldest buffered signal called ``name`` not yet consumed."""
         signals = self._run.signals
         if signals is None:
@@ -681,6 +629,9 @@ class Machine:
             if signal.name == name:
                 return signal
         return None
+
+    def consume(self, signal: Signal, node: Node) -> None:
+        self._emit(ConsumeSignal(signal.signal_id, node.id))
 
     def _oldest_waiter(self, name: str) -> str | None:
         best: tuple[str, str] | None = None
@@ -692,11 +643,11 @@ class Machine:
 
     # -- templates and outputs -----------------------------------------------
 
-    def _resolve_input(self, node: Node) -> Json:
-        self._ensure_outputs(self._dag.task_refs(node.id))
+    def resolve_input(self, node: Node) -> Json:
+        self.ensure_outputs(self._dag.task_refs(node.id))
         limit = self._deps.input_limit
         return self._dag.render_input(
-            node.id, self._activation(), max_bytes=None if limit is None else limit.max_bytes
+            node.id, self.activation(), max_bytes=None if limit is None else limit.max_bytes
         )
 
     def _set_output(self, node_id: str, output: Json) -> None:
@@ -704,7 +655,7 @@ class Machine:
         self._bound_tasks.pop(node_id, None)
         self._tasks_root = None
 
-    def _ensure_outputs(self, refs: frozenset[str] | None) -> None:
+    def ensure_outputs(self, refs: frozenset[str] | None) -> None:
         """Ask for the outputs a template may read that the snapshot lacks (``None``:
         any reached node's)."""
         wanted = self._run.nodes.keys() if refs is None else refs
@@ -718,7 +669,7 @@ class Machine:
         if missing:
             raise _Needs(Missing(outputs=missing))
 
-    def _activation(self) -> Mapping[str, object]:
+    def activation(self) -> Mapping[str, object]:
         """The values expressions see, converted for the engine once and reused."""
         engine = self._dag.engine
         bound = self._bound
@@ -737,12 +688,6 @@ class Machine:
             self._tasks_root = engine.map_of(self._bound_tasks)
         bound["tasks"] = self._tasks_root
         return bound
-
-
-def _truthy(value: Json) -> bool:
-    """Conditions are read the way Python reads them: null, false, 0, "" and empty
-    lists and maps are false, everything else true."""
-    return bool(value)
 
 
 def _signal_output(payload: Json) -> Json:

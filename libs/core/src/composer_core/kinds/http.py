@@ -1,34 +1,20 @@
-"""What each node type takes in its ``spec``: one pydantic model per type.
-
-A node's ``spec`` stays a plain mapping on :class:`Node` (its values may be
-``{{ templates }}`` resolved only when the task is created, and validation
-reports every problem with its path rather than stopping at the first), so
-these models are not what validates a definition. They are the one written
-statement of each type's fields: their names are the keys ``_build`` accepts,
-and their types, defaults and descriptions feed docs/nodes.md and the
-OpenAPI document, so neither can drift from the other.
-"""
+"""HTTP: one request, sent by the built-in workers (queue ``http``)."""
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
-from composer_core.model._limits import MAX_SECONDS
-from composer_core.model._states import NodeType
+from composer_core.kinds._kind import SpecChecks, WorkerKind
+from composer_core.kinds._values import SpecModel, Template, carries_secret, templated
+from composer_core.templates import ORIGIN_KEY, SECRETS_KEY, Json
 
-#: A ``{{ expression }}`` standing for the whole value: it must resolve to the field's type.
-Template = Annotated[
-    str,
-    Field(
-        pattern=r"\{\{",
-        title="template",
-        description="a {{ expression }} that resolves to the field's type",
-    ),
-]
-Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS)]
+if TYPE_CHECKING:
+    from composer_core.model import Node
+
 #: A status class in ``accept_status``: ``"2xx"`` is 200 to 299.
 STATUS_CLASS = re.compile(r"[1-5][xX][xX]")
 Status = Annotated[int, Field(ge=100, le=599)]
@@ -47,13 +33,10 @@ UNFIXED_ORIGIN = (
     "(https://api.example.com/v1/{{ input.path }}; credentials go in a header). A template "
     "in the scheme, host or port would let a run's input send the secret to another server"
 )
+_HTTP_METHODS = frozenset(HTTP_METHODS)
 
 
-class _SpecModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class HttpSpec(_SpecModel):
+class HttpSpec(SpecModel):
     """One HTTP request, sent by the built-in workers (queue ``http``).
 
     The node's output is ``{status, headers, body}``: ``headers`` with lower-case
@@ -116,113 +99,57 @@ class HttpSpec(_SpecModel):
     )
 
 
-class PythonSpec(_SpecModel):
-    """Python code, run by the built-in workers (queue ``python``) in a child process.
+class Http(WorkerKind):
+    name = "HTTP"
+    spec_model = HttpSpec
+    runs_on = "the built-in workers, queue `http`"
+    builtin_queue = "http"
+    runs_as = "an HTTP request"
+    refuses_secrets = None
 
-    The node's output is what ``main(input)`` returns (JSON). ``code`` is never
-    templated: pass values (and secret references) through ``input``.
-    """
+    def check_spec(self, checks: SpecChecks, path: str, node: Node) -> None:
+        spec = node.spec
+        url = spec.get("url")
+        if url is None:
+            checks.add(f"{path}.url", "required for HTTP")
+        elif not isinstance(url, str):
+            checks.add(f"{path}.url", "must be a string")
+        elif not templated(url) and not url.startswith(("http://", "https://")):
+            checks.add(f"{path}.url", f"{url!r} is not an http:// or https:// URL")
+        method = spec.get("method")
+        if (
+            isinstance(method, str)
+            and not templated(method)
+            and method.upper() not in _HTTP_METHODS
+        ):
+            checks.add(
+                f"{path}.method", f"{method!r} is not one of {', '.join(sorted(_HTTP_METHODS))}"
+            )
+        elif method is not None and not isinstance(method, str):
+            checks.add(f"{path}.method", "must be a string")
+        for key in ("headers", "query"):
+            value = spec.get(key)
+            if value is not None and not isinstance(value, Mapping) and not templated(value):
+                checks.add(f"{path}.{key}", "must be a mapping of names to values")
+        if spec.get("accept_status") is not None:
+            for where, message in accept_status_problems(spec["accept_status"]):
+                checks.add(f"{path}.accept_status{where}", message)
+        if (
+            not checks.stored
+            and isinstance(url, str)
+            and carries_secret(spec)
+            and not fixes_origin(url)
+        ):
+            checks.add(f"{path}.url", UNFIXED_ORIGIN)
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "code": "def main(input):\n    return {'total': input['price'] * 0.9}\n",
-                    "input": {"price": "{{input.price}}"},
-                }
-            ]
-        }
-    )
-
-    code: str = Field(
-        description="a module that defines a top-level function main(input), sync or async"
-    )
-    input: Any = Field(
-        default_factory=dict,
-        description="the value passed to main; templates in it are resolved when the task "
-        "is created",
-    )
-
-
-class TaskSpec(BaseModel):
-    """Work for your own workers: the node's ``queue`` names the queue they read
-    (any but ``http`` and ``python``, the built-in workers' own).
-
-    The spec is free-form: it is the task's input, handed to your handler as it is
-    (templates resolved). The node's output is what the handler returns.
-    """
-
-    model_config = ConfigDict(
-        extra="allow",
-        frozen=True,
-        json_schema_extra={"examples": [{"order_id": "{{input.order_id}}", "express": True}]},
-    )
-
-
-class WaitSpec(_SpecModel):
-    """Parks the run until a time; the timer service wakes it.
-
-    Exactly one of ``duration_seconds`` or ``until``. The node's output is
-    ``{woke_at}`` (RFC 3339, UTC).
-    """
-
-    model_config = ConfigDict(json_schema_extra={"examples": [{"duration_seconds": 3600}]})
-
-    duration_seconds: Seconds | Template | None = Field(
-        default=None, description="how long to wait from when the node is reached"
-    )
-    until: str | None = Field(
-        default=None,
-        description="an RFC 3339 time with a time zone (2026-12-01T09:00:00Z); a time in "
-        "the past wakes at once",
-    )
+    def finish_input(self, node: Node, value: Json) -> None:
+        """A rendered input that carries secrets names the only origin they may go to,
+        read from the definition's text: nothing a run renders into the url moves it."""
+        if isinstance(value, dict) and SECRETS_KEY in value:
+            value[ORIGIN_KEY] = literal_origin(node.spec.get("url"))
 
 
-class WaitForEventSpec(_SpecModel):
-    """Parks the run until a signal of that name is sent to it (POST
-    /v1/runs/{run_id}/signals/{name}); one sent earlier and not yet taken is taken at
-    once. The node's output is the signal's payload.
-    """
-
-    model_config = ConfigDict(
-        json_schema_extra={"examples": [{"event": "payment_received", "timeout_seconds": 86400}]}
-    )
-
-    event: str = Field(description="the signal name to wait for")
-    timeout_seconds: Seconds | Template | None = Field(
-        default=None,
-        description="fail the node with `timed out waiting for event …` after this long; "
-        "absent or 0: wait for ever",
-    )
-
-
-class SwitchSpec(_SpecModel):
-    """Chooses branches: each edge out of it may carry a ``condition``; every edge whose
-    condition is true is taken (an edge without one always is), the others' nodes are
-    skipped. Takes no spec; its output is its predecessor's output."""
-
-
-class ForkSpec(_SpecModel):
-    """Starts branches that run in parallel: every edge out of it is taken. Takes no
-    spec; its output is ``{}``."""
-
-
-class JoinSpec(_SpecModel):
-    """Waits for every incoming edge to resolve (a branch that was skipped counts as
-    resolved) and goes on if any was taken. Takes no spec; its output is ``{}``."""
-
-
-#: The spec model of each node type.
-NODE_SPECS: dict[NodeType, type[BaseModel]] = {
-    NodeType.HTTP: HttpSpec,
-    NodeType.PYTHON: PythonSpec,
-    NodeType.TASK: TaskSpec,
-    NodeType.SWITCH: SwitchSpec,
-    NodeType.FORK: ForkSpec,
-    NodeType.JOIN: JoinSpec,
-    NodeType.WAIT: WaitSpec,
-    NodeType.WAIT_FOR_EVENT: WaitForEventSpec,
-}
+HTTP = Http()
 
 
 def accept_status_problems(value: Any) -> list[tuple[str, str]]:
