@@ -4,6 +4,7 @@ second stack on the same database or prefix."""
 
 from __future__ import annotations
 
+import stat
 import uuid
 from pathlib import Path
 
@@ -82,15 +83,39 @@ def test_a_bad_base_names_the_setting(value: str) -> None:
         parse_base(value)
 
 
-def test_the_stack_file_says_where_it_listens_and_holds_no_secret(tmp_path: Path) -> None:
+def test_the_stack_file_says_how_to_reach_the_stack_and_is_private(tmp_path: Path) -> None:
     plan = layout(8200)
     env = stack_env({}, load_tokens(tmp_path), layout_env(plan, SERVER))
-    text = write_stack_file(tmp_path, env, plan).read_text()
-    assert "COMPOSER_API_URL=http://127.0.0.1:8200\n" in text
-    assert "COMPOSER_GRPC_ADDR=127.0.0.1:8201\n" in text
+    path = write_stack_file(tmp_path, env, plan)
+    text = path.read_text()
+    values = dict(
+        line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#")
+    )
+    # what the CLI, `composer migrate` and an SDK worker's WorkerConfig read
+    assert values == {
+        "COMPOSER_PORT_BASE": "8200",
+        "COMPOSER_API_URL": "http://127.0.0.1:8200",
+        "COMPOSER_GRPC_ADDR": "127.0.0.1:8201",
+        "COMPOSER_REDIS_URL": env["COMPOSER_REDIS_URL"],
+        "COMPOSER_REDIS_PREFIX": "composer-8200",
+        "COMPOSER_DATABASE_URL": env["COMPOSER_DATABASE_URL"],
+        "COMPOSER_WORKER_TOKEN": env["COMPOSER_WORKER_TOKEN"],
+    }
+    assert values["COMPOSER_DATABASE_URL"].endswith("/composer_8200")
     assert "api-gateway 8208" in text
-    for secret in ("COMPOSER_API_TOKENS", "COMPOSER_WORKER_TOKEN", "COMPOSER_BUILTIN_WORKER_TOKEN"):
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600  # a private Redis URL holds its password
+    for secret in ("COMPOSER_API_TOKENS", "COMPOSER_BUILTIN_WORKER_TOKEN"):
         assert env[secret].split(":")[0] not in text
+
+
+def test_the_stack_file_has_no_worker_token_where_tokens_are_scoped(tmp_path: Path) -> None:
+    plan = layout(None)
+    scoped = {"COMPOSER_WORKER_TOKENS": "team-a-token:payments"}
+    env = stack_env(scoped, load_tokens(tmp_path, every_queue=False), layout_env(plan, SERVER))
+    text = write_stack_file(tmp_path, env, plan).read_text()
+    assert "COMPOSER_WORKER_TOKEN" not in text and "team-a-token" not in text
+    assert "COMPOSER_PORT_BASE" not in text
+    assert "COMPOSER_REDIS_PREFIX=composer\n" in text
 
 
 def owned(database: str, prefix: str) -> dict[str, str]:

@@ -126,24 +126,45 @@ def layout_env(plan: Layout, default_database_url: str) -> dict[str, str]:
     }
 
 
+#: What ``stack.env`` carries from the stack's environment, when set: what a client of the
+#: stack needs (the CLI, ``composer migrate``, an SDK worker's WorkerConfig defaults).
+STACK_FILE_KEYS = (
+    "COMPOSER_GRPC_ADDR",
+    "COMPOSER_GRPC_TLS_CA",
+    "COMPOSER_REDIS_URL",
+    "COMPOSER_REDIS_PREFIX",
+    "COMPOSER_DATABASE_URL",
+    "COMPOSER_WORKER_TOKEN",
+)
+
+
 def write_stack_file(state: Path, env: Mapping[str, str], plan: Layout) -> Path:
-    """``<state>/stack.env``: the URLs of the stack now starting (no secret in it)."""
+    """``<state>/stack.env``: what a client of the stack now starting needs, so that a shell
+    that loaded it (with tokens.env, for the API token) reaches this stack and no other:
+    the CLI (COMPOSER_API_URL), ``composer migrate`` (COMPOSER_DATABASE_URL) and an SDK
+    worker, whose WorkerConfig reads the gRPC address, the Redis URL and prefix and the
+    worker token from the environment. Mode 0600: a private Redis's URL holds its
+    password, and the worker token is a secret."""
     admin = ", ".join(
         f"{name} {port}" for (name, _), port in zip(SERVICES, plan.admin_ports, strict=True)
     )
     lines = [
-        "# Written by `make run` at each start: where this stack listens. `make demo` reads it;",
-        "# load into a shell (with the tokens): set -a; . .state/tokens.env; . .state/stack.env; set +a",
-        f"COMPOSER_API_URL=http://127.0.0.1:{env['COMPOSER_API_PORT']}",
-        "# your own workers: WorkerConfig(coordinator=...)",
-        f"COMPOSER_GRPC_ADDR={env['COMPOSER_GRPC_ADDR']}",
-        f"# admin ports (/healthz /readyz /metrics): {admin}",
-        f"# Redis prefix: {env['COMPOSER_REDIS_PREFIX']}",
+        "# Written by `make run` at each start: how to reach this stack (private, mode 0600).",
+        "# `make demo` reads it; load it into a shell (with the tokens) for the CLI, `composer",
+        "# migrate` and your own workers (WorkerConfig's defaults come from these):",
+        "#   set -a; . .state/tokens.env; . .state/stack.env; set +a",
     ]
+    if plan.base is not None:
+        lines.append(f"COMPOSER_PORT_BASE={plan.base}")
+    lines.append(f"COMPOSER_API_URL=http://127.0.0.1:{env['COMPOSER_API_PORT']}")
+    lines += [f"{key}={env[key]}" for key in STACK_FILE_KEYS if env.get(key)]
+    lines.append(f"# admin ports (/healthz /readyz /metrics): {admin}")
     path = state / STACK_FILE
     state.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    temporary.write_text("\n".join(lines) + "\n")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write("\n".join(lines) + "\n")
     os.replace(temporary, path)
     return path
 

@@ -43,11 +43,14 @@ import os
 import secrets
 import signal
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
@@ -65,6 +68,13 @@ from composer_sdk._client import (
     CoordinatorClient,
     Lease,
     Presence,
+)
+from composer_sdk._environment import (
+    DEFAULT_COORDINATOR,
+    DEFAULT_REDIS_PREFIX,
+    DEFAULT_REDIS_URL,
+    from_env,
+    optional_from_env,
 )
 from composer_sdk._handler import Handler, HandlerFn, Outcome, TaskContext, caller_of
 from composer_sdk._tasklog import DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, AttemptLines, TaskLogger
@@ -86,10 +96,23 @@ _SDK_VERSION = _version()
 
 @dataclass(frozen=True, slots=True)
 class WorkerConfig:
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    coordinator: str = "127.0.0.1:50051"
-    token: str = ""
-    redis_prefix: str = "composer"
+    """How a worker reaches its stack, and how much it takes on.
+
+    The connection fields default to the environment, so a worker started in a shell
+    that loaded ``make run``'s ``.state/stack.env`` (and ``tokens.env``) serves that
+    stack, whatever its COMPOSER_PORT_BASE: ``redis_url`` from COMPOSER_REDIS_URL,
+    ``coordinator`` from COMPOSER_GRPC_ADDR, ``token`` from COMPOSER_WORKER_TOKEN,
+    ``redis_prefix`` from COMPOSER_REDIS_PREFIX (the stack's key prefix: a worker on
+    another prefix reads streams nobody writes) and ``coordinator_tls_ca`` from
+    COMPOSER_GRPC_TLS_CA. An argument given wins over the environment.
+    """
+
+    redis_url: str = field(default_factory=from_env("COMPOSER_REDIS_URL", DEFAULT_REDIS_URL))
+    coordinator: str = field(default_factory=from_env("COMPOSER_GRPC_ADDR", DEFAULT_COORDINATOR))
+    token: str = field(default_factory=from_env("COMPOSER_WORKER_TOKEN", ""))
+    redis_prefix: str = field(
+        default_factory=from_env("COMPOSER_REDIS_PREFIX", DEFAULT_REDIS_PREFIX)
+    )
     shards: int = cq.DEFAULT_SHARDS
     #: Tasks run at once by this process, across its queues.
     concurrency: int = 16
@@ -116,8 +139,10 @@ class WorkerConfig:
     #: limits (node input, output) with room to spare.
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     #: A PEM file of the CA that signed the coordinator's certificate: set, the worker
-    #: dials it over TLS (COMPOSER_GRPC_TLS_CA); None: plaintext.
-    coordinator_tls_ca: str | None = None
+    #: dials it over TLS; None: plaintext. Defaults to COMPOSER_GRPC_TLS_CA.
+    coordinator_tls_ca: str | None = field(
+        default_factory=optional_from_env("COMPOSER_GRPC_TLS_CA")
+    )
     #: What each attempt's log keeps (``ctx.logger``'s records, a PYTHON node's printed
     #: lines): the first lines up to both bounds, then a marker line counting the rest.
     log_max_bytes: int = DEFAULT_MAX_BYTES
@@ -126,6 +151,11 @@ class WorkerConfig:
     #: busy it is (``composer workers``, GET /v1/workers); 0: never. Keep it well under
     #: the API's COMPOSER_WORKER_LIVE_SECONDS (30 s), or the worker reads as gone.
     presence_seconds: float = 5.0
+    #: Whether ``run()`` takes SIGTERM and SIGINT (Ctrl-C) to drain: it stops reading,
+    #: lets in-flight tasks finish for ``drain_seconds``, says STOPPED and returns; a
+    #: second signal cancels what still runs (its messages stay pending for recovery).
+    #: Only signals nobody else handles are taken (a service's own stay its own).
+    handle_signals: bool = True
 
 
 class Worker:
@@ -143,6 +173,8 @@ class Worker:
         self.owner = config.owner or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._handlers: dict[str, Handler] = {}
         self._stopping = asyncio.Event()
+        #: Set by a second signal: the drain cancels what still runs.
+        self._abort = asyncio.Event()
         self._in_flight: set[asyncio.Task[None]] = set()
         #: Attempts this process is running: a duplicate delivery of one is skipped here,
         #: since the coordinator re-grants a lease to the owner that holds it.
@@ -217,9 +249,75 @@ class Worker:
         self._stopping.set()
 
     def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT drain the worker (``run()`` does this by default, see
+        ``WorkerConfig.handle_signals``): the first stops reading and lets in-flight
+        tasks finish; a second cancels them."""
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.stop)
+            loop.add_signal_handler(sig, self._signalled, sig)
+
+    def _signalled(self, sig: signal.Signals) -> None:
+        if self._stopping.is_set():
+            log.warning(
+                "%s again: cancelling %d in-flight task(s) now (their messages stay pending "
+                "for recovery)",
+                sig.name,
+                len(self._in_flight),
+            )
+            self._abort.set()
+            return
+        log.info(
+            "%s: draining; %d in-flight task(s) get up to %.0fs to finish (%s again to stop "
+            "at once)",
+            sig.name,
+            len(self._in_flight),
+            self.config.drain_seconds,
+            "Ctrl-C" if sig == signal.SIGINT else sig.name,
+        )
+        self.stop()
+
+    def _take_signals(self) -> list[tuple[signal.Signals, Any]]:
+        """Install the drain on SIGTERM and SIGINT where the program left them to the
+        defaults (or to ``asyncio.run``'s Ctrl-C, which would cancel the worker mid-task),
+        in the main thread: the signals taken, with the handlers to give back."""
+        if (
+            not self.config.handle_signals
+            or threading.current_thread() is not threading.main_thread()
+        ):
+            return []
+        loop = asyncio.get_running_loop()
+        taken = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            before = signal.getsignal(sig)
+            if not _default_handler(before):
+                continue  # the program's own handler (a service's shutdown) stays
+            try:
+                loop.add_signal_handler(sig, self._signalled, sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                continue  # a loop without signal support (Windows)
+            taken.append((sig, before))
+        return taken
+
+    @staticmethod
+    def _give_back(signals: list[tuple[signal.Signals, Any]]) -> None:
+        loop = asyncio.get_running_loop()
+        for sig, before in signals:
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, before)
+
+    def describe(self) -> str:
+        """What this worker serves and where: its start line."""
+        cfg = self.config
+        queues = ", ".join(
+            f"{h.queue} ({'/'.join(sorted(h.node_types))})"
+            for h in sorted(self._handlers.values(), key=lambda h: h.queue)
+        )
+        tls = "TLS" if cfg.coordinator_tls_ca else "plaintext"
+        return (
+            f"worker {self.owner} serving {queues} from Redis {_without_password(cfg.redis_url)} "
+            f"prefix {cfg.redis_prefix!r}, coordinator {cfg.coordinator} ({tls}); "
+            f"concurrency {cfg.concurrency}, prefetch {self.prefetch}, composer-sdk {_SDK_VERSION}"
+        )
 
     async def run(self) -> None:
         """Serve every registered queue until ``stop()``; then drain and return."""
@@ -236,16 +334,18 @@ class Worker:
             tls_ca_file=cfg.coordinator_tls_ca,
         )
         self._queue = queue_client = self._given_queue or cq.connect(cfg.redis_url)
+        shown = _show_logs()
+        signals = self._take_signals()
         try:
+            if not cfg.token and self._given_coordinator is None:
+                log.warning(
+                    "no worker token: the coordinator refuses every lease; set "
+                    "COMPOSER_WORKER_TOKEN (make run keeps one in .state/tokens.env) or "
+                    "WorkerConfig(token=...)"
+                )
             for queue in self._handlers:
                 await self._ensure_groups(queue)
-            log.info(
-                "worker %s serving %s (concurrency %d, prefetch %d)",
-                self.owner,
-                ", ".join(sorted(self._handlers)),
-                cfg.concurrency,
-                self.prefetch,
-            )
+            log.info("%s", self.describe())
             heartbeat = asyncio.create_task(self._heartbeat(), name="worker-heartbeat")
             self.started_at = time.time()
             presence = asyncio.create_task(self._presence(), name="worker-presence")
@@ -276,10 +376,19 @@ class Worker:
                     await presence
                 await self._say_stopped()
         finally:
+            self._give_back(signals)
             if self._given_coordinator is None:
                 await client.close()
             if self._given_queue is None:
                 await queue_client.close()
+            if self._stopping.is_set():
+                log.info(
+                    "worker %s stopped (%d completed, %d failed)",
+                    self.owner,
+                    self.completed,
+                    self.failed,
+                )
+            shown()
 
     async def _drain(self) -> None:
         if not self._in_flight:
@@ -289,7 +398,17 @@ class Worker:
             len(self._in_flight),
             self.config.drain_seconds,
         )
-        _, pending = await asyncio.wait(self._in_flight, timeout=self.config.drain_seconds)
+        tasks = set(self._in_flight)
+        finished = asyncio.ensure_future(asyncio.wait(tasks))
+        aborted = asyncio.ensure_future(self._abort.wait())
+        await asyncio.wait(
+            [finished, aborted],
+            timeout=self.config.drain_seconds,
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        finished.cancel()
+        aborted.cancel()
+        pending = {task for task in tasks if not task.done()}
         for task in pending:
             task.cancel()
         if pending:
@@ -876,3 +995,45 @@ class _Held:
     msg: cq.TaskMessage
     token: str
     ttl: float
+
+
+def _without_password(url: str) -> str:
+    """``url`` fit for a log line: its password replaced by ``***``."""
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def _default_handler(handler: Any) -> bool:
+    """Whether ``handler`` is a signal's default: the system's, Python's KeyboardInterrupt,
+    or ``asyncio.run``'s (which cancels the main task on Ctrl-C)."""
+    if handler in (signal.SIG_DFL, signal.default_int_handler):
+        return True
+    bound = getattr(handler, "func", handler)  # asyncio.Runner installs a partial
+    return isinstance(getattr(bound, "__self__", None), asyncio.Runner)
+
+
+def _show_logs() -> Callable[[], None]:
+    """Where the program configured no logging at all (a script's ``asyncio.run(worker.run())``),
+    show the SDK's INFO lines and up on stderr: its start line, a drain, a refused lease.
+    Returns what undoes it. A program that set up logging keeps its own."""
+    root = logging.getLogger("composer")
+    if root.hasHandlers():
+        return lambda: None
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    level = root.level
+    root.addHandler(handler)
+    if level == logging.NOTSET:
+        root.setLevel(logging.INFO)
+
+    def undo() -> None:
+        root.removeHandler(handler)
+        root.setLevel(level)
+
+    return undo
