@@ -21,7 +21,7 @@ from typing import assert_never
 
 import composer_queue as cq
 import composer_repo as repo
-from composer_core.model import NodeType, WorkflowDAG
+from composer_core.model import WorkflowDAG
 from composer_core.statemachine import (
     Action,
     BufferSignal,
@@ -76,9 +76,10 @@ async def persist(
     matches no row raises StaleSnapshot.
 
     ``context``, the run's calling context as stored (sealed when the run is; None:
-    none), is copied onto every TASK node's row as it is: its lease hands it to the
-    user's handler without reading the run's row. Other tasks (control, waits, the
-    built-in executors' HTTP and PYTHON nodes) carry none."""
+    none), is copied as it is onto the row of every task whose kind carries it (TASK,
+    ``NodeKind.carries_context``): its lease hands it to the user's handler without
+    reading the run's row. Other tasks (control, waits, the built-in executors' nodes)
+    carry none."""
     doc, text = seal.doc, seal.text
     effects = Effects()
     conn, run_id = tx.conn, run.run_id
@@ -103,7 +104,7 @@ async def persist(
                         max_attempts=(
                             dag.retry_policy(action.node_id).max_attempts if worker else None
                         ),
-                        context=context if action.node_type is NodeType.TASK else None,
+                        context=context if action.node_type.kind.carries_context else None,
                         error_code=action.error_code,
                     )
                 )
@@ -142,7 +143,7 @@ async def persist(
                     awaited_signal=action.awaited_signal,
                     queue=dag.queue(action.node_id) if worker else None,
                     max_attempts=dag.retry_policy(action.node_id).max_attempts if worker else None,
-                    context=context if action.node_type is NodeType.TASK else None,
+                    context=context if action.node_type.kind.carries_context else None,
                 ):
                     raise StaleSnapshot(f"node {action.node_id} of run {run_id} already has a task")
                 if action.wake_at is not None:

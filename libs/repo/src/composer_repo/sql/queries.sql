@@ -124,8 +124,9 @@ RETURNING status, now() AS now;
 -- The first statement of every event's transaction: the run's row lock,
 -- held until commit, serializes all events of one run. It also returns the
 -- event's clock, read after the lock (every time the event persists is it).
--- Buffered signals are read only when the machine asks (a WAIT_FOR_EVENT parks).
--- The calling context comes along: the TASK rows the event inserts copy it (V008).
+-- Buffered signals are read only when the machine asks (a node that waits for a
+-- signal parks). The calling context comes along: the task rows the event inserts
+-- for kinds that carry it copy it (V008).
 SELECT s.workflow_id, s.version, s.status, s.input, s.config, s.data_key, s.context,
        -- evaluated above the row lock (a subquery with FOR UPDATE is not flattened)
        set_config('composer.now', clock_timestamp()::text, true)::timestamptz AS now
@@ -294,7 +295,8 @@ RETURNING 1;
 -- name: insert_tasks
 -- insert_task for many tasks of one transaction (the group commit), in one
 -- statement; returns the ids inserted (a node that already had its task is
--- left out: the caller's snapshot was stale). No SWITCH branches here.
+-- left out: the caller's snapshot was stale). No recorded branches here: a task
+-- created with them goes through insert_task.
 INSERT INTO task_instances
        (id, run_id, node_id, node_type, state, input, output, error, error_code, wake_at,
         awaited_signal, queue, max_attempts, context, created_at, updated_at, dispatched_at,
