@@ -1,6 +1,8 @@
 """Each outside system has one room: only libs/queue imports ``redis``, only libs/repo
 imports ``asyncpg``; and libs/queue itself stays light (the SDK installs it on users'
-machines).
+machines). The layers keep to their side (docs/architecture.md §1): the engine
+speaks no worker protocol (no ``grpc``, no ``composer_rpc``), and its modules
+import each other without a circle.
 
 Read with ``ast`` rather than imported, so an import in a branch no test runs
 (or under ``if TYPE_CHECKING``) is caught too. Scans every Python file of the
@@ -32,6 +34,16 @@ ALLOWED = {
 }
 
 
+#: Folder → modules no file under it may import, and why.
+FORBIDDEN = {
+    ROOT / "libs" / "engine" / "src": (
+        frozenset({"grpc", "composer_rpc"}),
+        "the engine is the application layer of every service, not only the coordinator's: "
+        "shared values (ErrorCode) live in composer_common",
+    ),
+}
+
+
 def python_files() -> Iterator[Path]:
     for top in SCANNED:
         for path in sorted((ROOT / top).rglob("*.py")):
@@ -60,6 +72,13 @@ def violations(path: Path, tree: ast.AST) -> Iterator[str]:
             f"{path.relative_to(ROOT)}:{line} imports {module}; only "
             f"{room.relative_to(ROOT)} may (use {instead} instead)"
         )
+
+
+def layer_violations(path: Path, tree: ast.AST) -> Iterator[str]:
+    for line, module in imported_modules(tree):
+        for folder, (modules, why) in FORBIDDEN.items():
+            if module in modules and folder in path.parents:
+                yield f"{path.relative_to(ROOT)}:{line} imports {module}: {why}"
 
 
 def test_only_its_room_imports_each_outside_system() -> None:
@@ -101,3 +120,66 @@ def test_the_check_sees_every_import_form(source: str, room: str) -> None:
     assert list(violations(path, ast.parse(source))) != []
     inside = ROOT / "libs" / room / "src" / f"composer_{room}" / "x.py"
     assert list(violations(inside, ast.parse(source))) == []
+
+
+def test_each_layer_keeps_to_its_side() -> None:
+    found = [
+        v for path in python_files() for v in layer_violations(path, ast.parse(path.read_text()))
+    ]
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import grpc",
+        "import grpc.aio as aio",
+        "from grpc import StatusCode",
+        "from composer_rpc.codes import ErrorCode",
+        "import composer_rpc.v1.worker_pb2 as pb",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import composer_rpc",
+    ],
+)
+def test_the_layer_check_sees_every_import_form(source: str) -> None:
+    inside = ROOT / "libs" / "engine" / "src" / "composer_engine" / "x.py"
+    assert list(layer_violations(inside, ast.parse(source))) != []
+    elsewhere = ROOT / "services" / "coordinator" / "src" / "composer_coordinator" / "x.py"
+    assert list(layer_violations(elsewhere, ast.parse(source))) == []
+
+
+def engine_imports() -> dict[str, set[str]]:
+    """composer_engine's modules → the composer_engine modules each imports, at any
+    depth of the file (under ``if TYPE_CHECKING`` too: a circle there is still a circle)."""
+    src = ROOT / "libs" / "engine" / "src"
+    graph: dict[str, set[str]] = {}
+    for path in sorted((src / "composer_engine").rglob("*.py")):
+        name = ".".join(path.relative_to(src).with_suffix("").parts).removesuffix(".__init__")
+        found = graph.setdefault(name, set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                if node.module == "composer_engine":  # from composer_engine import _history
+                    found |= {f"composer_engine.{a.name}" for a in node.names}
+                elif node.module.startswith("composer_engine."):
+                    found.add(node.module)
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if a.name.startswith("composer_engine.")}
+    return graph
+
+
+def test_the_engines_modules_import_each_other_without_a_circle() -> None:
+    graph = engine_imports()
+    graph.pop("composer_engine")  # the package's face imports everything; nothing imports it
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            circle = [*path[path.index(module) :], module]
+            pytest.fail("import circle: " + " → ".join(circle))
+        if module in done or module not in graph:
+            return
+        for imported in sorted(graph[module]):
+            visit(imported, [*path, module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])

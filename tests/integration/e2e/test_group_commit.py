@@ -12,7 +12,9 @@ import pytest
 
 from composer_core.model import RunStatus, TaskState
 from composer_core.statemachine import Event, Machine, Run
-from composer_engine import Engine, Report, Reporter
+from composer_engine import Report, Reporter
+from composer_engine._reports import Reports
+from composer_engine._shell import Shell
 from composer_rpc.v1 import worker_pb2 as pb
 from composer_rpc.v1.worker_pb2_grpc import WorkerServiceStub
 from tests.integration.e2e.conftest import TOKEN, Stack
@@ -210,18 +212,18 @@ async def test_a_report_too_heavy_for_the_loop_leaves_the_batch_and_is_applied_a
     run_ids, leased = await then_fork(stack, 3)
     alone: list[str] = []
     off_loop: list[str] = []
-    report_alone, decide_off_loop = Engine._report_alone, Engine._off_loop
+    report_alone, decide_off_loop = Reports._report_alone, Shell._off_loop
 
-    async def recorded_alone(self: Engine, r: Report) -> Any:
+    async def recorded_alone(self: Reports, r: Report) -> Any:
         alone.append(r.run_id)
         return await report_alone(self, r)
 
-    async def recorded_off_loop(self: Engine, machine: Machine, run: Run, event: Event) -> Any:
+    async def recorded_off_loop(self: Shell, machine: Machine, run: Run, event: Event) -> Any:
         off_loop.append(run.run_id)
         return await decide_off_loop(self, machine, run, event)
 
-    monkeypatch.setattr(Engine, "_report_alone", recorded_alone)
-    monkeypatch.setattr(Engine, "_off_loop", recorded_off_loop)
+    monkeypatch.setattr(Reports, "_report_alone", recorded_alone)
+    monkeypatch.setattr(Shell, "_off_loop", recorded_off_loop)
     heavy = run_ids[1]
     reports = [
         completed(r, lease, HEAVY if r == heavy else LIGHT)
@@ -252,15 +254,15 @@ async def test_reports_applied_alone_do_not_hold_the_batches_they_left(
     first, second, light = run_ids
     entered = {first: asyncio.Event(), second: asyncio.Event()}
     release = asyncio.Event()
-    report_alone = Engine._report_alone
+    report_alone = Reports._report_alone
 
-    async def held_alone(self: Engine, r: Report) -> Any:
+    async def held_alone(self: Reports, r: Report) -> Any:
         if r.run_id in entered:  # decided for as long as the test says
             entered[r.run_id].set()
             await release.wait()
         return await report_alone(self, r)
 
-    monkeypatch.setattr(Engine, "_report_alone", held_alone)
+    monkeypatch.setattr(Reports, "_report_alone", held_alone)
     heavy = []
     try:
         for run_id, lease in ((first, leased[0]), (second, leased[1])):

@@ -67,7 +67,7 @@ async def test_a_stale_snapshot_is_retried_once_then_internal(
         persisted.append(len(args[3]))  # the actions
         raise StaleSnapshot("the task row moved under the run lock")
 
-    monkeypatch.setattr("composer_engine._engine.persist", stale)
+    monkeypatch.setattr("composer_engine._shell.persist", stale)
     caplog.set_level(logging.INFO, logger="composer")
 
     with pytest.raises(Internal, match="stale snapshot twice"):

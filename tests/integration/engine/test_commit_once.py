@@ -15,7 +15,7 @@ import pytest
 
 import composer_repo as repo
 from composer_core.model import RunStatus, TaskState
-from composer_engine import Engine, Report, Reporter, Workflows, validate_definition
+from composer_engine import Engine, Report, Reporter, Unavailable, Workflows, validate_definition
 from tests.integration.pgproxy import PgProxy
 
 WAITS = {
@@ -153,3 +153,33 @@ async def test_a_commit_that_never_reached_the_server_is_applied_again(
     assert await engine.signal(run_id, "go")
     assert proxy.lost_commits == 1
     assert (await tasks(pool, run_id))["w1"].state == TaskState.COMPLETED
+
+
+async def test_a_group_commit_whose_outcome_stays_unknown_answers_unavailable(
+    engine: Engine, proxy: PgProxy, pool: repo.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch of reports whose COMMIT answer was lost, when the database cannot say
+    whether it committed: the worker hears UNAVAILABLE (docs/architecture.md §4.8) and
+    sends the report again, never "stale" for a report that counted."""
+    run_id = (await engine.start("two-tasks")).run_id
+    t1 = (await tasks(pool, run_id))["t1"]
+    grant = await engine.acquire_lease(
+        run_id, t1.task_id, t1.attempt, owner="w", ttl=30.0, claim="c", queues=None
+    )
+    asked: list[int] = []
+
+    async def cannot_say(pool: repo.Pool, xid: int, backend_pid: int | None) -> str:
+        asked.append(xid)
+        raise repo.Transient("the database does not answer")
+
+    monkeypatch.setattr(repo, "commit_status", cannot_say)
+    monkeypatch.setattr(engine._shell, "attempts", 2)
+    proxy.lose_next_commit()
+    report = Report(run_id, t1.task_id, "t1", t1.attempt, Reporter(grant.token, "w"), True, {})
+    with pytest.raises(Unavailable, match="outcome of a commit is unknown"):
+        await engine.report(report)
+    assert proxy.lost_commits == 1 and len(asked) == 2
+    assert (await tasks(pool, run_id))["t1"].state == TaskState.COMPLETED  # it did commit
+    monkeypatch.undo()
+    assert not await engine.report(report)  # sent again: acknowledged, counted once
+    assert [t.node_id for t in (await tasks(pool, run_id)).values()] == ["t1", "t2"]

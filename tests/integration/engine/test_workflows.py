@@ -12,7 +12,7 @@ import pytest
 import composer_repo as repo
 from composer_core.errors import DefinitionInvalid
 from composer_engine import BadRequest, NotFound, Unavailable, Workflows, validate_definition
-from composer_engine._engine import in_transaction
+from composer_engine._transaction import in_transaction
 from composer_engine._tx import Tx
 
 

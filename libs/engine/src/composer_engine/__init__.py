@@ -1,7 +1,7 @@
 """Composer's engine: lock the run, decide with the state machine, persist, commit."""
 
 from composer_engine._definitions import DefinitionCache
-from composer_engine._engine import AttemptLog, Engine, Report, Started, utcnow
+from composer_engine._engine import Engine
 from composer_engine._history import KINDS as HISTORY_KINDS
 from composer_engine._leases import LeaseGrant, Reporter, handler_node_types, new_token
 from composer_engine._recovery import (
@@ -21,6 +21,9 @@ from composer_engine._recovery import (
     settle_entry,
     watch_queue,
 )
+from composer_engine._reported import AttemptLog, Report
+from composer_engine._runs import Started
+from composer_engine._shell import utcnow
 from composer_engine._workflows import Applied, ValidDefinition, Workflows, validate_definition
 from composer_engine.errors import (
     BadRequest,

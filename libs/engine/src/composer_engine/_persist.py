@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Awaitable, Sequence
-from dataclasses import dataclass, field
 from typing import assert_never
 
 import composer_queue as cq
@@ -38,29 +37,13 @@ from composer_core.statemachine import (
     Run,
 )
 from composer_core.templates import Json
+from composer_engine._effects import Effects
 from composer_engine._metrics import instruments
 from composer_engine._tx import Tx
 from composer_engine.errors import StaleSnapshot
 from composer_engine.sealing import RunSeal
 
 log = logging.getLogger("composer.engine")
-
-
-@dataclass(slots=True)
-class Effects:
-    """What a committed transition should announce (collected while persisting)."""
-
-    #: A delayed dispatch was written: the enqueuer should look at when it is due.
-    wake_enqueuer: bool = False
-    wrote_webhook: bool = False
-    wake_timer: bool = False
-    finished: FinishRun | None = None
-    #: What the metrics record once the transaction commits.
-    created: list[tuple[str, str]] = field(default_factory=list)  # (node type, state)
-    completed: list[tuple[str, float | None]] = field(default_factory=list)  # (node type, seconds)
-    failed: list[str] = field(default_factory=list)
-    retried: int = 0
-    finished_run: repo.FinishedRun | None = None
 
 
 async def persist(

@@ -40,8 +40,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 import composer_repo as repo
+from composer_common.codes import ErrorCode
 from composer_core.model import TaskState
-from composer_rpc.codes import ErrorCode
 
 _WAITING_FOR_WORKER = frozenset({TaskState.PENDING, TaskState.QUEUED})
 

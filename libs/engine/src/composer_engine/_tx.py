@@ -10,13 +10,10 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
+from composer_engine._publish import Dispatched
 from composer_engine._writes import Writes
 from composer_repo import Connection
-
-if TYPE_CHECKING:
-    from composer_engine._publish import Dispatched
 
 log = logging.getLogger("composer.engine")
 
@@ -41,7 +38,7 @@ class Tx:
         #: line of an internal error: formatted only then, never on the hot path.
         self.deciding: Callable[[], str] | None = None
         #: The share of a template budget the transaction's decisions spent on the event
-        #: loop since it last let the loop serve others (engine/_engine.py, ON_LOOP_SHARE).
+        #: loop since it last let the loop serve others (engine/_shell.py, ON_LOOP_SHARE).
         self.loop_work = 0.0
 
     def after_commit(self, fn: AfterCommit) -> None:

@@ -18,7 +18,7 @@ import composer_repo as repo
 from composer_core.errors import DefinitionInvalid
 from composer_core.model import WorkflowSpec, build_dag, parse_definition
 from composer_core.templates import Json
-from composer_engine._engine import DEFAULT_ATTEMPTS, in_transaction
+from composer_engine._transaction import DEFAULT_ATTEMPTS, in_transaction
 from composer_engine._tx import Tx
 
 

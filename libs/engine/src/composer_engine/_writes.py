@@ -13,21 +13,29 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import composer_queue as cq
 import composer_repo as repo
 from composer_common.telemetry import inject
 from composer_core.statemachine import FinishRun, NodeCompleted, NodeFailed, Run
 from composer_core.templates import Json
+from composer_engine._effects import Effects
 from composer_engine._publish import Dispatched
+from composer_engine._reported import AttemptLog
 from composer_engine.errors import StaleSnapshot
 from composer_engine.sealing import RunSeal, looks_sealed
 
-if TYPE_CHECKING:
-    from composer_engine._engine import AttemptLog
-    from composer_engine._persist import Effects
-    from composer_engine._tx import Tx
+
+class Tx(Protocol):
+    """What the writes need of their transaction (``_tx.Tx``, which holds them: named
+    here by what it offers, so the two modules do not import each other)."""
+
+    conn: repo.Connection
+    #: The event's clock, once a run is locked.
+    now: dt.datetime | None
+    #: The dispatches due at once, published after the commit.
+    dispatched: list[Dispatched]
 
 
 @dataclass(slots=True)

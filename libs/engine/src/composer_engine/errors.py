@@ -1,29 +1,40 @@
-"""Errors the engine raises; each says what the API answers.
+"""Errors the engine raises; each names its kind, which the API answers.
 
-    EngineError                 base; ``status`` is the HTTP status the API maps it to
-    ├── BadRequest        400   the request cannot apply (unknown node, bad run id, empty signal name)
-    ├── Forbidden         403   the caller's credentials do not cover it (a worker token
-    │                           and a task of a queue it does not serve)
-    ├── NotFound          404   no such run, workflow or version
-    ├── Conflict          409   the run is finished (signal, cancel) or still active (retry);
-    │   │                       a run id or idempotency key collision
-    │   └── IdempotencyKeyReused 409  a start's Idempotency-Key sent again with another
-    │                           request (input, config, version, start node)
-    ├── UnknownSignal     422   no WAIT_FOR_EVENT node of the run's version waits for that
-    │                           signal name: it would sit buffered for ever
-    ├── Misrouted         409   a worker's stream entry is no dispatch of the attempt it
-    │                           names to that worker: the task is of another queue or node
-    │                           type than its handler's, or not due yet (a retry's backoff).
-    │                           Nothing changed; the worker drops the entry (the coordinator
-    │                           answers FAILED_PRECONDITION)
-    ├── Unavailable       503   the database connection kept failing after retries: try again later
-    │   └── Parked        503   the run's documents are sealed with a key not configured here:
-    │                           nothing changed; it goes on once the key is back (a loop parks
-    │                           the item rather than retrying its whole pass)
-    └── Internal          500   a bug: the machine raised, a repository error that is not the
-                                caller's, a stale snapshot twice in a row. Logged once as an
-                                ALERT with the run, the event and the actions; retrying the
-                                same request gives the same answer.
+    EngineError                 base; ``kind`` is the problem's kind in every answer
+    ├── BadRequest        invalid-request   the request cannot apply (unknown node, bad run
+    │                                       id, empty signal name)
+    ├── Forbidden         forbidden         the caller's credentials do not cover it (a
+    │                                       worker token and a task of a queue it does not serve)
+    ├── NotFound          not-found         no such run, workflow or version
+    ├── Conflict          conflict          the run is finished (signal, cancel) or still
+    │   │                                   active (retry); a run id or key collision
+    │   └── IdempotencyKeyReused  idempotency-key-reused   a start's Idempotency-Key sent
+    │                                       again with another request (input, config,
+    │                                       version, start node)
+    ├── UnknownSignal     unknown-signal    no WAIT_FOR_EVENT node of the run's version
+    │                                       waits for that signal name: it would sit
+    │                                       buffered for ever
+    ├── Misrouted         misrouted         a worker's stream entry is no dispatch of the
+    │                                       attempt it names to that worker: the task is of
+    │                                       another queue or node type than its handler's,
+    │                                       or not due yet (a retry's backoff). Nothing
+    │                                       changed; the worker drops the entry
+    ├── Unavailable       unavailable       the database connection kept failing after
+    │   │                                   retries, or a commit's outcome is unknown: try
+    │   │                                   again later
+    │   └── Parked        unavailable       the run's documents are sealed with a key not
+    │                                       configured here: nothing changed; it goes on
+    │                                       once the key is back (a loop parks the item
+    │                                       rather than retrying its whole pass)
+    └── Internal          internal          a bug: the machine raised, a repository error
+                                            that is not the caller's, a stale snapshot twice
+                                            in a row. Logged once as an ALERT with the run,
+                                            the event and the actions; retrying the same
+                                            request gives the same answer.
+
+Why kinds and no statuses: the engine serves the REST API and the worker protocol
+alike; each service maps a kind to its own answer (the api-gateway's
+``problems.STATUSES``, the coordinator's gRPC codes).
 
 Workflow-level failures (a task failed, a condition broke) are not errors:
 the run records them. A stale worker report is not an error either: it is
@@ -34,9 +45,8 @@ from __future__ import annotations
 
 
 class EngineError(Exception):
-    status = 500
-    #: The problem's kind in the API's answer (None: the one its status maps to).
-    kind: str | None = None
+    #: The problem's kind, stable: a client tells answers apart by it.
+    kind = "internal"
 
     def __init__(self, message: str, **extensions: object) -> None:
         """``extensions``: members the API adds to its problem document, so a client
@@ -47,19 +57,19 @@ class EngineError(Exception):
 
 
 class BadRequest(EngineError):
-    status = 400
+    kind = "invalid-request"
 
 
 class Forbidden(EngineError):
-    status = 403
+    kind = "forbidden"
 
 
 class NotFound(EngineError):
-    status = 404
+    kind = "not-found"
 
 
 class Conflict(EngineError):
-    status = 409
+    kind = "conflict"
 
 
 class IdempotencyKeyReused(Conflict):
@@ -67,16 +77,15 @@ class IdempotencyKeyReused(Conflict):
 
 
 class UnknownSignal(EngineError):
-    status = 422
     kind = "unknown-signal"
 
 
 class Misrouted(EngineError):
-    status = 409
+    kind = "misrouted"
 
 
 class Unavailable(EngineError):
-    status = 503
+    kind = "unavailable"
 
 
 class Parked(Unavailable):
@@ -84,7 +93,7 @@ class Parked(Unavailable):
 
 
 class Internal(EngineError):
-    status = 500
+    kind = "internal"
 
 
 class StaleSnapshot(Exception):

@@ -83,10 +83,6 @@ def run_record(sealer: Sealer, record: repo.RunRecord) -> repo.RunRecord:
     )
 
 
-def run_summary(sealer: Sealer, summary: repo.RunSummary) -> repo.RunSummary:
-    return dataclasses.replace(summary, error=shown_text(sealer, summary.run_id, summary.error))
-
-
 def task_record(sealer: Sealer, run_id: str, record: repo.TaskRecord) -> repo.TaskRecord:
     return dataclasses.replace(
         record,

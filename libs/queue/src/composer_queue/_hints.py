@@ -177,10 +177,6 @@ class Waker:
         messages, self._messages = self._messages, set()
         return messages
 
-    def poke(self) -> None:
-        """Wake the waiter now (for in-process callers)."""
-        self._event.set()
-
     async def wait(self, max_wait: float) -> bool:
         """Wait up to ``max_wait`` seconds for a hint; True if one came."""
         try:

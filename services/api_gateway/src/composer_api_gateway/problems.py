@@ -65,20 +65,26 @@ def not_found(detail: str) -> ApiProblem:
     return ApiProblem(404, "not-found", detail)
 
 
-_ENGINE_KINDS = {
-    400: "invalid-request",
-    404: "not-found",
-    409: "conflict",
-    500: "internal",  # engine.Internal: a bug, logged there as an ALERT
-    503: "unavailable",
+#: The HTTP status of each kind of engine error (composer_engine.errors); a kind
+#: missing here is answered 500, as the bug it would be.
+STATUSES = {
+    "invalid-request": 400,
+    "forbidden": 403,
+    "not-found": 404,
+    "conflict": 409,
+    "idempotency-key-reused": 409,
+    "misrouted": 409,
+    "unknown-signal": 422,
+    "internal": 500,  # engine.Internal: a bug, logged there as an ALERT
+    "unavailable": 503,
 }
 
 
 def from_engine(exc: EngineError) -> ApiProblem:
-    if exc.kind is not None:  # an error with a kind of its own (and its members)
-        return ApiProblem(exc.status, exc.kind, exc.message, **exc.extensions)
-    status = exc.status if exc.status in _ENGINE_KINDS else 500
-    return ApiProblem(status, _ENGINE_KINDS.get(status, "internal"), exc.message, **exc.extensions)
+    status = STATUSES.get(exc.kind)
+    if status is None:
+        return ApiProblem(500, "internal", exc.message, **exc.extensions)
+    return ApiProblem(status, exc.kind, exc.message, **exc.extensions)
 
 
 def from_repo(exc: repo.RepoError) -> ApiProblem:

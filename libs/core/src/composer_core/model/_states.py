@@ -59,10 +59,6 @@ class TaskState(StrEnum):
         """Still has to finish before the run can."""
         return self in _WITH_WORKER or self is TaskState.WAITING
 
-    @property
-    def is_final(self) -> bool:
-        return not self.is_active
-
 
 _WITH_WORKER = frozenset({TaskState.PENDING, TaskState.QUEUED, TaskState.RUNNING})
 

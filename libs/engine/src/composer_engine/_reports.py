@@ -1,0 +1,288 @@
+"""Reports: a worker's report of one attempt, applied in a group commit
+(docs/architecture.md §3.1) — many reports, one transaction — or alone when its
+run is held elsewhere, when its batch failed as a whole, or when its decision is
+too heavy for the batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Sequence
+
+import composer_repo as repo
+from composer_common import limits
+from composer_common.batching import Batcher
+from composer_common.codes import ErrorCode
+from composer_core.statemachine import NodeCompleted, NodeFailed
+from composer_core.templates import Json
+from composer_engine._leases import Reporter
+from composer_engine._reported import Report
+from composer_engine._shell import ON_LOOP_SHARE, LeavesTheBatch, Shell
+from composer_engine._transaction import committed
+from composer_engine._tx import Tx
+from composer_engine.errors import EngineError, Forbidden, NotFound, Unavailable
+from composer_engine.sealing import looks_sealed
+
+log = logging.getLogger("composer.engine")
+
+
+class _Busy:
+    """A report's run was held by another transaction: submit it to the next batch."""
+
+
+class _Alone:
+    """A report left its batch (_LeavesTheBatch): its submitter applies it alone, so the
+    batch's slot is not held while it is decided."""
+
+
+_BUSY = _Busy()
+_ALONE = _Alone()
+#: How many batches a report whose run is held waits for before it is applied alone.
+_BUSY_RETRIES = 3
+
+
+class Reports:
+    """Workers' reports: one at a time through a batcher (``report``), or many at once
+    (``report_many``), group-committed either way."""
+
+    def __init__(
+        self,
+        shell: Shell,
+        *,
+        batch_size: int,
+        batches_in_flight: int,
+        max_output_bytes: int | None,
+    ) -> None:
+        """``batch_size`` and ``batches_in_flight`` bound the group commit: how many
+        reports go in one transaction, how many transactions at once.
+        ``max_output_bytes`` (COMPOSER_MAX_OUTPUT_BYTES): a report of a larger output
+        fails its node for good instead (None: no limit)."""
+        self._shell = shell
+        self.max_output_bytes = max_output_bytes
+        self._batcher: Batcher[Report, bool | _Busy | _Alone] = Batcher(
+            lambda reports: self._group_commit(reports, defer_busy=True),
+            max_size=batch_size,
+            max_in_flight=batches_in_flight,
+            name="reports",
+            # a run's reports never in two batches at once: they would queue on its lock
+            key=lambda report: report.run_id,
+        )
+
+    async def report(self, report: Report) -> bool:
+        """Apply a worker's report in the next group commit (``report_many``); False
+        when it was stale (acknowledged, nothing changed).
+
+        A report whose run another batch holds (a fan-in spread over two batches in
+        flight) waits for the next batch, a few times, before it is applied alone:
+        alone, it would queue on the lock in a transaction of its own."""
+        report = self._storable(report)
+        for _ in range(_BUSY_RETRIES):
+            result = await self._batcher.submit(report)
+            if isinstance(result, _Alone):
+                break
+            if not isinstance(result, _Busy):
+                return result
+        answer = await self._report_alone(report)
+        if isinstance(answer, EngineError):
+            raise answer
+        return answer
+
+    async def report_many(self, reports: Sequence[Report]) -> list[bool | EngineError]:
+        """Apply many workers' reports in one transaction: the coordinator's group
+        commit (docs/architecture.md §3.1). Returns, for each report, whether it was
+        accepted (False: stale) or the error it alone met.
+
+        Their runs are locked in one statement and loaded in another; each report is
+        applied in order to its run's snapshot as the reports before it left it (a
+        fan-in of several reports to one run), persisted, and everything commits
+        once. A report whose run another transaction holds, and every report of a
+        batch that failed as a whole (one poisoned event, a lost connection), is
+        applied on its own through ``handle``, so one bad report never fails the others.
+        """
+        results = await self._group_commit([self._storable(r) for r in reports], defer_busy=False)
+        return [r for r in results if not isinstance(r, _Busy | _Alone)]
+
+    def _storable(self, report: Report) -> Report:
+        """``report``, or, when its output cannot be stored (over ``max_output_bytes``,
+        or NaN, Infinity, ``\\u0000``: JSONB refuses them), the permanent failure of
+        its attempt that says why. The SDK checks first; an older one may not."""
+        if not report.completed:
+            if looks_sealed(report.error):  # never read back as a sealed document
+                return dataclasses.replace(report, error=" " + report.error)
+            return report
+        if looks_sealed(report.output):
+            return dataclasses.replace(
+                report,
+                completed=False,
+                output=None,
+                error="the output is a string that starts with '$sealed:v1:', which Composer "
+                "keeps for sealed documents: wrap it in an object",
+                code=ErrorCode.BAD_OUTPUT,
+                permanent=True,
+            )
+        encoded = limits.encode(
+            report.output,
+            "output",
+            max_bytes=self.max_output_bytes,
+            setting="COMPOSER_MAX_OUTPUT_BYTES",
+        )
+        if not isinstance(encoded, limits.Refusal):
+            return report
+        return dataclasses.replace(
+            report,
+            completed=False,
+            output=None,
+            error=encoded.message,
+            code=ErrorCode.OUTPUT_TOO_LARGE if encoded.too_large else ErrorCode.BAD_OUTPUT,
+            permanent=True,
+        )
+
+    async def _group_commit(
+        self, reports: Sequence[Report], *, defer_busy: bool
+    ) -> list[bool | EngineError | _Busy | _Alone]:
+        """``report_many``; with ``defer_busy`` a report whose run another transaction
+        holds is answered ``_BUSY`` (its caller submits it again) instead of applied alone,
+        and one too heavy for the batch ``_ALONE`` (its caller applies it alone)."""
+        results: list[bool | EngineError | _Busy | _Alone | None] = [None] * len(reports)
+        busy: list[int] = []
+        heavy: list[int] = []
+
+        async def apply(tx: Tx) -> None:
+            locked = await repo.lock_runs(tx.conn, {r.run_id for r in reports})
+            if locked.now is None:
+                return
+            snapshots = dict(locked.runs)
+            for i, r in enumerate(reports):
+                run = snapshots.get(r.run_id)
+                if run is None:  # locked by another transaction, or no such run
+                    busy.append(i)
+                    continue
+                if r.reporter is not None:
+                    holder = locked.leases.get((r.run_id, r.task_id, r.attempt))
+                    try:
+                        refused = r.reporter.refusal(holder, r.node_id, r.attempt)
+                    except Forbidden as exc:
+                        results[i] = exc
+                        continue
+                    if refused is not None:
+                        results[i] = False
+                        continue
+                dag = await self._shell.definitions.get(tx.conn, run.workflow_id, run.version)
+                # the run as the batch's earlier reports left it, with its key and context
+                this = dataclasses.replace(locked.locked(r.run_id), run=run)
+                try:
+                    transition = await self._shell.decide(
+                        tx, dag, this, r.event(), attempt_log=r.log, in_batch=True
+                    )
+                except LeavesTheBatch:
+                    # applied alone once the batch committed, decided off the loop; the
+                    # run's later reports in the batch wait for it (busy)
+                    heavy.append(i)
+                    del snapshots[r.run_id]
+                    continue
+                snapshots[r.run_id] = transition.run
+                results[i] = transition.ignored is None
+                if tx.loop_work >= ON_LOOP_SHARE:
+                    # a batch's decisions hold the loop together: let it serve others
+                    tx.loop_work = 0.0
+                    await asyncio.sleep(0)
+
+        #: Set when the batch's COMMIT answer was lost and the database could not say
+        #: whether it committed (docs/architecture.md §4.8).
+        unknown: Unavailable | None = None
+        try:
+            try:
+                async with repo.tracked_transaction(self._shell.pool) as conn:
+                    tx = Tx(conn)
+                    await apply(tx)
+                    await tx.writes.flush(tx)
+            except repo.CommitUnknown as lost:
+                try:
+                    applied = await committed(self._shell.pool, lost, attempts=self._shell.attempts)
+                except Unavailable as outcome:
+                    unknown = outcome
+                else:
+                    if not applied:
+                        raise
+        except Exception as exc:
+            log.warning(
+                "a group commit of %d report(s) failed (%s: %s): applying them one at a time",
+                len(reports),
+                type(exc).__name__,
+                exc,
+            )
+            results = [None] * len(reports)
+        else:
+            if unknown is None:
+                if self._shell.publish is not None and tx.dispatched:
+                    await self._shell.publish(tx.dispatched)
+                await tx.run_after_commit()
+            else:
+                # Applied again alone, a report the batch did commit would be refused as
+                # stale: the worker would hear "stale" for a report that counted, or,
+                # had the batch rolled back, a report that did not. It hears "try again"
+                # instead; a report sent again is fenced by its attempt. Refusals (the
+                # lease, a stale attempt) hold whatever the commit did.
+                log.warning(
+                    "a group commit of %d report(s) has an unknown outcome: %s",
+                    len(reports),
+                    unknown,
+                )
+                results = [unknown if r is True else r for r in results]
+            if defer_busy:
+                for i in busy:
+                    results[i] = _BUSY
+                for i in heavy:
+                    results[i] = _ALONE
+        alone = [i for i, result in enumerate(results) if result is None]
+        if alone:
+            answers = await asyncio.gather(*(self._report_alone(reports[i]) for i in alone))
+            for i, answer in zip(alone, answers, strict=True):
+                results[i] = answer
+        return [r if r is not None else False for r in results]
+
+    async def _report_alone(self, r: Report) -> bool | EngineError:
+        try:
+            transition = await self._shell.apply(
+                r.run_id, r.event(), reporter=r.reporter, attempt_log=r.log
+            )
+            assert transition is not None  # only skip_locked passes a busy run
+        except NotFound:
+            return False
+        except EngineError as exc:
+            return exc
+        return transition.ignored is None
+
+    async def report_completed(
+        self,
+        run_id: str,
+        task_id: str,
+        node_id: str,
+        attempt: int,
+        output: Json,
+        *,
+        reporter: Reporter | None = None,
+    ) -> bool:
+        """A worker's success; False when the report was stale (acknowledged, nothing changed)."""
+        tr = await self._shell.handle(
+            run_id, NodeCompleted(task_id, node_id, attempt, output), reporter=reporter
+        )
+        return tr.ignored is None
+
+    async def report_failed(
+        self,
+        run_id: str,
+        task_id: str,
+        node_id: str,
+        attempt: int,
+        error: str,
+        *,
+        code: str | None = None,
+        permanent: bool = False,
+        reporter: Reporter | None = None,
+    ) -> bool:
+        event = NodeFailed(task_id, node_id, attempt, error, code, permanent)
+        tr = await self._shell.handle(run_id, event, reporter=reporter)
+        return tr.ignored is None

@@ -1,0 +1,317 @@
+"""Run commands: start a run, send it a signal, cancel it, retry it from a node —
+what a person (through the api-gateway) asks of a run. Each is one event, applied
+through the event shell (``_shell``) in one transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import composer_repo as repo
+from composer_common import ids
+from composer_common.caller import Caller
+from composer_core.model import RunStatus, WorkflowDAG
+from composer_core.statemachine import (
+    BufferSignal,
+    ResolveWait,
+    Run,
+    RunCancelled,
+    RunRetried,
+    RunStarted,
+    SignalReceived,
+    Transition,
+)
+from composer_core.templates import Json
+from composer_engine._metrics import instruments
+from composer_engine._requests import start_digest
+from composer_engine._shell import Shell
+from composer_engine._tx import Tx
+from composer_engine.errors import BadRequest, Conflict, IdempotencyKeyReused, UnknownSignal
+from composer_engine.sealing import looks_sealed
+
+log = logging.getLogger("composer.engine")
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    run_id: str
+    status: RunStatus
+    #: False when an earlier start with the same idempotency key is returned instead.
+    created: bool
+
+
+class RunCommands:
+    """Start, signal, cancel and retry runs."""
+
+    def __init__(self, shell: Shell) -> None:
+        self._shell = shell
+
+    async def start(
+        self,
+        workflow_id: str,
+        *,
+        version: int | None = None,
+        input: Json = None,
+        config: Json = None,
+        run_id: str | None = None,
+        idempotency_key: str | None = None,
+        start_node: str | None = None,
+        caller: Caller | None = None,
+    ) -> Started:
+        """Insert a run and apply RunStarted in one transaction.
+
+        ``version`` None (or 0) is the deployed one. A client ``run_id`` must be
+        a UUIDv7 from the last 24 h and at most 1 h ahead. A repeated
+        ``idempotency_key`` returns the run it started, changing nothing; sent with
+        another request (input, config, version or start node: ``start_digest``) it
+        is IdempotencyKeyReused, unless the key predates V012 (no digest kept).
+        ``caller``, who starts it and the metadata they pass, is recorded
+        (``started_by``) and kept as the run's calling context, which every TASK
+        node's handler gets with its lease (None: the run has none).
+        """
+        context = None if caller is None else caller.document()
+        if run_id is not None:
+            try:
+                run_id = ids.check_client_run_id(run_id, self._shell.clock())
+            except ids.InvalidRunId as exc:
+                raise BadRequest(str(exc)) from exc
+        new_run_id = run_id or self._shell.new_id()
+        _refuse_sealed_looking(input, "the run input")
+        _refuse_sealed_looking(config, "the run config")
+        data_key = self._shell.sealer.new_data_key(new_run_id)
+        seal = self._shell.sealer.for_run(new_run_id, data_key)
+        # sealed once: the run's row and its TASK rows' copies hold the same document
+        sealed_context = seal.doc(context)
+        digest = None
+        if idempotency_key is not None:
+            digest = start_digest(input, config, version, start_node)
+
+        async def attempt(tx: Tx) -> Started:
+            if version:
+                dag = await self._shell.definitions.get(tx.conn, workflow_id, version)
+            else:
+                dag = await self._shell.definitions.deployed(tx.conn, workflow_id)
+            started = await repo.insert_run(
+                tx.conn,
+                new_run_id,
+                workflow_id=workflow_id,
+                version=dag.version,
+                input=seal.doc(input if input is not None else {}),
+                config=seal.doc(config),
+                idempotency_key=idempotency_key,
+                # sealed like the input it digests (the run id is its associated data)
+                request_digest=seal.text(digest),
+                data_key=data_key,
+                started_by=None if caller is None else caller.name,
+                context=sealed_context,
+            )
+            if not started.created:
+                if started.request_digest is not None and digest is not None:
+                    first = self._shell.sealer.open_text(started.run_id, started.request_digest)
+                    if first != digest:
+                        raise IdempotencyKeyReused(
+                            f"Idempotency-Key {idempotency_key!r} already started run "
+                            f"{started.run_id} of workflow {workflow_id!r} with a different "
+                            "request (input, config, version or start node): send the same "
+                            "request to get that run back, or use a new key for a new run",
+                            idempotency_key=idempotency_key,
+                            run_id=started.run_id,
+                        )
+                return Started(started.run_id, started.status, created=False)
+            tx.after_commit(lambda: instruments().runs_started.add(1, {"workflow_id": workflow_id}))
+            run = Run(
+                new_run_id,
+                workflow_id,
+                dag.version,
+                RunStatus.RUNNING,
+                input if input is not None else {},
+                config,
+                signals=(),
+            )
+            await self._shell.decide(
+                tx,
+                dag,
+                repo.LockedRun(run, started.now, data_key=data_key, context=sealed_context),
+                RunStarted(start_node),
+                by=None if caller is None else caller.name,
+            )
+            tx.after_commit(
+                lambda: log.info("run %s of %s v%d started", new_run_id, workflow_id, dag.version)
+            )
+            return Started(new_run_id, run.status, created=True)
+
+        return await self._shell.in_tx(attempt)
+
+    async def signal(
+        self,
+        run_id: str,
+        name: str,
+        payload: Json = None,
+        *,
+        idempotency_key: str | None = None,
+        sent_by: str | None = None,
+    ) -> bool:
+        """Send a signal; True if a waiting node took it, False if it was buffered.
+
+        A name no WAIT_FOR_EVENT node of the run's version waits for is refused
+        (UnknownSignal) rather than buffered where nothing would ever take it; a
+        finished run refuses any signal (Conflict).
+
+        A repeated ``idempotency_key`` (a client sending again a request whose answer
+        it lost) changes nothing and answers as the first request did; the same key
+        for another signal name is a Conflict. Every signal is kept with ``sent_by``
+        (the name of the API token that sent it): one a waiting node took at once
+        is kept consumed (``repo.run_signals``)."""
+        _refuse_sealed_looking(payload, "the signal payload")
+
+        async def attempt(tx: Tx) -> bool:
+            locked = await repo.load_run(tx.conn, run_id)
+            if idempotency_key is not None:
+                seen = await repo.signal_key(tx.conn, run_id, idempotency_key)
+                if seen is not None:
+                    first_name, delivered = seen
+                    if first_name != name:
+                        raise Conflict(
+                            f"Idempotency-Key {idempotency_key!r} was used for signal "
+                            f"{first_name!r} of this run, not {name!r}: use a new key"
+                        )
+                    return delivered
+            dag = await self._shell.definitions.get(
+                tx.conn, locked.run.workflow_id, locked.run.version
+            )
+            # a finished run takes no signal at all: the machine says so (Conflict)
+            running = not locked.run.status.is_terminal
+            if running and name.strip() and not dag.waits_for_signal(name):
+                raise _unknown_signal(locked.run, dag, name)
+            tr = await self._shell.decide(
+                tx, dag, locked, SignalReceived(name, payload), by=sent_by
+            )
+            await self._keep_signal(tx, locked, name, payload, tr, sent_by)
+            if idempotency_key is not None:
+                await repo.record_signal_key(
+                    tx.conn, run_id, idempotency_key, name=name, delivered=tr.signal_delivered
+                )
+            return tr.signal_delivered
+
+        return await self._shell.in_tx(attempt)
+
+    async def _keep_signal(
+        self,
+        tx: Tx,
+        locked: repo.LockedRun,
+        name: str,
+        payload: Json,
+        transition: Transition,
+        sent_by: str | None,
+    ) -> None:
+        """Record who sent the signal: on its buffered row, or on a row of its own,
+        consumed at once (its payload sealed like the run's other documents), when a
+        waiting node took it (the first wait it resolved)."""
+        run_id = locked.run.run_id
+        for action in transition.actions:
+            if isinstance(action, BufferSignal):
+                if sent_by is not None:
+                    await repo.record_signal_sender(tx.conn, run_id, action.signal_id, sent_by)
+                return
+        taker = next((a.node_id for a in transition.actions if isinstance(a, ResolveWait)), None)
+        if transition.signal_delivered and taker is not None:
+            seal = await self._shell.run_seal(tx, locked)  # the decision's: its key is stored now
+            await repo.record_taken_signal(
+                tx.conn,
+                run_id,
+                self._shell.new_id(),
+                name,
+                seal.doc(payload),
+                node_id=taker,
+                sent_by=sent_by,
+            )
+
+    async def cancel(
+        self, run_id: str, reason: str = "", *, cancelled_by: str | None = None
+    ) -> None:
+        """Cancel a run that is still going (Conflict when it finished otherwise; a
+        cancelled run answers as the first cancel did). ``cancelled_by``, the name of
+        the API token, is recorded with the cancel that took effect."""
+        if looks_sealed(reason):  # it is stored as the run's and its tasks' error
+            raise BadRequest(
+                "the cancel reason starts with '$sealed:v1:', which Composer keeps for sealed "
+                "documents: word it otherwise"
+            )
+
+        async def attempt(tx: Tx) -> Transition:
+            locked = await repo.load_run(tx.conn, run_id)
+            dag = await self._shell.definitions.get(
+                tx.conn, locked.run.workflow_id, locked.run.version
+            )
+            transition = await self._shell.decide(
+                tx, dag, locked, RunCancelled(reason), by=cancelled_by
+            )
+            if cancelled_by is not None and transition.ignored is None:
+                await repo.record_cancelled_by(tx.conn, run_id, cancelled_by)
+            return transition
+
+        await self._shell.in_tx(attempt)
+
+    async def retry(
+        self,
+        run_id: str,
+        from_node: str,
+        *,
+        version: int | None = None,
+        input: Json = None,
+        config: Json = None,
+        retried_by: str | None = None,
+    ) -> None:
+        """Restart a finished run from a node (refused while tasks are active).
+
+        ``version`` None keeps the run's version, 0 moves it to the deployed
+        one, a positive number to that version; ``input``/``config`` replace the run's.
+        ``retried_by``, the name of the API token, is recorded as the run's last
+        retrier. The run keeps the calling context of its start.
+        """
+
+        async def attempt(tx: Tx) -> Transition:
+            locked = await repo.load_run(tx.conn, run_id)
+            run = locked.run
+            if version is None:
+                dag = await self._shell.definitions.get(tx.conn, run.workflow_id, run.version)
+            elif version == 0:
+                dag = await self._shell.definitions.deployed(tx.conn, run.workflow_id)
+            elif version > 0:
+                dag = await self._shell.definitions.get(tx.conn, run.workflow_id, version)
+            else:
+                raise BadRequest(
+                    f"version must be 0 (the deployed one) or a version number, not {version}"
+                )
+            transition = await self._shell.decide(
+                tx, dag, locked, RunRetried(from_node, input, config), by=retried_by
+            )
+            if retried_by is not None and transition.ignored is None:
+                await repo.record_retried_by(tx.conn, run_id, retried_by)
+            return transition
+
+        await self._shell.in_tx(attempt)
+
+
+def _unknown_signal(run: Run, dag: WorkflowDAG, name: str) -> UnknownSignal:
+    declared = list(dag.signal_names)
+    waits = (
+        f"its WAIT_FOR_EVENT nodes wait for {', '.join(map(repr, declared))}"
+        if declared
+        else "it has no WAIT_FOR_EVENT node, so it takes no signal"
+    )
+    return UnknownSignal(
+        f"run {run.run_id} (workflow {run.workflow_id!r} version {run.version}) has no node "
+        f"that waits for signal {name!r}: {waits}; check the name",
+        signal=name,
+        declared=declared,
+    )
+
+
+def _refuse_sealed_looking(value: Json, what: str) -> None:
+    if looks_sealed(value):
+        raise BadRequest(
+            f"{what} is a string that starts with '$sealed:v1:', which Composer keeps for "
+            "sealed documents: wrap it in an object"
+        )
