@@ -7,6 +7,7 @@ lock → decide → persist → commit in one transaction (docs/architecture.md 
     reports        _reports.py      report, report_many (group commit), report_completed/failed
     leases         _leasing.py      acquire/renew one or many, batched (lease, renew)
     loop events    _loop_events.py  fire_timer, expire_lease, redispatch
+    run events     _run_event_delivery.py  events one run sent another, applied once
     the shell      _shell.py        handle (lock → decide → persist), the decision thread
     the retry loop _transaction.py  one transaction, retried while the database is away
 
@@ -30,6 +31,7 @@ from composer_engine._leases import new_token
 from composer_engine._leasing import Leasing
 from composer_engine._loop_events import LoopEvents
 from composer_engine._reports import Reports
+from composer_engine._run_event_delivery import RunEventDelivery
 from composer_engine._runs import RunCommands
 from composer_engine._shell import Shell, utcnow
 from composer_engine._transaction import DEFAULT_ATTEMPTS
@@ -106,6 +108,8 @@ class Engine:
             park_seconds=park_seconds,
         )
         self.loops = LoopEvents(shell)
+        self.run_events = RunEventDelivery(shell)
+        shell.deliver = self.run_events.deliver_soon
         # -- the public inputs, each its use case's ------------------------------
         self.handle = shell.handle
         self.start = self.runs.start
@@ -125,6 +129,8 @@ class Engine:
         self.fire_timer = self.loops.fire_timer
         self.expire_lease = self.loops.expire_lease
         self.redispatch = self.loops.redispatch
+        self.deliver_run_event = self.run_events.deliver
+        self.deliver_due_run_events = self.run_events.deliver_due
 
     @property
     def sealer(self) -> Sealer:
@@ -141,3 +147,4 @@ class Engine:
         the pool; a row it misses is published again by the outbox-enqueuer (a
         duplicate message, refused a second lease). The engine stays usable."""
         await self._shell.aclose()
+        await self.run_events.aclose()

@@ -75,7 +75,8 @@ def rows(
 ) -> list[repo.NewHistory]:
     """The history rows of ``event`` applied to ``before`` (the run as locked), which
     decided ``actions``. ``by``: the API token's name behind the event (start, signal,
-    cancel, retry)."""
+    cancel, retry), or ``run <id>`` for an event another run sent (a child's end,
+    on the rows of the task it completes or fails)."""
     run_id = before.run_id
     out: list[repo.NewHistory] = []
     add = out.append
@@ -177,6 +178,7 @@ def rows(
                         node_id=action.node_id,
                         task_id=action.task_id,
                         attempt=action.attempt,
+                        actor=by,
                     )
                 )
             case FailTask():
@@ -187,6 +189,7 @@ def rows(
                         node_id=action.node_id,
                         task_id=action.task_id,
                         attempt=action.attempt,
+                        actor=by,
                         detail=seal.doc({"error": action.error, "code": action.error_code}),
                     )
                 )
@@ -198,6 +201,7 @@ def rows(
                         node_id=action.node_id,
                         task_id=action.task_id,
                         attempt=action.attempt,
+                        actor=by,
                         detail=seal.doc(
                             {
                                 "error": action.error,

@@ -218,6 +218,8 @@ class Reports:
             if unknown is None:
                 if self._shell.publish is not None and tx.dispatched:
                     await self._shell.publish(tx.dispatched)
+                if self._shell.deliver is not None and tx.run_events:
+                    self._shell.deliver(tx.run_events)
                 await tx.run_after_commit()
             else:
                 # Applied again alone, a report the batch did commit would be refused as

@@ -58,6 +58,7 @@ class RunCommands:
         idempotency_key: str | None = None,
         start_node: str | None = None,
         caller: Caller | None = None,
+        parent: repo.ParentRef | None = None,
     ) -> Started:
         """Insert a run and apply RunStarted in one transaction.
 
@@ -69,6 +70,9 @@ class RunCommands:
         ``caller``, who starts it and the metadata they pass, is recorded
         (``started_by``) and kept as the run's calling context, which every TASK
         node's handler gets with its lease (None: the run has none).
+        ``parent``, a node attempt of another run, hears of this run's end: completed
+        with its output, or failed (docs/architecture.md §4.10); the parent's cancel
+        cancels it.
         """
         context = None if caller is None else caller.document()
         if run_id is not None:
@@ -119,6 +123,8 @@ class RunCommands:
                             run_id=started.run_id,
                         )
                 return Started(started.run_id, started.status, created=False)
+            if parent is not None:
+                await repo.set_run_parent(tx.conn, new_run_id, parent)
             tx.after_commit(lambda: instruments().runs_started.add(1, {"workflow_id": workflow_id}))
             run = Run(
                 new_run_id,

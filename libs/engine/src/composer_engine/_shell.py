@@ -21,7 +21,7 @@ import dataclasses
 import datetime as dt
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
@@ -116,6 +116,9 @@ class Shell:
         self._decider = ThreadPoolExecutor(max_workers=1, thread_name_prefix="composer-decide")
         #: Publishes each transaction's dispatches right after its commit.
         self.publish = None if redis is None else Publisher(pool, redis, redis_prefix, shards)
+        #: Delivers each transaction's events for other runs right after its commit
+        #: (set by the engine: engine/_run_event_delivery.py).
+        self.deliver: Callable[[Sequence[int]], None] | None = None
 
     async def aclose(self) -> None:
         """Delete now the outbox rows of the dispatches published so far (engine/_publish.py)."""
@@ -316,6 +319,7 @@ class Shell:
             attempts=self.attempts,
             single_statement=single_statement,
             publish=self.publish,
+            deliver=self.deliver,
         )
 
 

@@ -58,9 +58,11 @@ async def in_transaction(
     single_statement: bool = False,
     first_delay: float = 0.02,
     publish: Callable[[Sequence[Dispatched]], Awaitable[None]] | None = None,
+    deliver: Callable[[Sequence[int]], None] | None = None,
 ) -> T:
     """Run ``fn`` in a transaction on ``pool``, commit, then ``publish`` the
-    dispatches it committed and run its after-commit work.
+    dispatches it committed, hand ``deliver`` its events for other runs
+    (engine/_run_events.py), and run its after-commit work.
 
     ``single_statement``: ``fn`` runs one statement, atomic by itself, so no
     BEGIN/COMMIT is sent around it (leases use it: two round trips fewer).
@@ -85,6 +87,8 @@ async def in_transaction(
             assert tx is not None  # the block ran to its COMMIT
             if publish is not None and tx.dispatched:
                 await publish(tx.dispatched)
+            if deliver is not None and tx.run_events:
+                deliver(tx.run_events)
             await tx.run_after_commit()
             return result
         except (repo.Transient, repo.Conflict) as exc:

@@ -23,7 +23,16 @@ AfterCommit = Callable[[], Awaitable[None] | None]
 class Tx:
     """The event's connection (inside its transaction) and what to do after commit."""
 
-    __slots__ = ("_after", "conn", "deciding", "dispatched", "loop_work", "now", "writes")
+    __slots__ = (
+        "_after",
+        "conn",
+        "deciding",
+        "dispatched",
+        "loop_work",
+        "now",
+        "run_events",
+        "writes",
+    )
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -32,6 +41,9 @@ class Tx:
         self.now: dt.datetime | None = None
         #: Dispatches due at once, published right after the commit (engine/_publish.py).
         self.dispatched: list[Dispatched] = []
+        #: The outbox ids of events for other runs, delivered right after the commit
+        #: (engine/_run_events.py).
+        self.run_events: list[int] = []
         #: Writes held back to go in one statement per kind, before the commit.
         self.writes = Writes()
         #: What the transaction is deciding (run, event, actions so far), for the log

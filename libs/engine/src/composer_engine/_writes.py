@@ -18,8 +18,10 @@ from typing import Protocol
 import composer_queue as cq
 import composer_repo as repo
 from composer_common.telemetry import inject
+from composer_core.model import RunStatus
 from composer_core.statemachine import FinishRun, NodeCompleted, NodeFailed, Run
 from composer_core.templates import Json
+from composer_engine import _run_events
 from composer_engine._effects import Effects
 from composer_engine._publish import Dispatched
 from composer_engine._reported import AttemptLog
@@ -36,6 +38,8 @@ class Tx(Protocol):
     now: dt.datetime | None
     #: The dispatches due at once, published after the commit.
     dispatched: list[Dispatched]
+    #: The outbox ids of the events for other runs, delivered after the commit.
+    run_events: list[int]
 
 
 @dataclass(slots=True)
@@ -52,6 +56,9 @@ class Writes:
     #: The log lines of the attempts whose reports were applied (docs/architecture.md,
     #: "Task logs"), sealed as the run's other documents.
     logs: list[repo.NewTaskLog] = field(default_factory=list)
+    #: Events for other runs (a finished child's end, a cancelled parent's cancel),
+    #: written after the finished runs that cause them (engine/_run_events.py).
+    run_events: list[repo.NewRunEvent] = field(default_factory=list)
 
     def keep_log(
         self, run_id: str, event: NodeCompleted | NodeFailed, log: AttemptLog, seal: RunSeal
@@ -113,7 +120,10 @@ class Writes:
         if self.finishes:
             finishes, self.finishes = self.finishes, []
             for run, action, effects, seal in finishes:
-                await _finish(tx, run, action, effects, seal)
+                await _finish(tx, self, run, action, effects, seal)
+        if self.run_events:
+            events, self.run_events = self.run_events, []
+            tx.run_events.extend(await repo.enqueue_run_events(conn, events))
         if self.history:
             history, self.history = self.history, []
             await repo.insert_history(conn, history)
@@ -122,7 +132,9 @@ class Writes:
             await repo.insert_task_logs(conn, logs)
 
 
-async def _finish(tx: Tx, run: Run, action: FinishRun, effects: Effects, seal: RunSeal) -> None:
+async def _finish(
+    tx: Tx, writes: Writes, run: Run, action: FinishRun, effects: Effects, seal: RunSeal
+) -> None:
     finished = await repo.finish_run(
         tx.conn,
         run.run_id,
@@ -133,6 +145,15 @@ async def _finish(tx: Tx, run: Run, action: FinishRun, effects: Effects, seal: R
     if finished is None:
         raise StaleSnapshot(f"run {run.run_id} is already finished")
     effects.finished_run = finished
+    if finished.parent is not None:
+        writes.run_events.append(
+            _run_events.child_finished(finished.parent, run.run_id, action, seal)
+        )
+    if action.status is RunStatus.CANCELLED:
+        for child in await repo.active_children(tx.conn, run.run_id):
+            writes.run_events.append(
+                _run_events.cancel_child(child, run.run_id, action.error or "", seal)
+            )
     if finished.webhook_url:
         await repo.enqueue_webhook(
             tx.conn,

@@ -172,6 +172,16 @@ class LockedRuns:
 
 
 @dataclass(frozen=True, slots=True)
+class ParentRef:
+    """The node attempt of another run that a run was started for, and reports its end to."""
+
+    run_id: str
+    node_id: str
+    task_id: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
 class FinishedRun:
     """A run this call moved to a terminal status: what metrics and webhooks need."""
 
@@ -180,6 +190,8 @@ class FinishedRun:
     created_at: dt.datetime
     completed_at: dt.datetime
     webhook_url: str | None
+    #: The node of another run it was started for, which hears of its end.
+    parent: ParentRef | None = None
 
     @property
     def duration(self) -> dt.timedelta:

@@ -16,6 +16,7 @@ from composer_repo._records import (
     LeaseHolder,
     LockedRun,
     LockedRuns,
+    ParentRef,
     RunPage,
     RunRecord,
     RunSummary,
@@ -251,6 +252,14 @@ async def finish_run(
         created_at=row["created_at"],
         completed_at=row["completed_at"],
         webhook_url=row["webhook_url"],
+        parent=None
+        if row["parent_run_id"] is None
+        else ParentRef(
+            row["parent_run_id"],
+            row["parent_node_id"],
+            row["parent_task_id"],
+            row["parent_attempt"],
+        ),
     )
 
 

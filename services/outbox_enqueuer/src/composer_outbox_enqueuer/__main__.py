@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
+from composer_engine import Engine
 from composer_engine.sealing import sealer_from
 from composer_executors import HttpPolicy, parse_networks
 from composer_outbox_enqueuer.loop import Enqueuer
@@ -27,6 +28,14 @@ async def serve(settings: EnqueuerSettings) -> None:
         ):
             log.warning("%s", warning)
     async with serving(settings.runtime("outbox-enqueuer", pool_size=4)) as rt:
+        # applies the events between runs their committer did not deliver
+        engine = Engine(
+            rt.pool,
+            redis=rt.queue,
+            redis_prefix=settings.redis_prefix,
+            shards=settings.shards,
+            sealer=sealer,
+        )
         enqueuer = Enqueuer(
             rt.pool,
             rt.queue,
@@ -40,6 +49,7 @@ async def serve(settings: EnqueuerSettings) -> None:
             webhook_give_up=settings.webhook_give_up_seconds,
             webhook_secret=settings.webhook_secret,
             sealer=sealer,
+            engine=engine,
             http_policy=HttpPolicy(
                 allow_private=settings.http_allow_private, allow_networks=allow_networks
             ),
@@ -49,7 +59,10 @@ async def serve(settings: EnqueuerSettings) -> None:
             settings.redis_prefix,
             settings.shards,
         )
-        await enqueuer.run(rt.stop)
+        try:
+            await enqueuer.run(rt.stop)
+        finally:
+            await engine.aclose()
         log.info("stopped after publishing %d dispatch(es)", enqueuer.published)
 
 

@@ -57,6 +57,7 @@ import composer_repo as repo
 from composer_common.logs import ALERT, alert, log_context
 from composer_common.telemetry import meter
 from composer_core.model import HIDDEN_CREDENTIALS, credentials_of, hide_credentials
+from composer_engine import Engine, EngineError
 from composer_engine.sealing import Sealer, SealingError
 from composer_executors import ExecutionError, HttpPolicy, create_http_session, run_http
 from composer_service import sleep_or_stop
@@ -105,8 +106,12 @@ class Enqueuer:
     http_policy: HttpPolicy = field(default_factory=HttpPolicy)
     #: Opens webhook payloads, which the engine seals whole (COMPOSER_ENCRYPTION_KEYS).
     sealer: Sealer = field(default_factory=Sealer)
+    #: Applies the events for other runs that their committer did not deliver
+    #: (docs/architecture.md §4.10); None: this enqueuer leaves them to another.
+    engine: Engine | None = None
     published: int = 0
     webhooks_delivered: int = 0
+    run_events_delivered: int = 0
 
     async def run(self, stop: asyncio.Event) -> None:
         """Publish until ``stop`` is set; woken by hints, polling as a fallback.
@@ -136,6 +141,12 @@ class Enqueuer:
                     self._webhook_loop(stop, session, webhook_hint), name="outbox-webhooks"
                 ),
             ]
+            if self.engine is not None:
+                tasks.append(
+                    asyncio.create_task(
+                        self._run_event_loop(stop, self.engine), name="outbox-run-events"
+                    )
+                )
             try:
                 done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
@@ -145,6 +156,27 @@ class Enqueuer:
                 for task in tasks:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _run_event_loop(self, stop: asyncio.Event, engine: Engine) -> None:
+        """Deliver events for other runs that their committer did not (it died between
+        commit and delivery, or the target's transaction failed), once they are
+        ``grace`` seconds old; looked for once per poll interval. A database that
+        is away is waited out, like the other loops do."""
+        backoff = cq.Backoff(self.poll_seconds, 30.0)
+        while not stop.is_set():
+            try:
+                self.run_events_delivered += await engine.deliver_due_run_events(
+                    grace=self.grace, limit=self.batch_size
+                )
+            except (repo.RepoError, EngineError) as exc:
+                delay = backoff.next()
+                log.warning(
+                    "delivering events between runs failed (%s); again in %.1fs", exc, delay
+                )
+                await sleep_or_stop(stop, delay)
+                continue
+            backoff.reset()
+            await sleep_or_stop(stop, self.poll_seconds)
 
     async def _dispatch_loop(
         self, stop: asyncio.Event, waker: cq.Waker, webhook_hint: asyncio.Event

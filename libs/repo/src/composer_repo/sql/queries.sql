@@ -193,7 +193,8 @@ UPDATE workflow_runs r
  WHERE id = $1 AND status IN ('PENDING', 'RUNNING')
 RETURNING workflow_id, version, created_at, completed_at,
           (SELECT d.webhook_url FROM workflow_definitions d
-            WHERE d.id = r.workflow_id AND d.version = r.version) AS webhook_url;
+            WHERE d.id = r.workflow_id AND d.version = r.version) AS webhook_url,
+          parent_run_id, parent_node_id, parent_task_id, parent_attempt;
 
 -- name: get_run
 SELECT id, workflow_id, version, status, input, config, output, error, idempotency_key,
@@ -860,3 +861,114 @@ HAVING NOT coalesce(
            bool_or(w.state <> 'STOPPED' AND w.last_seen_at > now() - make_interval(secs => $2)),
            false)
  ORDER BY q.queue;
+
+-- =============================================================================
+-- Events between runs (V015): outbox rows of kind 'run_event'
+-- =============================================================================
+
+-- name: set_run_parent
+-- A run started for a node of another run (its parent: the node's attempt that
+-- started it), in the start's transaction.
+UPDATE workflow_runs
+   SET parent_run_id = $2, parent_node_id = $3, parent_task_id = $4, parent_attempt = $5
+ WHERE id = $1
+RETURNING 1;
+
+-- name: run_parent
+-- The node a finished run tells of its end (no row: it has no parent).
+SELECT parent_run_id, parent_node_id, parent_task_id, parent_attempt
+  FROM workflow_runs
+ WHERE id = $1 AND parent_run_id IS NOT NULL;
+
+-- name: active_children
+-- The runs a parent's cancel reaches: its children still going.
+SELECT id
+  FROM workflow_runs
+ WHERE parent_run_id = $1 AND status IN ('PENDING', 'RUNNING')
+ ORDER BY id;
+
+-- name: enqueue_run_events
+-- Events addressed to other runs, in the transaction of their cause: their ids.
+-- destination names the event; payload holds it (sealed parts under the sending
+-- run's key, named in the payload).
+INSERT INTO outbox (kind, run_id, task_id, destination, payload, next_attempt_at, created_at)
+SELECT 'run_event', u.run_id, u.task_id, u.event, u.payload, composer_now(), composer_now()
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[])
+           AS u(run_id, task_id, event, payload)
+RETURNING id;
+
+-- name: run_event_target
+-- The run an event is addressed to, read before its lock is taken (no row: the
+-- event was applied, or never existed).
+SELECT run_id FROM outbox WHERE id = $1 AND kind = 'run_event';
+
+-- name: take_run_event
+-- Under the target run's lock, in the transaction that applies the event: the
+-- row goes with its application, so it is applied once (no row: another
+-- transaction applied it first).
+DELETE FROM outbox
+ WHERE id = $1 AND kind = 'run_event'
+RETURNING run_id, task_id, destination, payload, attempts;
+
+-- name: due_run_events
+-- Events whose sender did not deliver them ($2 seconds after they were written:
+-- it died between commit and delivery, or the delivery failed), oldest first.
+SELECT id
+  FROM outbox
+ WHERE kind = 'run_event' AND next_attempt_at <= statement_timestamp()
+   AND created_at <= statement_timestamp() - make_interval(secs => $2)
+ ORDER BY next_attempt_at, id
+ LIMIT $1;
+
+-- name: postpone_run_event
+-- A delivery that failed (the target's transaction met an error): tried again
+-- after $2 seconds, with the error kept.
+UPDATE outbox
+   SET attempts = attempts + 1, last_error = $3,
+       next_attempt_at = statement_timestamp() + make_interval(secs => $2)
+ WHERE id = $1 AND kind = 'run_event'
+RETURNING attempts;
+
+-- =============================================================================
+-- Admission (V015): tasks a policy holds back
+-- =============================================================================
+
+-- name: lock_queue_admission
+-- Serializes the admission decisions of one queue until the transaction ends, so
+-- two transactions never both see room for the same slot.
+SELECT pg_advisory_xact_lock(hashtextextended('composer.admission:' || $1, 0));
+
+-- name: queue_in_flight
+-- Tasks of a queue with a worker or on their way to one (held ones and those in
+-- $2 left out).
+SELECT count(*)
+  FROM task_instances
+ WHERE queue = $1 AND dispatched_at IS NOT NULL
+   AND state IN ('PENDING', 'QUEUED', 'RUNNING')
+   AND NOT (id = ANY($2::text[]));
+
+-- name: hold_tasks
+-- Attempts the admission step held: PENDING with a reason, no dispatch time.
+UPDATE task_instances t
+   SET held_reason = u.reason, dispatched_at = NULL, updated_at = composer_now()
+  FROM unnest($1::text[], $2::text[], $3::int[], $4::text[]) AS u(run_id, id, attempt, reason)
+ WHERE t.run_id = u.run_id AND t.id = u.id AND t.attempt = u.attempt
+   AND t.state = 'PENDING'
+RETURNING t.id;
+
+-- name: held_tasks
+-- The oldest held attempts of a queue, locked for the release that takes them.
+SELECT run_id, id, node_id, attempt
+  FROM task_instances
+ WHERE held_reason IS NOT NULL AND queue = $1 AND state = 'PENDING'
+ ORDER BY created_at, id
+ LIMIT $2
+   FOR UPDATE SKIP LOCKED;
+
+-- name: release_task
+-- A held attempt goes: due for dispatch from now on.
+UPDATE task_instances
+   SET held_reason = NULL, dispatched_at = now(), updated_at = now()
+ WHERE run_id = $1 AND id = $2 AND attempt = $3 AND state = 'PENDING'
+   AND held_reason IS NOT NULL
+RETURNING 1;

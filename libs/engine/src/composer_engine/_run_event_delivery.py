@@ -1,0 +1,109 @@
+"""Run events: applying an event one run sent another (a child's end, a parent's
+cancel), exactly once, under the target run's lock (docs/architecture.md §4.10;
+what the events are and how they are written: engine/_run_events.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+import composer_repo as repo
+from composer_common.logs import alert
+from composer_core.statemachine import RunCancelled
+from composer_engine import _run_events
+from composer_engine._shell import Shell
+from composer_engine._tx import Tx
+from composer_engine.errors import EngineError
+
+log = logging.getLogger("composer.engine")
+
+
+class RunEventDelivery:
+    """Delivers events between runs: right after their cause commits, and later
+    (``deliver_due``, the outbox-enqueuer's fallback) what that missed."""
+
+    def __init__(self, shell: Shell) -> None:
+        self._shell = shell
+        #: Deliveries running after their cause's commit.
+        self._running: set[asyncio.Task[None]] = set()
+
+    async def aclose(self) -> None:
+        """Wait for the deliveries under way (one cut short is the enqueuer's to make)."""
+        if self._running:
+            await asyncio.gather(*self._running, return_exceptions=True)
+
+    async def deliver(self, event_id: int) -> bool:
+        """Apply the event of outbox row ``event_id`` to its target run, once: the row
+        is deleted in the transaction that applies it, under the target's lock. True
+        when it changed the target; False when it was applied already or no longer
+        applies (a stale attempt, a run finished meanwhile)."""
+        shell = self._shell
+
+        async def attempt(tx: Tx) -> bool:
+            target = await repo.run_event_target(tx.conn, event_id)
+            if target is None:
+                return False
+            try:
+                locked = await repo.load_run(tx.conn, target)
+            except repo.NotFound:  # the target run was deleted: nothing to tell it
+                await repo.take_run_event(tx.conn, event_id)
+                return False
+            taken = await repo.take_run_event(tx.conn, event_id)
+            if taken is None:
+                return False  # another delivery applied it while this one waited
+            event = _run_events.decode(taken, shell.sealer)
+            if isinstance(event, RunCancelled) and locked.run.status.is_terminal:
+                return False  # the child finished before its parent's cancel reached it
+            dag = await shell.definitions.get(tx.conn, locked.run.workflow_id, locked.run.version)
+            sender = _run_events.sender(taken)
+            by = None if sender is None else f"run {sender}"
+            transition = await shell.decide(tx, dag, locked, event, by=by)
+            return transition.ignored is None
+
+        return await shell.in_tx(attempt)
+
+    async def deliver_due(self, *, grace: float, limit: int = 100, retry_after: float = 5.0) -> int:
+        """Deliver the events their committer did not, once they are ``grace`` seconds
+        old (the outbox-enqueuer's fallback): how many were looked at. One that fails
+        is tried again ``retry_after`` seconds later (an ALERT says why), never
+        holding up the others."""
+        async with repo.connection(self._shell.pool) as conn:
+            due = await repo.due_run_events(conn, limit=limit, grace=grace)
+        for event_id in due:
+            try:
+                await self.deliver(event_id)
+            except (EngineError, _run_events.UnknownRunEvent) as exc:
+                alert(
+                    log,
+                    "event %d for another run could not be applied (%s); trying again in %.0fs",
+                    event_id,
+                    exc,
+                    retry_after,
+                )
+                async with repo.connection(self._shell.pool) as conn:
+                    await repo.postpone_run_event(conn, event_id, retry_after, str(exc))
+        return len(due)
+
+    def deliver_soon(self, event_ids: Sequence[int]) -> None:
+        """Deliver a commit's events in the background: its caller (a worker's report,
+        say) does not wait for another run's transaction. A failure leaves the row to
+        the outbox-enqueuer."""
+        ids = list(event_ids)
+
+        async def deliver() -> None:
+            for event_id in ids:
+                try:
+                    await self.deliver(event_id)
+                except Exception as exc:  # the enqueuer's fallback delivers it later
+                    log.warning(
+                        "delivering event %d to another run failed (%s): the "
+                        "outbox-enqueuer delivers it after its grace period",
+                        event_id,
+                        exc,
+                    )
+
+        task = asyncio.get_running_loop().create_task(deliver(), name="run-event-delivery")
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
