@@ -10,9 +10,10 @@ export UV_PYTHON := $(PYTHON)
 UV := $(PYTHON) -m uv
 VENV_STAMP := .venv/.synced
 PY_SOURCES := libs services tests examples tools
+TS_SDK := sdks/typescript
 COMPOSER_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/composer
 
-.PHONY: help install sandbox-tools run demo simulate test pytest test-unit lint fmt proto docs ui bench chaos migrate clean images test-containers
+.PHONY: help install sandbox-tools run demo simulate test pytest test-unit lint fmt proto proto-breaking ts-sdk docs ui bench chaos migrate clean images test-containers
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -66,13 +67,13 @@ simulate: $(VENV_STAMP)  ## drive examples/order-fulfilment.yaml through the sta
 # `make test` is what CI runs (.ci/run): the linters first, so a lint error fails it.
 test: lint pytest  ## the linters, then the whole suite (unit; integration against the real PostgreSQL and Redis)
 
-pytest: $(VENV_STAMP) sandbox-tools  ## the whole suite without the linters (quick iteration; PYTEST_ARGS="-k lease -x")
+pytest: $(VENV_STAMP) sandbox-tools $(TS_SDK)/node_modules/.installed  ## the whole suite without the linters (quick iteration; PYTEST_ARGS="-k lease -x")
 	$(UV) run --no-sync pytest $(PYTEST_ARGS)
 
-test-unit: $(VENV_STAMP) sandbox-tools  ## the unit suite only (no services needed)
+test-unit: $(VENV_STAMP) sandbox-tools $(TS_SDK)/node_modules/.installed  ## the unit suite only (no services needed)
 	$(UV) run --no-sync pytest tests/unit
 
-lint: $(VENV_STAMP)  ## ruff (lint and format check) and mypy
+lint: $(VENV_STAMP) proto-breaking  ## ruff (lint and format check), mypy, and buf breaking on proto/
 	$(UV) run --no-sync ruff check $(PY_SOURCES)
 	$(UV) run --no-sync ruff format --check $(PY_SOURCES)
 	$(UV) run --no-sync mypy
@@ -83,6 +84,19 @@ fmt: $(VENV_STAMP)  ## format and auto-fix
 
 proto: $(VENV_STAMP)  ## regenerate the gRPC code in libs/rpc from proto/
 	$(UV) run --no-sync python libs/rpc/generate.py
+
+# The TypeScript worker SDK and the npm tools (buf): npm ci when package-lock.json changed,
+# then buf generates the protocol's code from proto/ and tsc builds it (a few seconds).
+$(TS_SDK)/node_modules/.installed: $(TS_SDK)/package-lock.json
+	cd $(TS_SDK) && npm ci --no-audit --no-fund
+	@touch $@
+
+ts-sdk: $(TS_SDK)/node_modules/.installed  ## build the TypeScript worker SDK (sdks/typescript; npm, pinned by package-lock.json)
+	cd $(TS_SDK) && npm run --silent build
+
+# Fails when proto/ breaks the released protocol (proto/releases/v1.json): worker.proto, "Versions".
+proto-breaking: $(TS_SDK)/node_modules/.installed  ## buf breaking: proto/ against the last release's protocol
+	cd $(TS_SDK) && npx --no-install buf breaking ../../proto --against ../../proto/releases/v1.json
 
 # A unit test (tests/unit/test_reference_docs.py) fails when a page is out of date.
 docs: $(VENV_STAMP)  ## regenerate docs/nodes.md and docs/configuration.md from the models and settings

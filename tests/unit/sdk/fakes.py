@@ -12,6 +12,7 @@ import grpc
 import grpc.aio
 
 from composer_queue import Backoff
+from composer_rpc import protocol
 from composer_rpc.v1 import worker_pb2 as pb
 from composer_sdk._client import CoordinatorClient
 
@@ -62,6 +63,17 @@ class FakeStub:
     #: Heartbeats received; an UNIMPLEMENTED answer: a coordinator from before them.
     heartbeats: list[pb.HeartbeatRequest] = field(default_factory=list)
     heartbeat_answer: Answer = field(default_factory=lambda: pb.HeartbeatResponse(recorded=True))
+    #: What GetCapabilities answers (its last answer repeats): this code's versions by default.
+    capabilities: list[Answer] = field(
+        default_factory=lambda: [
+            pb.GetCapabilitiesResponse(
+                protocol_version=protocol.PROTOCOL_VERSION,
+                min_protocol_version=protocol.MIN_PROTOCOL_VERSION,
+                features=protocol.FEATURES,
+            )
+        ]
+    )
+    capability_requests: list[pb.GetCapabilitiesRequest] = field(default_factory=list)
 
     @staticmethod
     def _answer(script: list[Answer], n: int) -> Any:
@@ -83,6 +95,10 @@ class FakeStub:
     async def ReportTaskResult(self, request: pb.ReportTaskResultRequest, **_: Any) -> Any:
         self.unary_calls += 1
         return self._report(request)
+
+    async def GetCapabilities(self, request: pb.GetCapabilitiesRequest, **_: Any) -> Any:
+        self.capability_requests.append(request)
+        return self._answer(self.capabilities, len(self.capability_requests) - 1)
 
     async def Heartbeat(self, request: pb.HeartbeatRequest, **_: Any) -> Any:
         self.heartbeats.append(request)

@@ -28,6 +28,7 @@ import grpc.aio
 from composer_common.batching import Batcher
 from composer_common.telemetry import inject
 from composer_queue import Backoff
+from composer_rpc import protocol
 from composer_rpc.codes import ErrorCode
 from composer_rpc.v1 import worker_pb2 as pb
 from composer_rpc.v1.worker_pb2_grpc import WorkerServiceStub
@@ -182,6 +183,25 @@ class Beats(Protocol):
     fake may not, and its worker then sends none)."""
 
     async def heartbeat(self, presence: Presence, *, timeout: float | None = None) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What the coordinator speaks (GetCapabilities): its protocol version, the oldest
+    SDK version it serves, and its features by name."""
+
+    protocol_version: int
+    min_protocol_version: int
+    features: frozenset[str]
+    server_version: str = ""
+
+
+@runtime_checkable
+class Versioned(Protocol):
+    """A coordinator client that can ask what the coordinator speaks (``CoordinatorClient``;
+    a test's fake may not, and its worker then checks nothing)."""
+
+    async def capabilities(self, sdk: str, *, until: Callable[[], bool]) -> Capabilities | None: ...
 
 
 _WORKER_STATES = {
@@ -407,6 +427,47 @@ class CoordinatorClient:
         )
         reply = await self._retry("ReportTaskResult", lambda: self._reports.submit(request), until)
         return None if reply is None else bool(reply.accepted)
+
+    async def capabilities(self, sdk: str, *, until: Callable[[], bool]) -> Capabilities | None:
+        """Ask what the coordinator speaks (retried while it is unreachable, like any
+        call); None if ``until()`` turned true meanwhile. Raises SdkError, naming both
+        versions, for a coordinator outside this SDK's protocol version, including one
+        that predates GetCapabilities (UNIMPLEMENTED)."""
+        request = pb.GetCapabilitiesRequest(protocol_version=protocol.PROTOCOL_VERSION, sdk=sdk)
+        try:
+            reply = await self._retry(
+                "GetCapabilities",
+                lambda: self._stub.GetCapabilities(
+                    request, metadata=self._metadata, timeout=self._timeout
+                ),
+                until,
+            )
+        except SdkError as exc:
+            if exc.code != grpc.StatusCode.UNIMPLEMENTED.name:
+                raise
+            raise SdkError(
+                f"the coordinator at {self.target} predates worker protocol versions (it has "
+                f"no GetCapabilities call: version 0); this SDK ({sdk}) speaks protocol "
+                f"version {protocol.PROTOCOL_VERSION}: upgrade the coordinator",
+                code=exc.code,
+            ) from exc
+        if reply is None:
+            return None
+        problem = protocol.incompatible(
+            sdk,
+            protocol.PROTOCOL_VERSION,
+            self.target,
+            reply.protocol_version,
+            reply.min_protocol_version,
+        )
+        if problem is not None:
+            raise SdkError(problem, code="PROTOCOL_VERSION")
+        return Capabilities(
+            reply.protocol_version,
+            reply.min_protocol_version,
+            frozenset(reply.features),
+            reply.server_version,
+        )
 
     async def heartbeat(self, presence: Presence, *, timeout: float | None = None) -> bool:
         """Tell the coordinator this worker is alive (one call, not retried: the next

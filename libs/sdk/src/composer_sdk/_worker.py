@@ -68,6 +68,7 @@ from composer_sdk._client import (
     CoordinatorClient,
     Lease,
     Presence,
+    Versioned,
 )
 from composer_sdk._environment import (
     DEFAULT_COORDINATOR,
@@ -214,6 +215,10 @@ class Worker:
         self.started_at = 0.0
         #: False once the coordinator said it keeps no heartbeats.
         self._beats = True
+        #: The protocol version check (GetCapabilities): None until the coordinator answered.
+        self._compatible: bool | None = None
+        self._incompatible: SdkError | None = None
+        self._protocol_lock = asyncio.Lock()
 
     # -- registration ----------------------------------------------------------
 
@@ -346,6 +351,11 @@ class Worker:
             for queue in self._handlers:
                 await self._ensure_groups(queue)
             log.info("%s", self.describe())
+            # The protocol version, asked beside the reads, not before them: a worker whose
+            # coordinator is away still reads and holds its entries (its heartbeat says it
+            # is alive) and asks again before its first lease; a coordinator of another
+            # version stops the worker, and run() raises the error that names both.
+            protocol = asyncio.create_task(self._first_check(), name="worker-protocol")
             heartbeat = asyncio.create_task(self._heartbeat(), name="worker-heartbeat")
             self.started_at = time.time()
             presence = asyncio.create_task(self._presence(), name="worker-presence")
@@ -370,11 +380,16 @@ class Worker:
             finally:
                 heartbeat.cancel()
                 presence.cancel()
+                protocol.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await heartbeat
                 with contextlib.suppress(asyncio.CancelledError):
                     await presence
+                with contextlib.suppress(asyncio.CancelledError):
+                    await protocol
                 await self._say_stopped()
+            if self._incompatible is not None:
+                raise self._incompatible
         finally:
             self._give_back(signals)
             if self._given_coordinator is None:
@@ -417,6 +432,50 @@ class Worker:
                 "%d task(s) did not finish in time; their messages stay pending for recovery",
                 len(pending),
             )
+
+    async def _first_check(self) -> None:
+        """The protocol check at start, beside the first reads: an unreachable
+        coordinator is asked again before the first lease."""
+        try:
+            await self._protocol_ok()
+        except CoordinatorUnavailable as exc:
+            log.warning("cannot ask the coordinator its protocol version yet: %s", exc)
+
+    async def _protocol_ok(self) -> bool:
+        """Whether leases may be taken: the coordinator speaks this SDK's protocol version
+        (GetCapabilities, asked once). False: it does not (the worker stops, and run()
+        raises the SdkError that names both versions), or the worker is stopping. Raises
+        CoordinatorUnavailable when the coordinator could not be asked."""
+        if self._compatible is not None:
+            return self._compatible
+        async with self._protocol_lock:
+            if self._compatible is not None:
+                return self._compatible
+            client = self._client
+            if not isinstance(client, Versioned):
+                self._compatible = True
+                return True
+            try:
+                capabilities = await client.capabilities(
+                    f"composer-sdk {_SDK_VERSION}", until=self._stopping.is_set
+                )
+            except CoordinatorUnavailable:
+                raise
+            except SdkError as exc:
+                self._compatible, self._incompatible = False, exc
+                log.error("%s; the worker stops", exc)
+                self.stop()
+                return False
+            if capabilities is None:
+                return False
+            log.info(
+                "coordinator %s speaks worker protocol version %d (serves %d and newer)",
+                self.config.coordinator,
+                capabilities.protocol_version,
+                capabilities.min_protocol_version,
+            )
+            self._compatible = True
+            return True
 
     async def _ensure_groups(self, queue: str) -> None:
         assert self._queue is not None
@@ -692,6 +751,12 @@ class Worker:
     ) -> None:
         assert self._client is not None
         cfg = self.config
+        try:
+            if not await self._protocol_ok():
+                return  # a coordinator of another protocol version: the entry stays pending
+        except CoordinatorUnavailable as exc:
+            self._abandon(msg, "asking the coordinator's protocol version", exc)
+            return
         try:
             lease = await self._client.acquire(
                 msg.task_id,

@@ -44,9 +44,11 @@ def beat_of(request: pb.HeartbeatRequest, covered: frozenset[str] | None) -> rep
         raise BadBeat(f"worker_id is required, at most {MAX_ID} characters")
     if len(request.queues) > MAX_QUEUES or any(len(q) > MAX_ID for q in request.queues):
         raise BadBeat(f"queues: at most {MAX_QUEUES}, each at most {MAX_ID} characters")
-    state = _STATES.get(request.state)
-    if state is None:
+    if request.state == pb.WORKER_STATE_UNSPECIFIED:
         raise BadBeat("state must be SERVING, DRAINING or STOPPED")
+    # a value this coordinator does not know (a newer SDK's) reads as SERVING: a worker
+    # that beats is alive (worker.proto, "Versions")
+    state = _STATES.get(request.state, "SERVING")
     queues = tuple(sorted({q for q in request.queues if covered is None or q in covered}))
     started = (
         dt.datetime.fromtimestamp(request.started_at, dt.UTC)

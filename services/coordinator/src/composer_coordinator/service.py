@@ -24,6 +24,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from importlib import metadata
 from typing import Any, TypeVar
 
 import grpc
@@ -47,10 +48,21 @@ from composer_engine import (
     Unavailable,
     handler_node_types,
 )
+from composer_rpc import protocol
 from composer_rpc.v1 import worker_pb2 as pb
 from composer_rpc.v1.worker_pb2_grpc import WorkerServiceServicer
 
 log = logging.getLogger("composer.coordinator")
+
+
+def _server_version() -> str:
+    try:
+        return metadata.version("composer-coordinator")
+    except metadata.PackageNotFoundError:  # run from a source tree
+        return "unknown"
+
+
+_SERVER_VERSION = _server_version()
 
 #: The grants of one batched lease answer, at most (more are asked for again): what
 #: any worker takes in one message, whatever its own limit (gRPC's default is 4 MiB).
@@ -90,6 +102,27 @@ class WorkerService(WorkerServiceServicer):
         configured tokens in."""
         token = self.tokens.of_metadata(_metadata(context))
         return frozenset() if token is None else self.tokens.queues(token)
+
+    async def GetCapabilities(
+        self, request: pb.GetCapabilitiesRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.GetCapabilitiesResponse:
+        """What this coordinator speaks (proto/composer/v1/worker.proto, "Versions");
+        an SDK it cannot serve is logged here too, since that SDK refuses to run."""
+        problem = protocol.incompatible(
+            request.sdk or "an SDK that did not name itself",
+            request.protocol_version,
+            "this coordinator",
+            protocol.PROTOCOL_VERSION,
+            protocol.MIN_PROTOCOL_VERSION,
+        )
+        if problem is not None:
+            log.warning("a worker cannot run against this coordinator: %s", problem)
+        return pb.GetCapabilitiesResponse(
+            protocol_version=protocol.PROTOCOL_VERSION,
+            min_protocol_version=protocol.MIN_PROTOCOL_VERSION,
+            features=protocol.FEATURES,
+            server_version=_SERVER_VERSION,
+        )
 
     # Each unary call runs in a span whose parent is the worker's task span (trace
     # context in metadata); a batched call in one span for all its items.

@@ -7,6 +7,21 @@ Every call names the task attempt it is about: (task_id, run_id, attempt).
 The attempt number is the fencing token: a lease, renewal or report for an
 attempt that is no longer current is refused or ignored, never applied.
 Inputs and outputs travel as JSON text so that numbers keep their types.
+
+Versions (docs/architecture.md §6.6). The protocol has a number,
+PROTOCOL_VERSION below, that GetCapabilities answers: an SDK asks it at start and
+refuses, naming both numbers, a coordinator outside the range it speaks. Within
+one number the protocol only grows, and `make lint` checks it with `buf breaking`
+against the last release's image (proto/releases/): new fields, calls, messages
+and enum values only; no field renumbered, retyped or removed. So that an older
+reader can take what a newer writer sends:
+  - every enum starts with its _UNSPECIFIED = 0, and a reader takes a value it
+    does not know as the nearest one it does (each enum says which), never as an
+    error: proto3 enums are open, and a new value reaches old readers;
+  - what a coordinator can do is a list of feature names (text), not an enum: a
+    name an SDK does not know is one it does not use.
+PROTOCOL_VERSION changes only for a change old SDKs cannot work with, and the
+coordinator then still serves the SDKs of MIN_PROTOCOL_VERSION and newer.
 """
 
 from collections import abc as _abc
@@ -39,7 +54,10 @@ class _WorkerStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_WorkerSta
     WORKER_STATE_STOPPED: _WorkerState.ValueType  # 3
     """Gone: stopped on purpose (a worker that dies just stops beating)."""
 
-class WorkerState(_WorkerState, metaclass=_WorkerStateEnumTypeWrapper): ...
+class WorkerState(_WorkerState, metaclass=_WorkerStateEnumTypeWrapper):
+    """A reader that gets a value it does not know (a newer worker's) takes it as SERVING:
+    a worker that beats is alive.
+    """
 
 WORKER_STATE_UNSPECIFIED: WorkerState.ValueType  # 0
 WORKER_STATE_SERVING: WorkerState.ValueType  # 1
@@ -60,12 +78,79 @@ class _TaskStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TaskStatus
     TASK_STATUS_COMPLETED: _TaskStatus.ValueType  # 1
     TASK_STATUS_FAILED: _TaskStatus.ValueType  # 2
 
-class TaskStatus(_TaskStatus, metaclass=_TaskStatusEnumTypeWrapper): ...
+class TaskStatus(_TaskStatus, metaclass=_TaskStatusEnumTypeWrapper):
+    """A value the coordinator does not know is refused (INVALID_ARGUMENT): an outcome it
+    cannot read is not one it may record; the attempt's lease runs out instead.
+    """
 
 TASK_STATUS_UNSPECIFIED: TaskStatus.ValueType  # 0
 TASK_STATUS_COMPLETED: TaskStatus.ValueType  # 1
 TASK_STATUS_FAILED: TaskStatus.ValueType  # 2
 Global___TaskStatus: _TypeAlias = TaskStatus  # noqa: Y015
+
+@_typing.final
+class GetCapabilitiesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROTOCOL_VERSION_FIELD_NUMBER: _builtins.int
+    SDK_FIELD_NUMBER: _builtins.int
+    protocol_version: _builtins.int
+    """The protocol version the SDK speaks, and its name and version ("composer-sdk
+    0.1.0", "@composer/worker 0.1.0"): the coordinator logs an SDK it cannot serve.
+    """
+    sdk: _builtins.str
+    def __init__(
+        self,
+        *,
+        protocol_version: _builtins.int = ...,
+        sdk: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["protocol_version", b"protocol_version", "sdk", b"sdk"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetCapabilitiesRequest: _TypeAlias = GetCapabilitiesRequest  # noqa: Y015
+
+@_typing.final
+class GetCapabilitiesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROTOCOL_VERSION_FIELD_NUMBER: _builtins.int
+    MIN_PROTOCOL_VERSION_FIELD_NUMBER: _builtins.int
+    FEATURES_FIELD_NUMBER: _builtins.int
+    SERVER_VERSION_FIELD_NUMBER: _builtins.int
+    protocol_version: _builtins.int
+    """The protocol version the coordinator speaks (1: this file's), and the oldest
+    SDK protocol version it still serves. An SDK of a version in
+    [min_protocol_version, protocol_version] works with it; one that needs a newer
+    coordinator says so, naming both versions.
+    """
+    min_protocol_version: _builtins.int
+    server_version: _builtins.str
+    """The coordinator's release (for messages and logs only; never compare it)."""
+    @_builtins.property
+    def features(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """What it has, by name (see FEATURES in composer_rpc.protocol): an SDK uses a
+        feature only when it is listed, and ignores names it does not know.
+        """
+
+    def __init__(
+        self,
+        *,
+        protocol_version: _builtins.int = ...,
+        min_protocol_version: _builtins.int = ...,
+        features: _abc.Iterable[_builtins.str] | None = ...,
+        server_version: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["features", b"features", "min_protocol_version", b"min_protocol_version", "protocol_version", b"protocol_version", "server_version", b"server_version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetCapabilitiesResponse: _TypeAlias = GetCapabilitiesResponse  # noqa: Y015
 
 @_typing.final
 class HeartbeatRequest(_message.Message):

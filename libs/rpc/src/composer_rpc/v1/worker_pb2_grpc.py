@@ -34,6 +34,11 @@ class WorkerServiceStub:
         Args:
             channel: A grpc.Channel.
         """
+        self.GetCapabilities = channel.unary_unary(
+                '/composer.v1.WorkerService/GetCapabilities',
+                request_serializer=composer_dot_v1_dot_worker__pb2.GetCapabilitiesRequest.SerializeToString,
+                response_deserializer=composer_dot_v1_dot_worker__pb2.GetCapabilitiesResponse.FromString,
+                _registered_method=True)
         self.AcquireTaskLease = channel.unary_unary(
                 '/composer.v1.WorkerService/AcquireTaskLease',
                 request_serializer=composer_dot_v1_dot_worker__pb2.AcquireTaskLeaseRequest.SerializeToString,
@@ -73,6 +78,15 @@ class WorkerServiceStub:
 
 class WorkerServiceServicer:
     """Missing associated documentation comment in .proto file."""
+
+    def GetCapabilities(self, request, context):
+        """What this coordinator speaks: the protocol's version (and the oldest SDK's it
+        still serves) and the features it has. An SDK calls it once, at start, and
+        refuses to run against a coordinator whose range excludes its own version.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
 
     def AcquireTaskLease(self, request, context):
         """Take the lease on a task attempt before running it. Not granted when the
@@ -140,6 +154,11 @@ class WorkerServiceServicer:
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'GetCapabilities': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCapabilities,
+                    request_deserializer=composer_dot_v1_dot_worker__pb2.GetCapabilitiesRequest.FromString,
+                    response_serializer=composer_dot_v1_dot_worker__pb2.GetCapabilitiesResponse.SerializeToString,
+            ),
             'AcquireTaskLease': grpc.unary_unary_rpc_method_handler(
                     servicer.AcquireTaskLease,
                     request_deserializer=composer_dot_v1_dot_worker__pb2.AcquireTaskLeaseRequest.FromString,
@@ -185,6 +204,33 @@ def add_WorkerServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class WorkerService:
     """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def GetCapabilities(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/composer.v1.WorkerService/GetCapabilities',
+            composer_dot_v1_dot_worker__pb2.GetCapabilitiesRequest.SerializeToString,
+            composer_dot_v1_dot_worker__pb2.GetCapabilitiesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def AcquireTaskLease(request,

@@ -7,6 +7,21 @@ Every call names the task attempt it is about: (task_id, run_id, attempt).
 The attempt number is the fencing token: a lease, renewal or report for an
 attempt that is no longer current is refused or ignored, never applied.
 Inputs and outputs travel as JSON text so that numbers keep their types.
+
+Versions (docs/architecture.md §6.6). The protocol has a number,
+PROTOCOL_VERSION below, that GetCapabilities answers: an SDK asks it at start and
+refuses, naming both numbers, a coordinator outside the range it speaks. Within
+one number the protocol only grows, and `make lint` checks it with `buf breaking`
+against the last release's image (proto/releases/): new fields, calls, messages
+and enum values only; no field renumbered, retyped or removed. So that an older
+reader can take what a newer writer sends:
+  - every enum starts with its _UNSPECIFIED = 0, and a reader takes a value it
+    does not know as the nearest one it does (each enum says which), never as an
+    error: proto3 enums are open, and a new value reaches old readers;
+  - what a coordinator can do is a list of feature names (text), not an enum: a
+    name an SDK does not know is one it does not use.
+PROTOCOL_VERSION changes only for a change old SDKs cannot work with, and the
+coordinator then still serves the SDKs of MIN_PROTOCOL_VERSION and newer.
 """
 
 from collections import abc as _abc
@@ -37,6 +52,11 @@ class WorkerServiceStub:
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> WorkerServiceAsyncStub: ...
+    GetCapabilities: _grpc.UnaryUnaryMultiCallable[_worker_pb2.GetCapabilitiesRequest, _worker_pb2.GetCapabilitiesResponse]
+    """What this coordinator speaks: the protocol's version (and the oldest SDK's it
+    still serves) and the features it has. An SDK calls it once, at start, and
+    refuses to run against a coordinator whose range excludes its own version.
+    """
     AcquireTaskLease: _grpc.UnaryUnaryMultiCallable[_worker_pb2.AcquireTaskLeaseRequest, _worker_pb2.AcquireTaskLeaseResponse]
     """Take the lease on a task attempt before running it. Not granted when the
     attempt is stale, the task is finished, or another worker holds a live lease;
@@ -73,6 +93,11 @@ class WorkerServiceStub:
 @_typing.type_check_only
 class WorkerServiceAsyncStub(WorkerServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
+    GetCapabilities: _aio.UnaryUnaryMultiCallable[_worker_pb2.GetCapabilitiesRequest, _worker_pb2.GetCapabilitiesResponse]  # type: ignore[assignment]
+    """What this coordinator speaks: the protocol's version (and the oldest SDK's it
+    still serves) and the features it has. An SDK calls it once, at start, and
+    refuses to run against a coordinator whose range excludes its own version.
+    """
     AcquireTaskLease: _aio.UnaryUnaryMultiCallable[_worker_pb2.AcquireTaskLeaseRequest, _worker_pb2.AcquireTaskLeaseResponse]  # type: ignore[assignment]
     """Take the lease on a task attempt before running it. Not granted when the
     attempt is stale, the task is finished, or another worker holds a live lease;
@@ -107,6 +132,17 @@ class WorkerServiceAsyncStub(WorkerServiceStub):
     """
 
 class WorkerServiceServicer(metaclass=_abc_1.ABCMeta):
+    @_abc_1.abstractmethod
+    def GetCapabilities(
+        self,
+        request: _worker_pb2.GetCapabilitiesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_pb2.GetCapabilitiesResponse, _abc.Awaitable[_worker_pb2.GetCapabilitiesResponse]]:
+        """What this coordinator speaks: the protocol's version (and the oldest SDK's it
+        still serves) and the features it has. An SDK calls it once, at start, and
+        refuses to run against a coordinator whose range excludes its own version.
+        """
+
     @_abc_1.abstractmethod
     def AcquireTaskLease(
         self,
