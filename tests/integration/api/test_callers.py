@@ -13,10 +13,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner, Result
 
 from composer_api_gateway.auth import Role, default_name
-from composer_cli import app
 from tests.integration.api.conftest import (
     Answer,
     Gateway,
@@ -24,6 +22,7 @@ from tests.integration.api.conftest import (
     two_waits_workflow,
     waiting_workflow,
 )
+from tests.unit.cli.runner import Result, invoke
 
 SECRETS = {
     "release": ("release-token-00000000000000000000000000", "admin"),
@@ -230,7 +229,7 @@ async def test_the_opt_in_is_a_validated_boolean_and_documented(gw: Gateway) -> 
 async def composer(gw: Gateway, who: str, *args: str) -> Result:
     """The ``composer`` CLI with the token of ``who``, in a thread (it is synchronous)."""
     env = {"COMPOSER_API_URL": gw.url, "COMPOSER_API_TOKEN": SECRETS[who][0], "COLUMNS": "200"}
-    return await asyncio.to_thread(CliRunner().invoke, app, list(args), env=env)
+    return await asyncio.to_thread(invoke, list(args), env)
 
 
 async def test_the_cli_shows_who_did_what_and_what_is_redacted(gw: Gateway) -> None:

@@ -1,7 +1,7 @@
 """The `composer` CLI against a running gateway and stack: the README's walk-through.
 
 The CLI is synchronous (httpx), the gateway runs in the test's event loop, so
-each command runs in a thread through typer's CliRunner.
+each command runs in a thread through tests.unit.cli.runner.invoke.
 """
 
 from __future__ import annotations
@@ -18,13 +18,12 @@ from typing import Any
 import pytest
 import yaml
 from aiohttp import web
-from typer.testing import CliRunner, Result
 
 import composer_repo as repo
-from composer_cli import app
 from composer_sdk import PermanentError, TaskContext, TaskFailed
 from composer_sdk import _worker as sdk_worker
 from tests.integration.api.conftest import TOKENS, Live
+from tests.unit.cli.runner import Result, invoke
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
@@ -42,8 +41,7 @@ async def composer(
     }
     if columns is not None:
         env["COLUMNS"] = str(columns)
-    runner = CliRunner()
-    return await asyncio.to_thread(runner.invoke, app, list(args), env=env)
+    return await asyncio.to_thread(invoke, list(args), env)
 
 
 @pytest.fixture
@@ -92,6 +90,9 @@ async def test_apply_start_wait_get_and_runs(live: Live, shop: str, tmp_path: Pa
 
     listed = await composer(live, "runs", "--workflow", "price-check", "--status", "succeeded")
     assert listed.exit_code == 0 and run_id in listed.output
+    none = await composer(live, "runs", "--workflow", "price-check", "--status", "failed")
+    assert none.exit_code == 0
+    assert none.output == "no runs of workflow price-check with status FAILED\n"
     workflows = await composer(live, "workflows")
     assert "price-check" in workflows.output
 
@@ -246,7 +247,7 @@ async def test_migrate_creates_and_migrates_a_database(pg_admin_url: str) -> Non
     name = f"composer_cli_{uuid.uuid4().hex[:10]}"
     url = repo.database_url(pg_admin_url, name)
     try:
-        result = await asyncio.to_thread(CliRunner().invoke, app, ["migrate", "--url", url])
+        result = await asyncio.to_thread(invoke, ["migrate", "--url", url])
         assert result.exit_code == 0, result.output
         assert f"created database {name}" in result.output
         conn = await repo.connect(url)
@@ -295,17 +296,20 @@ async def test_logs_prints_each_attempt_s_lines(live: Live, tmp_path: Path) -> N
 
     assert shown.exit_code == 0, shown.output
     lines = shown.output.splitlines()
+    # attempts counted from 1, as the history, the tables and the UI count them
     assert [line for line in lines if line.startswith("==")] == [
-        "== talk attempt 0",
         "== talk attempt 1",
-        "== print attempt 0",
+        "== talk attempt 2",
+        "== print attempt 1",
     ]
     assert lines[1].endswith("INFO attempt 0 of talk")
     assert lines[3].endswith("INFO attempt 1 of talk")
     assert lines[-1] == "hi"
 
     one = await composer(live, "logs", run_id, "--node", "print")
-    assert one.output.splitlines() == ["== print attempt 0", "hi"]
+    assert one.output.splitlines() == ["== print attempt 1", "hi"]
+    told = (await composer(live, "history", run_id, columns=200)).output
+    assert "attempt 1 failed" in told and "attempt 2 completed" in told
     as_json = json.loads((await composer(live, "logs", run_id, "--json")).output)
     assert len(as_json["logs"]) == 3
     viewer = await composer(live, "logs", run_id, token=TOKENS["viewer"])

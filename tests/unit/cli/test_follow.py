@@ -1,15 +1,15 @@
 """``composer watch`` (and ``--wait``) following a run through the real ApiClient, its
-HTTP answered by a script (httpx.MockTransport): an outage after the first answer is
+HTTP answered by a script (its one exchange, ``_send``, replaced): an outage after the first answer is
 waited out with one line about it, and each error is printed once."""
 
 from __future__ import annotations
 
 import importlib
 import io
+import json
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 from rich.console import Console
 
@@ -35,27 +35,35 @@ def run(status: str, error: str | None = None) -> dict[str, Any]:
     }
 
 
-def scripted(*steps: Any) -> tuple[ApiClient, list[str]]:
-    """A client whose requests get ``steps`` in turn: a run (200, or 202 while it goes on),
-    an HTTP status, or an httpx exception to raise."""
-    pending: Iterator[Any] = iter(steps)
-    seen: list[str] = []
+class Scripted(ApiClient):
+    """An ApiClient whose exchanges get ``steps`` in turn: a run (200, or 202 while it goes
+    on), an HTTP status, or an exception (a refused connection, a timeout) to raise."""
 
-    def answer(request: httpx.Request) -> httpx.Response:
-        seen.append(request.url.path)
-        step = next(pending)
-        if isinstance(step, Exception):
+    def __init__(self, steps: Iterator[Any]) -> None:
+        super().__init__("http://api.test", "token")
+        self.steps = steps
+        self.seen: list[str] = []
+
+    def _send(
+        self, method: str, target: str, body: bytes | None, headers: dict[str, str], wait: float
+    ) -> tuple[int, str, bytes]:
+        self.seen.append(target.split("?")[0])
+        step = next(self.steps)
+        if isinstance(step, BaseException):
             raise step
         if isinstance(step, int):
-            return httpx.Response(step, json={"detail": f"status {step}"})
-        return httpx.Response(202 if step["status"] == "RUNNING" else 200, json=step)
-
-    http = httpx.Client(base_url="http://api.test", transport=httpx.MockTransport(answer))
-    return ApiClient("http://api.test", "token", _http=http), seen
+            return step, "application/json", json.dumps({"detail": f"status {step}"}).encode()
+        status = 202 if step["status"] == "RUNNING" else 200
+        return status, "application/json", json.dumps(step).encode()
 
 
-def refused() -> httpx.ConnectError:
-    return httpx.ConnectError("[Errno 111] Connection refused")
+def scripted(*steps: Any) -> tuple[ApiClient, list[str]]:
+    client = Scripted(iter(steps))
+    return client, client.seen
+
+
+def refused() -> ConnectionRefusedError:
+    return ConnectionRefusedError(111, "Connection refused")
 
 
 def test_an_outage_mid_watch_is_waited_out_and_said_once(
@@ -67,7 +75,7 @@ def test_an_outage_mid_watch_is_waited_out_and_said_once(
         refused(),
         refused(),
         503,
-        httpx.ReadTimeout("timed out"),
+        TimeoutError("timed out"),
         run("FAILED", f"node charge failed: {traceback}"),
     )
     ended = follow(client, RUN_ID, retry_delay=0)

@@ -3,15 +3,15 @@ rows, and is printed in full once."""
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 from typing import Any
 
 from rich.console import Console
-from typer.testing import CliRunner
 
-from composer_cli import app
 from composer_cli.render import changes, json_text, printable, run_view, runs_table, summary
+from tests.unit.cli.runner import invoke
 
 TRACEBACK = (
     "Traceback (most recent call last):\n"
@@ -54,16 +54,56 @@ def test_a_multi_line_error_keeps_the_runs_table_one_row_per_run() -> None:
         a_run("0190a000-0000-7000-8000-000000000002", "SUCCEEDED", None),
         a_run("0190a000-0000-7000-8000-000000000003", "FAILED", "x" * 300),
     ]
-    lines = rendered(runs_table(runs)).rstrip("\n").splitlines()
+    lines = runs_table(runs, width=200)
     assert len(lines) == 4  # the header and one line per run
     header, failed, succeeded, long = lines
     # every column starts where the header says it does
-    for column in ("workflow", "version", "status", "created", "duration", "error"):
+    for column in ("workflow", "status", "created", "error"):
         at = header.index(column)
         assert failed[at - 1] == " " and failed[at] != " ", column
     assert failed.rstrip().endswith("node charge failed: Traceback (most recent call last):…")
     assert "SUCCEEDED" in succeeded
     assert long.rstrip().endswith("…") and "x" * 300 not in long
+
+
+def test_at_80_columns_the_runs_table_cuts_no_name_and_no_status() -> None:
+    runs = [
+        a_run("0190a000-0000-7000-8000-000000000001", "SUCCEEDED", None),
+        a_run("0190a000-0000-7000-8000-000000000002", "FAILED", "the bank said no " * 5),
+    ]
+    runs[1]["workflow_id"] = "order-fulfilment"
+    lines = runs_table(runs, width=80, today=dt.date(2026, 12, 1))
+    assert all(len(line) <= 80 for line in lines), lines
+    assert lines[1].split()[:3] == ["0190a000-0000-7000-8000-000000000001", "payment", "v2"]
+    assert lines[1].split()[3] == "SUCCEEDED"
+    assert lines[2].split()[:4] == [
+        "0190a000-0000-7000-8000-000000000002",
+        "order-fulfilment",
+        "v2",
+        "FAILED",
+    ]
+    assert "…" not in "".join(lines[1:])  # the error is left out before anything is cut
+    assert lines[0].split() == ["run", "workflow", "status", "created"]
+    # a day later the date takes room, and "created" goes before anything is cut
+    later = runs_table(runs, width=80, today=dt.date(2026, 12, 2))
+    assert later[0].split() == ["run", "workflow", "status"]
+    assert all(len(line) <= 80 for line in later) and "…" not in "".join(later[1:])
+    # wider, the error and the duration come back
+    assert runs_table(runs, width=120)[0].split() == [
+        "run",
+        "workflow",
+        "status",
+        "created",
+        "took",
+        "error",
+    ]
+
+
+def test_created_is_the_time_today_and_the_day_before() -> None:
+    run = a_run("r", "SUCCEEDED", None)
+    today = runs_table([run], today=dt.date(2026, 12, 1), width=200)[1]
+    later = runs_table([run], today=dt.date(2026, 12, 2), width=200)[1]
+    assert " 09:00:00 " in today and " 12-01 09:00 " in later
 
 
 def test_a_failed_run_shows_its_error_in_full_once() -> None:
@@ -94,7 +134,7 @@ def test_a_failed_run_shows_its_error_in_full_once() -> None:
 
 
 def test_version_prints_the_package_version() -> None:
-    result = CliRunner().invoke(app, ["--version"])
+    result = invoke(["--version"])
     assert result.exit_code == 0
     assert result.output == "composer 0.1.0\n"
 

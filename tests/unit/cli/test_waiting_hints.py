@@ -52,7 +52,7 @@ def test_watch_prints_the_hint_once_when_it_appears() -> None:
 
 
 def test_the_workers_table_shows_queues_status_and_load() -> None:
-    text = shown(
+    text = "\n".join(
         workers_table(
             [
                 {
@@ -65,9 +65,27 @@ def test_the_workers_table_shows_queues_status_and_load() -> None:
                     "in_flight": 3,
                     "sdk_version": "0.1.0",
                 }
-            ]
+            ],
+            width=200,
         )
     )
     row = next(line for line in text.splitlines() if "host-1-42-abc" in line)
     for part in ("mail, payments", "LOST", "2m ago", "3/8", "0.1.0"):
         assert part in row
+
+
+def test_at_80_columns_the_workers_table_cuts_no_queue_and_no_status() -> None:
+    worker = {
+        "worker_id": "payments-host-7-31337-1a2b3c",
+        "host": "payments-host-7.eu-west.example.internal",
+        "queues": ["payments", "refunds", "invoices"],
+        "status": "DRAINING",
+        "last_seen_seconds_ago": 3.0,
+        "concurrency": 16,
+        "in_flight": 12,
+        "sdk_version": "0.1.0",
+    }
+    lines = workers_table([worker], width=80)
+    assert all(len(line) <= 80 for line in lines), lines
+    assert "payments-host-7-31337-1a2b3c  payments, refunds, invoices  DRAINING" in lines[1]
+    assert "…" not in lines[1]  # the host and SDK columns go before anything is cut

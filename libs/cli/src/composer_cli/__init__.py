@@ -6,6 +6,6 @@ composer_repo's migration runner.
 """
 
 from composer_cli.client import ApiClient, CliError
-from composer_cli.main import app, main
+from composer_cli.main import main
 
-__all__ = ["ApiClient", "CliError", "app", "main"]
+__all__ = ["ApiClient", "CliError", "main"]

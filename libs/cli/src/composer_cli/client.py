@@ -4,17 +4,24 @@ Every failure becomes a ``CliError`` with one line a person can act on: the
 gateway is down (and where it was looked for), the token is missing or
 unknown, the role is too weak, or the API's problem detail (with each
 definition problem on its own line).
+
+It speaks HTTP with the standard library (http.client), one kept-alive connection
+per command: importing an HTTP library would cost more than most commands take.
 """
 
 from __future__ import annotations
 
+import json as jsonlib
+import socket
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode, urlsplit
 
 from composer_cli.render import printable, printable_value
+
+if TYPE_CHECKING:
+    import http.client
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 #: Answers that say the API is there but cannot serve now (a proxy before a restarting
@@ -57,23 +64,27 @@ class ApiClient:
     url: str = DEFAULT_URL
     token: str = ""
     timeout: float = 30.0
-    _http: httpx.Client | None = field(default=None, repr=False)
+    _connection: http.client.HTTPConnection | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.url = self.url.rstrip("/")
 
-    @property
-    def http(self) -> httpx.Client:
-        if self._http is None:
-            headers = {"User-Agent": "composer-cli"}
-            if self.token:
-                headers["Authorization"] = f"Bearer {self.token}"
-            self._http = httpx.Client(base_url=self.url, headers=headers, timeout=self.timeout)
-        return self._http
+    def _connect(self, timeout: float) -> http.client.HTTPConnection:
+        import http.client  # email and ssl come with it: only a command that calls pays
+
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise CliError(
+                f"COMPOSER_API_URL={self.url!r} is no http:// or https:// URL of the API"
+            )
+        if parts.scheme == "https":
+            return http.client.HTTPSConnection(parts.hostname, parts.port, timeout=timeout)
+        return http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
 
     def close(self) -> None:
-        if self._http is not None:
-            self._http.close()
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
     def call(
         self,
@@ -89,36 +100,76 @@ class ApiClient:
         headers: dict[str, str] | None = None,
     ) -> Answer:
         """Send one request; return the answer when its status is in ``ok``, else raise CliError."""
-        sent = dict(headers or {})
+        import http.client
+
+        sent = {"User-Agent": "composer-cli", "Accept": "application/json"}
+        if self.token:
+            sent["Authorization"] = f"Bearer {self.token}"
+        sent.update(headers or {})
+        body: bytes | None = None
+        if content is not None:
+            body = content
+        elif json is not None:
+            body = jsonlib.dumps(json).encode()
+            content_type = content_type or "application/json"
         if content_type:
             sent["Content-Type"] = content_type
-        kwargs: dict[str, Any] = {"params": params, "headers": sent or None}
-        if timeout is not None:
-            kwargs["timeout"] = timeout
-        if content is not None:
-            kwargs["content"] = content
-        elif json is not None:
-            kwargs["json"] = json
+        query = {k: _param(v) for k, v in (params or {}).items() if v is not None}
+        target = urlsplit(self.url).path + path + (f"?{urlencode(query)}" if query else "")
+        wait = self.timeout if timeout is None else timeout
         try:
-            response = self.http.request(method, path, **kwargs)
-        except httpx.ConnectError as exc:
+            status, content_type_got, raw = self._send(method, target, body, sent, wait)
+        except (ConnectionRefusedError, socket.gaierror) as exc:
             raise CliError(
                 f"cannot reach the Composer API at {self.url} ({_reason(exc)}): is the api-gateway "
                 "running? Start the stack with `make run`, or point COMPOSER_API_URL at it",
                 transient=True,
             ) from exc
-        except httpx.TimeoutException as exc:
+        except TimeoutError as exc:
             raise CliError(
-                f"the Composer API at {self.url} did not answer in time ({exc})", transient=True
+                f"the Composer API at {self.url} did not answer in time ({wait:g}s)",
+                transient=True,
             ) from exc
-        except httpx.HTTPError as exc:
+        except (OSError, http.client.HTTPException) as exc:
             raise CliError(
-                f"talking to the Composer API at {self.url} failed: {exc}", transient=True
+                f"talking to the Composer API at {self.url} failed: {exc or type(exc).__name__}",
+                transient=True,
             ) from exc
-        body = _body(response)
-        if response.status_code in ok:
-            return Answer(response.status_code, body)
-        raise self._problem(response.status_code, body)
+        answer = _body(content_type_got, raw)
+        if status in ok:
+            return Answer(status, answer)
+        raise self._problem(status, answer)
+
+    def _send(
+        self, method: str, target: str, body: bytes | None, headers: dict[str, str], wait: float
+    ) -> tuple[int, str, bytes]:
+        """One exchange on the kept-alive connection; once more on a new one when the
+        server had closed the old one (between two commands of a follow, say)."""
+        import http.client
+
+        for fresh in (self._connection is None, True):
+            if self._connection is None:
+                self._connection = self._connect(wait)
+            connection = self._connection
+            connection.timeout = wait
+            if connection.sock is not None:
+                connection.sock.settimeout(wait)
+            try:
+                connection.request(method, target, body=body, headers=headers)
+                response = connection.getresponse()
+                raw = response.read()
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                self.close()
+                if fresh:
+                    raise
+                continue
+            except BaseException:
+                self.close()
+                raise
+            if response.will_close:
+                self.close()
+            return response.status, response.getheader("content-type") or "", raw
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _problem(self, status: int, body: Any) -> CliError:
         detail = body.get("detail") if isinstance(body, dict) else None
@@ -151,17 +202,25 @@ class ApiClient:
         )
 
 
-def _reason(exc: httpx.ConnectError) -> str:
-    text = str(exc)
-    if "refused" in text.lower():
+def _param(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _reason(exc: OSError) -> str:
+    if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
-    return text or type(exc).__name__
+    if isinstance(exc, socket.gaierror):
+        return f"unknown host: {exc.strerror}"
+    return str(exc) or type(exc).__name__
 
 
-def _body(response: httpx.Response) -> Any:
-    if response.headers.get("content-type", "").split(";")[0].strip().endswith("json"):
+def _body(content_type: str, raw: bytes) -> Any:
+    text = raw.decode("utf-8", errors="replace")
+    if content_type.split(";")[0].strip().endswith("json"):
         try:
-            return response.json()
+            return jsonlib.loads(text)
         except ValueError:
-            return response.text
-    return response.text
+            return text
+    return text

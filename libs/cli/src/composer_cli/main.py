@@ -1,29 +1,30 @@
 """``composer``: apply definitions and drive runs from a shell (docs/architecture.md §9).
 
-Every command but ``migrate`` talks to the api-gateway over HTTP
+Every command but ``migrate`` and ``up`` talks to the api-gateway over HTTP
 (COMPOSER_API_URL, COMPOSER_API_TOKEN). Exit codes: 0 done; 1 an error, or
 a waited-for run that FAILED or was CANCELLED; 2 a usage error.
 
 What the API sends is printed from ``Answer.shown`` (its control characters
 removed), or with ``--json`` through ``render.json_text``; errors are
 printable already (``CliError``). Nothing prints ``Answer.body`` otherwise.
+
+It starts in a few tens of milliseconds (issue 31): the command line is the
+standard library's argparse, the API is spoken with its HTTP client, and what
+only some commands use (rich, for a run's view and history; the migration
+runner; the dev stack) is imported by those commands alone
+(tests/unit/cli/test_start.py holds the line).
 """
 
 from __future__ import annotations
 
-import functools
+import argparse
 import json
+import os
 import sys
 import time
-from collections.abc import Callable
-from importlib.metadata import version as package_version
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any
-
-import typer
-from rich.console import Console
-from rich.live import Live
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from composer_cli.client import DEFAULT_URL, ApiClient, CliError
 from composer_cli.render import (
@@ -32,83 +33,72 @@ from composer_cli.render import (
     compact,
     json_text,
     printable_value,
-    run_view,
     runs_table,
     workers_table,
     workflows_table,
 )
-from composer_cli.timeline import timeline
 
-app = typer.Typer(
-    name="composer",
-    help="Composer: durable workflows. Talks to the api-gateway at COMPOSER_API_URL.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-# soft_wrap: a message line is never broken at the terminal width (a pipe sees it whole)
-# no markup: messages carry brackets (nodes[0].spec.url) that are not styles
-out = Console(highlight=False, soft_wrap=True, markup=False)
-err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+DEFAULT_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/composer"
 
 
-def command(fn: Callable[..., None]) -> Callable[..., None]:
-    """Register a command whose CliErrors print as one clear line (and details) and exit 1."""
+class Exit(Exception):
+    """Leave the command with ``code`` (its output said why)."""
 
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> None:
-        try:
-            fn(*args, **kwargs)
-        except CliError as exc:
-            err.print(Text.assemble(("error:", "red"), " ", exc.message))
-            for line in exc.details:
-                err.print(f"  {line}")
-            raise typer.Exit(1) from None
-
-    app.command()(wrapper)
-    return wrapper
+    def __init__(self, code: int = 0) -> None:
+        super().__init__(code)
+        self.code = code
 
 
-JsonOption = Annotated[
-    str | None,
-    typer.Option(help="JSON text, @file.json, or @- for standard input"),
-]
+class _Console:
+    """A rich Console made at its first use in a command: a command that prints plain
+    lines, or nothing, never imports rich (its import is most of a start's cost)."""
+
+    def __init__(self, *, stderr: bool = False) -> None:
+        self._stderr = stderr
+        self._console: Console | None = None
+
+    def reset(self) -> None:
+        """Forget the console (each ``main`` call makes its own: the width may differ)."""
+        self._console = None
+
+    def get(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            # soft_wrap: a message line is never broken at the terminal width (a pipe sees
+            # it whole); no markup: messages carry brackets (nodes[0].spec.url), not styles
+            self._console = Console(
+                stderr=self._stderr, highlight=False, soft_wrap=True, markup=False
+            )
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.get(), name)
 
 
-def show_version(asked: bool) -> None:
-    if asked:
-        typer.echo(f"composer {package_version('composer-cli')}")
-        raise typer.Exit()
+out: Any = _Console()
+err: Any = _Console(stderr=True)
 
 
-@app.callback()
-def configure(
-    ctx: typer.Context,
-    url: Annotated[
-        str, typer.Option("--url", envvar="COMPOSER_API_URL", help="the api-gateway's URL")
-    ] = DEFAULT_URL,
-    token: Annotated[
-        str,
-        typer.Option("--token", envvar="COMPOSER_API_TOKEN", help="API token", show_default=False),
-    ] = "",
-    version: Annotated[
-        bool,
-        typer.Option(
-            "--version",
-            callback=show_version,
-            is_eager=True,
-            help="print the CLI's version and exit",
-        ),
-    ] = False,
-) -> None:
-    client = ApiClient(url, token)
-    ctx.obj = client
-    ctx.call_on_close(client.close)
+def echo(text: str = "", *, error: bool = False) -> None:
+    """A plain line to stdout (or stderr)."""
+    stream = sys.stderr if error else sys.stdout
+    stream.write(text + "\n")
+    stream.flush()
 
 
-def client_of(ctx: typer.Context) -> ApiClient:
-    client: ApiClient = ctx.obj
-    return client
+def echo_lines(lines: list[str]) -> None:
+    """Plain lines (a listing from ``columns``) to stdout."""
+    echo("\n".join(lines))
+
+
+def err_colour() -> bool:
+    from composer_cli import columns
+
+    return sys.stderr.isatty() and not columns._NO_COLOUR
 
 
 def read_json(value: str | None, what: str) -> Any:
@@ -128,28 +118,19 @@ def read_json(value: str | None, what: str) -> Any:
         raise CliError(f"{what} is not valid JSON: {exc}") from exc
 
 
+def print_json(body: Any) -> None:
+    echo(json_text(body))
+
+
 # -- definitions ---------------------------------------------------------------
 
 
-@command
-def apply(
-    ctx: typer.Context,
-    files: Annotated[
-        list[Path],
-        typer.Option(
-            "-f", "--file", help="a definition (.yaml, .yml or .json); repeat for several"
-        ),
-    ],
-    deploy: Annotated[
-        bool, typer.Option(help="make each new version the one new runs use")
-    ] = False,
-) -> None:
+def apply(client: ApiClient, a: argparse.Namespace) -> None:
     """Create the next version of each definition (and deploy it with --deploy).
 
     A definition the newest version already holds adds no version: it prints
     "unchanged" with that version (deployed with --deploy)."""
-    client = client_of(ctx)
-    for path in files:
+    for path in a.file:
         try:
             content = path.read_bytes()
         except OSError as exc:
@@ -161,316 +142,245 @@ def apply(
                 "/v1/workflows",
                 content=content,
                 content_type=media,
-                params={"deploy": "true"} if deploy else None,
+                params={"deploy": "true"} if a.deploy else None,
             )
         except CliError as exc:
             raise CliError(f"{path}: {exc.message}", exc.details) from exc
         body = answer.shown
         state = "deployed" if body["deployed"] else "not deployed"
         unchanged = " unchanged" if body.get("unchanged") else ""
-        out.print(f"{body['id']}: version {body['version']}{unchanged} ({state})")
+        echo(f"{body['id']}: version {body['version']}{unchanged} ({state})")
 
 
-@command
-def workflows(ctx: typer.Context) -> None:
+def workflows(client: ApiClient, a: argparse.Namespace) -> None:
     """List workflows with their latest and deployed versions."""
-    body = client_of(ctx).call("GET", "/v1/workflows").shown
-    out.print(workflows_table(body["workflows"]))
+    body = client.call("GET", "/v1/workflows").shown
+    if not body["workflows"]:
+        echo("no workflows yet: add one with `composer apply -f FILE --deploy`")
+        return
+    echo_lines(workflows_table(body["workflows"]))
 
 
 # -- runs ----------------------------------------------------------------------
 
 
-@command
-def start(
-    ctx: typer.Context,
-    workflow: Annotated[str, typer.Argument(help="the workflow id")],
-    input: JsonOption = None,
-    config: JsonOption = None,
-    version: Annotated[int | None, typer.Option(help="default: the deployed version")] = None,
-    idempotency_key: Annotated[
-        str | None, typer.Option(help="a repeated key returns the run it started")
-    ] = None,
-    run_id: Annotated[str | None, typer.Option(help="your own run id (a recent UUIDv7)")] = None,
-    context: Annotated[
-        str | None,
-        typer.Option(
-            help="request metadata, a JSON object (text, @file or @-), kept with the run "
-            "and handed to its handlers as ctx.caller.metadata",
-            show_default=False,
-        ),
-    ] = None,
-    wait: Annotated[bool, typer.Option(help="show progress until the run ends")] = False,
-    as_json: Annotated[
-        bool,
-        typer.Option(
-            "--json",
-            help="print the API's JSON only: the started run, or with --wait the finished one",
-        ),
-    ] = False,
-) -> None:
+def start(client: ApiClient, a: argparse.Namespace) -> None:
     """Start a run; with --wait, follow it and exit 1 unless it succeeds."""
-    client = client_of(ctx)
-    body: dict[str, Any] = {"workflow_id": workflow}
+    body: dict[str, Any] = {"workflow_id": a.workflow}
     for key, value in (
-        ("input", read_json(input, "--input")),
-        ("config", read_json(config, "--config")),
-        ("version", version),
-        ("idempotency_key", idempotency_key),
-        ("run_id", run_id),
-        ("context", read_json(context, "--context")),
+        ("input", read_json(a.input, "--input")),
+        ("config", read_json(a.config, "--config")),
+        ("version", a.version),
+        ("idempotency_key", a.idempotency_key),
+        ("run_id", a.run_id),
+        ("context", read_json(a.context, "--context")),
     ):
         if value is not None:
             body[key] = value
     answer = client.call("POST", "/v1/runs", json=body)
     started = answer.body
-    if as_json:
+    if a.as_json:
         # stdout is the JSON document alone, so a script can parse it as it is
-        finished = follow(client, started["run_id"], show=False) if wait else started
+        finished = follow(client, started["run_id"], show=False) if a.wait else started
         print_json(finished)
-        if wait:
+        if a.wait:
             exit_unless_succeeded(finished)
         return
     started = answer.shown
     note = "" if started["created"] else " (already started with this idempotency key)"
-    out.print(f"run {started['run_id']} {started['status']}{note}")
-    if wait:
+    echo(f"run {started['run_id']} {started['status']}{note}")
+    if a.wait:
         exit_unless_succeeded(follow(client, started["run_id"]))
 
 
-@command
-def get(
-    ctx: typer.Context,
-    run: Annotated[str, typer.Argument(help="the run id")],
-    as_json: Annotated[bool, typer.Option("--json", help="print the API's JSON")] = False,
-) -> None:
+def get(client: ApiClient, a: argparse.Namespace) -> None:
     """Show a run and a table of its tasks."""
-    answer = client_of(ctx).call("GET", f"/v1/runs/{run}")
-    if as_json:
+    answer = client.call("GET", f"/v1/runs/{a.run}")
+    if a.as_json:
         print_json(answer.body)
     else:
+        from composer_cli.render import run_view
+
         out.print(run_view(answer.shown))
 
 
-@command
-def watch(ctx: typer.Context, run: Annotated[str, typer.Argument(help="the run id")]) -> None:
+def watch(client: ApiClient, a: argparse.Namespace) -> None:
     """Follow a run until it ends; exit 1 unless it succeeds."""
-    exit_unless_succeeded(follow(client_of(ctx), run))
+    exit_unless_succeeded(follow(client, a.run))
 
 
-@command
-def history(
-    ctx: typer.Context,
-    run: Annotated[str, typer.Argument(help="the run id")],
-    as_json: Annotated[bool, typer.Option("--json", help="print the entries as JSON")] = False,
-) -> None:
+def history(client: ApiClient, a: argparse.Namespace) -> None:
     """What happened to a run, oldest first: every event and attempt, who did what."""
-    client = client_of(ctx)
     entries: list[dict[str, Any]] = []
     params: dict[str, Any] = {"limit": 1000}
     while True:
-        body = client.call("GET", f"/v1/runs/{run}/history", params=params).body
+        body = client.call("GET", f"/v1/runs/{a.run}/history", params=params).body
         entries.extend(body["entries"])
         if not body.get("next_cursor"):
             break
         params["cursor"] = body["next_cursor"]
-    if as_json:
+    if a.as_json:
         print_json(entries)
+    elif not entries:
+        echo(f"run {a.run} has no history yet")
     else:
+        from composer_cli.timeline import timeline
+
         out.print(timeline(printable_value(entries)))
 
 
-@command
-def runs(
-    ctx: typer.Context,
-    workflow: Annotated[str | None, typer.Option(help="only runs of this workflow")] = None,
-    status: Annotated[
-        str | None, typer.Option(help="RUNNING, SUCCEEDED, FAILED, CANCELLED …")
-    ] = None,
-    limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
-    cursor: Annotated[str | None, typer.Option(help="the next page's cursor")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the API's JSON")] = False,
-) -> None:
+def runs(client: ApiClient, a: argparse.Namespace) -> None:
     """List runs, newest first."""
-    params: dict[str, Any] = {"limit": limit}
-    if workflow:
-        params["workflow_id"] = workflow
-    if status:
-        params["status"] = status.upper()
-    if cursor:
-        params["cursor"] = cursor
-    answer = client_of(ctx).call("GET", "/v1/runs", params=params)
-    if as_json:
+    params: dict[str, Any] = {"limit": a.limit}
+    if a.workflow:
+        params["workflow_id"] = a.workflow
+    if a.status:
+        params["status"] = a.status.upper()
+    if a.cursor:
+        params["cursor"] = a.cursor
+    answer = client.call("GET", "/v1/runs", params=params)
+    if a.as_json:
         print_json(answer.body)
         return
     body = answer.shown
-    out.print(runs_table(body["runs"]))
+    if not body["runs"]:
+        which = [
+            part
+            for part in (
+                f"of workflow {a.workflow}" if a.workflow else "",
+                f"with status {a.status.upper()}" if a.status else "",
+            )
+            if part
+        ]
+        more = " on this page" if a.cursor else ""
+        echo(" ".join(["no runs", *which]) + more)
+        return
+    echo_lines(runs_table(body["runs"]))
     if body.get("next_cursor"):
-        out.print(f"more: composer runs --cursor {body['next_cursor']}", style="dim")
+        echo(f"more: composer runs --cursor {body['next_cursor']}")
 
 
-@command
-def signal(
-    ctx: typer.Context,
-    run: Annotated[str, typer.Argument(help="the run id")],
-    name: Annotated[str, typer.Argument(help="the signal (a WAIT_FOR_EVENT node's event)")],
-    data: JsonOption = None,
-    idempotency_key: Annotated[
-        str | None,
-        typer.Option(
-            "--idempotency-key",
-            help="sent again with the same key (after a lost answer), the signal changes nothing",
-        ),
-    ] = None,
-) -> None:
+def signal(client: ApiClient, a: argparse.Namespace) -> None:
     """Send a signal with an optional JSON payload."""
-    payload = read_json(data, "--data")
-    content = json.dumps(payload).encode() if data is not None else b""
-    body = (
-        client_of(ctx)
-        .call(
-            "POST",
-            f"/v1/runs/{run}/signals/{name}",
-            content=content,
-            content_type="application/json",
-            headers={"Idempotency-Key": idempotency_key} if idempotency_key else None,
-        )
-        .shown
-    )
+    payload = read_json(a.data, "--data")
+    content = json.dumps(payload).encode() if a.data is not None else b""
+    body = client.call(
+        "POST",
+        f"/v1/runs/{a.run}/signals/{a.name}",
+        content=content,
+        content_type="application/json",
+        headers={"Idempotency-Key": a.idempotency_key} if a.idempotency_key else None,
+    ).shown
     if body["delivered"]:
-        out.print(f"signal {name} delivered")
+        echo(f"signal {a.name} delivered")
     else:
-        out.print(f"signal {name} buffered: no node waits for it yet")
+        echo(f"signal {a.name} buffered: no node waits for it yet")
 
 
-@command
-def cancel(
-    ctx: typer.Context,
-    run: Annotated[str, typer.Argument(help="the run id")],
-    reason: Annotated[str, typer.Option(help="recorded as the run's error")] = "",
-) -> None:
+def cancel(client: ApiClient, a: argparse.Namespace) -> None:
     """Cancel a run."""
-    body = client_of(ctx).call("POST", f"/v1/runs/{run}/cancel", json={"reason": reason}).shown
-    out.print(f"run {body['run_id']} {body['status']}")
+    body = client.call("POST", f"/v1/runs/{a.run}/cancel", json={"reason": a.reason}).shown
+    echo(f"run {body['run_id']} {body['status']}")
 
 
-@command
-def retry(
-    ctx: typer.Context,
-    run: Annotated[str, typer.Argument(help="the run id")],
-    from_node: Annotated[str, typer.Option("--from", help="the node to run again from")],
-    version: Annotated[
-        int | None, typer.Option(help="0: the deployed version; N: version N; default: the run's")
-    ] = None,
-    input: JsonOption = None,
-    config: JsonOption = None,
-    wait: Annotated[bool, typer.Option(help="show progress until the run ends")] = False,
-) -> None:
+def retry(client: ApiClient, a: argparse.Namespace) -> None:
     """Run a finished run again from a node (it and every node after it)."""
-    client = client_of(ctx)
-    body: dict[str, Any] = {"from_node": from_node}
+    body: dict[str, Any] = {"from_node": a.from_node}
     for key, value in (
-        ("version", version),
-        ("input", read_json(input, "--input")),
-        ("config", read_json(config, "--config")),
+        ("version", a.version),
+        ("input", read_json(a.input, "--input")),
+        ("config", read_json(a.config, "--config")),
     ):
         if value is not None:
             body[key] = value
-    answer = client.call("POST", f"/v1/runs/{run}/retry", json=body).shown
-    out.print(f"run {answer['run_id']} {answer['status']} from {from_node}")
-    if wait:
-        exit_unless_succeeded(follow(client, run))
+    answer = client.call("POST", f"/v1/runs/{a.run}/retry", json=body).shown
+    echo(f"run {answer['run_id']} {answer['status']} from {a.from_node}")
+    if a.wait:
+        exit_unless_succeeded(follow(client, a.run))
 
 
 # -- task logs -----------------------------------------------------------------
 
 
-@command
-def logs(
-    ctx: typer.Context,
-    run: Annotated[str, typer.Argument(help="the run id")],
-    node: Annotated[str | None, typer.Option("--node", help="only this node's attempts")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the API's JSON")] = False,
-) -> None:
+def logs(client: ApiClient, a: argparse.Namespace) -> None:
     """Print what a run's task attempts logged (PYTHON nodes' prints, ctx.logger records)."""
-    params = {"node": node} if node else None
-    answer = client_of(ctx).call("GET", f"/v1/runs/{run}/logs", params=params)
-    if as_json:
+    params = {"node": a.node} if a.node else None
+    answer = client.call("GET", f"/v1/runs/{a.run}/logs", params=params)
+    if a.as_json:
         print_json(answer.body)
         return
     body = answer.shown
     if body.get("redacted"):
-        err.print(
+        echo(
             "the lines are redacted: this token is a viewer's and the workflow does not set "
-            "viewers_see_payloads: true"
+            "viewers_see_payloads: true",
+            error=True,
         )
     if not body["logs"]:
-        err.print("no task logs" + (f" for node {node}" if node else "") + " in this run")
+        echo(
+            "no task logs" + (f" for node {a.node}" if a.node else "") + " in this run", error=True
+        )
     for entry in body["logs"]:
-        header = f"== {entry['node_id']} attempt {entry['attempt']}"
+        # the API counts attempts from 0; people (history, tables, the UI) from 1
+        header = f"== {entry['node_id']} attempt {entry['attempt'] + 1}"
         if entry.get("truncated"):
             header += f" ({entry['truncated']} lines truncated)"
-        out.print(header, style="bold")
+        echo(header)
         for line in entry.get("lines") or []:
-            typer.echo(line)
+            echo(line)
 
 
-@command
-def migrate(
-    url: Annotated[
-        str,
-        typer.Option(envvar="COMPOSER_DATABASE_URL", help="the database (created if missing)"),
-    ] = "postgresql://postgres@127.0.0.1:5432/composer",
-) -> None:
-    """Create the database if missing and apply the migrations (talks to PostgreSQL directly)."""
+# -- the database and the stack ------------------------------------------------
+
+
+def migrate(a: argparse.Namespace) -> None:
+    """Create the database if missing and apply the migrations (talks to PostgreSQL directly).
+
+    The database is --url, else COMPOSER_DATABASE_URL: with `make run`'s .state/stack.env
+    loaded, that stack's (composer_<port base> on a COMPOSER_PORT_BASE)."""
+    from urllib.parse import urlsplit
+
     from composer_repo.__main__ import main as repo_main
 
-    code = repo_main(["migrate", "--url", url])
+    where = urlsplit(a.database_url)
+    echo(
+        f"database {where.path.lstrip('/') or '(none)'} on {where.hostname or 'localhost'}:"
+        f"{where.port or 5432}"
+    )
+    code = repo_main(["migrate", "--url", a.database_url])
     if code:
-        raise typer.Exit(code)
+        raise Exit(code)
 
 
-@app.command(
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    add_help_option=False,
-)
-def up(ctx: typer.Context) -> None:
+def up(rest: list[str]) -> None:
     """Start the whole stack on this machine (what `make run` does); Ctrl-C stops it.
 
     Options (--state, --grace, --admin-base) go to the supervisor: `composer up --help`.
     """
     from composer_devstack.__main__ import main as devstack_main
 
-    code = devstack_main(list(ctx.args))
+    code = devstack_main(rest)
     if code:
-        raise typer.Exit(code)
+        raise Exit(code)
 
 
 # -- workers -------------------------------------------------------------------
 
 
-@command
-def workers(
-    ctx: typer.Context,
-    as_json: Annotated[bool, typer.Option("--json", help="print the API's JSON")] = False,
-) -> None:
+def workers(client: ApiClient, a: argparse.Namespace) -> None:
     """List the workers and the queues they serve (from their heartbeats)."""
-    answer = client_of(ctx).call("GET", "/v1/workers")
-    if as_json:
+    answer = client.call("GET", "/v1/workers")
+    if a.as_json:
         print_json(answer.body)
         return
     body = answer.shown
     if not body["workers"]:
-        out.print("no worker has sent a heartbeat (in the last day)")
+        echo("no worker has sent a heartbeat (in the last day)")
         return
-    out.print(workers_table(body["workers"]))
+    echo_lines(workers_table(body["workers"]))
 
 
 # -- following a run -------------------------------------------------------------
-
-
-def print_json(body: Any) -> None:
-    typer.echo(json_text(body))
 
 
 #: How long ``follow`` keeps asking an API that stopped answering before it gives up.
@@ -541,12 +451,18 @@ def follow(
             answered = True
             return run
 
+    from composer_cli.render import run_view
+
     if not show:
         while (run := read())["status"] not in TERMINAL:
             pass
         return run
     if out.is_terminal:
-        with Live(console=out, auto_refresh=False) as live:
+        from rich.live import Live
+
+        with Live(
+            console=out.get() if isinstance(out, _Console) else out, auto_refresh=False
+        ) as live:
             while True:
                 run = read()
                 live.update(run_view(printable_value(run)), refresh=True)
@@ -570,13 +486,216 @@ def follow(
 def exit_unless_succeeded(run: dict[str, Any]) -> None:
     """Exit 1 for a run that FAILED or was CANCELLED (scripts test the exit code)."""
     if run["status"] != "SUCCEEDED":
-        raise typer.Exit(1)
+        raise Exit(1)
 
 
-def main() -> int:
-    """The console script."""
-    app()
-    return 0  # pragma: no cover - app() exits
+# -- the command line ------------------------------------------------------------
+
+JSON_HELP = "JSON text, @file.json, or @- for standard input"
+
+
+def _limit(value: str) -> int:
+    number = int(value)
+    if not 1 <= number <= 1000:
+        raise argparse.ArgumentTypeError(f"{value} is not from 1 to 1000")
+    return number
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line: global options, then one command and its own."""
+    top = argparse.ArgumentParser(
+        prog="composer",
+        description="Composer: durable workflows. Talks to the api-gateway at COMPOSER_API_URL.",
+    )
+    top.add_argument(
+        "--url",
+        default=os.environ.get("COMPOSER_API_URL") or DEFAULT_URL,
+        help="the api-gateway's URL (default: COMPOSER_API_URL, else %(default)s)",
+    )
+    top.add_argument(
+        "--token",
+        default=os.environ.get("COMPOSER_API_TOKEN", ""),
+        help="API token (default: COMPOSER_API_TOKEN)",
+    )
+    top.add_argument("--version", action="store_true", help="print the CLI's version and exit")
+    commands = top.add_subparsers(dest="command", metavar="COMMAND")
+
+    def command(fn: Callable[..., None], name: str | None = None) -> argparse.ArgumentParser:
+        doc = (fn.__doc__ or "").strip()
+        sub = commands.add_parser(
+            name or fn.__name__,
+            help=doc.splitlines()[0],
+            description=doc,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        sub.set_defaults(handler=fn)
+        return sub
+
+    def as_json(sub: argparse.ArgumentParser, what: str = "print the API's JSON") -> None:
+        sub.add_argument("--json", dest="as_json", action="store_true", help=what)
+
+    sub = command(apply)
+    sub.add_argument(
+        "-f",
+        "--file",
+        type=Path,
+        action="append",
+        required=True,
+        help="a definition (.yaml, .yml or .json); repeat for several",
+    )
+    sub.add_argument(
+        "--deploy",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="make each new version the one new runs use",
+    )
+    command(workflows)
+
+    sub = command(start)
+    sub.add_argument("workflow", help="the workflow id")
+    sub.add_argument("--input", help=JSON_HELP)
+    sub.add_argument("--config", help=JSON_HELP)
+    sub.add_argument("--version", type=int, help="default: the deployed version")
+    sub.add_argument("--idempotency-key", help="a repeated key returns the run it started")
+    sub.add_argument("--run-id", help="your own run id (a recent UUIDv7)")
+    sub.add_argument(
+        "--context",
+        help="request metadata, a JSON object (text, @file or @-), kept with the run and "
+        "handed to its handlers as ctx.caller.metadata",
+    )
+    sub.add_argument(
+        "--wait",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="show progress until the run ends",
+    )
+    as_json(sub, "print the API's JSON only: the started run, or with --wait the finished one")
+
+    sub = command(get)
+    sub.add_argument("run", help="the run id")
+    as_json(sub)
+    sub = command(watch)
+    sub.add_argument("run", help="the run id")
+    sub = command(history)
+    sub.add_argument("run", help="the run id")
+    as_json(sub, "print the entries as JSON")
+
+    sub = command(runs)
+    sub.add_argument("--workflow", help="only runs of this workflow")
+    sub.add_argument("--status", help="RUNNING, SUCCEEDED, FAILED, CANCELLED …")
+    sub.add_argument("--limit", type=_limit, default=20, help="1 to 1000 (default 20)")
+    sub.add_argument("--cursor", help="the next page's cursor")
+    as_json(sub)
+
+    sub = command(signal)
+    sub.add_argument("run", help="the run id")
+    sub.add_argument("name", help="the signal (a WAIT_FOR_EVENT node's event)")
+    sub.add_argument("--data", help=JSON_HELP)
+    sub.add_argument(
+        "--idempotency-key",
+        help="sent again with the same key (after a lost answer), the signal changes nothing",
+    )
+    sub = command(cancel)
+    sub.add_argument("run", help="the run id")
+    sub.add_argument("--reason", default="", help="recorded as the run's error")
+    sub = command(retry)
+    sub.add_argument("run", help="the run id")
+    sub.add_argument("--from", dest="from_node", required=True, help="the node to run again from")
+    sub.add_argument(
+        "--version", type=int, help="0: the deployed version; N: version N; default: the run's"
+    )
+    sub.add_argument("--input", help=JSON_HELP)
+    sub.add_argument("--config", help=JSON_HELP)
+    sub.add_argument(
+        "--wait",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="show progress until the run ends",
+    )
+
+    sub = command(logs)
+    sub.add_argument("run", help="the run id")
+    sub.add_argument("--node", help="only this node's attempts")
+    as_json(sub)
+
+    sub = command(migrate)
+    sub.add_argument(
+        "--url",
+        dest="database_url",
+        default=os.environ.get("COMPOSER_DATABASE_URL") or DEFAULT_DATABASE_URL,
+        help="the database, created if missing (default: COMPOSER_DATABASE_URL, else %(default)s)",
+    )
+    commands.add_parser(
+        "up",
+        help="Start the whole stack on this machine (what `make run` does); Ctrl-C stops it.",
+        add_help=False,
+    )
+    sub = command(workers)
+    as_json(sub)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The console script: run one command; its exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    out.reset()
+    err.reset()
+    from composer_cli.columns import no_colour
+
+    no_colour(bool(os.environ.get("NO_COLOR")))
+    top = parser()
+    at = _command_at(args)
+    if at is not None and args[at] == "up":  # the rest is the supervisor's (`composer up --help`)
+        known = top.parse_args(args[:at])
+        if not known.version:
+            return _run(lambda: up(args[at + 1 :]))
+    a = top.parse_args(args)
+    if a.version:
+        from importlib.metadata import version as package_version
+
+        echo(f"composer {package_version('composer-cli')}")
+        return 0
+    if a.command is None:
+        top.print_help()
+        return 2
+    if a.command == "migrate":
+        return _run(lambda: migrate(a))
+    client = ApiClient(a.url, a.token)
+    try:
+        return _run(lambda: a.handler(client, a))
+    finally:
+        client.close()
+
+
+def _command_at(args: list[str]) -> int | None:
+    """Where the command is in ``args``: the first word that is no global option's."""
+    i = 0
+    while i < len(args):
+        if args[i] in ("--url", "--token"):
+            i += 2
+        elif args[i].startswith("-"):
+            i += 1
+        else:
+            return i
+    return None
+
+
+def _run(call: Callable[[], None]) -> int:
+    """Run a command: its CliErrors print as one clear line (and details), exit 1."""
+    try:
+        call()
+    except CliError as exc:
+        from composer_cli.columns import paint
+
+        echo(f"{paint('error:', 'red', err_colour())} {exc.message}", error=True)
+        for line in exc.details:
+            echo(f"  {line}", error=True)
+        return 1
+    except Exit as exc:
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,4 +1,8 @@
-"""How runs, tasks and listings look in a terminal (rich), and as plain progress lines.
+"""How runs, tasks and listings look in a terminal, and as plain progress lines.
+
+Listings (runs, workflows, workers) are plain text fitted to the terminal
+(``columns``); a run's view and its history use rich, imported only by the
+commands that print them, so that ``composer`` starts quickly.
 
 Whatever the API sends is somebody else's text: a node's error, a log line, a
 worker's host name, a cancel reason. Printed as it is, an ESC or a C1 control
@@ -12,11 +16,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
+from composer_cli.columns import Column, table
+
+if TYPE_CHECKING:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
 
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 #: What stands for a payload the API redacted (a viewer token; docs: viewers_see_payloads).
@@ -67,6 +74,8 @@ def json_text(value: Any) -> str:
 
 
 def styled(state: str) -> Text:
+    from rich.text import Text
+
     return Text(state, style=_STYLES.get(state, ""))
 
 
@@ -113,6 +122,8 @@ def summary(text: str, limit: int = 120) -> str:
 
 def audit_line(run: dict[str, Any]) -> Text | None:
     """Who started, cancelled and last retried the run (the names of their API tokens)."""
+    from rich.text import Text
+
     parts = [
         f"{what} by {run[key]}"
         for what, key in (
@@ -133,15 +144,19 @@ def _failed_error(item: dict[str, Any], failed: bool) -> str:
 
 
 def signals_table(signals: list[dict[str, Any]]) -> Table:
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("signal", "sent by", "taken by", "payload"):
-        table.add_column(column, overflow="fold")
+    from rich.table import Table
+    from rich.text import Text
+
+    shown = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("signal", "sent by", "taken by"):
+        shown.add_column(column, no_wrap=True)
+    shown.add_column("payload", overflow="fold")
     for s in signals:
         payload = Text(REDACTED, style="dim") if s.get("redacted") else compact(s.get("payload"))
-        table.add_row(
+        shown.add_row(
             s["name"], s.get("sent_by") or "-", s.get("consumed_by") or "(buffered)", payload
         )
-    return table
+    return shown
 
 
 def run_view(run: dict[str, Any]) -> Group:
@@ -150,7 +165,12 @@ def run_view(run: dict[str, Any]) -> Group:
     redacted show as "redacted".
 
     A run fails with its failed node's error, so a traceback is printed once, in the
-    header; the task table and progress lines carry its first line only."""
+    header; the task table and progress lines carry its first line only. At 80 columns
+    the names, states and attempts stay whole; the errors fold."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     head = Text.assemble(
         ("run ", "bold"),
         (run["run_id"], "bold"),
@@ -177,11 +197,12 @@ def run_view(run: dict[str, Any]) -> Group:
                 style="dim",
             )
         )
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("node", "type", "state", "attempt", "duration", "error"):
-        table.add_column(column, overflow="fold")
+    tasks = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("node", "type", "state", "attempt", "duration"):
+        tasks.add_column(column, no_wrap=True)
+    tasks.add_column("error", overflow="fold", min_width=12)
     for task in run.get("tasks", []):
-        table.add_row(
+        tasks.add_row(
             task["node_id"],
             task["type"],
             styled(task["state"]),
@@ -191,7 +212,7 @@ def run_view(run: dict[str, Any]) -> Group:
                 summary(_failed_error(task, task["state"] in ("FAILED", "CANCELLED"))), style="red"
             ),
         )
-    lines.append(table)
+    lines.append(tasks)
     lines.extend(waiting_hints(run))
     if run.get("signals"):
         lines.append(Text("signals", style="bold"))
@@ -201,6 +222,8 @@ def run_view(run: dict[str, Any]) -> Group:
 
 def waiting_hints(run: dict[str, Any]) -> list[Text]:
     """One line per task the API says waits on a queue no live worker serves."""
+    from rich.text import Text
+
     return [
         Text(f"{task['node_id']} waits: {task['waiting_hint']}", style="yellow")
         for task in run.get("tasks", [])
@@ -208,28 +231,34 @@ def waiting_hints(run: dict[str, Any]) -> list[Text]:
     ]
 
 
-def workers_table(workers: list[dict[str, Any]]) -> Table:
-    """The workers (GET /v1/workers): who serves which queues, when each was last seen,
-    how busy it is (tasks held / concurrency), its host and SDK version."""
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("worker", no_wrap=True)  # ids are copied: never fold them
-    table.add_column("queues", overflow="fold")
-    table.add_column("status", no_wrap=True)
-    table.add_column("seen", no_wrap=True, justify="right")
-    table.add_column("busy", no_wrap=True, justify="right")  # tasks held / concurrency
-    table.add_column("host", overflow="fold")
-    table.add_column("sdk", overflow="fold")
-    for w in workers:
-        table.add_row(
-            w["worker_id"],
-            ", ".join(w["queues"]) or "-",
-            Text(w["status"], style=_WORKER_STYLES.get(w["status"], "")),
-            f"{ago(w['last_seen_seconds_ago'])} ago",
-            f"{w['in_flight']}/{w['concurrency']}",
-            w["host"],
-            w["sdk_version"],
-        )
-    return table
+def workers_table(workers: list[dict[str, Any]], *, width: int | None = None) -> list[str]:
+    """The workers (GET /v1/workers): who serves which queues, its status, when each was
+    last seen, how busy it is (tasks held / concurrency), its host and SDK version. At
+    80 columns the SDK version goes first, then the host."""
+    return table(
+        (
+            Column("worker"),  # ids are copied: never cut
+            Column("queues"),
+            Column("status"),
+            Column("seen", keep=4, right=True),
+            Column("busy", keep=3, right=True),  # tasks held / concurrency
+            Column("host", keep=2),
+            Column("sdk", keep=1),
+        ),
+        [
+            (
+                w["worker_id"],
+                ", ".join(w["queues"]) or "-",
+                (w["status"], _WORKER_STYLES.get(w["status"], "")),
+                f"{ago(w['last_seen_seconds_ago'])} ago",
+                f"{w['in_flight']}/{w['concurrency']}",
+                w["host"],
+                w["sdk_version"],
+            )
+            for w in workers
+        ],
+        columns_wide=width,
+    )
 
 
 _WORKER_STYLES = {"SERVING": "green", "DRAINING": "yellow", "STOPPED": "dim", "LOST": "red"}
@@ -256,39 +285,69 @@ def attempt_text(task: dict[str, Any]) -> str:
     return f"{shown} of {limit}" if limit else shown
 
 
-def runs_table(runs: list[dict[str, Any]]) -> Table:
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("run", no_wrap=True, min_width=36)  # ids are copied: never fold them
-    for column in ("workflow", "version", "status", "created", "duration"):
-        table.add_column(column, no_wrap=True)
-    table.add_column("error", no_wrap=True, overflow="ellipsis")
-    for run in runs:
-        created = parse_time(run["created_at"])
-        table.add_row(
-            run["run_id"],
-            run["workflow_id"],
-            str(run["version"]),
-            styled(run["status"]),
-            created.strftime("%m-%d %H:%M:%S") if created else "",
-            duration(run["created_at"], run.get("completed_at")),
-            Text(
-                summary(_failed_error(run, run["status"] in ("FAILED", "CANCELLED")), 80),
-                style="red",
-            ),
-        )
-    return table
+def created_text(value: str | None, today: dt.date | None = None) -> str:
+    """When a run was made (UTC, as ``composer history``): the time alone today, else the
+    day and the minute."""
+    created = parse_time(value)
+    if created is None:
+        return ""
+    if created.date() == (today or dt.datetime.now(dt.UTC).date()):
+        return created.strftime("%H:%M:%S")
+    return created.strftime("%m-%d %H:%M")
 
 
-def workflows_table(workflows: list[dict[str, Any]]) -> Table:
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("workflow", "name", "latest", "deployed"):
-        table.add_column(column)
-    for w in workflows:
-        deployed = w.get("deployed_version")
-        table.add_row(
-            w["id"], w["name"], str(w["latest_version"]), str(deployed) if deployed else "-"
-        )
-    return table
+def runs_table(
+    runs: list[dict[str, Any]], *, today: dt.date | None = None, width: int | None = None
+) -> list[str]:
+    """One line per run: its id, workflow and version, status, when it was made (UTC), how
+    long it took and its error's first line. At 80 columns the error takes what is left
+    (cut with "…"; ``composer get RUN`` has it whole), then the duration goes."""
+    return table(
+        (
+            Column("run"),  # ids are copied: never cut
+            Column("workflow"),
+            Column("status"),
+            Column("created", keep=2),
+            Column("took", keep=1, right=True),
+            Column("error", flex=True),
+        ),
+        [
+            (
+                run["run_id"],
+                f"{run['workflow_id']} v{run['version']}",
+                (run["status"], _STYLES.get(run["status"], "")),
+                created_text(run["created_at"], today),
+                duration(run["created_at"], run.get("completed_at")),
+                (
+                    summary(_failed_error(run, run["status"] in ("FAILED", "CANCELLED")), 80),
+                    "red",
+                ),
+            )
+            for run in runs
+        ],
+        columns_wide=width,
+    )
+
+
+def workflows_table(workflows: list[dict[str, Any]], *, width: int | None = None) -> list[str]:
+    return table(
+        (
+            Column("workflow"),
+            Column("latest", keep=2, right=True),
+            Column("deployed", keep=3, right=True),
+            Column("name", flex=True, least=8),
+        ),
+        [
+            (
+                w["id"],
+                str(w["latest_version"]),
+                str(w["deployed_version"]) if w.get("deployed_version") else "-",
+                w["name"],
+            )
+            for w in workflows
+        ],
+        columns_wide=width,
+    )
 
 
 def changes(before: dict[str, Any] | None, after: dict[str, Any]) -> list[str]:
