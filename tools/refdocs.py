@@ -29,11 +29,10 @@ import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from composer_core.kinds import KINDS, NodeKind
 from composer_core.model import (
-    BUILTIN_QUEUES,
     DEFAULT_ACCEPT_STATUS,
     MAX_SECONDS,
-    NODE_SPECS,
     Edge,
     Node,
     NodeType,
@@ -168,18 +167,6 @@ _Dumper.add_representer(str, _str)
 # -- docs/nodes.md ---------------------------------------------------------------------
 
 
-def _runs_on(node_type: NodeType) -> str:
-    if node_type in BUILTIN_QUEUES:
-        return f"the built-in workers, queue `{BUILTIN_QUEUES[node_type]}`"
-    if node_type.is_worker:
-        return "your workers, on the node's `queue` (not `http` or `python`)"
-    if node_type.is_control:
-        return "the coordinator, at once"
-    if node_type is NodeType.WAIT:
-        return "parks; the timer wakes it"
-    return "parks until a signal (or its timeout)"
-
-
 def examples(model: type[BaseModel]) -> list[Any]:
     """The examples a model's config gives (as written: its JSON schema sorts their keys)."""
     extra = model.model_config.get("json_schema_extra")
@@ -187,11 +174,10 @@ def examples(model: type[BaseModel]) -> list[Any]:
     return list(found) if isinstance(found, list) else []
 
 
-def _example(node_type: NodeType, spec_model: type[BaseModel]) -> str:
-    examples_ = examples(spec_model) or [{}]
+def _example(node_type: NodeType, kind: NodeKind) -> str:
+    examples_ = examples(kind.spec_model) or [{}]
     node: dict[str, Any] = {"id": node_type.lower(), "type": node_type.value}
-    if node_type is NodeType.TASK:
-        node["queue"] = "orders"
+    node.update(kind.example_fields)
     if examples_[0]:
         node["spec"] = examples_[0]
     return yaml.dump([node], Dumper=_Dumper, sort_keys=False, allow_unicode=True).rstrip()
@@ -283,16 +269,22 @@ def render_nodes() -> str:
         [
             (
                 f"[{t.value}](#{t.value.lower()})",
-                _runs_on(t),
-                ", ".join(f"`{f}`" for f in model.model_fields)
-                or ("any object: the task's input" if t is NodeType.TASK else "none"),
+                kind.runs_on,
+                ", ".join(f"`{f}`" for f in kind.spec_model.model_fields)
+                or (
+                    "any object: the task's input"
+                    if kind.spec_model.model_config.get("extra") == "allow"
+                    else "none"
+                ),
             )
-            for t, model in NODE_SPECS.items()
+            for t, kind in KINDS.items()
         ],
     )
     parts = [
         "# Node types and the definition format",
-        GENERATED.format(source="composer_core.model (libs/core/src/composer_core/model)"),
+        GENERATED.format(
+            source="composer_core.kinds and composer_core.model (libs/core/src/composer_core)"
+        ),
         textwrap.dedent(
             """\
             A workflow definition (YAML or JSON, `composer apply -f` or `POST /v1/workflows`)
@@ -316,14 +308,15 @@ def render_nodes() -> str:
     )
     for title, model in definition:
         parts += [f"### {title}", _fields_table(model)]
-    for node_type, model in NODE_SPECS.items():
+    for node_type, kind in KINDS.items():
+        model = kind.spec_model
         parts.append(f"## {node_type.value}")
         parts.append(_markdown(inspect.cleandoc(model.__doc__ or "")))
         if model.model_fields:
             parts.append(_fields_table(model))
         elif model.model_config.get("extra") == "allow":
             parts.append("Its spec is any JSON object.")
-        parts.append(f"```yaml\n{_example(node_type, model)}\n```")
+        parts.append(f"```yaml\n{_example(node_type, kind)}\n```")
         if node_type is NodeType.HTTP:
             parts.append(_http_statuses())
     return "\n\n".join(parts) + "\n"

@@ -44,11 +44,10 @@ def test_a_kinds_category_is_the_one_its_base_class_gives(node_type: NodeType) -
 
 def test_the_categories_of_the_built_in_kinds() -> None:
     by_category = {c: {t.value for t, k in KINDS.items() if k.category is c} for c in Category}
-    assert by_category == {
-        Category.WORKER: {"HTTP", "PYTHON", "TASK"},
-        Category.CONTROL: {"SWITCH", "FORK", "JOIN"},
-        Category.WAIT: {"WAIT", "WAIT_FOR_EVENT"},
-    }
+    # at least these: a new kind adds to its category without changing this test
+    assert by_category[Category.WORKER] >= {"HTTP", "PYTHON", "TASK"}
+    assert by_category[Category.CONTROL] >= {"SWITCH", "FORK", "JOIN"}
+    assert by_category[Category.WAIT] >= {"WAIT", "WAIT_FOR_EVENT"}
 
 
 def test_the_spec_models_and_reserved_queues_come_from_the_kinds() -> None:

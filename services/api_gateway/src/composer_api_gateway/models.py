@@ -18,7 +18,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from composer_core.model import NODE_SPECS, Node, NodeType, RunStatus, TaskState, WorkflowSpec
+from composer_core.kinds import KINDS, Category, NodeKind, NodeType
+from composer_core.model import Node, RunStatus, TaskState, WorkflowSpec
 from composer_engine import HISTORY_KINDS
 
 #: Any JSON value (inputs, outputs, payloads).
@@ -424,26 +425,30 @@ class RunLogs(Response):
 # -- the definition, typed per node type (the OpenAPI document) ------------------------
 
 
-def _typed_node(node_type: NodeType, spec: type[BaseModel]) -> type[Node]:
-    """``Node`` with ``type`` fixed and ``spec`` as that type's model (composer_core.model);
-    a TASK node's ``queue`` required, and the worker-node fields null for the others,
-    as validation has them."""
+#: The types whose nodes take queue, timeout_seconds and retry ("HTTP, PYTHON and TASK").
+_WORKERS = [t.value for t, k in KINDS.items() if k.category is Category.WORKER]
+_WORKER_TYPES = " and ".join(filter(None, (", ".join(_WORKERS[:-1]), _WORKERS[-1])))
+
+
+def _typed_node(node_type: NodeType, kind: NodeKind) -> type[Node]:
+    """``Node`` with ``type`` fixed and ``spec`` as its kind's model (composer_core.kinds);
+    ``queue`` required for a kind whose node names its own, and the worker-node fields
+    null for the kinds no worker runs, as validation has them."""
+    spec = kind.spec_model
     required = any(field.is_required() for field in spec.model_fields.values())
     fixed: Any = Literal[node_type]
     fields: dict[str, Any] = {
         "type": (fixed, Field()),
         "spec": (spec, Field() if required else Field(default_factory=spec)),
     }
-    if node_type is NodeType.TASK:
+    if kind.own_queue:
         queue = Node.model_fields["queue"]
         fields["queue"] = (str, Field(min_length=1, description=queue.description))
-    elif not node_type.is_worker:
+    elif kind.category is not Category.WORKER:
         for name in ("queue", "timeout_seconds", "retry"):
             fields[name] = (
                 None,
-                Field(
-                    default=None, description=f"only HTTP, PYTHON and TASK take it, not {node_type}"
-                ),
+                Field(default=None, description=f"only {_WORKER_TYPES} take it, not {node_type}"),
             )
     return create_model(
         f"{node_type.title().replace('_', '')}Node",
@@ -453,10 +458,10 @@ def _typed_node(node_type: NodeType, spec: type[BaseModel]) -> type[Node]:
     )
 
 
-#: One model per node type, for the document only: a definition is validated by
+#: One model per node kind, for the document only: a definition is validated by
 #: composer_core (every problem with its path), whose spec values may be templates.
 TYPED_NODES: tuple[type[Node], ...] = tuple(
-    _typed_node(node_type, spec) for node_type, spec in NODE_SPECS.items()
+    _typed_node(node_type, kind) for node_type, kind in KINDS.items()
 )
 
 #: ``WorkflowSpec`` whose nodes are ``oneOf`` the typed nodes, discriminated by ``type``:

@@ -1,6 +1,8 @@
 // The workflow graph: laid out left to right by dagre, drawn as SVG.
 // Each node is coloured by its task's state (the CSS classes state-*), an
-// edge out of a SWITCH shows its condition and whether the run took it.
+// edge with a condition (out of a SWITCH) shows it and whether the run took it.
+// Nothing here names a node kind: what a node did is in its task (its recorded
+// branches), so a new kind draws without a change here.
 
 import { graphlib, layout } from '@dagrejs/dagre';
 import { h, svg } from './dom.js';
@@ -21,11 +23,14 @@ export function tasksByNode(tasks) {
   return out;
 }
 
-/** How a run went along one edge: 'taken', 'not-taken' (a SWITCH chose otherwise), or ''. */
-function decision(edge, tasks, nodeTypes) {
+/**
+ * How a run went along one edge: 'taken', 'not-taken' (its source recorded the
+ * branches it selected, a SWITCH's, and this is not one), or ''.
+ */
+function decision(edge, tasks) {
   const source = tasks.get(edge.from);
   if (!source || source.state !== 'COMPLETED') return '';
-  if (nodeTypes.get(edge.from) === 'SWITCH' && Array.isArray(source.branches)) {
+  if (Array.isArray(source.branches)) {
     return source.branches.includes(edge.to) ? 'taken' : 'not-taken';
   }
   const target = tasks.get(edge.to);
@@ -46,7 +51,6 @@ function edgeLabel(edge, how) {
 export function drawGraph(spec, { tasks = new Map(), selected = null, onSelect = null, preview = false } = {}) {
   const nodes = spec.nodes || [];
   const edges = spec.edges || [];
-  const nodeTypes = new Map(nodes.map((n) => [n.id, n.type]));
   const g = new graphlib.Graph({ multigraph: true });
   g.setGraph({ rankdir: 'LR', nodesep: 28, ranksep: 48, edgesep: 14, marginx: 12, marginy: 12 });
   g.setDefaultEdgeLabel(() => ({}));
@@ -55,7 +59,7 @@ export function drawGraph(spec, { tasks = new Map(), selected = null, onSelect =
     g.setNode(node.id, { width, height: NODE_HEIGHT });
   }
   edges.forEach((edge, i) => {
-    const how = preview ? '' : decision(edge, tasks, nodeTypes);
+    const how = preview ? '' : decision(edge, tasks);
     const text = edgeLabel(edge, how);
     const label = { how, text, edge };
     if (text) Object.assign(label, { width: text.length * 6.6 + 10, height: 18, labelpos: 'c' });

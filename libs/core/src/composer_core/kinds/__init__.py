@@ -29,7 +29,9 @@ from composer_core.kinds._values import MAX_SECONDS, SpecModel, Template, parse_
 
 
 class NodeType(StrEnum):
-    """A node's ``type``: the name of its kind, one member per entry of ``KINDS``."""
+    """A node's type: what kind of node it is (docs/nodes.md)."""
+
+    # One member per entry of KINDS below, named as the kind's ``name``.
 
     HTTP = "HTTP"
     PYTHON = "PYTHON"
