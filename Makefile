@@ -13,7 +13,7 @@ PY_SOURCES := libs services tests examples tools
 TS_SDK := sdks/typescript
 COMPOSER_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/composer
 
-.PHONY: help install sandbox-tools run demo simulate test pytest test-unit lint fmt proto proto-breaking ts-sdk docs ui bench chaos migrate clean images test-containers
+.PHONY: help install sandbox-tools run demo simulate test pytest test-unit lint fmt proto proto-breaking ts-sdk test-ts docs ui bench chaos migrate clean images test-containers
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -65,9 +65,9 @@ simulate: $(VENV_STAMP)  ## drive examples/order-fulfilment.yaml through the sta
 	$(UV) run --no-sync python examples/simulate.py examples/order-fulfilment.yaml
 
 # `make test` is what CI runs (.ci/run): the linters first, so a lint error fails it.
-test: lint pytest  ## the linters, then the whole suite (unit; integration against the real PostgreSQL and Redis)
+test: lint test-ts pytest  ## the linters, then the whole suite (unit; the TypeScript SDK's; integration and both SDKs' conformance against the real PostgreSQL and Redis)
 
-pytest: $(VENV_STAMP) sandbox-tools $(TS_SDK)/node_modules/.installed  ## the whole suite without the linters (quick iteration; PYTEST_ARGS="-k lease -x")
+pytest: $(VENV_STAMP) sandbox-tools ts-sdk  ## the whole suite without the linters (quick iteration; PYTEST_ARGS="-k lease -x")
 	$(UV) run --no-sync pytest $(PYTEST_ARGS)
 
 test-unit: $(VENV_STAMP) sandbox-tools $(TS_SDK)/node_modules/.installed  ## the unit suite only (no services needed)
@@ -95,6 +95,9 @@ ts-sdk: $(TS_SDK)/node_modules/.installed  ## build the TypeScript worker SDK (s
 	cd $(TS_SDK) && npm run --silent build
 
 # Fails when proto/ breaks the released protocol (proto/releases/v1.json): worker.proto, "Versions".
+test-ts: ts-sdk  ## the TypeScript worker SDK's unit tests (node --test)
+	cd $(TS_SDK) && npm test --silent
+
 proto-breaking: $(TS_SDK)/node_modules/.installed  ## buf breaking: proto/ against the last release's protocol
 	cd $(TS_SDK) && npx --no-install buf breaking ../../proto --against ../../proto/releases/v1.json
 
