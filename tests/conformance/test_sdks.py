@@ -1,0 +1,225 @@
+"""The worker SDK conformance suite: ONE list of scenarios, each run against every SDK
+(the ``sdk`` fixture: python, typescript) as worker processes on a real stack.
+
+What a user relies on, whatever the language of their worker: a task's output is
+its handler's return value; a thrown error is retried by the node's policy, a
+PermanentError fails the node at once with its code; a long task keeps its lease;
+a worker killed mid-task has its attempt retried elsewhere; an output over the limit
+fails for good, before it is sent; a lost lease stops the handler and reports
+nothing; a token for another queue runs nothing; SIGTERM lets the task in flight
+finish and the worker shows STOPPED; what the handler logs is kept with its attempt;
+the handler sees who started the run, and a key stable across attempts.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import composer_repo as repo
+from composer_common.caller import Caller
+from composer_coordinator.server import start_server
+from composer_core.model import RunStatus, TaskState
+from tests.conformance.conftest import Conformance
+from tests.integration.e2e.conftest import TOKEN, eventually
+from tests.integration.waits import expire_lease, until
+
+Q = "conformance"
+
+
+async def test_success_returns_the_handlers_output(conformance: Conformance) -> None:
+    c = conformance
+    workflow = await c.deploy_task({"do": "echo", "n": 1}, queue=Q)
+    await c.worker(Q)
+    run_id = (await c.stack.engine.start(workflow)).run_id
+    run = await c.stack.wait_run(run_id, timeout=30)
+    assert run.status is RunStatus.SUCCEEDED
+    task = await c.task(run_id)
+    assert task.output["input"] == {"do": "echo", "n": 1}
+    assert task.output["attempt"] == 0 and task.attempt == 0
+
+
+async def test_a_failed_attempt_is_retried_by_the_nodes_policy(conformance: Conformance) -> None:
+    c = conformance
+    workflow = await c.deploy_task({"do": "fail_until", "attempt": 2}, queue=Q, max_attempts=3)
+    await c.worker(Q)
+    run_id = (await c.stack.engine.start(workflow)).run_id
+    run = await c.stack.wait_run(run_id, timeout=30)
+    assert run.status is RunStatus.SUCCEEDED
+    task = await c.task(run_id)
+    assert (task.attempt, task.output) == (2, {"attempt": 2})
+    # each failed attempt's error carried its message, with the code "exception"
+    async with repo.transaction(c.stack.pool) as conn:
+        history = await repo.run_history(conn, run_id)
+    retries = [h for h in history if h.kind == "task.retry_scheduled"]
+    assert [(h.attempt, h.detail["code"]) for h in retries] == [(0, "exception"), (1, "exception")]
+    assert all(f"attempt {h.attempt} fails on purpose" in h.detail["error"] for h in retries)
+
+
+async def test_a_permanent_error_fails_the_node_at_once_with_its_code(
+    conformance: Conformance,
+) -> None:
+    c = conformance
+    spec = {"do": "permanent", "message": "card declined", "code": "card_declined"}
+    workflow = await c.deploy_task(spec, queue=Q, max_attempts=5)
+    await c.worker(Q)
+    run_id = (await c.stack.engine.start(workflow)).run_id
+    run = await c.stack.wait_run(run_id, timeout=30)
+    assert run.status is RunStatus.FAILED
+    task = await c.task(run_id)
+    assert task.state is TaskState.FAILED and task.attempt == 0  # not retried
+    assert task.error_code == "card_declined"
+    assert task.error is not None and "card declined" in task.error
+
+
+async def test_a_long_task_keeps_its_lease_by_renewing_it(conformance: Conformance) -> None:
+    c = conformance
+    # five seconds of work on a one-second lease: it lives only if it is renewed
+    workflow = await c.deploy_task({"do": "sleep", "seconds": 5}, queue=Q, max_attempts=1)
+    await c.worker(Q, lease_ttl=1.0)
+    run_id = (await c.stack.engine.start(workflow)).run_id
+    run = await c.stack.wait_run(run_id, timeout=40)
+    assert run.status is RunStatus.SUCCEEDED, (await c.task(run_id)).error
+    assert (await c.task(run_id)).output == {"slept": 5}
+
+
+async def test_a_worker_killed_mid_task_has_its_attempt_retried_elsewhere(
+    conformance: Conformance,
+) -> None:
+    c = conformance
+    workflow = await c.deploy_task({"do": "hang_first"}, queue=Q, max_attempts=3)
+    doomed = await c.worker(Q, lease_ttl=1.0)
+    run_id = (await c.stack.engine.start(workflow)).run_id
+    await doomed.line("started ")
+    doomed.signal(signal.SIGKILL)
+    await doomed.exited()
+    other = await c.worker(Q, lease_ttl=1.0)
+    run = await c.stack.wait_run(run_id, timeout=40)
+    assert run.status is RunStatus.SUCCEEDED
+    task = await c.task(run_id)
+    assert task.attempt >= 1 and task.output == {"attempt": task.attempt}
+    assert (await other.line("started ")).endswith(f" {task.attempt}")
+
+
+async def test_an_output_over_the_limit_fails_the_node_for_good(conformance: Conformance) -> None:
+    c = conformance
+    workflow = await c.deploy_task({"do": "big", "bytes": 2 * 1024 * 1024}, queue=Q)
+    await c.worker(Q)
+    run_id = (await c.stack.engine.start(workflow)).run_id
+    run = await c.stack.wait_run(run_id, timeout=30)
+    assert run.status is RunStatus.FAILED
+    task = await c.task(run_id)
+    assert task.attempt == 0 and task.error_code == "output_too_large"
+    assert task.error is not None and "COMPOSER_MAX_OUTPUT_BYTES" in task.error
+
+
+async def test_a_lost_lease_stops_the_handler_and_reports_nothing(
+    conformance: Conformance,
+) -> None:
+    c = conformance
+    workflow = await c.deploy_task({"do": "hang_first"}, queue=Q, max_attempts=3)
+    worker = await c.worker(Q, lease_ttl=3.0)
+    run_id = (await c.stack.engine.start(workflow)).run_id
+    started = await worker.line("started ")
+    task = await c.task(run_id)
+    assert started == f"started {task.task_id} 0"
+
+    # the lease is taken from the worker, as when it froze past its TTL: run out by the
+    # database's clock and expired (attempt 0 fails LEASE_EXPIRED, attempt 1 is dispatched)
+    async def taken() -> bool:
+        await expire_lease(c.stack.pool, run_id, task.task_id)
+        return await c.stack.engine.expire_lease(
+            run_id, task.task_id, "work", 0, owner=task.lease_owner
+        )
+
+    await until(taken, timeout=10, what="the lease expired")
+    await worker.line(f"aborted {task.task_id} 0")
+    run = await c.stack.wait_run(run_id, timeout=30)
+    assert run.status is RunStatus.SUCCEEDED
+    task = await c.task(run_id)
+    assert (task.attempt, task.output) == (1, {"attempt": 1})
+    # attempt 0 reported nothing: only attempt 1's report brought its log line
+    [log] = await c.logs(run_id)
+    assert log.attempt == 1 and log.lines.endswith("INFO attempt 1")
+
+
+async def test_a_token_for_another_queue_runs_nothing(conformance: Conformance) -> None:
+    c = conformance
+    server, port = await start_server(
+        c.stack.engine, address="127.0.0.1:0", tokens=f"{TOKEN}:*,team-a-token:team-a"
+    )
+    try:
+        workflow = await c.deploy_task({"do": "echo"}, queue="team-b")
+        worker = await c.worker("team-b", token="team-a-token", coordinator=f"127.0.0.1:{port}")
+        run_id = (await c.stack.engine.start(workflow)).run_id
+        await eventually(
+            lambda: "does not cover queue 'team-b'" in worker.stderr(),
+            timeout=30,
+            what="the worker said its token does not cover the queue",
+        )
+        assert not any(line.startswith("started ") for line in worker.lines)
+        assert (await c.task(run_id)).state is TaskState.QUEUED
+    finally:
+        await server.stop(0)
+
+
+async def test_sigterm_drains_the_task_in_flight_and_the_worker_shows_stopped(
+    conformance: Conformance,
+) -> None:
+    c = conformance
+    workflow = await c.deploy_task({"do": "sleep", "seconds": 2}, queue=Q, max_attempts=1)
+    worker = await c.worker(Q)
+    run_id = (await c.stack.engine.start(workflow)).run_id
+    await worker.line("started ")
+    worker.signal(signal.SIGTERM)
+    assert await worker.exited() == 0
+    # the task in flight finished and was reported before the worker exited
+    task = await c.task(run_id)
+    assert task.state is TaskState.COMPLETED and task.output == {"slept": 2}
+    assert not any(line.startswith("aborted ") for line in worker.lines)
+    [row] = [w for w in await c.worker_rows() if f"-{worker.proc.pid}-" in w.worker_id]
+    assert row.state == "STOPPED" and row.queues == (Q,)
+
+
+async def test_what_the_handler_logs_is_kept_with_its_attempt(conformance: Conformance) -> None:
+    c = conformance
+    workflow = await c.deploy_task({"do": "log", "lines": 3}, queue=Q)
+    await c.worker(Q)
+    run_id = (await c.stack.engine.start(workflow)).run_id
+    assert (await c.stack.wait_run(run_id, timeout=30)).status is RunStatus.SUCCEEDED
+    [log] = await c.logs(run_id)
+    lines = log.lines.split("\n")
+    assert [line.split(" ", 1)[1] for line in lines] == [
+        "INFO line 1 of 3",
+        "INFO line 2 of 3",
+        "INFO line 3 of 3",
+        "WARNING done",
+    ]
+    assert all(line.split(" ", 1)[0].endswith("Z") for line in lines)  # UTC times
+    assert log.truncated == 0
+
+
+async def test_the_handler_sees_its_caller_and_a_key_stable_across_attempts(
+    conformance: Conformance,
+) -> None:
+    c = conformance
+    workflow = await c.deploy_task({"do": "echo"}, queue=Q)
+    await c.worker(Q)
+    caller = Caller("ci", "operator", {"ticket": "OPS-7", "nested": {"ids": [1, 2]}})
+    run_id = (await c.stack.engine.start(workflow, caller=caller)).run_id
+    assert (await c.stack.wait_run(run_id, timeout=30)).status is RunStatus.SUCCEEDED
+    output = (await c.task(run_id)).output
+    assert output["caller"] == {
+        "name": "ci",
+        "role": "operator",
+        "metadata": {"ticket": "OPS-7", "nested": {"ids": [1, 2]}},
+    }
+    assert output["idempotency_key"] == f"{run_id}:work"
+
+
+async def test_a_run_with_no_caller_gives_the_handler_none(conformance: Conformance) -> None:
+    c = conformance
+    workflow = await c.deploy_task({"do": "echo"}, queue=Q)
+    await c.worker(Q)
+    run_id = (await c.stack.engine.start(workflow)).run_id
+    assert (await c.stack.wait_run(run_id, timeout=30)).status is RunStatus.SUCCEEDED
+    assert (await c.task(run_id)).output["caller"] is None
