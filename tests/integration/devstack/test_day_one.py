@@ -1,7 +1,8 @@
 """Issue 31, day one: the README's worker, saved as a file and started in a shell that
 loaded what ``make run`` wrote (tokens.env, stack.env), serves a stack on any
 COMPOSER_PORT_BASE as written; it says at start what it serves and where, and Ctrl-C
-drains it to STOPPED in the workers' list."""
+drains it to STOPPED in the workers' list. examples/price-check.yaml runs as shipped,
+offline, on the shop the stack serves."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import yaml
 
 from tests.integration.devstack.conftest import (
     PORTS_PER_STACK,
@@ -26,6 +28,7 @@ from tests.integration.devstack.conftest import (
 )
 from tests.unit.test_readme import python_blocks
 
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 PAY = {
     "id": "day-one-pay",
     "nodes": [
@@ -114,6 +117,26 @@ async def test_the_readme_worker_serves_a_stack_on_a_port_base_and_ctrl_c_drains
                 result = await r.json()
             assert result["status"] == "SUCCEEDED", (result, stack.text[-3000:])
             assert result["output"] == {"charged": 5}
+
+            # examples/price-check.yaml as shipped, offline: the shop is the stack's own
+            # (COMPOSER_API_EXAMPLES), on the one local port HTTP nodes may call
+            price_check = yaml.safe_load((EXAMPLES / "price-check.yaml").read_text())
+            async with session.post(
+                f"{api}/v1/workflows?deploy=true", json=price_check, headers=auth
+            ) as r:
+                assert r.status == 201, await r.text()
+            url = f"{api}/examples/shop/items/7"
+            async with session.post(
+                f"{api}/v1/runs",
+                json={"workflow_id": "price-check", "input": {"url": url}},
+                headers=auth,
+            ) as r:
+                assert r.status == 201, await r.text()
+                run_id = (await r.json())["run_id"]
+            async with session.get(f"{api}/v1/runs/{run_id}/result?timeout=60", headers=auth) as r:
+                result = await r.json()
+            assert result["status"] == "SUCCEEDED", (result, stack.text[-3000:])
+            assert result["output"]["quote"]["total"] == 108.0
 
             worker.send_signal(signal.SIGINT)  # Ctrl-C
             rest = (await asyncio.wait_for(worker.stderr.read(), 30)).decode()

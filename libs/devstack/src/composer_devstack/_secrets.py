@@ -43,6 +43,8 @@ DEFAULTS = {
     "COMPOSER_API_PORT": "8080",
     "COMPOSER_GRPC_ADDR": "127.0.0.1:50051",
     "COMPOSER_LOG_FORMAT": "human",  # the supervisor prints the lines; JSON would be for a collector
+    # the shop examples/price-check.yaml calls, on the stack's own API port (offline)
+    "COMPOSER_API_EXAMPLES": "true",
 }
 
 #: A secret → the services that get it; every other service starts without it.

@@ -57,6 +57,7 @@ def config_from(settings: GatewaySettings) -> GatewayConfig:
         allowed_hosts=parse_hosts(settings.allowed_hosts),
         encryption_keys=settings.encryption_keys,
         worker_live_seconds=settings.worker_live_seconds,
+        examples=settings.api_examples,
     )
 
 

@@ -17,7 +17,7 @@ from opentelemetry.trace import SpanKind
 
 import composer_queue
 import composer_repo as repo
-from composer_api_gateway import ui
+from composer_api_gateway import examples, ui
 from composer_api_gateway.auth import Authenticator, parse_tokens
 from composer_api_gateway.hosts import HostAllowList, host_middleware
 from composer_api_gateway.instruments import instruments
@@ -81,6 +81,8 @@ def create_app(
     for route in ROUTES:
         app.router.add_route(route.method, route.path, guarded(route, authenticator), name=None)
     ui.add_routes(app)  # static files, not part of the API (nor of its OpenAPI document)
+    if config.examples:
+        examples.add_routes(app)  # what examples/ call, so they run offline
     app.cleanup_ctx.append(_waiters)
     app.cleanup_ctx.append(_engine)
     if not authenticator.configured:

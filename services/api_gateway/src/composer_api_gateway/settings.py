@@ -35,3 +35,7 @@ class GatewaySettings(ServerSettings):
     #: /v1/workers), and a task waiting on a queue no live worker serves says so
     #: (waiting_hint). Keep it a few times the workers' heartbeat (5 s).
     worker_live_seconds: float = 30.0
+    #: COMPOSER_API_EXAMPLES: also serve what examples/ call (a small shop under
+    #: /examples/shop/items/{id}, for examples/price-check.yaml), so they run offline.
+    #: `make run` sets it; a production gateway leaves it off.
+    api_examples: bool = False

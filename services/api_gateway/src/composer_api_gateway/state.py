@@ -40,6 +40,8 @@ class GatewayConfig:
     #: COMPOSER_WORKER_LIVE_SECONDS: a worker whose last heartbeat is older is LOST, and a
     #: task waiting on a queue no live worker serves carries a waiting_hint.
     worker_live_seconds: float = 30.0
+    #: Serve what the examples call (composer_api_gateway.examples): COMPOSER_API_EXAMPLES.
+    examples: bool = False
 
 
 CONFIG = web.AppKey("config", GatewayConfig)
