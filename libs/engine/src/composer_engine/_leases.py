@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import composer_repo as repo
 from composer_common import limits
 from composer_common.logs import alert
-from composer_core.model import RESERVED_QUEUES, Node, NodeType, literal_origin
+from composer_core.model import RESERVED_QUEUES, Node, NodeType
 from composer_core.templates import ORIGIN_KEY, SECRETS_KEY, Json
 from composer_engine._definitions import DefinitionCache
 from composer_engine.errors import BadRequest, EngineError, Forbidden, Misrouted
@@ -190,17 +190,18 @@ async def grant_leases(
 
 
 def _with_origin(lease_input: Json, node: Node | None) -> Json:
-    """An HTTP node's input rendered before origins were recorded, given the one its
-    definition spells out: the workers send its secrets nowhere else, and refuse an
-    input that carries secrets and names none (docs/secrets.md)."""
+    """An input rendered before origins were recorded, given what its kind adds from
+    the definition's text (an HTTP node's origin): the workers send its secrets nowhere
+    else, and refuse an input that carries secrets and names none (docs/secrets.md)."""
     if (
         node is not None
-        and node.type is NodeType.HTTP
         and isinstance(lease_input, dict)
         and SECRETS_KEY in lease_input
         and ORIGIN_KEY not in lease_input
     ):
-        return {**lease_input, ORIGIN_KEY: literal_origin(node.spec.get("url"))}
+        finished = dict(lease_input)
+        node.type.kind.finish_input(node, finished)
+        return finished
     return lease_input
 
 
