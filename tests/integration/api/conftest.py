@@ -20,7 +20,7 @@ import pytest
 from aiohttp import web
 
 from composer_api_gateway import GatewayConfig, create_app
-from composer_service import RuntimeConfig, serving
+from composer_service import EngineConfig, RuntimeConfig, serving
 from tests.integration.e2e.conftest import Stack, open_stack
 
 TOKENS = {"admin": "adm-secret", "operator": "op-secret", "viewer": "view-secret"}
@@ -90,6 +90,8 @@ async def open_gateway(
     prefix = prefix or f"test-{uuid.uuid4().hex[:10]}"
     settings: dict[str, Any] = {"tokens": TOKENS_ENV, "result_poll_seconds": 5.0}
     settings |= config
+    # what the engine is built with (composer_service.engines), the rest the gateway's
+    engine = EngineConfig(redis_prefix=prefix, encryption_keys=settings.pop("encryption_keys", ""))
     runtime = RuntimeConfig(
         "api-gateway",
         database_url=database_url,
@@ -98,10 +100,11 @@ async def open_gateway(
         admin_port=0,
         logs=False,  # the test's log capture stays
         telemetry=False,  # tests/integration/e2e installs its own
+        engine=engine,
     )
     async with serving(runtime) as rt:
         app = create_app(
-            GatewayConfig(redis_prefix=prefix, **settings), pool=rt.pool, redis=rt.queue
+            GatewayConfig(redis_prefix=prefix, **settings), engine=rt.engine, redis=rt.queue
         )
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await runner.setup()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from composer_api_gateway.state import POOL
+import composer_repo as repo
 from tests.integration.api.conftest import Gateway, deploy, queued_workflow
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -180,7 +180,9 @@ async def test_a_node_carrying_a_secret_must_write_its_host_literally(gateway: G
     assert taken.status == 201, taken.body
 
 
-async def test_a_webhook_url_s_credentials_are_shown_to_no_one(gateway: Gateway) -> None:
+async def test_a_webhook_url_s_credentials_are_shown_to_no_one(
+    gateway: Gateway, conn: repo.Connection
+) -> None:
     """The finding: viewers saw webhook_url with its user:password@. It is kept (the
     webhook is sent with it) and shown as ***@ to every role, in every answer."""
     password = "hunter2-pw-0417"
@@ -202,9 +204,7 @@ async def test_a_webhook_url_s_credentials_are_shown_to_no_one(gateway: Gateway)
             assert password not in json.dumps(answer.body) and "hook-user" not in json.dumps(
                 answer.body
             )
-    stored = await gateway.app[POOL].fetchval(
-        "SELECT webhook_url FROM workflow_definitions WHERE id = 'hooked'"
-    )
+    stored = await conn.fetchval("SELECT webhook_url FROM workflow_definitions WHERE id = 'hooked'")
     assert stored == definition["webhook_url"]  # kept for the POST
 
     # the definition as the API shows it, applied again, would post with '***': refused

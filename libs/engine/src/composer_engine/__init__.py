@@ -4,6 +4,15 @@ from composer_engine._definitions import DefinitionCache
 from composer_engine._engine import Engine
 from composer_engine._history import KINDS as HISTORY_KINDS
 from composer_engine._leases import LeaseGrant, Reporter, handler_node_types, new_token
+from composer_engine._reads import ENDS_ATTEMPT as HISTORY_ENDS_ATTEMPT
+from composer_engine._reads import (
+    HistoryPage,
+    HistoryRow,
+    LogsView,
+    Reads,
+    RunListing,
+    RunView,
+)
 from composer_engine._recovery import (
     Acknowledge,
     ClaimedEntry,
@@ -40,6 +49,7 @@ from composer_engine.errors import (
 )
 
 __all__ = [
+    "HISTORY_ENDS_ATTEMPT",
     "HISTORY_KINDS",
     "Acknowledge",
     "Applied",
@@ -55,18 +65,24 @@ __all__ = [
     "Forbidden",
     "GiveBack",
     "GiveUp",
+    "HistoryPage",
+    "HistoryRow",
     "IdempotencyKeyReused",
     "Internal",
     "LeaseGrant",
     "Leave",
+    "LogsView",
     "Misrouted",
     "NotFound",
     "Parked",
+    "Reads",
     "RecoveryLimits",
     "Redeliver",
     "Redispatch",
     "Report",
     "Reporter",
+    "RunListing",
+    "RunView",
     "Started",
     "Unavailable",
     "UnknownSignal",

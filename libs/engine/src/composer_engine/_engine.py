@@ -8,6 +8,8 @@ lock → decide → persist → commit in one transaction (docs/architecture.md 
     leases         _leasing.py      acquire/renew one or many, batched (lease, renew)
     loop events    _loop_events.py  fire_timer, expire_lease, redispatch
     run events     _run_event_delivery.py  events one run sent another, applied once
+    reads          _reads.py        a run, runs, history, logs, workers: payloads shown or not
+    workflows      _workflows.py    definitions: create, apply, deploy, delete, read
     the shell      _shell.py        handle (lock → decide → persist), the decision thread
     the retry loop _transaction.py  one transaction, retried while the database is away
 
@@ -30,11 +32,13 @@ from composer_engine._definitions import DefinitionCache
 from composer_engine._leases import new_token
 from composer_engine._leasing import Leasing
 from composer_engine._loop_events import LoopEvents
+from composer_engine._reads import Reads
 from composer_engine._reports import Reports
 from composer_engine._run_event_delivery import RunEventDelivery
 from composer_engine._runs import RunCommands
 from composer_engine._shell import Shell, utcnow
 from composer_engine._transaction import DEFAULT_ATTEMPTS
+from composer_engine._workflows import Workflows
 from composer_engine.sealing import Sealer
 
 
@@ -42,7 +46,7 @@ class Engine:
     """Applies events to runs. Safe to share between tasks and to run in many processes.
 
     Each public method is its use case's (``runs``, ``reports``, ``leases``,
-    ``loops``); callers may use either."""
+    ``loops``); callers may use either. ``reads`` and ``workflows`` are used as such."""
 
     def __init__(
         self,
@@ -110,6 +114,8 @@ class Engine:
         self.loops = LoopEvents(shell)
         self.run_events = RunEventDelivery(shell)
         shell.deliver = self.run_events.deliver_soon
+        self.reads = Reads(shell)
+        self.workflows = Workflows(pool, attempts=attempts)
         # -- the public inputs, each its use case's ------------------------------
         self.handle = shell.handle
         self.start = self.runs.start

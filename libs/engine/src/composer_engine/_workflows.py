@@ -69,7 +69,7 @@ def validate_definition(source: str | bytes | Mapping[str, Any]) -> ValidDefinit
 
 
 class Workflows:
-    """Writes to workflow definitions. Reads go to libs/repo directly (nothing to decide)."""
+    """Workflow definitions: create, apply, deploy, delete, and read them."""
 
     def __init__(self, pool: repo.Pool, *, attempts: int = DEFAULT_ATTEMPTS) -> None:
         self.pool = pool
@@ -141,3 +141,29 @@ class Workflows:
             return await repo.delete_definition(tx.conn, workflow_id)
 
         return await in_transaction(self.pool, attempt, attempts=self._attempts)
+
+    # -- reads -----------------------------------------------------------------------
+
+    async def summaries(self) -> list[repo.WorkflowSummary]:
+        """Every workflow: its latest and deployed versions."""
+
+        async def read(tx: Tx) -> list[repo.WorkflowSummary]:
+            return await repo.list_definitions(tx.conn)
+
+        return await in_transaction(self.pool, read, attempts=self._attempts)
+
+    async def versions(self, workflow_id: str) -> list[repo.DefinitionVersion]:
+        """The workflow's versions, newest first (NotFound: no such workflow)."""
+
+        async def read(tx: Tx) -> list[repo.DefinitionVersion]:
+            return await repo.list_definition_versions(tx.conn, workflow_id)
+
+        return await in_transaction(self.pool, read, attempts=self._attempts)
+
+    async def get(self, workflow_id: str, version: int) -> repo.Definition:
+        """One version of the workflow, with its spec (NotFound: no such version)."""
+
+        async def read(tx: Tx) -> repo.Definition:
+            return await repo.get_definition(tx.conn, workflow_id, version)
+
+        return await in_transaction(self.pool, read, attempts=self._attempts)

@@ -9,6 +9,7 @@ lives here and only here, so the worker SDK does not depend on it.
 
 from composer_common.process import forbid_dumping
 from composer_service.admin import Check, serve_admin
+from composer_service.engines import EngineConfig, build_engine
 from composer_service.entry import run
 from composer_service.errors import EXIT_PORT_IN_USE, PortInUse, StartupError, listen_error
 from composer_service.runtime import Runtime, RuntimeConfig, serving
@@ -18,12 +19,14 @@ from composer_service.signals import sleep_or_stop, stop_on_signals
 __all__ = [
     "EXIT_PORT_IN_USE",
     "Check",
+    "EngineConfig",
     "PortInUse",
     "Runtime",
     "RuntimeConfig",
     "ServerSettings",
     "ServiceSettings",
     "StartupError",
+    "build_engine",
     "forbid_dumping",
     "listen_error",
     "run",

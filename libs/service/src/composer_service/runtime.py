@@ -17,7 +17,9 @@ from dataclasses import dataclass
 
 import composer_queue
 import composer_repo as repo
+from composer_engine import Engine
 from composer_service.admin import Check, serve_admin
+from composer_service.engines import EngineConfig, build_engine
 from composer_service.hosts import LOOPBACK_HOSTS
 from composer_service.logs import setup_logging
 from composer_service.signals import stop_on_signals
@@ -48,6 +50,8 @@ class RuntimeConfig:
     logs: bool = True
     #: Install the OpenTelemetry SDK's providers (once per process).
     telemetry: bool = True
+    #: The engine to build on the pool (and the Redis client, if any); None: none.
+    engine: EngineConfig | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,12 +65,20 @@ class Runtime:
     admin_port: int | None
     _pool: repo.Pool | None
     _queue: composer_queue.RedisQueue | None
+    _engine: Engine | None = None
 
     @property
     def pool(self) -> repo.Pool:
         if self._pool is None:
             raise RuntimeError(f"{self.name} was served without a database: give database_url")
         return self._pool
+
+    @property
+    def engine(self) -> Engine:
+        """The engine ``RuntimeConfig.engine`` described (composer_service.engines)."""
+        if self._engine is None:
+            raise RuntimeError(f"{self.name} was served without an engine: give engine")
+        return self._engine
 
     @property
     def queue(self) -> composer_queue.RedisQueue:
@@ -83,7 +95,8 @@ async def serving(
     """Open what ``config`` asks for, for the block; ``checks`` are readiness checks of the
     service's own, served on /readyz beside the database's and Redis's.
 
-    Raises ``repo.SchemaOutdated`` before serving when the database is behind this code.
+    Raises ``repo.SchemaOutdated`` before serving when the database is behind this code,
+    StartupError for an engine whose COMPOSER_ENCRYPTION_KEYS are malformed.
     """
     if config.logs:
         setup_logging(config.name, config.log_level, json_lines=config.json_logs)
@@ -104,6 +117,13 @@ async def serving(
             client = composer_queue.connect(config.redis_url)
             opened.push_async_callback(client.close)
             ready["redis"] = client.ping
+        engine: Engine | None = None
+        if config.engine is not None:
+            if pool is None:
+                raise RuntimeError(f"{config.name}: an engine needs a database: give database_url")
+            engine = build_engine(pool, client, config.engine)
+            # closed before the pool: it deletes the outbox rows of what it published
+            opened.push_async_callback(engine.aclose)
         ready |= checks or {}
         stop = opened.enter_context(stop_on_signals())
         port = await opened.enter_async_context(
@@ -114,7 +134,7 @@ async def serving(
                 allowed_hosts=config.allowed_hosts,
             )
         )
-        yield Runtime(config.name, stop, port, pool, client)
+        yield Runtime(config.name, stop, port, pool, client, engine)
 
 
 def _database_check(pool: repo.Pool) -> Check:

@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from composer_common import limits
 from composer_queue import DEFAULT_SHARDS
+from composer_service.engines import EngineConfig
 from composer_service.errors import StartupError
 from composer_service.hosts import parse_hosts
 from composer_service.runtime import RuntimeConfig
@@ -97,13 +98,31 @@ class ServiceSettings(BaseSettings):
     def json_logs(self) -> bool | None:
         return None if self.log_format == "auto" else self.log_format == "json"
 
+    def engine_config(self, *, batch_size: int = 256, batches_in_flight: int = 2) -> EngineConfig:
+        """The engine these settings describe (``batch_size`` and ``batches_in_flight``:
+        the coordinator's group commit; the other services keep the defaults)."""
+        return EngineConfig(
+            redis_prefix=self.redis_prefix,
+            shards=self.shards,
+            encryption_keys=self.encryption_keys,
+            max_node_input_bytes=self.max_node_input_bytes,
+            max_output_bytes=self.max_output_bytes,
+            batch_size=batch_size,
+            batches_in_flight=batches_in_flight,
+        )
+
     def runtime(
-        self, name: str, *, pool_size: int | None = None, redis: bool = True
+        self,
+        name: str,
+        *,
+        pool_size: int | None = None,
+        redis: bool = True,
+        engine: EngineConfig | None = None,
     ) -> RuntimeConfig:
         """What ``serving()`` opens for service ``name``: a pool of ``pool_size``
-        connections (None: no database), a Redis client if ``redis``, and the admin
-        port, logs and telemetry these settings describe. StartupError for an empty
-        COMPOSER_ALLOWED_HOSTS."""
+        connections (None: no database), a Redis client if ``redis``, the ``engine``
+        (None: none), and the admin port, logs and telemetry these settings
+        describe. StartupError for an empty COMPOSER_ALLOWED_HOSTS."""
         try:
             allowed_hosts = parse_hosts(self.allowed_hosts)
         except ValueError as exc:
@@ -119,6 +138,7 @@ class ServiceSettings(BaseSettings):
             log_level=self.log_level,
             json_logs=self.json_logs,
             otlp_endpoint=self.otlp_endpoint,
+            engine=engine,
         )
 
 

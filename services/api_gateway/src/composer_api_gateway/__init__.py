@@ -1,6 +1,6 @@
 """Composer api-gateway: the REST API (docs/architecture.md §9) on aiohttp.
 
-``create_app(GatewayConfig(...), pool=…, redis=…)`` builds the application; the console
+``create_app(GatewayConfig(...), engine=…, redis=…)`` builds the application; the console
 script ``composer-api-gateway`` serves it with settings from ``COMPOSER_*``.
 """
 

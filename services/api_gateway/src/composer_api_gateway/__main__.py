@@ -45,17 +45,14 @@ def check_settings(settings: GatewaySettings) -> list[str]:
 def config_from(settings: GatewaySettings) -> GatewayConfig:
     return GatewayConfig(
         redis_prefix=settings.redis_prefix,
-        shards=settings.shards,
         tokens=settings.api_tokens,
         max_body_bytes=settings.api_max_body_bytes,
         max_run_input_bytes=settings.max_run_input_bytes,
         max_signal_bytes=settings.max_signal_bytes,
-        max_node_input_bytes=settings.max_node_input_bytes,
         max_context_bytes=settings.max_context_bytes,
         max_wait_seconds=settings.api_max_wait_seconds,
         result_poll_seconds=settings.api_result_poll_seconds,
         allowed_hosts=parse_hosts(settings.allowed_hosts),
-        encryption_keys=settings.encryption_keys,
         worker_live_seconds=settings.worker_live_seconds,
         examples=settings.api_examples,
     )
@@ -63,10 +60,13 @@ def config_from(settings: GatewaySettings) -> GatewayConfig:
 
 async def serve(settings: GatewaySettings) -> None:
     warnings = check_settings(settings)
-    async with serving(settings.runtime("api-gateway", pool_size=settings.pool_size)) as rt:
+    runtime = settings.runtime(
+        "api-gateway", pool_size=settings.pool_size, engine=settings.engine_config()
+    )
+    async with serving(runtime) as rt:
         for warning in warnings:
             log.warning("%s", warning)
-        app = create_app(config_from(settings), pool=rt.pool, redis=rt.queue)
+        app = create_app(config_from(settings), engine=rt.engine, redis=rt.queue)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=settings.drain_seconds)
         await runner.setup()
         try:

@@ -16,13 +16,12 @@ from aiohttp import web
 from opentelemetry.trace import SpanKind
 
 import composer_queue
-import composer_repo as repo
 from composer_api_gateway import examples, ui
 from composer_api_gateway.auth import Authenticator, parse_tokens
 from composer_api_gateway.hosts import HostAllowList, host_middleware
 from composer_api_gateway.instruments import instruments
 from composer_api_gateway.openapi import build_spec, render_docs
-from composer_api_gateway.problems import ApiProblem, from_engine, from_repo
+from composer_api_gateway.problems import ApiProblem, from_engine
 from composer_api_gateway.routes import ROUTES, Handler, Route
 from composer_api_gateway.state import (
     AUTH,
@@ -30,7 +29,6 @@ from composer_api_gateway.state import (
     CONFIG,
     DOCS,
     ENGINE,
-    POOL,
     REDIS,
     SPEC,
     WAITERS,
@@ -39,18 +37,17 @@ from composer_api_gateway.state import (
 )
 from composer_api_gateway.waiters import RunWaiters
 from composer_common.telemetry import extract, tracer
-from composer_engine import Engine, EngineError, Workflows
-from composer_engine.sealing import sealer_from
+from composer_engine import Engine, EngineError
 
 log = logging.getLogger("composer.api")
 
 
 def create_app(
-    config: GatewayConfig, *, pool: repo.Pool, redis: composer_queue.RedisQueue
+    config: GatewayConfig, *, engine: Engine, redis: composer_queue.RedisQueue
 ) -> web.Application:
-    """Build the app on ``pool`` and the queue client ``redis`` (both stay the caller's
-    to close); raises ValueError for a malformed COMPOSER_API_TOKENS or
-    COMPOSER_ENCRYPTION_KEYS.
+    """Build the app on ``engine`` (``composer_service.serving`` builds it) and the
+    queue client ``redis`` (both stay the caller's to close); raises ValueError for
+    a malformed COMPOSER_API_TOKENS.
 
     The Host check runs inside the problems middleware (a refused host is a
     problem+json answer, counted like any other) and before every route."""
@@ -65,17 +62,9 @@ def create_app(
     )
     app[CONFIG] = config
     app[AUTH] = authenticator
-    app[POOL] = pool
     app[REDIS] = redis
-    app[ENGINE] = Engine(
-        pool,
-        redis=redis,
-        redis_prefix=config.redis_prefix,
-        shards=config.shards,
-        max_node_input_bytes=config.max_node_input_bytes,
-        sealer=sealer_from(config.encryption_keys),
-    )
-    app[WORKFLOWS] = Workflows(pool)
+    app[ENGINE] = engine
+    app[WORKFLOWS] = engine.workflows
     app[SPEC] = build_spec(ROUTES)
     app[DOCS] = render_docs(app[SPEC])
     for route in ROUTES:
@@ -84,7 +73,6 @@ def create_app(
     if config.examples:
         examples.add_routes(app)  # what examples/ call, so they run offline
     app.cleanup_ctx.append(_waiters)
-    app.cleanup_ctx.append(_engine)
     if not authenticator.configured:
         log.warning("COMPOSER_API_TOKENS is empty: every /v1 request will be refused (401)")
     return app
@@ -147,12 +135,6 @@ async def problems_middleware(request: web.Request, handler: Handler) -> web.Str
         if status >= 500:
             log.warning("%s %s: %s", request.method, request.path, exc)
         return problem.response(request.path)
-    except repo.RepoError as exc:
-        problem = from_repo(exc)
-        status = problem.status
-        if status >= 500:
-            log.warning("%s %s: %s", request.method, request.path, exc)
-        return problem.response(request.path)
     except web.HTTPException as exc:  # aiohttp's own: 404, 405, 413 …
         status = exc.status
         if exc.status < 400:
@@ -179,13 +161,6 @@ async def problems_middleware(request: web.Request, handler: Handler) -> web.Str
         )
     finally:
         instruments().observe(request.method, route, status, time.perf_counter() - started)
-
-
-async def _engine(app: web.Application) -> AsyncIterator[None]:
-    """On shutdown, the outbox rows of what the engine published are deleted before
-    the pool (the caller's) closes."""
-    yield
-    await app[ENGINE].aclose()
 
 
 async def _waiters(app: web.Application) -> AsyncIterator[None]:

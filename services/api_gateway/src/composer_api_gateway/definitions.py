@@ -1,8 +1,8 @@
 """Handlers of /v1/workflows: create (YAML or JSON), list, show, deploy, delete.
 
 Each handler parses the request, calls the engine's definitions use case
-(``composer_engine.Workflows``: validation, the write and its retries) or, for
-reads, libs/repo, and renders the answer. An invalid definition answers 422
+(``composer_engine.Workflows``: validation, the writes and the reads, with their
+retries) and renders the answer. An invalid definition answers 422
 with every problem and its path, so a user fixes them all in one go.
 
 A ``webhook_url``'s ``user:password@`` is shown to no one, admins included, as
@@ -15,7 +15,6 @@ from __future__ import annotations
 from aiohttp import web
 from pydantic import BaseModel
 
-import composer_repo as repo
 from composer_api_gateway import bodies
 from composer_api_gateway.models import (
     DefinitionCreated,
@@ -28,11 +27,12 @@ from composer_api_gateway.models import (
     WorkflowSummary,
 )
 from composer_api_gateway.problems import ApiProblem
-from composer_api_gateway.state import CALLER, POOL, WORKFLOWS
+from composer_api_gateway.state import CALLER, WORKFLOWS
 from composer_core.errors import DefinitionInvalid, Problem
 from composer_core.model import DEFAULT_LIMITS, hide_credentials
 from composer_core.templates import Json
 from composer_engine import ValidDefinition, validate_definition
+from composer_engine.records import Definition
 
 JSON_TYPES = frozenset({"application/json"})
 YAML_TYPES = frozenset(
@@ -121,8 +121,7 @@ async def create(request: web.Request) -> web.Response:
 
 
 async def list_all(request: web.Request) -> web.Response:
-    async with repo.transaction(request.app[POOL]) as conn:
-        summaries = await repo.list_definitions(conn)
+    summaries = await request.app[WORKFLOWS].summaries()
     return json_response(
         WorkflowList(
             workflows=[
@@ -142,8 +141,7 @@ async def list_all(request: web.Request) -> web.Response:
 
 async def show(request: web.Request) -> web.Response:
     workflow_id = bodies.workflow_id_param(request)
-    async with repo.transaction(request.app[POOL]) as conn:
-        versions = await repo.list_definition_versions(conn, workflow_id)
+    versions = await request.app[WORKFLOWS].versions(workflow_id)
     deployed = next((v.version for v in versions if v.deployed), None)
     return json_response(
         WorkflowDetail(
@@ -167,7 +165,7 @@ async def show(request: web.Request) -> web.Response:
     )
 
 
-def _detail(d: repo.Definition) -> VersionDetail:
+def _detail(d: Definition) -> VersionDetail:
     return VersionDetail(
         id=d.workflow_id,
         version=d.version,
@@ -195,8 +193,7 @@ def _shown_spec(spec: Json) -> Json:
 async def show_version(request: web.Request) -> web.Response:
     workflow_id = bodies.workflow_id_param(request)
     version = bodies.version_param(request, workflow_id)
-    async with repo.transaction(request.app[POOL]) as conn:
-        definition = await repo.get_definition(conn, workflow_id, version)
+    definition = await request.app[WORKFLOWS].get(workflow_id, version)
     return json_response(_detail(definition))
 
 

@@ -1,7 +1,7 @@
 """RFC 9457 problem details: every error the API answers, and the mapping from
-library errors to them.
+the engine's errors to them.
 
-Handlers raise ``ApiProblem`` (or let an engine/repo error through); the
+Handlers raise ``ApiProblem`` (or let an engine error through); the
 middleware in ``app`` turns either into ``application/problem+json``. The
 ``type`` is a stable URN per kind of problem, so a client can tell "that run
 id is taken" from "the run is finished" although both are 409.
@@ -15,7 +15,6 @@ from typing import Any
 
 from aiohttp import web
 
-import composer_repo as repo
 from composer_engine import EngineError
 
 PROBLEM_JSON = "application/problem+json"
@@ -85,22 +84,3 @@ def from_engine(exc: EngineError) -> ApiProblem:
     if status is None:
         return ApiProblem(500, "internal", exc.message, **exc.extensions)
     return ApiProblem(status, exc.kind, exc.message, **exc.extensions)
-
-
-def from_repo(exc: repo.RepoError) -> ApiProblem:
-    """A repository error met outside the engine (the definition routes call libs/repo)."""
-    if isinstance(exc, repo.NotFound):
-        return ApiProblem(404, "not-found", str(exc))
-    if isinstance(exc, repo.RunAlreadyExists):
-        return ApiProblem(409, "run-exists", str(exc))
-    if isinstance(exc, repo.Conflict) and exc.retryable:
-        return ApiProblem(503, "unavailable", f"{exc}; try again")
-    if isinstance(exc, repo.Conflict):
-        return ApiProblem(409, "conflict", str(exc))
-    if isinstance(exc, repo.Invalid):
-        return ApiProblem(400, "invalid-request", str(exc))
-    if isinstance(exc, repo.Transient):
-        return ApiProblem(503, "unavailable", f"the database is unavailable: {exc}")
-    if isinstance(exc, repo.SchemaError):
-        return ApiProblem(503, "schema", f"{exc}")
-    return ApiProblem(500, "internal", "internal error (logged on the api-gateway)")

@@ -3,7 +3,7 @@ and the attempts' task logs.
 
 Writes go through libs/engine (lock → decide → persist → commit), each with
 the name of the token behind it (who started, signalled, cancelled or retried
-the run); reads call libs/repo directly. Cursors are opaque to clients: a
+the run); reads go through its read side (``Engine.reads``). Cursors are opaque to clients: a
 versioned, base64url wrapper around the repository's cursor, so its form can
 change without breaking anyone who stored one.
 
@@ -11,7 +11,8 @@ What a viewer token reads has its payloads redacted (``redacted: true``, the
 payload fields null) unless the run's workflow sets ``viewers_see_payloads``:
 inputs, configs, outputs, errors, signal payloads and task logs can hold what a viewer
 should not see (an API key in a config, an Authorization header resolved into
-a task's input).
+a task's input). The engine's read side applies that rule; this module says who
+has full access.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import binascii
 
 from aiohttp import web
 
-import composer_repo as repo
 from composer_api_gateway import bodies, workers
 from composer_api_gateway.auth import Caller, Role
 from composer_api_gateway.definitions import json_response
@@ -44,10 +44,9 @@ from composer_api_gateway.models import (
     TaskLogsQuery,
 )
 from composer_api_gateway.problems import bad_request
-from composer_api_gateway.state import CALLER, CONFIG, ENGINE, POOL, WAITERS
+from composer_api_gateway.state import CALLER, CONFIG, ENGINE, WAITERS
 from composer_common import caller as calling
 from composer_core.model import TaskState
-from composer_engine import DefinitionCache, opened
 
 #: The status a long-poll answers when the run is still going: "ask again".
 STILL_RUNNING = 202
@@ -76,20 +75,11 @@ def decode_cursor(cursor: str, prefix: str = _CURSOR_PREFIX) -> str:
     return text[len(prefix) :]
 
 
-async def shows_payloads(
-    conn: repo.Connection,
-    definitions: DefinitionCache,
-    caller: Caller,
-    workflow_id: str,
-    version: int,
-) -> bool:
-    """Whether ``caller`` sees the payloads of a run of this workflow version:
-    operators and admins always; viewers when the definition says
-    ``viewers_see_payloads: true``."""
-    if caller.role >= Role.OPERATOR:
-        return True
-    dag = await definitions.get(conn, workflow_id, version)
-    return dag.spec.viewers_see_payloads
+def full_access(caller: Caller) -> bool:
+    """Whether ``caller`` sees every run's payloads (operators and admins); a viewer
+    sees those of a workflow that says ``viewers_see_payloads: true`` (the engine's
+    read side applies the rule: composer_engine._reads)."""
+    return caller.role >= Role.OPERATOR
 
 
 def _context(document: object) -> CallingContext | None:
@@ -105,36 +95,22 @@ async def load(request: web.Request, run_id: str) -> Run:
     """The run with its tasks and signals, read in one transaction (a consistent
     view), its documents opened (composer_engine.sealing) when the caller may see
     them, and redacted, never opened, when not."""
-    caller = request[CALLER]
-    sealer = request.app[ENGINE].sealer
-    async with repo.transaction(request.app[POOL]) as conn:
-        r = await repo.get_run(conn, run_id)
-        tasks = await repo.get_run_tasks(conn, run_id)
-        signals = await repo.run_signals(conn, run_id)
-        hints = (
-            {}
-            if r.status.is_terminal
-            else await workers.waiting_hints(
-                conn, run_id, live_seconds=request.app[CONFIG].worker_live_seconds
-            )
-        )
-        shown = await shows_payloads(
-            conn, request.app[ENGINE].definitions, caller, r.workflow_id, r.version
-        )
-    hidden = not shown
-    if shown:
-        r = opened.run_record(sealer, r)
-        tasks = [opened.task_record(sealer, run_id, t) for t in tasks]
-        signals = [opened.buffered_signal(sealer, run_id, s) for s in signals]
+    view = await request.app[ENGINE].reads.run(
+        run_id,
+        full_access=full_access(request[CALLER]),
+        live_seconds=request.app[CONFIG].worker_live_seconds,
+    )
+    r, tasks, signals, hidden = view.run, view.tasks, view.signals, view.redacted
+    hints = {u.queue: workers.hint(u) for u in view.unserved}
     return Run(
         run_id=r.run_id,
         workflow_id=r.workflow_id,
         version=r.version,
         status=r.status,
-        input=None if hidden else r.input,
-        config=None if hidden else r.config,
-        output=None if hidden else r.output,
-        error=None if hidden else r.error,
+        input=r.input,
+        config=r.config,
+        output=r.output,
+        error=r.error,
         idempotency_key=r.idempotency_key,
         created_at=r.created_at,
         updated_at=r.updated_at,
@@ -142,13 +118,13 @@ async def load(request: web.Request, run_id: str) -> Run:
         started_by=r.started_by,
         cancelled_by=r.cancelled_by,
         retried_by=r.retried_by,
-        context=None if hidden else _context(r.context),
+        context=_context(r.context),
         redacted=hidden,
         signals=[
             Signal(
                 signal_id=s.signal_id,
                 name=s.name,
-                payload=None if hidden else s.payload,
+                payload=s.payload,
                 sent_by=s.sent_by,
                 created_at=s.created_at,
                 consumed_at=s.consumed_at,
@@ -165,9 +141,9 @@ async def load(request: web.Request, run_id: str) -> Run:
                 state=t.state,
                 attempt=t.attempt,
                 max_attempts=t.max_attempts,
-                input=None if hidden else t.input,
-                output=None if hidden else t.output,
-                error=None if hidden else t.error,
+                input=t.input,
+                output=t.output,
+                error=t.error,
                 error_code=t.error_code,
                 queue=t.queue,
                 branches=None if t.branches is None else list(t.branches),
@@ -228,23 +204,15 @@ async def list_runs(request: web.Request) -> web.Response:
         if value is not None and value.tzinfo is None:
             raise bad_request(f"{name} needs a time zone, e.g. 2026-01-01T00:00:00Z")
     cursor = decode_cursor(query.cursor) if query.cursor else None
-    caller = request[CALLER]
-    definitions = request.app[ENGINE].definitions
-    sealer = request.app[ENGINE].sealer
-    async with repo.transaction(request.app[POOL]) as conn:
-        page = await repo.list_runs(
-            conn,
-            workflow_id=query.workflow_id,
-            status=query.status,
-            created_after=query.created_after,
-            created_before=query.created_before,
-            cursor=cursor,
-            limit=query.limit,
-        )
-        shown = {
-            key: await shows_payloads(conn, definitions, caller, *key)
-            for key in {(s.workflow_id, s.version) for s in page.runs}
-        }
+    listing = await request.app[ENGINE].reads.runs(
+        full_access=full_access(request[CALLER]),
+        workflow_id=query.workflow_id,
+        status=query.status,
+        created_after=query.created_after,
+        created_before=query.created_before,
+        cursor=cursor,
+        limit=query.limit,
+    )
     return json_response(
         RunList(
             runs=[
@@ -253,21 +221,17 @@ async def list_runs(request: web.Request) -> web.Response:
                     workflow_id=s.workflow_id,
                     version=s.version,
                     status=s.status,
-                    error=(
-                        opened.shown_text(sealer, s.run_id, s.error)
-                        if shown[(s.workflow_id, s.version)]
-                        else None
-                    ),
+                    error=s.error,
                     idempotency_key=s.idempotency_key,
                     created_at=s.created_at,
                     updated_at=s.updated_at,
                     completed_at=s.completed_at,
                     started_by=s.started_by,
-                    redacted=not shown[(s.workflow_id, s.version)],
+                    redacted=redacted,
                 )
-                for s in page.runs
+                for s, redacted in listing.runs
             ],
-            next_cursor=encode_cursor(page.next_cursor),
+            next_cursor=encode_cursor(listing.next_cursor),
         )
     )
 
@@ -345,20 +309,14 @@ async def logs(request: web.Request) -> web.Response:
     payloads, redacted (lines null) when not: a printed line can hold what an input did."""
     run_id = bodies.run_id_param(request)
     query = bodies.read_query(request, TaskLogsQuery)
-    caller = request[CALLER]
-    sealer = request.app[ENGINE].sealer
-    async with repo.transaction(request.app[POOL]) as conn:
-        r = await repo.get_run(conn, run_id)
-        stored = await repo.get_task_logs(conn, run_id, node_id=query.node)
-        shown = await shows_payloads(
-            conn, request.app[ENGINE].definitions, caller, r.workflow_id, r.version
-        )
-    if shown:
-        stored = [opened.task_log(sealer, run_id, entry) for entry in stored]
+    view = await request.app[ENGINE].reads.logs(
+        run_id, full_access=full_access(request[CALLER]), node_id=query.node
+    )
+    shown = not view.redacted
     return json_response(
         RunLogs(
             run_id=run_id,
-            redacted=not shown,
+            redacted=view.redacted,
             logs=[
                 AttemptLog(
                     task_id=entry.task_id,
@@ -369,7 +327,7 @@ async def logs(request: web.Request) -> web.Response:
                     created_at=entry.created_at,
                     redacted=not shown,
                 )
-                for entry in stored
+                for entry in view.logs
             ],
         )
     )

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from aiohttp import web
 
 import composer_queue
-import composer_repo as repo
 from composer_api_gateway.auth import Authenticator, Caller
 from composer_api_gateway.hosts import LOOPBACK_HOSTS
 from composer_api_gateway.waiters import RunWaiters
@@ -21,22 +20,16 @@ class GatewayConfig:
     """What the app needs, read from the environment once by ``__main__`` (or given by tests)."""
 
     redis_prefix: str = "composer"
-    #: Streams per queue (the dispatches a start commits are published to them).
-    shards: int = composer_queue.DEFAULT_SHARDS
     tokens: str = ""
     max_body_bytes: int = 2 * 1024 * 1024
     max_run_input_bytes: int = limits.DEFAULT_MAX_RUN_INPUT_BYTES
     max_signal_bytes: int = limits.DEFAULT_MAX_SIGNAL_BYTES
-    #: COMPOSER_MAX_NODE_INPUT_BYTES: a start's decision fails a node rendered larger.
-    max_node_input_bytes: int = limits.DEFAULT_MAX_NODE_INPUT_BYTES
     #: COMPOSER_MAX_CONTEXT_BYTES: the request metadata a start may carry (``context``).
     max_context_bytes: int = DEFAULT_MAX_CONTEXT_BYTES
     max_wait_seconds: float = 60.0
     result_poll_seconds: float = 2.0
     #: The Host names the API answers for (composer_api_gateway.hosts).
     allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
-    #: COMPOSER_ENCRYPTION_KEYS: seals what the API writes, opens what it answers.
-    encryption_keys: str = ""
     #: COMPOSER_WORKER_LIVE_SECONDS: a worker whose last heartbeat is older is LOST, and a
     #: task waiting on a queue no live worker serves carries a waiting_hint.
     worker_live_seconds: float = 30.0
@@ -46,11 +39,10 @@ class GatewayConfig:
 
 CONFIG = web.AppKey("config", GatewayConfig)
 AUTH = web.AppKey("auth", Authenticator)
-POOL = web.AppKey("pool", repo.Pool)
 #: The Redis client, opened by composer_service.serving.
 REDIS = web.AppKey("redis", composer_queue.RedisQueue)
 ENGINE = web.AppKey("engine", Engine)
-#: The definitions use case (create, deploy, delete with their retries).
+#: The definitions use case (create, deploy, delete, read, with their retries).
 WORKFLOWS = web.AppKey("workflows", Workflows)
 WAITERS = web.AppKey("waiters", RunWaiters)
 #: The OpenAPI document and the docs page, built once from the route table.

@@ -13,13 +13,13 @@ import datetime as dt
 
 from aiohttp import web
 
-import composer_repo as repo
 from composer_api_gateway.definitions import json_response
 from composer_api_gateway.models import Worker, WorkerList, WorkerStatus
-from composer_api_gateway.state import CONFIG, POOL
+from composer_api_gateway.state import CONFIG, ENGINE
+from composer_engine.records import UnservedQueue, WorkerRecord
 
 
-def status_of(w: repo.WorkerRecord, live_seconds: float) -> tuple[WorkerStatus, bool]:
+def status_of(w: WorkerRecord, live_seconds: float) -> tuple[WorkerStatus, bool]:
     """The worker's status (SERVING, DRAINING, STOPPED, LOST) and whether it is live."""
     if w.state == "STOPPED":
         return "STOPPED", False
@@ -30,8 +30,7 @@ def status_of(w: repo.WorkerRecord, live_seconds: float) -> tuple[WorkerStatus, 
 
 async def list_workers(request: web.Request) -> web.Response:
     live_seconds = request.app[CONFIG].worker_live_seconds
-    async with repo.transaction(request.app[POOL]) as conn:
-        records = await repo.list_workers(conn)
+    records = await request.app[ENGINE].reads.workers()
     workers = []
     for w in records:
         status, live = status_of(w, live_seconds)
@@ -68,7 +67,7 @@ def ago(seconds: float) -> str:
     return f"{s // 86400}d"
 
 
-def hint(unserved: repo.UnservedQueue) -> str:
+def hint(unserved: UnservedQueue) -> str:
     """What a task waiting on ``unserved`` says: since when nobody serves it, and the fix."""
     fix = "start a worker with a handler for it (composer workers lists those running)"
     if unserved.last_seen_at is None:
@@ -78,11 +77,3 @@ def hint(unserved: repo.UnservedQueue) -> str:
     return (
         f"no worker has served queue '{unserved.queue}' for {ago(since)} (last seen {seen}): {fix}"
     )
-
-
-async def waiting_hints(
-    conn: repo.Connection, run_id: str, *, live_seconds: float
-) -> dict[str, str]:
-    """queue → hint, for the run's waiting tasks' queues that no live worker serves."""
-    unserved = await repo.unserved_queues(conn, run_id, live_seconds=live_seconds)
-    return {u.queue: hint(u) for u in unserved}

@@ -9,8 +9,6 @@ from pathlib import Path
 from composer_coordinator.server import ServerTls, start_server
 from composer_coordinator.settings import CoordinatorSettings
 from composer_coordinator.tokens import TokenConfigError, WorkerTokens
-from composer_engine import Engine
-from composer_engine.sealing import sealer_from
 from composer_service import StartupError, listen_error, run, serving
 
 log = logging.getLogger("composer.coordinator")
@@ -48,25 +46,15 @@ async def serve(settings: CoordinatorSettings) -> None:
     except TokenConfigError as exc:
         raise StartupError(str(exc)) from exc
     warnings = tokens.check_strength(dev_mode=settings.dev_mode)
-    try:
-        sealer = sealer_from(settings.encryption_keys)
-    except ValueError as exc:
-        raise StartupError(str(exc)) from None
     tls = tls_of(settings)
-    async with serving(settings.runtime("coordinator", pool_size=settings.pool_size)) as rt:
+    engine_config = settings.engine_config(
+        batch_size=settings.batch_size, batches_in_flight=settings.batches_in_flight
+    )
+    runtime = settings.runtime("coordinator", pool_size=settings.pool_size, engine=engine_config)
+    async with serving(runtime) as rt:
         for warning in warnings:
             log.warning("%s", warning)
-        engine = Engine(
-            rt.pool,
-            redis=rt.queue,
-            redis_prefix=settings.redis_prefix,
-            shards=settings.shards,
-            batch_size=settings.batch_size,
-            batches_in_flight=settings.batches_in_flight,
-            max_node_input_bytes=settings.max_node_input_bytes,
-            max_output_bytes=settings.max_output_bytes,
-            sealer=sealer,
-        )
+        engine = rt.engine
         try:
             server, port = await start_server(
                 engine,
@@ -90,7 +78,6 @@ async def serve(settings: CoordinatorSettings) -> None:
         await rt.stop.wait()
         log.info("stopping: draining in-flight calls for up to %.0fs", settings.drain_seconds)
         await server.stop(settings.drain_seconds)
-        await engine.aclose()  # the outbox rows of what was published, deleted
 
 
 def main() -> int:

@@ -5,30 +5,18 @@ from __future__ import annotations
 import logging
 import sys
 
-from composer_engine import Engine
-from composer_engine.sealing import sealer_from
 from composer_lease_sweeper.loop import Sweeper
 from composer_lease_sweeper.settings import SweeperSettings
-from composer_service import StartupError, run, serving
+from composer_service import run, serving
 
 log = logging.getLogger("composer.sweeper")
 
 
 async def serve(settings: SweeperSettings) -> None:
-    try:
-        sealer = sealer_from(settings.encryption_keys)
-    except ValueError as exc:
-        raise StartupError(str(exc)) from None
-    # One connection holds the singleton lock through a sweep; the rest apply events.
-    async with serving(settings.runtime("lease-sweeper", pool_size=4)) as rt:
-        engine = Engine(
-            rt.pool,
-            redis=rt.queue,
-            redis_prefix=settings.redis_prefix,
-            shards=settings.shards,
-            max_node_input_bytes=settings.max_node_input_bytes,
-            sealer=sealer,
-        )
+    async with serving(
+        settings.runtime("lease-sweeper", pool_size=4, engine=settings.engine_config())
+    ) as rt:
+        engine = rt.engine
         sweeper = Sweeper(
             engine,
             rt.queue,
@@ -47,10 +35,7 @@ async def serve(settings: SweeperSettings) -> None:
             settings.sweeper_lost_after_seconds,
             settings.sweeper_max_deliveries,
         )
-        try:
-            await sweeper.run(rt.stop)
-        finally:
-            await engine.aclose()
+        await sweeper.run(rt.stop)  # the runtime closes the engine, then the pool
         log.info("stopped after %d sweep(s): %s", sweeper.sweeps, sweeper.totals)
 
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from composer_engine import Engine
-from composer_engine.sealing import sealer_from
-from composer_service import StartupError, run, serving
+from composer_service import run, serving
 from composer_timer.loop import Timer
 from composer_timer.settings import TimerSettings
 
@@ -15,19 +13,12 @@ log = logging.getLogger("composer.timer")
 
 
 async def serve(settings: TimerSettings) -> None:
-    try:
-        sealer = sealer_from(settings.encryption_keys)
-    except ValueError as exc:
-        raise StartupError(str(exc)) from None
-    async with serving(settings.runtime("timer", pool_size=settings.timer_concurrency + 2)) as rt:
-        engine = Engine(
-            rt.pool,
-            redis=rt.queue,
-            redis_prefix=settings.redis_prefix,
-            shards=settings.shards,
-            max_node_input_bytes=settings.max_node_input_bytes,
-            sealer=sealer,
+    async with serving(
+        settings.runtime(
+            "timer", pool_size=settings.timer_concurrency + 2, engine=settings.engine_config()
         )
+    ) as rt:
+        engine = rt.engine
         timer = Timer(
             engine,
             rt.queue,
@@ -42,10 +33,7 @@ async def serve(settings: TimerSettings) -> None:
             settings.timer_batch_size,
             settings.timer_concurrency,
         )
-        try:
-            await timer.run(rt.stop)
-        finally:
-            await engine.aclose()
+        await timer.run(rt.stop)  # the runtime closes the engine, then the pool
         log.info("stopped after firing %d timer(s)", timer.fired)
 
 

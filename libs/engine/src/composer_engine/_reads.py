@@ -1,0 +1,233 @@
+"""The read side: a run with its tasks and signals, the list of runs, a run's
+history and its attempts' logs, the workers, the definitions — each read in one
+transaction, and each holding the payload-visibility rule.
+
+The rule (docs/architecture.md §6.3): a caller with full access (an operator or
+an admin token) sees a run's documents, opened (``opened``: unsealed when its
+key is here); any other caller (a viewer) sees them only when the run's
+workflow version says ``viewers_see_payloads: true``; otherwise they are
+redacted — inputs, configs, outputs, errors, contexts, signal payloads, log
+lines and the payload members of history details are None, never opened.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from dataclasses import dataclass
+
+import composer_repo as repo
+from composer_core.model import RunStatus
+from composer_core.templates import Json
+from composer_engine import opened
+from composer_engine._shell import Shell
+from composer_engine._tx import Tx
+
+#: History detail members that hold the run's data: None for a caller who may not see them.
+PAYLOAD_KEYS = ("input", "config", "error", "reason")
+#: History kinds that end an attempt: ``HistoryPage.leased`` has their lease times.
+ENDS_ATTEMPT = frozenset({"task.completed", "task.failed", "task.retry_scheduled"})
+
+
+@dataclass(frozen=True, slots=True)
+class RunView:
+    """A run, its tasks and its signals as one transaction saw them."""
+
+    run: repo.RunRecord
+    tasks: list[repo.TaskRecord]
+    signals: list[repo.BufferedSignal]
+    #: The queues its waiting tasks wait on that no live worker serves (a finished
+    #: run's: none).
+    unserved: list[repo.UnservedQueue]
+    #: Its documents are None: the caller may not see them.
+    redacted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RunListing:
+    """One page of runs, each with whether its error was redacted."""
+
+    runs: list[tuple[repo.RunSummary, bool]]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRow:
+    entry: repo.HistoryEntry
+    #: The detail as shown: opened, its payload members None when ``redacted``; a
+    #: detail that does not open here is ``{"sealed": why}``.
+    detail: dict[str, Json] | None
+    redacted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryPage:
+    rows: list[HistoryRow]
+    #: (task id, attempt) → when its lease was granted, for the attempts the rows end.
+    leased: dict[tuple[str, int], dt.datetime]
+    #: More rows follow the last one.
+    more: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LogsView:
+    #: Each attempt's log; its ``lines`` are "" when ``redacted``.
+    logs: list[repo.TaskLogRecord]
+    redacted: bool
+
+
+class Reads:
+    """What the API reads, the payload-visibility rule applied."""
+
+    def __init__(self, shell: Shell) -> None:
+        self._shell = shell
+
+    async def run(self, run_id: str, *, full_access: bool, live_seconds: float) -> RunView:
+        """The run with its tasks and signals, read in one transaction (a consistent
+        view); ``live_seconds`` (COMPOSER_WORKER_LIVE_SECONDS) says which workers are live."""
+
+        async def read(tx: Tx) -> RunView:
+            r = await repo.get_run(tx.conn, run_id)
+            tasks = await repo.get_run_tasks(tx.conn, run_id)
+            signals = await repo.run_signals(tx.conn, run_id)
+            unserved = (
+                []
+                if r.status.is_terminal
+                else await repo.unserved_queues(tx.conn, run_id, live_seconds=live_seconds)
+            )
+            shown = await self._shows(tx, full_access, r.workflow_id, r.version)
+            return self._run_view(r, tasks, signals, unserved, shown)
+
+        return await self._shell.in_tx(read)
+
+    def _run_view(
+        self,
+        r: repo.RunRecord,
+        tasks: list[repo.TaskRecord],
+        signals: list[repo.BufferedSignal],
+        unserved: list[repo.UnservedQueue],
+        shown: bool,
+    ) -> RunView:
+        sealer, run_id = self._shell.sealer, r.run_id
+        if shown:
+            return RunView(
+                opened.run_record(sealer, r),
+                [opened.task_record(sealer, run_id, t) for t in tasks],
+                [opened.buffered_signal(sealer, run_id, s) for s in signals],
+                unserved,
+                redacted=False,
+            )
+        return RunView(
+            dataclasses.replace(r, input=None, config=None, output=None, error=None, context=None),
+            [dataclasses.replace(t, input=None, output=None, error=None) for t in tasks],
+            [dataclasses.replace(s, payload=None) for s in signals],
+            unserved,
+            redacted=True,
+        )
+
+    async def runs(
+        self,
+        *,
+        full_access: bool,
+        workflow_id: str | None = None,
+        status: RunStatus | None = None,
+        created_after: dt.datetime | None = None,
+        created_before: dt.datetime | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> RunListing:
+        """A page of runs, newest first (``cursor``: the previous page's ``next_cursor``)."""
+
+        async def read(tx: Tx) -> RunListing:
+            page = await repo.list_runs(
+                tx.conn,
+                workflow_id=workflow_id,
+                status=status,
+                created_after=created_after,
+                created_before=created_before,
+                cursor=cursor,
+                limit=limit,
+            )
+            shown = {
+                key: await self._shows(tx, full_access, *key)
+                for key in {(s.workflow_id, s.version) for s in page.runs}
+            }
+            sealer = self._shell.sealer
+            return RunListing(
+                [
+                    (
+                        dataclasses.replace(s, error=opened.shown_text(sealer, s.run_id, s.error))
+                        if shown[(s.workflow_id, s.version)]
+                        else dataclasses.replace(s, error=None),
+                        not shown[(s.workflow_id, s.version)],
+                    )
+                    for s in page.runs
+                ],
+                page.next_cursor,
+            )
+
+        return await self._shell.in_tx(read)
+
+    async def history(
+        self, run_id: str, *, full_access: bool, after: int = 0, limit: int = 100
+    ) -> HistoryPage:
+        """Up to ``limit`` of the run's history rows after ``after`` (a row's ``seq``)."""
+
+        async def read(tx: Tx) -> HistoryPage:
+            run = await repo.get_run(tx.conn, run_id)  # NotFound: no such run
+            rows = await repo.run_history(tx.conn, run_id, after=after, limit=limit + 1)
+            leased = (
+                await repo.lease_times(tx.conn, run_id)
+                if any(r.kind in ENDS_ATTEMPT for r in rows)
+                else {}
+            )
+            shown = await self._shows(tx, full_access, run.workflow_id, run.version)
+            return HistoryPage(
+                [self._history_row(run_id, r, shown) for r in rows[:limit]],
+                leased,
+                more=len(rows) > limit,
+            )
+
+        return await self._shell.in_tx(read)
+
+    def _history_row(self, run_id: str, row: repo.HistoryEntry, shown: bool) -> HistoryRow:
+        detail = opened.shown(self._shell.sealer, run_id, row.detail)
+        if isinstance(detail, str):  # a detail that does not open here: say why
+            detail = {"sealed": detail}
+        redacted = False
+        if not shown and isinstance(detail, dict):
+            hidden = [k for k in PAYLOAD_KEYS if detail.get(k) is not None]
+            if hidden:
+                detail = {**detail, **dict.fromkeys(hidden)}
+                redacted = True
+        return HistoryRow(row, detail if isinstance(detail, dict) else None, redacted)
+
+    async def logs(self, run_id: str, *, full_access: bool, node_id: str | None = None) -> LogsView:
+        """The run's attempt logs (``node_id``: one node's)."""
+
+        async def read(tx: Tx) -> LogsView:
+            r = await repo.get_run(tx.conn, run_id)
+            stored = await repo.get_task_logs(tx.conn, run_id, node_id=node_id)
+            shown = await self._shows(tx, full_access, r.workflow_id, r.version)
+            if shown:
+                return LogsView(
+                    [opened.task_log(self._shell.sealer, run_id, e) for e in stored], False
+                )
+            return LogsView([dataclasses.replace(e, lines="") for e in stored], True)
+
+        return await self._shell.in_tx(read)
+
+    async def workers(self) -> list[repo.WorkerRecord]:
+        """Every worker as its last heartbeat left it."""
+
+        async def read(tx: Tx) -> list[repo.WorkerRecord]:
+            return await repo.list_workers(tx.conn)
+
+        return await self._shell.in_tx(read)
+
+    async def _shows(self, tx: Tx, full_access: bool, workflow_id: str, version: int) -> bool:
+        """Whether the caller sees the payloads of a run of this workflow version."""
+        if full_access:
+            return True
+        dag = await self._shell.definitions.get(tx.conn, workflow_id, version)
+        return dag.spec.viewers_see_payloads

@@ -1,0 +1,59 @@
+"""The one place a service's engine is built (``serving()`` does it when its
+``RuntimeConfig`` names an ``EngineConfig``; a test may call ``build_engine``).
+
+Why one: every service that changes runs (the api-gateway, the coordinator, the
+timer, the lease-sweeper) and every loop that keeps the database (the
+outbox-enqueuer, the partition-manager) must agree on what an engine is given —
+the Redis prefix and shards its dispatches are published to, the keys that
+seal documents, the limits — or a run started by one would be decided by rules
+another does not know.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import composer_queue
+import composer_repo as repo
+from composer_common import limits
+from composer_engine import Engine
+from composer_engine.sealing import sealer_from
+from composer_service.errors import StartupError
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """What an engine is built with, as plain values (``ServiceSettings.engine_config``)."""
+
+    redis_prefix: str = "composer"
+    shards: int = composer_queue.DEFAULT_SHARDS
+    #: COMPOSER_ENCRYPTION_KEYS: seals what the engine writes, opens what it reads.
+    encryption_keys: str = ""
+    max_node_input_bytes: int | None = limits.DEFAULT_MAX_NODE_INPUT_BYTES
+    max_output_bytes: int | None = limits.DEFAULT_MAX_OUTPUT_BYTES
+    #: The group commit's and the lease batches' bounds (the coordinator's settings).
+    batch_size: int = 256
+    batches_in_flight: int = 2
+
+
+def build_engine(
+    pool: repo.Pool, redis: composer_queue.Queue | None, config: EngineConfig
+) -> Engine:
+    """The engine on ``pool`` publishing to ``redis`` (None: nothing is published
+    after commit; the outbox-enqueuer publishes it). StartupError for malformed
+    COMPOSER_ENCRYPTION_KEYS. Close it (``aclose``) before the pool."""
+    try:
+        sealer = sealer_from(config.encryption_keys)
+    except ValueError as exc:
+        raise StartupError(str(exc)) from None
+    return Engine(
+        pool,
+        redis=redis,
+        redis_prefix=config.redis_prefix,
+        shards=config.shards,
+        batch_size=config.batch_size,
+        batches_in_flight=config.batches_in_flight,
+        max_node_input_bytes=config.max_node_input_bytes,
+        max_output_bytes=config.max_output_bytes,
+        sealer=sealer,
+    )
