@@ -60,10 +60,11 @@ def config_from(settings: GatewaySettings) -> GatewayConfig:
 
 async def serve(settings: GatewaySettings) -> None:
     warnings = check_settings(settings)
-    runtime = settings.runtime(
-        "api-gateway", pool_size=settings.pool_size, engine=settings.engine_config()
-    )
-    async with serving(runtime) as rt:
+    async with serving(
+        settings.runtime(
+            "api-gateway", pool_size=settings.pool_size, engine=settings.engine_config()
+        )
+    ) as rt:
         for warning in warnings:
             log.warning("%s", warning)
         app = create_app(config_from(settings), engine=rt.engine, redis=rt.queue)

@@ -50,8 +50,9 @@ async def serve(settings: CoordinatorSettings) -> None:
     engine_config = settings.engine_config(
         batch_size=settings.batch_size, batches_in_flight=settings.batches_in_flight
     )
-    runtime = settings.runtime("coordinator", pool_size=settings.pool_size, engine=engine_config)
-    async with serving(runtime) as rt:
+    async with serving(
+        settings.runtime("coordinator", pool_size=settings.pool_size, engine=engine_config)
+    ) as rt:
         for warning in warnings:
             log.warning("%s", warning)
         engine = rt.engine
