@@ -41,3 +41,15 @@ def test_the_readme_python_blocks_run_and_their_tests_pass(
     assert "test_charge" in tests
     for fn in tests.values():
         fn()
+
+
+TS_BLOCK = re.compile(r"^```ts\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+TS_EXAMPLE = README.parent / "sdks" / "typescript" / "examples" / "payments.ts"
+
+
+def test_the_readme_typescript_worker_is_the_example_that_runs() -> None:
+    """The README's TypeScript worker is sdks/typescript/examples/payments.ts as it is: that
+    file is built by make ts-sdk and run end to end by
+    tests/conformance/test_typescript_example.py."""
+    [block] = TS_BLOCK.findall(README.read_text())
+    assert TS_EXAMPLE.read_text().endswith(block)
