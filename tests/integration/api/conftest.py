@@ -91,7 +91,11 @@ async def open_gateway(
     settings: dict[str, Any] = {"tokens": TOKENS_ENV, "result_poll_seconds": 5.0}
     settings |= config
     # what the engine is built with (composer_service.engines), the rest the gateway's
-    engine = EngineConfig(redis_prefix=prefix, encryption_keys=settings.pop("encryption_keys", ""))
+    engine = EngineConfig(
+        redis_prefix=prefix,
+        encryption_keys=settings.pop("encryption_keys", ""),
+        queue_concurrency=settings.pop("queue_concurrency", ""),
+    )
     runtime = RuntimeConfig(
         "api-gateway",
         database_url=database_url,

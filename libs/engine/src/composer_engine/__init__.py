@@ -1,5 +1,6 @@
 """Composer's engine: lock the run, decide with the state machine, persist, commit."""
 
+from composer_engine._admission import AdmissionPolicy, QueueConcurrency, parse_queue_concurrency
 from composer_engine._definitions import DefinitionCache
 from composer_engine._engine import Engine
 from composer_engine._history import KINDS as HISTORY_KINDS
@@ -52,6 +53,7 @@ __all__ = [
     "HISTORY_ENDS_ATTEMPT",
     "HISTORY_KINDS",
     "Acknowledge",
+    "AdmissionPolicy",
     "Applied",
     "AttemptLog",
     "BadRequest",
@@ -75,6 +77,7 @@ __all__ = [
     "Misrouted",
     "NotFound",
     "Parked",
+    "QueueConcurrency",
     "Reads",
     "RecoveryLimits",
     "Redeliver",
@@ -93,6 +96,7 @@ __all__ = [
     "lost_before",
     "lost_dispatch",
     "new_token",
+    "parse_queue_concurrency",
     "settle_entry",
     "utcnow",
     "validate_definition",

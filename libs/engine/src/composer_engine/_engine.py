@@ -10,6 +10,7 @@ lock → decide → persist → commit in one transaction (docs/architecture.md 
     run events     _run_event_delivery.py  events one run sent another, applied once
     reads          _reads.py        a run, runs, history, logs, workers: payloads shown or not
     workflows      _workflows.py    definitions: create, apply, deploy, delete, read
+    admission      _admission.py, _held.py  a policy that holds ready tasks; their release
     the shell      _shell.py        handle (lock → decide → persist), the decision thread
     the retry loop _transaction.py  one transaction, retried while the database is away
 
@@ -28,7 +29,9 @@ from collections.abc import Callable
 import composer_queue as cq
 import composer_repo as repo
 from composer_common import ids, limits
+from composer_engine._admission import AdmissionPolicy, Gate
 from composer_engine._definitions import DefinitionCache
+from composer_engine._held import HeldTasks
 from composer_engine._leases import new_token
 from composer_engine._leasing import Leasing
 from composer_engine._loop_events import LoopEvents
@@ -66,6 +69,7 @@ class Engine:
         max_output_bytes: int | None = limits.DEFAULT_MAX_OUTPUT_BYTES,
         sealer: Sealer | None = None,
         park_seconds: float = 300.0,
+        admission: AdmissionPolicy | None = None,
     ) -> None:
         """``batch_size`` and ``batches_in_flight`` bound each group commit of reports
         and each batch of leases and renewals: how many go in one transaction (one
@@ -78,7 +82,10 @@ class Engine:
 
         ``sealer`` seals every document written and opens what the machine and the
         lease use (COMPOSER_ENCRYPTION_KEYS; None: no keys, documents stay plain). An
-        attempt whose input does not open here is parked for ``park_seconds``."""
+        attempt whose input does not open here is parked for ``park_seconds``.
+
+        ``admission`` may hold tasks ready to go until it has room for them
+        (COMPOSER_QUEUE_CONCURRENCY; None: every dispatch goes at once)."""
         shell = Shell(
             pool,
             redis=redis,
@@ -113,6 +120,9 @@ class Engine:
         )
         self.loops = LoopEvents(shell)
         self.run_events = RunEventDelivery(shell)
+        self.held = HeldTasks(shell)
+        if admission is not None:
+            shell.gate = Gate(admission, self.held.release_soon)
         shell.deliver = self.run_events.deliver_soon
         self.reads = Reads(shell)
         self.workflows = Workflows(pool, attempts=attempts)
@@ -137,6 +147,7 @@ class Engine:
         self.redispatch = self.loops.redispatch
         self.deliver_run_event = self.run_events.deliver
         self.deliver_due_run_events = self.run_events.deliver_due
+        self.release_held = self.held.release
 
     @property
     def sealer(self) -> Sealer:
@@ -154,3 +165,4 @@ class Engine:
         duplicate message, refused a second lease). The engine stays usable."""
         await self._shell.aclose()
         await self.run_events.aclose()
+        await self.held.aclose()

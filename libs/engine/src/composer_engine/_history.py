@@ -51,6 +51,8 @@ KINDS = (
     "run.started",
     "task.scheduled",
     "task.dispatched",
+    "task.held",
+    "task.released",
     "task.leased",
     "task.completed",
     "task.failed",

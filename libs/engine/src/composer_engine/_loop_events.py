@@ -73,6 +73,7 @@ class LoopEvents:
                 repo.TaskRef(run_id, task_id, again.node_id, attempt),
                 queue=queue,
                 not_before=None,
+                admit=False,  # admitted when first sent: only sent again
             )
             tx.writes.history.append(
                 repo.NewHistory(

@@ -143,6 +143,7 @@ async def persist(
                         f"task {action.task_id} attempt {action.attempt} is not active"
                     )
                 effects.failed.append(done.node_type.value)
+                writes.free(tx, [done.queue])
             case RetryTask():
                 await writes.flush(tx)
                 ref = repo.TaskRef(run_id, action.task_id, action.node_id, action.attempt)
@@ -204,13 +205,20 @@ async def persist(
                 await repo.cancel_tasks(
                     conn, run_id, action.task_ids, reason=text(action.reason) or ""
                 )
+                if tx.gate is not None:  # their queues are not known here: look at all
+                    writes.free(tx, tx.gate.policy.queues())
             case _:
                 assert_never(action)
     return effects
 
 
 async def write_dispatch(
-    tx: Tx, ref: repo.TaskRef, *, queue: str, not_before: dt.datetime | None
+    tx: Tx,
+    ref: repo.TaskRef,
+    *,
+    queue: str,
+    not_before: dt.datetime | None,
+    admit: bool = True,
 ) -> bool:
     """The outbox row that sends attempt ``ref`` to ``queue`` from ``not_before`` on
     (None: at once), written after the task row (inserted, requeued, or made due
@@ -219,8 +227,9 @@ async def write_dispatch(
 
     True when it is due at once: the engine publishes it right after the commit
     (``Tx.dispatched``). False when it is delayed: the outbox-enqueuer publishes
-    it when it comes due."""
-    at_once = tx.writes.dispatch(tx, ref, queue=queue, not_before=not_before)
+    it when it comes due. ``admit`` False: an attempt admitted before and only sent
+    again, which the admission step does not hold."""
+    at_once = tx.writes.dispatch(tx, ref, queue=queue, not_before=not_before, admit=admit)
     await tx.writes.flush(tx)  # at once: its task row was just written, by itself
     return at_once
 

@@ -195,7 +195,7 @@ class Reports:
         try:
             try:
                 async with repo.tracked_transaction(self._shell.pool) as conn:
-                    tx = Tx(conn)
+                    tx = Tx(conn, self._shell.gate)
                     await apply(tx)
                     await tx.writes.flush(tx)
             except repo.CommitUnknown as lost:

@@ -46,6 +46,7 @@ from composer_core.statemachine import (
 from composer_core.templates import Budget
 from composer_engine import _history
 from composer_engine import opened as _opened
+from composer_engine._admission import Gate
 from composer_engine._definitions import DefinitionCache
 from composer_engine._leases import Reporter
 from composer_engine._metrics import instruments
@@ -119,6 +120,9 @@ class Shell:
         #: Delivers each transaction's events for other runs right after its commit
         #: (set by the engine: engine/_run_event_delivery.py).
         self.deliver: Callable[[Sequence[int]], None] | None = None
+        #: The admission step every dispatch goes through (None: no policy; set by the
+        #: engine: engine/_admission.py).
+        self.gate: Gate | None = None
 
     async def aclose(self) -> None:
         """Delete now the outbox rows of the dispatches published so far (engine/_publish.py)."""
@@ -320,6 +324,7 @@ class Shell:
             single_statement=single_statement,
             publish=self.publish,
             deliver=self.deliver,
+            gate=self.gate,
         )
 
 

@@ -29,6 +29,7 @@ import composer_queue as cq
 import composer_repo as repo
 from composer_common.logs import alert
 from composer_core import errors as core_errors
+from composer_engine._admission import Gate
 from composer_engine._publish import Dispatched
 from composer_engine._tx import Tx
 from composer_engine.errors import (
@@ -59,6 +60,7 @@ async def in_transaction(
     first_delay: float = 0.02,
     publish: Callable[[Sequence[Dispatched]], Awaitable[None]] | None = None,
     deliver: Callable[[Sequence[int]], None] | None = None,
+    gate: Gate | None = None,
 ) -> T:
     """Run ``fn`` in a transaction on ``pool``, commit, then ``publish`` the
     dispatches it committed, hand ``deliver`` its events for other runs
@@ -78,7 +80,7 @@ async def in_transaction(
         try:
             try:
                 async with borrow(pool) as conn:
-                    tx = Tx(conn)
+                    tx = Tx(conn, gate)
                     result = await fn(tx)
                     await tx.writes.flush(tx)
             except repo.CommitUnknown as exc:

@@ -11,6 +11,7 @@ import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable
 
+from composer_engine._admission import Gate
 from composer_engine._publish import Dispatched
 from composer_engine._writes import Writes
 from composer_repo import Connection
@@ -28,14 +29,20 @@ class Tx:
         "conn",
         "deciding",
         "dispatched",
+        "freed",
+        "gate",
         "loop_work",
         "now",
         "run_events",
         "writes",
     )
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, gate: Gate | None = None) -> None:
         self.conn = conn
+        #: The admission step (engine/_admission.py); None: no policy.
+        self.gate = gate
+        #: The watched queues where a task finished in this transaction.
+        self.freed: set[str] = set()
         self._after: list[AfterCommit] = []
         #: The event's clock (the lock query's), once a run is locked.
         self.now: dt.datetime | None = None

@@ -12,8 +12,9 @@ history's rows. A write that matches no row is a stale snapshot.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import composer_queue as cq
 import composer_repo as repo
@@ -28,6 +29,9 @@ from composer_engine._reported import AttemptLog
 from composer_engine.errors import StaleSnapshot
 from composer_engine.sealing import RunSeal, looks_sealed
 
+if TYPE_CHECKING:
+    from composer_engine._admission import Gate
+
 
 class Tx(Protocol):
     """What the writes need of their transaction (``_tx.Tx``, which holds them: named
@@ -40,14 +44,20 @@ class Tx(Protocol):
     dispatched: list[Dispatched]
     #: The outbox ids of the events for other runs, delivered after the commit.
     run_events: list[int]
+    #: The admission step (None: no policy, every dispatch goes).
+    gate: Gate | None
+    #: The watched queues where a task finished: a release looks at them after the commit.
+    freed: set[str]
+
+    def after_commit(self, fn: Callable[[], Awaitable[None] | None]) -> None: ...
 
 
 @dataclass(slots=True)
 class Writes:
     completions: list[tuple[repo.TaskRef, Json, Effects]] = field(default_factory=list)
     tasks: list[repo.NewTask] = field(default_factory=list)
-    #: (the row, its attempt, its stream message, due at once)
-    dispatches: list[tuple[repo.NewDispatch, repo.TaskRef, dict[str, str], bool]] = field(
+    #: (the row, its attempt, its stream message, due at once, through the admission step)
+    dispatches: list[tuple[repo.NewDispatch, repo.TaskRef, dict[str, str], bool, bool]] = field(
         default_factory=list
     )
     finishes: list[tuple[Run, FinishRun, Effects, RunSeal]] = field(default_factory=list)
@@ -78,10 +88,18 @@ class Writes:
         )
 
     def dispatch(
-        self, tx: Tx, ref: repo.TaskRef, *, queue: str, not_before: dt.datetime | None
+        self,
+        tx: Tx,
+        ref: repo.TaskRef,
+        *,
+        queue: str,
+        not_before: dt.datetime | None,
+        admit: bool = True,
     ) -> bool:
         """Hold back the outbox row of a new task's first dispatch; True when it is
-        due at once (published right after the commit)."""
+        due at once (published right after the commit). ``admit``: it goes through the
+        admission step, which may hold it (False: it was admitted before, and is only
+        sent again)."""
         fields = task_message(ref).fields()
         at_once = not_before is None or (tx.now is not None and not_before <= tx.now)
         self.dispatches.append(
@@ -90,9 +108,23 @@ class Writes:
                 ref,
                 fields,
                 at_once,
+                admit,
             )
         )
         return at_once
+
+    def free(self, tx: Tx, queues: Collection[str | None]) -> None:
+        """Tasks of ``queues`` finished: after the commit, the admission step's release
+        looks at the watched ones."""
+        gate = tx.gate
+        if gate is None:
+            return
+        freed = gate.freed(queues)
+        if not freed:
+            return
+        if not tx.freed:
+            tx.after_commit(lambda: gate.release_soon(tx.freed))
+        tx.freed.update(freed)
 
     async def flush(self, tx: Tx) -> None:
         """Write everything held, in one statement per kind."""
@@ -105,6 +137,8 @@ class Writes:
                 if task is None:
                     raise StaleSnapshot(f"task {ref.task_id} attempt {ref.attempt} is not active")
                 effects.completed.append((task.node_type.value, _seconds(task)))
+            if tx.gate is not None:
+                self.free(tx, [task.queue for task in done.values()])
         if self.tasks:
             tasks, self.tasks = self.tasks, []
             inserted = await repo.insert_tasks(conn, tasks)
@@ -113,8 +147,10 @@ class Writes:
                     raise StaleSnapshot(f"node {t.node_id} of run {t.run_id} already has a task")
         if self.dispatches:
             dispatches, self.dispatches = self.dispatches, []
-            ids = await repo.enqueue_dispatches(conn, [row for row, _, _, _ in dispatches])
-            for row, ref, fields, at_once in dispatches:
+            if tx.gate is not None:
+                dispatches = await self._admit(tx, tx.gate, dispatches)
+            ids = await repo.enqueue_dispatches(conn, [row for row, *_ in dispatches])
+            for row, ref, fields, at_once, _ in dispatches:
                 if at_once:
                     tx.dispatched.append(Dispatched(ids[row.task_id], row.queue, ref, fields))
         if self.finishes:
@@ -130,6 +166,35 @@ class Writes:
         if self.logs:
             logs, self.logs = self.logs, []
             await repo.insert_task_logs(conn, logs)
+
+    async def _admit(
+        self,
+        tx: Tx,
+        gate: Gate,
+        dispatches: list[tuple[repo.NewDispatch, repo.TaskRef, dict[str, str], bool, bool]],
+    ) -> list[tuple[repo.NewDispatch, repo.TaskRef, dict[str, str], bool, bool]]:
+        """The admission step (docs/architecture.md §4.12): the dispatches that go; those
+        the policy holds stay PENDING with its reason, and their history says so."""
+        asking = [(ref, row.queue) for row, ref, _, _, admit in dispatches if admit]
+        held = await gate.admit(tx.conn, asking) if asking else {}
+        if not held:
+            return dispatches
+        await repo.hold_tasks(
+            tx.conn, [(ref, held[ref.task_id]) for _, ref, *_ in dispatches if ref.task_id in held]
+        )
+        for row, ref, *_ in dispatches:
+            if ref.task_id in held:
+                self.history.append(
+                    repo.NewHistory(
+                        ref.run_id,
+                        "task.held",
+                        node_id=ref.node_id,
+                        task_id=ref.task_id,
+                        attempt=ref.attempt,
+                        detail={"queue": row.queue, "reason": held[ref.task_id]},
+                    )
+                )
+        return [d for d in dispatches if d[1].task_id not in held]
 
 
 async def _finish(

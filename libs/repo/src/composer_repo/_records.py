@@ -275,6 +275,8 @@ class TaskRecord:
     #: The attempts its node's retry policy allows (worker nodes; None for the others
     #: and rows from before V004). ``attempt`` counts from 0.
     max_attempts: int | None = None
+    #: Why the admission step holds it (PENDING, not sent; V015); None: not held.
+    held_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,6 +286,8 @@ class FinishedTask:
     node_type: NodeType
     started_at: dt.datetime | None
     finished_at: dt.datetime
+    #: The queue of a worker task (None for others): its finish frees a place there.
+    queue: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -136,6 +136,12 @@ async def queue_in_flight(conn: Connection, queue: str, *, leaving_out: Sequence
 
 
 @translated
+async def queue_has_held(conn: Connection, queue: str) -> bool:
+    """Whether ``queue`` has held attempts waiting."""
+    return bool(await conn.fetchval(q("queue_has_held"), queue))
+
+
+@translated
 async def hold_tasks(conn: Connection, held: Sequence[tuple[TaskRef, str]]) -> set[str]:
     """Hold PENDING attempts with their reasons: the ids of those held."""
     if not held:

@@ -381,6 +381,7 @@ def _task(r: Any) -> TaskRecord:
         started_at=r["started_at"],
         finished_at=r["finished_at"],
         max_attempts=r["max_attempts"],
+        held_reason=r["held_reason"],
     )
 
 

@@ -421,6 +421,7 @@ def _finished(row: Any) -> FinishedTask:
         node_type=NodeType(row["node_type"]),
         started_at=row["started_at"],
         finished_at=row["finished_at"],
+        queue=row.get("queue"),
     )
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import composer_queue
 import composer_repo as repo
 from composer_common import limits
-from composer_engine import Engine
+from composer_engine import Engine, parse_queue_concurrency
 from composer_engine.sealing import sealer_from
 from composer_service.errors import StartupError
 
@@ -34,6 +34,8 @@ class EngineConfig:
     #: The group commit's and the lease batches' bounds (the coordinator's settings).
     batch_size: int = 256
     batches_in_flight: int = 2
+    #: COMPOSER_QUEUE_CONCURRENCY: the admission step's per-queue limits (empty: none).
+    queue_concurrency: str = ""
 
 
 def build_engine(
@@ -41,9 +43,11 @@ def build_engine(
 ) -> Engine:
     """The engine on ``pool`` publishing to ``redis`` (None: nothing is published
     after commit; the outbox-enqueuer publishes it). StartupError for malformed
-    COMPOSER_ENCRYPTION_KEYS. Close it (``aclose``) before the pool."""
+    COMPOSER_ENCRYPTION_KEYS or COMPOSER_QUEUE_CONCURRENCY. Close it (``aclose``)
+    before the pool."""
     try:
         sealer = sealer_from(config.encryption_keys)
+        admission = parse_queue_concurrency(config.queue_concurrency)
     except ValueError as exc:
         raise StartupError(str(exc)) from None
     return Engine(
@@ -56,4 +60,5 @@ def build_engine(
         max_node_input_bytes=config.max_node_input_bytes,
         max_output_bytes=config.max_output_bytes,
         sealer=sealer,
+        admission=admission,
     )

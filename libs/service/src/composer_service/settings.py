@@ -70,6 +70,11 @@ class ServiceSettings(BaseSettings):
     #: stay listed until nothing sealed with them is kept (docs/sealing.md). Empty:
     #: payloads are stored as plain JSON. Every service that reads or writes runs needs it.
     encryption_keys: str = ""
+    #: COMPOSER_QUEUE_CONCURRENCY: ``queue=N`` pairs (``payments=2,emails=10``): at most N
+    #: tasks of the queue with a worker or on their way to one; the others wait, PENDING
+    #: with a reason, oldest first (docs/architecture.md §4.12). Empty: no limit. Every
+    #: service that decides events needs the same value.
+    queue_concurrency: str = ""
     log_level: str = "INFO"
     #: json, human, or auto (JSON unless stderr is a terminal).
     log_format: Literal["auto", "json", "human"] = "auto"
@@ -109,6 +114,7 @@ class ServiceSettings(BaseSettings):
             max_output_bytes=self.max_output_bytes,
             batch_size=batch_size,
             batches_in_flight=batches_in_flight,
+            queue_concurrency=self.queue_concurrency,
         )
 
     def runtime(

@@ -181,7 +181,8 @@ class Task(Response):
     redacted: bool = _redacted("input, output, error")
     waiting_hint: str | None = Field(
         default=None,
-        description="PENDING or QUEUED: set when no live worker serves the task's queue "
+        description="PENDING or QUEUED: why it waits — held by the admission step (its "
+        "queue at its COMPOSER_QUEUE_CONCURRENCY limit), or no live worker serves its queue "
         "(none seen within COMPOSER_WORKER_LIVE_SECONDS): since when, and what to do",
     )
 

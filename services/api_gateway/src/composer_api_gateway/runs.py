@@ -154,7 +154,8 @@ async def load(request: web.Request, run_id: str) -> Run:
                 started_at=t.started_at,
                 finished_at=t.finished_at,
                 redacted=hidden,
-                waiting_hint=hints.get(t.queue or "") if t.state in _WAITING else None,
+                waiting_hint=t.held_reason
+                or (hints.get(t.queue or "") if t.state in _WAITING else None),
             )
             for t in tasks
         ],

@@ -126,6 +126,7 @@ class Sweeper:
             await self._expire_leases(report)
             await self._reclaim_entries(report)
             await self._redispatch_lost(report)
+            report.released = await self.engine.release_held()
             await self._watch_queues()
         self.sweeps += 1
         self.totals.add(report)

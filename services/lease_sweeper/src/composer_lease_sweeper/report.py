@@ -26,6 +26,8 @@ class SweepReport:
     acked: int = 0
     #: Attempts failed for good for being delivered too often.
     given_up: int = 0
+    #: Held attempts released: their queue had room (the admission step, §4.12).
+    released: int = 0
 
     def add(self, other: SweepReport) -> None:
         for f in fields(self):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from composer_engine import Engine
+from composer_engine import Engine, parse_queue_concurrency
 from composer_engine.sealing import sealer_from
 from composer_executors import HttpPolicy, parse_networks
 from composer_outbox_enqueuer.loop import Enqueuer
@@ -20,6 +20,7 @@ async def serve(settings: EnqueuerSettings) -> None:
     try:
         allow_networks = parse_networks(settings.http_allow_networks)
         sealer = sealer_from(settings.encryption_keys)
+        admission = parse_queue_concurrency(settings.queue_concurrency)
     except ValueError as exc:
         raise StartupError(str(exc)) from None
     if settings.webhook_secret:  # a placeholder or short secret signs nothing worth checking
@@ -35,6 +36,7 @@ async def serve(settings: EnqueuerSettings) -> None:
             redis_prefix=settings.redis_prefix,
             shards=settings.shards,
             sealer=sealer,
+            admission=admission,
         )
         enqueuer = Enqueuer(
             rt.pool,

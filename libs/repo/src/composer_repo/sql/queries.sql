@@ -213,7 +213,7 @@ UPDATE workflow_runs SET retried_by = $2 WHERE id = $1 RETURNING 1;
 -- name: get_run_tasks
 SELECT id, node_id, node_type, state, attempt, max_attempts, input, output, error, error_code,
        branches, wake_at, awaited_signal, queue, lease_owner, lease_expires_at,
-       created_at, updated_at, started_at, finished_at
+       created_at, updated_at, started_at, finished_at, held_reason
   FROM task_instances
  WHERE run_id = $1
  ORDER BY id;
@@ -328,7 +328,7 @@ UPDATE task_instances t
            AS u(run_id, id, node_id, attempt, output)
  WHERE t.run_id = u.run_id AND t.id = u.id AND t.node_id = u.node_id AND t.attempt = u.attempt
    AND t.state IN ('PENDING', 'QUEUED', 'RUNNING')
-RETURNING t.id, t.node_type, t.started_at, t.finished_at;
+RETURNING t.id, t.node_type, t.started_at, t.finished_at, t.queue;
 
 -- name: fail_task
 UPDATE task_instances
@@ -338,7 +338,7 @@ UPDATE task_instances
        lease_token = NULL, lease_claim = NULL
  WHERE run_id = $1 AND id = $2 AND node_id = $3 AND attempt = $4
    AND state IN ('PENDING', 'QUEUED', 'RUNNING')
-RETURNING node_type, started_at, finished_at;
+RETURNING node_type, started_at, finished_at, queue;
 
 -- name: requeue_task
 -- The next attempt of a failed execution: back to PENDING with attempt + 1,
@@ -946,6 +946,11 @@ SELECT count(*)
  WHERE queue = $1 AND dispatched_at IS NOT NULL
    AND state IN ('PENDING', 'QUEUED', 'RUNNING')
    AND NOT (id = ANY($2::text[]));
+
+-- name: queue_has_held
+-- Whether a queue has held attempts: a new one waits behind them (oldest first).
+SELECT EXISTS (SELECT 1 FROM task_instances
+                WHERE held_reason IS NOT NULL AND queue = $1 AND state = 'PENDING');
 
 -- name: hold_tasks
 -- Attempts the admission step held: PENDING with a reason, no dispatch time.

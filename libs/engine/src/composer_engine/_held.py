@@ -1,0 +1,97 @@
+"""Held tasks: releasing what the admission step held once its policy has room
+(docs/architecture.md §4.12).
+
+A release is asked for right after a commit that finished a task on a watched
+queue (in the background, coalesced: one at a time, and one more if asked
+meanwhile), and by the lease-sweeper on each pass, which catches a release a
+process did not make (it died, or the room freed elsewhere). Each queue is
+released in a transaction of its own, under its admission lock: the policy says
+how many may go, the oldest held attempts go, each through the same outbox row
+and publish as any dispatch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Collection
+
+import composer_repo as repo
+from composer_engine._persist import write_dispatch
+from composer_engine._shell import Shell
+from composer_engine._tx import Tx
+
+log = logging.getLogger("composer.engine")
+
+
+class HeldTasks:
+    """Releases held tasks when their queue has room."""
+
+    def __init__(self, shell: Shell) -> None:
+        self._shell = shell
+        self._asked: set[str] = set()
+        self._releasing: asyncio.Task[None] | None = None
+
+    async def release(self, queues: Collection[str] | None = None) -> int:
+        """Release, on each of ``queues`` (None: every queue the policy watches), as many
+        held attempts as the policy has room for, oldest first: how many went."""
+        gate = self._shell.gate
+        if gate is None:
+            return 0
+        released = 0
+        for queue in sorted(gate.policy.queues() if queues is None else queues):
+
+            async def attempt(tx: Tx, queue: str = queue) -> int:
+                room = await gate.policy.room(tx.conn, queue)
+                if room <= 0:
+                    return 0
+                going = 0
+                for ref in await repo.held_tasks(tx.conn, queue, room):
+                    if not await repo.release_task(tx.conn, ref):
+                        continue
+                    await write_dispatch(tx, ref, queue=queue, not_before=None, admit=False)
+                    tx.writes.history.append(
+                        repo.NewHistory(
+                            ref.run_id,
+                            "task.released",
+                            node_id=ref.node_id,
+                            task_id=ref.task_id,
+                            attempt=ref.attempt,
+                            detail={"queue": queue},
+                        )
+                    )
+                    going += 1
+                return going
+
+            released += await self._shell.in_tx(attempt)
+        return released
+
+    def release_soon(self, queues: Collection[str]) -> None:
+        """Release on ``queues`` in the background, right after the commit that freed room
+        there; asked again while one runs, one more runs after it."""
+        self._asked.update(queues)
+        if self._releasing is None:
+            self._releasing = asyncio.get_running_loop().create_task(
+                self._release_asked(), name="held-task-release"
+            )
+
+    async def _release_asked(self) -> None:
+        try:
+            while self._asked:
+                queues, self._asked = self._asked, set()
+                try:
+                    await self.release(queues)
+                except Exception as exc:  # the sweeper's pass releases them later
+                    log.warning(
+                        "releasing held tasks of %s failed (%s): the lease-sweeper's next "
+                        "pass releases them",
+                        ", ".join(sorted(queues)),
+                        exc,
+                    )
+        finally:
+            self._releasing = None
+
+    async def aclose(self) -> None:
+        """Wait for the release under way."""
+        if self._releasing is not None:
+            await asyncio.gather(self._releasing, return_exceptions=True)

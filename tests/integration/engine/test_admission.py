@@ -1,0 +1,150 @@
+"""The admission step: a queue's concurrency limit holds the tasks beyond it, PENDING
+with a reason a person can read, and releases them oldest first as places free —
+never more in flight than the limit, even from engines deciding at once
+(docs/architecture.md §4.12)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncIterator
+
+import pytest
+
+import composer_repo as repo
+from composer_core.model import RunStatus, TaskState
+from composer_engine import Engine, QueueConcurrency, Workflows, validate_definition
+from tests.integration.waits import until
+
+LIMITED = {
+    "id": "charge",
+    "nodes": [{"id": "charge", "type": "TASK", "queue": "payments", "spec": {}}],
+}
+FREE = {
+    "id": "mail",
+    "nodes": [{"id": "mail", "type": "TASK", "queue": "emails", "spec": {}}],
+}
+LIMIT = QueueConcurrency({"payments": 2})
+
+
+@pytest.fixture
+async def engine(pool: repo.Pool) -> AsyncIterator[Engine]:
+    workflows = Workflows(pool)
+    for spec in (LIMITED, FREE):
+        await workflows.create(validate_definition(spec), deploy=True)
+    async with repo.connection(pool) as conn:  # each test starts from an empty queue
+        await conn.execute("DELETE FROM workflow_runs")
+        await conn.execute("DELETE FROM outbox")
+    e = Engine(pool, admission=LIMIT)
+    try:
+        yield e
+    finally:
+        await e.aclose()
+
+
+async def tasks(pool: repo.Pool, queue: str) -> list[tuple[str, str, str, str | None, bool]]:
+    """(run, task, state, held reason, has an outbox row) of each task of ``queue``."""
+    async with repo.connection(pool) as conn:
+        rows = await conn.fetch(
+            "SELECT t.run_id, t.id, t.state, t.held_reason, "
+            "       EXISTS (SELECT 1 FROM outbox o WHERE o.task_id = t.id) AS sent "
+            "  FROM task_instances t WHERE t.queue = $1 ORDER BY t.created_at, t.id",
+            queue,
+        )
+    return [(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+
+
+async def in_flight(pool: repo.Pool) -> list[str]:
+    return [
+        run
+        for run, _, state, held, _ in await tasks(pool, "payments")
+        if state in ("PENDING", "QUEUED", "RUNNING") and held is None
+    ]
+
+
+async def held(pool: repo.Pool) -> list[str]:
+    return [run for run, _, _, reason, _ in await tasks(pool, "payments") if reason is not None]
+
+
+async def finish(engine: Engine, pool: repo.Pool, run_id: str) -> None:
+    async with repo.connection(pool) as conn:
+        (task,) = await repo.get_run_tasks(conn, run_id)
+    assert await engine.report_completed(run_id, task.task_id, task.node_id, task.attempt, {})
+
+
+async def test_tasks_beyond_the_limit_wait_with_a_reason_and_go_oldest_first(
+    engine: Engine, pool: repo.Pool
+) -> None:
+    runs = [(await engine.start("charge")).run_id for _ in range(5)]
+
+    assert await in_flight(pool) == runs[:2]
+    assert await held(pool) == runs[2:]
+    for _, _, state, reason, sent in await tasks(pool, "payments"):
+        if reason is not None:  # held: PENDING, nothing sent
+            assert state == TaskState.PENDING.value
+            assert not sent
+            assert "'payments' is at its limit of 2" in reason
+            assert "COMPOSER_QUEUE_CONCURRENCY" in reason
+    async with repo.connection(pool) as conn:
+        kinds = [h.kind for h in await repo.run_history(conn, runs[2])]
+    assert "task.held" in kinds
+
+    await finish(engine, pool, runs[0])
+    await until(lambda: _flight_is(pool, runs[1:3]), what="the oldest held task released")
+    assert await held(pool) == runs[3:]
+    async with repo.connection(pool) as conn:
+        kinds = [h.kind for h in await repo.run_history(conn, runs[2])]
+    assert kinds.index("task.held") < kinds.index("task.released")
+
+    for run in runs[1:]:
+        await until(functools.partial(_flying, pool, run), what=f"run {run} in flight")
+        assert len(await in_flight(pool)) <= 2
+        await finish(engine, pool, run)
+    for run in runs:
+        async with repo.connection(pool) as conn:
+            assert (await repo.get_run(conn, run)).status is RunStatus.SUCCEEDED
+
+
+async def _flight_is(pool: repo.Pool, expected: list[str]) -> bool:
+    return await in_flight(pool) == expected
+
+
+async def _flying(pool: repo.Pool, run: str) -> bool:
+    return run in await in_flight(pool)
+
+
+async def test_a_queue_without_a_limit_is_never_held(engine: Engine, pool: repo.Pool) -> None:
+    for _ in range(4):
+        await engine.start("mail")
+    states = await tasks(pool, "emails")
+    assert len(states) == 4
+    assert all(reason is None and sent for _, _, _, reason, sent in states)
+
+
+async def test_engines_deciding_at_once_never_pass_the_limit(
+    engine: Engine, pool: repo.Pool, database_url: str
+) -> None:
+    other_pool = await repo.create_pool(database_url, min_size=2, max_size=4)
+    other = Engine(other_pool, admission=LIMIT)
+    try:
+        await asyncio.gather(*(e.start("charge") for _ in range(6) for e in (engine, other)))
+    finally:
+        await other.aclose()
+        await other_pool.close()
+    assert len(await in_flight(pool)) == 2
+    assert len(await held(pool)) == 10
+
+
+async def test_a_release_nobody_asked_for_is_made_by_the_sweeper_s_call(
+    engine: Engine, pool: repo.Pool
+) -> None:
+    runs = [(await engine.start("charge")).run_id for _ in range(3)]
+    # finished by an engine without the policy: no release is asked for after its commit
+    await finish(Engine(pool), pool, runs[0])
+    assert await held(pool) == runs[2:]
+
+    assert await engine.release_held() == 1  # what the lease-sweeper calls on each pass
+
+    assert await in_flight(pool) == runs[1:]
+    assert await held(pool) == []
+    assert await engine.release_held() == 0
