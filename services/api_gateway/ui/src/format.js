@@ -1,12 +1,25 @@
 // Formatting of times, durations and JSON for display.
+//
+// One time format in the whole UI (issue 31 found 20:29:30 beside 8:29:31 PM in one
+// table): the reader's local time on a 24-hour clock, HH:MM:SS, with the date before it
+// where a day matters (`when`), milliseconds after it in a timeline (`clock(iso, true)`).
 
+const CLOCK = { hour: '2-digit', minute: '2-digit', second: '2-digit', hourCycle: 'h23' };
+
+/** "14:05:09" (local, 24-hour); with `ms`, "14:05:09.042". */
+export function clock(iso, ms = false) {
+  if (!iso) return '—';
+  const d = iso instanceof Date ? iso : new Date(iso);
+  const time = d.toLocaleTimeString(undefined, CLOCK);
+  return ms ? `${time}.${String(d.getMilliseconds()).padStart(3, '0')}` : time;
+}
+
+/** "2 Dec 2026, 14:05:09": the date, then the clock. */
 export function when(iso) {
   if (!iso) return '—';
-  const d = new Date(iso);
-  return d.toLocaleString(undefined, {
-    year: 'numeric', month: 'short', day: '2-digit',
-    hour: '2-digit', minute: '2-digit', second: '2-digit',
-  });
+  const d = iso instanceof Date ? iso : new Date(iso);
+  const day = d.toLocaleDateString(undefined, { year: 'numeric', month: 'short', day: 'numeric' });
+  return `${day}, ${clock(d)}`;
 }
 
 /** "1.2 s", "3 min 4 s", "2 h 5 min": from `start` to `end` (now when absent). */
@@ -30,15 +43,6 @@ export function json(value) {
 
 export function shortId(id) {
   return id && id.length > 13 ? `${id.slice(0, 8)}…${id.slice(-4)}` : id;
-}
-
-/**
- * A CEL condition as shown on an edge: the template braces off, cut to `max`
- * characters from the front (the end, `… == 200`, tells two branches apart).
- */
-export function condition(text, max = 24) {
-  const bare = String(text).replace(/^\s*\{\{\s*/, '').replace(/\s*\}\}\s*$/, '');
-  return bare.length > max ? `…${bare.slice(bare.length - max + 1)}` : bare;
 }
 
 /**

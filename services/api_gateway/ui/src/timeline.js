@@ -3,6 +3,7 @@
 // CLI's (`composer history`, libs/cli timeline.py), so both read alike.
 
 import { h } from './dom.js';
+import { clock, when } from './format.js';
 
 const REDACTED = 'redacted';
 
@@ -18,7 +19,7 @@ function took(ms) {
 }
 
 function scheduled(d, error) {
-  const until = d.wake_at ? new Date(d.wake_at).toLocaleString() : '';
+  const until = d.wake_at ? when(d.wake_at) : '';
   if (d.state === 'WAITING' && d.signal) return `waiting for signal ${d.signal}${until ? ` (times out ${until})` : ''}`;
   if (d.state === 'WAITING') return until ? `sleeping until ${until}` : 'waiting';
   if (Array.isArray(d.branches)) return `${d.type} chose ${d.branches.join(', ') || 'no branch'}`;
@@ -47,7 +48,7 @@ export function describe(entry) {
       return error ? `${head}: ${error}` : head;
     }
     case 'task.retry_scheduled':
-      return `attempt ${a} failed${took(entry.duration_ms)}: ${error}${d.retry_at ? `, retry at ${new Date(d.retry_at).toLocaleTimeString()}` : ''}`;
+      return `attempt ${a} failed${took(entry.duration_ms)}: ${error}${d.retry_at ? `, retry at ${clock(d.retry_at)}` : ''}`;
     case 'task.cancelled': {
       const reason = firstLine(d.reason, entry) || error;
       return reason ? `cancelled: ${reason}` : 'cancelled';
@@ -74,8 +75,7 @@ const KIND_CLASS = {
 };
 
 function time(iso) {
-  const d = new Date(iso);
-  return `${d.toLocaleTimeString(undefined, { hour12: false })}.${String(d.getMilliseconds()).padStart(3, '0')}`;
+  return clock(iso, true);
 }
 
 /** The Timeline tab: every entry, oldest first; a node's rows select it. */

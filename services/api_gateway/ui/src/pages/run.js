@@ -5,7 +5,7 @@
 import { get, parseJsonInput, post, session } from '../api.js';
 import { h, mount } from '../dom.js';
 import { attempt, duration, json, when } from '../format.js';
-import { drawGraph, legend, tasksByNode } from '../graph.js';
+import { drawGraph, graphViewer, legend, tasksByNode } from '../graph.js';
 import { notify } from '../message.js';
 import { attemptsBlock, timelineTable } from '../timeline.js';
 import { badge } from './runs.js';
@@ -96,7 +96,7 @@ export function runPage(main, runId) {
   const logsPane = h('div', { class: 'node-logs', id: 'node-logs' });
 
   const head = h('div', { class: 'run-head' });
-  const graphPane = h('div', { class: 'graph-pane', id: 'graph' });
+  const viewer = graphViewer('graph');
   const details = h('div', { class: 'node-details', id: 'node-details' });
   const nodeActions = h('div', { class: 'node-actions' });
   const runActions = h('section', { class: 'run-actions' });
@@ -104,7 +104,7 @@ export function runPage(main, runId) {
   const hints = h('div', { id: 'waiting-hints' });
   const timelinePane = h('section', { class: 'card', id: 'timeline-pane', hidden: true });
   const body = h('div', { class: 'run-body' },
-    h('section', { class: 'card graph-card' }, graphPane, legend()),
+    h('section', { class: 'card graph-card' }, viewer.element, legend()),
     h('aside', { class: 'card side', id: 'side' }, details, nodeActions));
   const tabButton = (name, label) => h('button', {
     type: 'button', role: 'tab', id: `tab-${name}`, 'aria-selected': String(tab === name),
@@ -176,7 +176,7 @@ export function runPage(main, runId) {
         field('error', run.redacted && ['FAILED', 'CANCELLED'].includes(run.status)
           ? h('span', { class: 'muted redacted', title: REDACTED_NOTE }, 'redacted') : run.error, 'error-text')));
     mount(hints, waitingHints(run.tasks));
-    mount(graphPane, drawGraph(spec, { tasks, selected, onSelect: select }));
+    viewer.show(drawGraph(spec, { tasks, selected, onSelect: select, available: viewer.available() }));
     mount(timelinePane, h('h2', {}, 'Timeline'), timelineTable(entries, (nodeId) => { tab = 'graph'; selected = nodeId; showTab(); }));
     drawDetails(tasks);
     const key = `${selected}|${terminal}|${session.role}`;

@@ -3,7 +3,7 @@
 
 import { get, query } from '../api.js';
 import { h, mount } from '../dom.js';
-import { duration, shortId, when } from '../format.js';
+import { clock, duration, shortId, when } from '../format.js';
 import { notify } from '../message.js';
 
 const STATUSES = ['PENDING', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED'];
@@ -81,7 +81,7 @@ export function runsPage(main, params) {
       const answer = await get(`/v1/runs${query({ ...filters, cursor: cursors[page], limit: PAGE_SIZE })}`);
       if (stopped) return;
       draw(answer);
-      stamp.textContent = `updated ${new Date().toLocaleTimeString()}`;
+      stamp.textContent = `updated ${clock(new Date())}`;
     } catch (err) {
       if (!stopped) notify(err);
     }

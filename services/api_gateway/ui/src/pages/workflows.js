@@ -7,7 +7,7 @@ import { stringify } from 'yaml';
 import { get, parseJsonInput, post, session } from '../api.js';
 import { h, mount } from '../dom.js';
 import { when } from '../format.js';
-import { drawGraph } from '../graph.js';
+import { drawGraph, graphViewer } from '../graph.js';
 import { notify } from '../message.js';
 
 export function workflowsPage(main) {
@@ -35,7 +35,7 @@ export function workflowPage(main, workflowId, params) {
   const base = `/v1/workflows/${encodeURIComponent(workflowId)}`;
 
   const versions = h('tbody');
-  const preview = h('div', { class: 'graph-pane', id: 'preview' });
+  const preview = graphViewer('preview');
   const previewTitle = h('h2', {});
   const previewActions = h('div', { class: 'preview-actions' });
   const fromSelect = h('select', { id: 'diff-from', 'aria-label': 'diff from version' });
@@ -50,7 +50,7 @@ export function workflowPage(main, workflowId, params) {
     h('table', { id: 'versions' },
       h('thead', {}, h('tr', {}, ['Version', 'Name', 'Created', 'By', 'Deployed', ''].map((c) => h('th', {}, c)))),
       versions),
-    h('section', { class: 'card' }, previewTitle, preview, previewActions),
+    h('section', { class: 'card' }, previewTitle, preview.element, previewActions),
     h('section', { class: 'card' }, h('h2', {}, 'Diff'),
       h('p', {}, 'From ', fromSelect, ' to ', toSelect, h('span', { class: 'muted' }, ' (the definitions as YAML)')),
       diffOut));
@@ -102,7 +102,7 @@ export function workflowPage(main, workflowId, params) {
     try {
       const s = await spec(shown);
       mount(previewTitle, `Version ${shown}`, h('span', { class: 'muted' }, ' — read-only preview'));
-      mount(preview, drawGraph(s, { preview: true }));
+      preview.show(drawGraph(s, { preview: true, available: preview.available() }));
       mount(previewActions, session.can('operator') && detail.deployed_version === shown ? startForm() : null);
     } catch (err) {
       notify(err);
