@@ -29,6 +29,7 @@ import pytest
 import composer_repo as repo
 from tests.integration import conftest as integration
 from tests.integration.e2e.conftest import TOKEN, Stack, open_stack
+from tests.integration.tls import conftest as tls
 
 # the integration suite's fixtures for PostgreSQL (a migrated scratch database per
 # module) and Redis, used by name
@@ -36,6 +37,8 @@ pg_admin_url = integration.pg_admin_url
 pg_template = integration.pg_template
 database_url = integration.database_url
 redis_url = integration.redis_url
+#: A throw-away CA and a server certificate it signed for 127.0.0.1 (the TLS tests').
+certs = tls.certs
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON_WORKER = Path(__file__).with_name("python_worker.py")
@@ -118,6 +121,7 @@ class Conformance:
         coordinator: str | None = None,
         lease_ttl: float = 2.0,
         drain_seconds: float = 10.0,
+        tls_ca: Path | None = None,
     ) -> WorkerProcess:
         """Start a worker process of this SDK serving ``queue``, configured as a stack's
         stack.env would configure it (COMPOSER_GRPC_ADDR, COMPOSER_REDIS_URL, ...)."""
@@ -132,6 +136,8 @@ class Conformance:
             "CONFORMANCE_DRAIN_SECONDS": str(drain_seconds),
             "PYTHONUNBUFFERED": "1",
         }
+        if tls_ca is not None:
+            env["COMPOSER_GRPC_TLS_CA"] = str(tls_ca)
         if self.sdk == "python":
             command = [sys.executable, str(PYTHON_WORKER)]
         else:

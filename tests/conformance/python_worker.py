@@ -4,7 +4,7 @@ sdks/typescript/conformance/worker.ts, so the scenarios in test_sdks.py run
 unchanged against either SDK.
 
 Configured by the environment (tests/conformance/conftest.py sets it): COMPOSER_GRPC_ADDR,
-COMPOSER_REDIS_URL, COMPOSER_REDIS_PREFIX, COMPOSER_WORKER_TOKEN, CONFORMANCE_QUEUE,
+COMPOSER_REDIS_URL, COMPOSER_REDIS_PREFIX, COMPOSER_WORKER_TOKEN, COMPOSER_GRPC_TLS_CA, CONFORMANCE_QUEUE,
 CONFORMANCE_LEASE_TTL. It says on stdout, one line each, ``started <task> <attempt>``
 when a handler starts and ``aborted <task> <attempt>`` when one is stopped unfinished.
 """
@@ -77,6 +77,7 @@ async def main() -> None:
             coordinator=env["COMPOSER_GRPC_ADDR"],
             token=env["COMPOSER_WORKER_TOKEN"],
             redis_prefix=env["COMPOSER_REDIS_PREFIX"],
+            coordinator_tls_ca=env.get("COMPOSER_GRPC_TLS_CA") or None,
             lease_ttl=float(env.get("CONFORMANCE_LEASE_TTL", "5")),
             read_block_ms=200,
             drain_seconds=float(env.get("CONFORMANCE_DRAIN_SECONDS", "10")),

@@ -14,13 +14,25 @@ the handler sees who started the run, and a key stable across attempts.
 from __future__ import annotations
 
 import signal
+from typing import Any
+
+import grpc
+import grpc.aio
+import pytest
 
 import composer_repo as repo
 from composer_common.caller import Caller
-from composer_coordinator.server import start_server
+from composer_coordinator.server import ServerTls, start_server
 from composer_core.model import RunStatus, TaskState
+from composer_rpc.protocol import PROTOCOL_VERSION
+from composer_rpc.v1 import worker_pb2 as pb
+from composer_rpc.v1.worker_pb2_grpc import (
+    WorkerServiceServicer,
+    add_WorkerServiceServicer_to_server,
+)
 from tests.conformance.conftest import Conformance
 from tests.integration.e2e.conftest import TOKEN, eventually
+from tests.integration.tls.conftest import Certs
 from tests.integration.waits import expire_lease, until
 
 Q = "conformance"
@@ -223,3 +235,70 @@ async def test_a_run_with_no_caller_gives_the_handler_none(conformance: Conforma
     run_id = (await c.stack.engine.start(workflow)).run_id
     assert (await c.stack.wait_run(run_id, timeout=30)).status is RunStatus.SUCCEEDED
     assert (await c.task(run_id)).output["caller"] is None
+
+
+async def test_the_coordinator_is_dialled_over_tls_with_the_ca_given(
+    conformance: Conformance, certs: Certs
+) -> None:
+    c = conformance
+    tls = ServerTls(certs.cert.read_bytes(), certs.key.read_bytes())
+    server, port = await start_server(c.stack.engine, address="127.0.0.1:0", token=TOKEN, tls=tls)
+    try:
+        workflow = await c.deploy_task({"do": "echo", "over": "tls"}, queue=Q)
+        await c.worker(Q, coordinator=f"127.0.0.1:{port}", tls_ca=certs.ca)
+        run_id = (await c.stack.engine.start(workflow)).run_id
+        assert (await c.stack.wait_run(run_id, timeout=30)).status is RunStatus.SUCCEEDED
+        assert (await c.task(run_id)).output["input"] == {"do": "echo", "over": "tls"}
+    finally:
+        await server.stop(0)
+
+
+class _Capabilities(WorkerServiceServicer):
+    """A coordinator that answers GetCapabilities only, with the versions it is given."""
+
+    def __init__(self, version: int, oldest: int) -> None:
+        self.version, self.oldest = version, oldest
+
+    async def GetCapabilities(
+        self, request: pb.GetCapabilitiesRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.GetCapabilitiesResponse:
+        return pb.GetCapabilitiesResponse(
+            protocol_version=self.version, min_protocol_version=self.oldest
+        )
+
+
+@pytest.mark.parametrize(
+    ("versions", "says"),
+    [
+        (
+            (PROTOCOL_VERSION + 2, PROTOCOL_VERSION + 1),
+            f"serves SDKs of protocol version {PROTOCOL_VERSION + 1} and newer",
+        ),
+        ((PROTOCOL_VERSION - 1, 0), f"speaks worker protocol version {PROTOCOL_VERSION - 1}"),
+        (None, "predates worker protocol versions"),
+    ],
+    ids=["engine-too-new", "engine-too-old", "engine-before-versions"],
+)
+async def test_an_engine_of_another_protocol_version_stops_the_worker_naming_both(
+    conformance: Conformance, versions: tuple[int, int] | None, says: str
+) -> None:
+    # the generated base class answers UNIMPLEMENTED to every call not overridden: None
+    # is a coordinator from before GetCapabilities
+    servicer = WorkerServiceServicer() if versions is None else _Capabilities(*versions)  # type: ignore[abstract]
+    c = conformance
+    server = grpc.aio.server()
+    add_WorkerServiceServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        workflow = await c.deploy_task({"do": "echo"}, queue=Q)
+        run_id = (await c.stack.engine.start(workflow)).run_id
+        worker = await c.worker(Q, coordinator=f"127.0.0.1:{port}")
+        assert await worker.exited() != 0
+        said = worker.stderr()
+        assert says in said, said[-3000:]
+        assert f"version {PROTOCOL_VERSION}" in said
+        assert not any(line.startswith("started ") for line in worker.lines)
+        assert (await c.task(run_id)).state is TaskState.QUEUED
+    finally:
+        await server.stop(0)

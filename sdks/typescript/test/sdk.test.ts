@@ -10,6 +10,7 @@ import { readFileSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import { test } from "node:test";
 
+import { Batcher } from "../src/batcher.js";
 import { callerOf, TaskContext } from "../src/context.js";
 import { codeName } from "../src/coordinator.js";
 import { PermanentError, TaskFailed } from "../src/errors.js";
@@ -156,4 +157,19 @@ test("a handler on a reserved queue runs its node type only", () => {
 test("the package's version is package.json's", () => {
   const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { name: string; version: string };
   assert.deepEqual([pkg.name, pkg.version], [SDK_NAME, SDK_VERSION]);
+});
+
+test("calls are batched: what is asked while calls are out goes together in the next one", async () => {
+  const calls: number[][] = [];
+  let release: () => void = () => undefined;
+  const gate = new Promise<void>((resolve) => (release = resolve));
+  const batcher = new Batcher<number, number>(async (items) => {
+    calls.push(items);
+    await gate;
+    return items.map((n) => (n === 4 ? new Error("item 4 refused") : n * 10));
+  }, 128, 1);
+  const answers = [1, 2, 3, 4, 5].map((n) => batcher.submit(n).catch((err: Error) => err.message));
+  release();
+  assert.deepEqual(await Promise.all(answers), [10, 20, 30, "item 4 refused", 50]);
+  assert.deepEqual(calls, [[1], [2, 3, 4, 5]]); // the first at once, the rest in one call
 });
