@@ -13,17 +13,39 @@ PY_SOURCES := libs services tests examples tools
 TS_SDK := sdks/typescript
 COMPOSER_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/composer
 
-.PHONY: help install sandbox-tools run demo simulate test pytest test-unit lint fmt proto proto-breaking ts-sdk test-ts docs ui bench chaos migrate clean images test-containers
+.PHONY: help install bytecode sandbox-tools run demo simulate test pytest test-unit lint fmt proto proto-breaking ts-sdk test-ts docs ui bench chaos migrate clean images test-containers
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-$(VENV_STAMP): pyproject.toml uv.lock $(wildcard libs/*/pyproject.toml)
-	@$(UV) --version >/dev/null 2>&1 || { echo "installing uv with pip"; $(PYTHON) -m pip install --quiet uv; }
-	$(UV) sync --locked --all-packages
+# What .venv is made from. A checkout or a pull that gives one of them a new time but the
+# same content (.venv/.inputs keeps their digest) rebuilds nothing: uv would rebuild every
+# workspace package whose pyproject.toml is newer, about 12 s (issue 31).
+VENV_INPUTS := pyproject.toml uv.lock $(wildcard libs/*/pyproject.toml services/*/pyproject.toml)
+$(VENV_STAMP): $(VENV_INPUTS)
+	@digest=$$(sha256sum $(VENV_INPUTS) | sha256sum | cut -c1-64); \
+	if [ -x .venv/bin/python ] && [ "$$digest" = "$$(cat .venv/.inputs 2>/dev/null)" ]; then \
+		touch $@; exit 0; \
+	fi; \
+	$(UV) --version >/dev/null 2>&1 || { echo "installing uv with pip"; $(PYTHON) -m pip install --quiet uv; }; \
+	echo "$(UV) sync --locked --all-packages"; \
+	$(UV) sync --locked --all-packages && echo "$$digest" > .venv/.inputs && touch $@
+
+# Bytecode, compiled once: with PYTHONDONTWRITEBYTECODE set (as on this project's machines)
+# nothing writes it at import, so every service compiled every module it imports at each
+# start, seven processes at once (issue 31: most of a warm `make run`). The installed
+# libraries are compiled after each sync; the workspace's sources (a few hundred files,
+# ~0.2 s when none changed) before each start that imports them.
+BYTECODE_STAMP := .venv/.compiled
+$(BYTECODE_STAMP): $(VENV_STAMP)
+	@echo "compiling the installed libraries' bytecode (once per sync)"
+	@.venv/bin/python -m compileall -q -j0 .venv/lib >/dev/null 2>&1 || true
 	@touch $@
 
-install: $(VENV_STAMP)  ## create .venv with every library and the dev tools
+bytecode: $(BYTECODE_STAMP)
+	@.venv/bin/python -m compileall -q -j0 libs services >/dev/null
+
+install: $(VENV_STAMP) bytecode  ## create .venv with every library and the dev tools (bytecode compiled)
 
 # PYTHON nodes run in a bubblewrap sandbox, networked by slirp4netns (docs/architecture.md
 # §8.1). Installed with apt-get when missing and allowed; else the workers refuse PYTHON nodes
@@ -45,7 +67,7 @@ sandbox-tools:
 
 # No `uv run` in between: the stack watches make itself (--parent-pid), so killing make,
 # even with SIGKILL, stops every service. COMPOSER_PORT_BASE moves its ports (README).
-run: $(VENV_STAMP) sandbox-tools  ## the whole stack on this machine, supervised (Ctrl-C stops it); tokens in .state/tokens.env
+run: $(VENV_STAMP) bytecode sandbox-tools  ## the whole stack on this machine, supervised (Ctrl-C stops it); tokens in .state/tokens.env
 	exec .venv/bin/python -m composer_devstack --parent-pid $$PPID
 
 # The CLI itself, not `uv run composer`: uv's own start would cost more than the command.
@@ -70,7 +92,7 @@ simulate: $(VENV_STAMP)  ## drive examples/order-fulfilment.yaml through the sta
 # `make test` is what CI runs (.ci/run): the linters first, so a lint error fails it.
 test: lint test-ts pytest  ## the linters, then the whole suite (unit; the TypeScript SDK's; integration and both SDKs' conformance against the real PostgreSQL and Redis)
 
-pytest: $(VENV_STAMP) sandbox-tools ts-sdk  ## the whole suite without the linters (quick iteration; PYTEST_ARGS="-k lease -x")
+pytest: $(VENV_STAMP) bytecode sandbox-tools ts-sdk  ## the whole suite without the linters (quick iteration; PYTEST_ARGS="-k lease -x")
 	$(UV) run --no-sync pytest $(PYTEST_ARGS)
 
 test-unit: $(VENV_STAMP) sandbox-tools $(TS_SDK)/node_modules/.installed  ## the unit suite only (no services needed)
