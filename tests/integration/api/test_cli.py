@@ -259,6 +259,25 @@ async def test_migrate_creates_and_migrates_a_database(pg_admin_url: str) -> Non
         await repo.drop_database(pg_admin_url, name)
 
 
+async def test_migrate_takes_the_database_of_the_loaded_stack_env(
+    pg_admin_url: str, tmp_path: Path
+) -> None:
+    """With `make run`'s .state/stack.env loaded, `composer migrate` migrates that stack's
+    database, not `composer` (issue 31), and says which."""
+    name = f"composer_cli_{uuid.uuid4().hex[:10]}"
+    url = repo.database_url(pg_admin_url, name)
+    stack_env = tmp_path / "stack.env"
+    stack_env.write_text(f"COMPOSER_API_URL=http://127.0.0.1:9\nCOMPOSER_DATABASE_URL={url}\n")
+    loaded = dict(line.split("=", 1) for line in stack_env.read_text().splitlines())
+    try:
+        result = await asyncio.to_thread(invoke, ["migrate"], loaded)
+        assert result.exit_code == 0, result.output
+        assert result.output.startswith(f"database {name} on ")
+        assert f"created database {name}" in result.output
+    finally:
+        await repo.drop_database(pg_admin_url, name)
+
+
 async def test_logs_prints_each_attempt_s_lines(live: Live, tmp_path: Path) -> None:
     async def chatty(ctx: TaskContext, input: dict[str, Any]) -> dict[str, Any]:
         ctx.logger.info("attempt %d of %s", ctx.attempt, ctx.node_id)

@@ -20,6 +20,7 @@ from composer_devstack._stack import (
     claimed,
     layout,
     layout_env,
+    loaded_from_another_stack,
     parse_base,
     write_stack_file,
 )
@@ -116,6 +117,27 @@ def test_the_stack_file_has_no_worker_token_where_tokens_are_scoped(tmp_path: Pa
     assert "COMPOSER_WORKER_TOKEN" not in text and "team-a-token" not in text
     assert "COMPOSER_PORT_BASE" not in text
     assert "COMPOSER_REDIS_PREFIX=composer\n" in text
+
+
+def test_a_stack_env_loaded_for_another_base_is_not_taken_for_this_stack(
+    tmp_path: Path,
+) -> None:
+    first = layout(8400)
+    env = stack_env({}, load_tokens(tmp_path), layout_env(first, SERVER))
+    text = write_stack_file(tmp_path, env, first).read_text()
+    shell = dict(line.split("=", 1) for line in text.splitlines() if not line.startswith("#"))
+    # the same stack again: what the shell loaded is its own
+    assert loaded_from_another_stack(shell, tmp_path, first) == []
+    # COMPOSER_PORT_BASE=8500 make run in that shell: the 8400 stack's values are ignored
+    assert loaded_from_another_stack(shell, tmp_path, layout(8500)) == [
+        "COMPOSER_GRPC_ADDR",
+        "COMPOSER_DATABASE_URL",
+        "COMPOSER_REDIS_PREFIX",
+    ]
+    # ...but a value set on purpose (not the file's) stays
+    mine = shell | {"COMPOSER_REDIS_PREFIX": "mine"}
+    assert "COMPOSER_REDIS_PREFIX" not in loaded_from_another_stack(mine, tmp_path, layout(8500))
+    assert loaded_from_another_stack(shell, tmp_path / "nothing", layout(8500)) == []
 
 
 def owned(database: str, prefix: str) -> dict[str, str]:

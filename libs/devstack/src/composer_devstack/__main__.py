@@ -70,6 +70,7 @@ from composer_devstack._stack import (
     database_name,
     layout,
     layout_env,
+    loaded_from_another_stack,
     parse_base,
     write_stack_file,
 )
@@ -140,7 +141,16 @@ async def up(args: argparse.Namespace, state: Path) -> int:
         return 2
     defaults = layout_env(plan, DEFAULTS["COMPOSER_DATABASE_URL"])
     tokens = load_tokens(state, every_queue=not scoped_workers(os.environ))
-    env = stack_env(os.environ, tokens, defaults)
+    stale = loaded_from_another_stack(os.environ, state, plan)
+    if stale:
+        sup.say(
+            "devstack",
+            f"ignoring {', '.join(stale)}: loaded from {state / STACK_FILE}, written for "
+            "another port base; this stack takes its own",
+            33,
+        )
+    environ = {k: v for k, v in os.environ.items() if k not in stale}
+    env = stack_env(environ, tokens, defaults)
     private_pg: PrivatePostgres | None = None
     private_redis: PrivateRedis | None = None
     try:

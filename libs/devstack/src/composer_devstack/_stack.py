@@ -169,6 +169,30 @@ def write_stack_file(state: Path, env: Mapping[str, str], plan: Layout) -> Path:
     return path
 
 
+#: What stack.env holds that follows the port base: loaded into a shell for one stack, it
+#: must not pull a stack started on another base onto the first one's gRPC port, database
+#: or Redis prefix.
+_FOLLOW_THE_BASE = ("COMPOSER_GRPC_ADDR", "COMPOSER_DATABASE_URL", "COMPOSER_REDIS_PREFIX")
+
+
+def loaded_from_another_stack(environ: Mapping[str, str], state: Path, plan: Layout) -> list[str]:
+    """The variables of ``environ`` that a shell loaded from ``<state>/stack.env`` when it
+    was written for another port base (``set -a; . .state/stack.env`` for the stack on
+    8400, then ``COMPOSER_PORT_BASE=8500 make run``): each still has the value the file
+    gives it, so it was loaded, not set for this stack. The stack ignores them."""
+    try:
+        text = (state / STACK_FILE).read_text()
+    except OSError:
+        return []
+    written = dict(
+        line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#")
+    )
+    base = None if plan.base is None else str(plan.base)
+    if written.get("COMPOSER_PORT_BASE") == base:
+        return []
+    return [key for key in _FOLLOW_THE_BASE if key in written and environ.get(key) == written[key]]
+
+
 def _lock_folder() -> Path:
     folder = Path(tempfile.gettempdir()) / f"composer-devstack-{os.getuid()}"
     folder.mkdir(mode=0o700, exist_ok=True)
