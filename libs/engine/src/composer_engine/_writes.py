@@ -179,9 +179,10 @@ class Writes:
         held = await gate.admit(tx.conn, asking) if asking else {}
         if not held:
             return dispatches
-        await repo.hold_tasks(
-            tx.conn, [(ref, held[ref.task_id]) for _, ref, *_ in dispatches if ref.task_id in held]
-        )
+        holding = [(ref, held[ref.task_id]) for _, ref, *_ in dispatches if ref.task_id in held]
+        if len(await repo.hold_tasks(tx.conn, holding)) != len(holding):
+            # a held attempt that is not PENDING would have neither an outbox row nor a hold
+            raise StaleSnapshot(f"an attempt of {len(holding)} to hold is no longer PENDING")
         for row, ref, *_ in dispatches:
             if ref.task_id in held:
                 self.history.append(
