@@ -509,6 +509,16 @@ def test_wait_spec_rules(spec: dict[str, Any], expected: list[str]) -> None:
         ({"event": "paid"}, []),
         ({"event": "paid", "timeout_seconds": 86400}, []),
         ({"event": "{{input.event}}"}, []),
+        ({"event": "paid", "timeout_seconds": 60, "on_timeout": "continue"}, []),
+        ({"event": "paid", "on_timeout": "fail"}, []),
+        (
+            {"event": "paid", "on_timeout": "skip"},
+            ["nodes[0].spec.on_timeout: must be one of 'fail', 'continue', got 'skip'"],
+        ),
+        (
+            {"event": "paid", "on_timeout": "{{input.policy}}"},
+            ["nodes[0].spec.on_timeout: must be one of 'fail', 'continue', got '{{input.policy}}'"],
+        ),
     ],
 )
 def test_wait_for_event_spec_rules(spec: dict[str, Any], expected: list[str]) -> None:

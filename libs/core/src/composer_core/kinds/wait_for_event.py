@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -20,17 +20,31 @@ class WaitForEventSpec(SpecModel):
     """Parks the run until a signal of that name is sent to it (POST
     /v1/runs/{run_id}/signals/{name}); one sent earlier and not yet taken is taken at
     once. The node's output is the signal's payload.
+
+    When the timeout passes first, ``on_timeout`` decides: ``fail`` (the default) fails
+    the node; ``continue`` completes it with ``{"timed_out": true}``, so that a SWITCH
+    after it can branch: ``{{ has(tasks.<id>.output.timed_out) }}`` is true only when
+    it timed out (a signal's payload has no ``timed_out`` unless its sender put one).
     """
 
     model_config = ConfigDict(
-        json_schema_extra={"examples": [{"event": "payment_received", "timeout_seconds": 86400}]}
+        json_schema_extra={
+            "examples": [
+                {"event": "payment_received", "timeout_seconds": 86400, "on_timeout": "continue"}
+            ]
+        }
     )
 
     event: str = Field(description="the signal name to wait for")
     timeout_seconds: Seconds | Template | None = Field(
         default=None,
-        description="fail the node with `timed out waiting for event …` after this long; "
-        "absent or 0: wait for ever",
+        description="how long to wait: then `on_timeout` says what happens (by default the "
+        "node fails with `timed out waiting for event …`); absent or 0: wait for ever",
+    )
+    on_timeout: Literal["fail", "continue"] = Field(
+        default="fail",
+        description="when the timeout passes: `fail` fails the node (and so the run, unless "
+        'another branch is still going); `continue` completes it with `{"timed_out": true}`',
     )
 
 
@@ -38,6 +52,8 @@ class WaitForEvent(WaitKind):
     name = "WAIT_FOR_EVENT"
     spec_model = WaitForEventSpec
     runs_on = "parks until a signal (or its timeout)"
+    #: Read as written when the timer fires: a choice, not a value to render.
+    verbatim = frozenset({"on_timeout"})
     refuses_secrets = (
         "a WAIT_FOR_EVENT node cannot read a secret: its spec names what the run waits for "
         "and is stored with the task"
@@ -52,6 +68,12 @@ class WaitForEvent(WaitKind):
             checks.add(f"{path}.event", "must be a non-empty string")
         if "timeout_seconds" in spec:
             checks.check_seconds(f"{path}.timeout_seconds", spec["timeout_seconds"])
+        on_timeout = spec.get("on_timeout", "fail")
+        if on_timeout not in ON_TIMEOUT:
+            checks.add(
+                f"{path}.on_timeout",
+                f"must be one of {', '.join(map(repr, ON_TIMEOUT))}, got {on_timeout!r}",
+            )
 
     def awaited_signal(self, spec: Mapping[str, Any]) -> str | None:
         event = spec.get("event")
@@ -83,7 +105,18 @@ class WaitForEvent(WaitKind):
     def on_timer(
         self, node_id: str, task_id: str, awaited_signal: str | None, decision: Decision
     ) -> None:
+        node = decision.dag.node(node_id)
+        if node is not None and node.spec.get("on_timeout") == "continue":
+            decision.wake(node_id, task_id, TIMED_OUT)
+            return
         decision.time_out(node_id, task_id, f"timed out waiting for event {awaited_signal!r}")
+
+
+#: What ``on_timeout`` may say.
+ON_TIMEOUT = ("fail", "continue")
+
+#: The output of a node that timed out under ``on_timeout: continue``.
+TIMED_OUT: Json = {"timed_out": True}
 
 
 WAIT_FOR_EVENT = WaitForEvent()
