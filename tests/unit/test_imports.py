@@ -1,8 +1,9 @@
 """Each outside system has one room: only libs/queue imports ``redis``, only libs/repo
 imports ``asyncpg``; and libs/queue itself stays light (the SDK installs it on users'
-machines). The layers keep to their side (docs/architecture.md §1): the engine
-speaks no worker protocol (no ``grpc``, no ``composer_rpc``), and its modules
-import each other without a circle.
+machines). The layers keep to their side (docs/architecture.md §1): a service
+reaches the database only through the engine's use cases (no ``composer_repo``),
+the engine speaks no worker protocol (no ``grpc``, no ``composer_rpc``), and its
+modules import each other without a circle.
 
 Read with ``ast`` rather than imported, so an import in a branch no test runs
 (or under ``if TYPE_CHECKING``) is caught too. Scans every Python file of the
@@ -36,6 +37,11 @@ ALLOWED = {
 
 #: Folder → modules no file under it may import, and why.
 FORBIDDEN = {
+    ROOT / "services": (
+        frozenset({"composer_repo"}),
+        "a service goes through the engine's use cases (composer_engine: Engine.reads, "
+        ".upkeep, .outbox, .workflows; composer_engine.records for the values' names)",
+    ),
     ROOT / "libs" / "engine" / "src": (
         frozenset({"grpc", "composer_rpc"}),
         "the engine is the application layer of every service, not only the coordinator's: "
@@ -143,8 +149,27 @@ def test_each_layer_keeps_to_its_side() -> None:
 def test_the_layer_check_sees_every_import_form(source: str) -> None:
     inside = ROOT / "libs" / "engine" / "src" / "composer_engine" / "x.py"
     assert list(layer_violations(inside, ast.parse(source))) != []
-    elsewhere = ROOT / "services" / "coordinator" / "src" / "composer_coordinator" / "x.py"
+    elsewhere = ROOT / "libs" / "sdk" / "src" / "composer_sdk" / "x.py"
     assert list(layer_violations(elsewhere, ast.parse(source))) == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import composer_repo",
+        "import composer_repo as repo",
+        "from composer_repo import Pool",
+        "from composer_repo._outbox import claim_outbox",
+        "import composer_repo._db",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from composer_repo import Pool",
+        "def f():\n    import composer_repo",
+    ],
+)
+def test_the_layer_check_sees_a_service_importing_the_repository(source: str) -> None:
+    service = ROOT / "services" / "timer" / "src" / "composer_timer" / "x.py"
+    assert list(layer_violations(service, ast.parse(source))) != []
+    engine = ROOT / "libs" / "engine" / "src" / "composer_engine" / "x.py"
+    assert list(layer_violations(engine, ast.parse(source))) == []
 
 
 def engine_imports() -> dict[str, set[str]]:

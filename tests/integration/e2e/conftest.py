@@ -163,7 +163,7 @@ async def open_stack(
         engine, address="127.0.0.1:0", token=TOKEN, heartbeat_write_seconds=0.0
     )
     enqueuer = Enqueuer(
-        pool,
+        engine,
         redis,
         prefix=prefix,
         poll_seconds=poll_seconds,

@@ -18,6 +18,7 @@ import pytest
 
 import composer_repo as repo
 from composer_core.model import RunStatus
+from composer_engine import Engine
 from composer_partition_manager.loop import PartitionManager, month_end, month_start
 from tests.integration.databases import scratch_database
 from tests.integration.e2e.test_services import service_env, wait_for_line
@@ -56,7 +57,7 @@ async def test_an_expired_month_is_dropped_and_one_with_an_active_run_kept(
         await repo.finish_run(conn, done, RunStatus.SUCCEEDED)
         waiting = uuid7(active + dt.timedelta(days=2))
         await repo.insert_run(conn, waiting, workflow_id="wf", version=version)
-    manager = PartitionManager(pool, months_ahead=4, retention_days=180)
+    manager = PartitionManager(Engine(pool), months_ahead=4, retention_days=180)
 
     with caplog.at_level(logging.INFO, logger="composer.partitions"):
         outcome = await manager.maintain()
@@ -93,7 +94,7 @@ async def test_a_month_that_cannot_be_dropped_is_reported_and_the_others_go(
             await conn.execute("SELECT composer_create_month($1)", month)
         # someone's report view on the old month: DROP TABLE refuses while it exists
         await conn.execute(f"CREATE VIEW old_report AS SELECT * FROM task_instances_p{stuck:%Y%m}")
-    manager = PartitionManager(pool, months_ahead=4, retention_days=180)
+    manager = PartitionManager(Engine(pool), months_ahead=4, retention_days=180)
 
     with caplog.at_level(logging.INFO, logger="composer.partitions"):
         outcome = await manager.maintain()
@@ -114,7 +115,7 @@ async def test_with_retention_off_nothing_is_dropped(pool: repo.Pool) -> None:
     async with repo.transaction(pool) as conn:
         await conn.execute("SELECT composer_create_month($1)", old)
 
-    outcome = await PartitionManager(pool, retention_days=0).maintain()
+    outcome = await PartitionManager(Engine(pool), retention_days=0).maintain()
 
     assert outcome.dropped == []
     assert f"{old:%Y%m}" in outcome.kept_recent

@@ -66,8 +66,9 @@ async def test_enqueuer_keeps_dispatches_while_redis_is_down(stack: Stack) -> No
     await asyncio.wait_for(asyncio.gather(*stack.tasks, return_exceptions=True), 10)
     broken = cq.connect(f"redis://127.0.0.1:{closed_port()}/0")
     # Redis is down when the start commits: its own publish fails, the outbox row stays.
-    started = await Engine(stack.pool, redis=broken, redis_prefix=stack.prefix).start("held")
-    enqueuer = Enqueuer(stack.pool, broken, prefix=stack.prefix, grace=0, poll_seconds=0.1)
+    engine = Engine(stack.pool, redis=broken, redis_prefix=stack.prefix)
+    started = await engine.start("held")
+    enqueuer = Enqueuer(engine, broken, prefix=stack.prefix, grace=0, poll_seconds=0.1)
     stop = asyncio.Event()
     loop = asyncio.create_task(enqueuer.run(stop))
     try:
@@ -75,7 +76,11 @@ async def test_enqueuer_keeps_dispatches_while_redis_is_down(stack: Stack) -> No
         assert not loop.done()
         assert enqueuer.published == 0
         assert (await stack.tasks_of(started.run_id))["a"].state == "PENDING"  # the row is kept
-        enqueuer.redis = stack.redis  # Redis is back
+        # Redis is back: the hints' client, and the one the engine's publisher uses
+        enqueuer.redis = stack.redis
+        publisher = engine._shell.publish
+        assert publisher is not None
+        publisher.queue = stack.redis
         await eventually(lambda: enqueuer.published == 1, what="the dispatch was published")
     finally:
         stop.set()

@@ -79,7 +79,7 @@ async def test_a_worker_is_written_at_most_every_write_every_unless_it_stops(
     stack: Stack,
 ) -> None:
     now = [100.0]
-    presence = Presence(stack.pool, write_every=5.0, clock=lambda: now[0])
+    presence = Presence(stack.engine, write_every=5.0, clock=lambda: now[0])
     worker_id = f"w-{uuid.uuid4().hex[:8]}"
 
     def serving(in_flight: int) -> repo.WorkerBeat:
@@ -111,7 +111,7 @@ async def test_writing_a_beat_now_and_then_forgets_workers_unseen_for_a_day(
         await conn.execute(
             "UPDATE workers SET last_seen_at = now() - interval '25 hours' WHERE id = $1", old
         )
-    presence = Presence(stack.pool)
+    presence = Presence(stack.engine)
 
     assert await presence.record(
         repo.WorkerBeat(new, "h", ("q",), 1, 0, "test", "SERVING", STARTED)

@@ -236,14 +236,15 @@ async def test_an_end_whose_sender_was_killed_after_its_commit_is_delivered_by_t
 
     queue = cq.connect(redis_url)
     stop = asyncio.Event()
-    fallback = Engine(pool)
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    fallback = Engine(pool, redis=queue, redis_prefix=prefix)
     enqueuer = Enqueuer(
-        pool,
+        fallback,
         queue,
-        prefix=f"t{uuid.uuid4().hex[:8]}",
+        prefix=prefix,
         grace=0.2,
         poll_seconds=0.05,
-        engine=fallback,
+        run_events=True,
     )
     loop = asyncio.create_task(enqueuer.run(stop))
     try:

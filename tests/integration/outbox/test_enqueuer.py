@@ -18,7 +18,7 @@ import pytest
 import composer_queue as cq
 import composer_repo as repo
 from composer_core.model import TaskState
-from composer_engine import Engine
+from composer_engine import Engine, Unavailable
 from composer_outbox_enqueuer.loop import Enqueuer
 from composer_queue.testing import FakeQueue
 
@@ -81,7 +81,11 @@ async def test_the_committer_publishes_its_dispatch_and_deletes_its_row(
     assert task.state is TaskState.QUEUED
     assert await outbox_rows(pool) == 0
     # nothing left for the enqueuer, and no hint on the hot path
-    assert (await Enqueuer(pool, queue, prefix=prefix, grace=0).publish_dispatches())[0] == 0
+    assert (
+        await Enqueuer(
+            Engine(pool, redis=queue, redis_prefix=prefix), queue, prefix=prefix, grace=0
+        ).publish_dispatches()
+    )[0] == 0
     assert queue.notified == []
 
 
@@ -98,10 +102,16 @@ async def test_a_publish_lost_after_the_commit_is_published_by_the_enqueuer_afte
     assert task.state is TaskState.PENDING and await queue.length(stream) == 0
 
     # within the grace period the row is still its committer's
-    assert (await Enqueuer(pool, queue, prefix=prefix, grace=60).publish_dispatches())[0] == 0
+    assert (
+        await Enqueuer(
+            Engine(pool, redis=queue, redis_prefix=prefix), queue, prefix=prefix, grace=60
+        ).publish_dispatches()
+    )[0] == 0
     assert await outbox_rows(pool) == 1
 
-    published, _ = await Enqueuer(pool, queue, prefix=prefix, grace=0).publish_dispatches()
+    published, _ = await Enqueuer(
+        Engine(pool, redis=queue, redis_prefix=prefix), queue, prefix=prefix, grace=0
+    ).publish_dispatches()
     assert published == 1
     [entry] = await queue.entries(stream)
     assert (entry.message().task_id, entry.message().attempt) == (task.task_id, 0)
@@ -115,9 +125,11 @@ async def test_a_queue_outage_rolls_the_claim_back_and_keeps_the_rows(
     await deploy_one_task(pool, "held", "held")
     queue.down = True
     started = await engine.start("held")
-    enqueuer = Enqueuer(pool, queue, prefix=prefix, grace=0)
+    enqueuer = Enqueuer(
+        Engine(pool, redis=queue, redis_prefix=prefix), queue, prefix=prefix, grace=0
+    )
 
-    with pytest.raises(cq.QueueUnavailable):
+    with pytest.raises(Unavailable, match="publishing the outbox failed"):
         await enqueuer.publish_dispatches()
     task = await task_of(pool, started.run_id)
     assert task.state is TaskState.PENDING and enqueuer.published == 0
@@ -133,7 +145,13 @@ async def test_the_loop_backs_off_through_an_outage_then_publishes_what_a_commit
     pool: repo.Pool, engine: Engine, queue: FakeQueue, prefix: str
 ) -> None:
     await deploy_one_task(pool, "woken", "woken")
-    enqueuer = Enqueuer(pool, queue, prefix=prefix, grace=0.3, poll_seconds=0.1)
+    enqueuer = Enqueuer(
+        Engine(pool, redis=queue, redis_prefix=prefix),
+        queue,
+        prefix=prefix,
+        grace=0.3,
+        poll_seconds=0.1,
+    )
     stop = asyncio.Event()
     loop = asyncio.create_task(enqueuer.run(stop))
     try:

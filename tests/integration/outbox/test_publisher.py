@@ -100,7 +100,11 @@ async def test_the_rows_of_several_commits_are_deleted_in_one_statement(
     # published at once; the rows wait for the flush, and cost nothing meanwhile
     assert await entries(queue, dispatched) == [1, 1, 1]
     assert await outbox_rows(pool) == 3 and flushes == []
-    assert (await Enqueuer(pool, queue, prefix=PREFIX, grace=60).publish_dispatches())[0] == 0
+    assert (
+        await Enqueuer(
+            Engine(pool, redis=queue, redis_prefix=PREFIX), queue, prefix=PREFIX, grace=60
+        ).publish_dispatches()
+    )[0] == 0
 
     await publisher.aclose()
     assert flushes == [3]
@@ -143,7 +147,9 @@ async def test_a_failed_flush_leaves_the_rows_to_the_enqueuer(
     assert await outbox_rows(pool) == 2
     assert await states(pool, run_ids) == {TaskState.PENDING}
 
-    published, _ = await Enqueuer(pool, queue, prefix=PREFIX, grace=0).publish_dispatches()
+    published, _ = await Enqueuer(
+        Engine(pool, redis=queue, redis_prefix=PREFIX), queue, prefix=PREFIX, grace=0
+    ).publish_dispatches()
     assert published == 2
     assert await entries(queue, dispatched) == [2, 2]  # the duplicates
     assert await outbox_rows(pool) == 0

@@ -26,6 +26,7 @@ from aiohttp.test_utils import TestServer
 import composer_queue as cq
 import composer_repo as repo
 from composer_common.logs import ALERT
+from composer_engine import Engine
 from composer_executors import HttpPolicy, create_http_session, run_http
 from composer_outbox_enqueuer import loop as enqueuer_loop
 from composer_outbox_enqueuer.loop import Enqueuer
@@ -100,7 +101,9 @@ def enqueuer(pool: repo.Pool, queue: FakeQueue, **options: Any) -> Enqueuer:
         "webhook_backoff": 0,
         "http_policy": OPEN,
     }
-    return Enqueuer(pool, queue, **(defaults | options))
+    options = defaults | options
+    engine = Engine(pool, redis=queue, redis_prefix=options["prefix"])
+    return Enqueuer(engine, queue, **options)
 
 
 async def add_webhook(pool: repo.Pool, run_id: str, url: str, payload: Any = None) -> int:
@@ -163,7 +166,7 @@ async def test_a_poisoned_dispatch_row_is_set_aside_and_the_next_is_published(
     claimed, _ = await e.publish_dispatches()
 
     assert claimed == 2 and e.published == 1
-    stream = cq.task_stream(e.prefix, "q", "t-good", e.shards)
+    stream = cq.task_stream(e.prefix, "q", "t-good", cq.DEFAULT_SHARDS)
     [entry] = await queue.entries(stream)
     assert entry.message().task_id == "t-good"
     parked = await row(pool, bad)

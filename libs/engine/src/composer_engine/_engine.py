@@ -11,6 +11,8 @@ lock → decide → persist → commit in one transaction (docs/architecture.md 
     reads          _reads.py        a run, runs, history, logs, workers: payloads shown or not
     workflows      _workflows.py    definitions: create, apply, deploy, delete, read
     admission      _admission.py, _held.py  a policy that holds ready tasks; their release
+    upkeep         _upkeep.py       what the loops read and keep: waits, leases, partitions, workers
+    outbox         _outbox.py       the enqueuer's fallback: claim, publish (_publish.py), delete
     the shell      _shell.py        handle (lock → decide → persist), the decision thread
     the retry loop _transaction.py  one transaction, retried while the database is away
 
@@ -35,12 +37,14 @@ from composer_engine._held import HeldTasks
 from composer_engine._leases import new_token
 from composer_engine._leasing import Leasing
 from composer_engine._loop_events import LoopEvents
+from composer_engine._outbox import Outbox
 from composer_engine._reads import Reads
 from composer_engine._reports import Reports
 from composer_engine._run_event_delivery import RunEventDelivery
 from composer_engine._runs import RunCommands
 from composer_engine._shell import Shell, utcnow
 from composer_engine._transaction import DEFAULT_ATTEMPTS
+from composer_engine._upkeep import Upkeep
 from composer_engine._workflows import Workflows
 from composer_engine.sealing import Sealer
 
@@ -125,6 +129,8 @@ class Engine:
             shell.gate = Gate(admission, self.held.release_soon)
         shell.deliver = self.run_events.deliver_soon
         self.reads = Reads(shell)
+        self.upkeep = Upkeep(shell)
+        self.outbox = Outbox(shell)
         self.workflows = Workflows(pool, attempts=attempts)
         # -- the public inputs, each its use case's ------------------------------
         self.handle = shell.handle

@@ -76,17 +76,13 @@ class Publisher:
         logged and left to the outbox-enqueuer, never raised (the transaction has committed)."""
         if not dispatched:
             return
-        entries = [
-            (cq.task_stream(self.prefix, d.queue, d.ref.task_id, self.shards), d.fields)
-            for d in dispatched
-        ]
         try:
-            await self.queue.publish(entries)
+            await self.publish_now(dispatched)
         except cq.QueueError as exc:
             log.warning(
                 "publishing %d committed dispatch(es) failed (%s): the outbox-enqueuer "
                 "publishes them after its grace period",
-                len(entries),
+                len(dispatched),
                 exc,
             )
             return
@@ -95,6 +91,16 @@ class Publisher:
             self._due.set()
         if self._flusher is None:
             self._flusher = asyncio.create_task(self._flush_while_pending(), name="outbox-flusher")
+
+    async def publish_now(self, dispatched: Sequence[Dispatched]) -> None:
+        """XADD ``dispatched`` to their sharded streams in one pipeline, and nothing
+        else: the outbox-enqueuer's fallback (engine/_outbox.py) deletes their rows in
+        the transaction that claimed them. Raises cq.QueueError when Redis fails."""
+        entries = [
+            (cq.task_stream(self.prefix, d.queue, d.ref.task_id, self.shards), d.fields)
+            for d in dispatched
+        ]
+        await self.queue.publish(entries)
 
     async def aclose(self) -> None:
         """Delete the rows of everything published so far, now (a service stopping)."""

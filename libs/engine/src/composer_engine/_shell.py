@@ -316,11 +316,19 @@ class Shell:
             data_key = await repo.set_data_key(tx.conn, run_id, new_key)
         return self.sealer.for_run(run_id, data_key)
 
-    async def in_tx(self, fn: Callable[[Tx], Awaitable[T]], *, single_statement: bool = False) -> T:
+    async def in_tx(
+        self,
+        fn: Callable[[Tx], Awaitable[T]],
+        *,
+        single_statement: bool = False,
+        attempts: int | None = None,
+    ) -> T:
+        """``fn`` in the one retry loop (``_transaction``); ``attempts`` None: the
+        engine's (a loop's read says 1: its own backoff waits out an outage)."""
         return await in_transaction(
             self.pool,
             fn,
-            attempts=self.attempts,
+            attempts=self.attempts if attempts is None else attempts,
             single_statement=single_statement,
             publish=self.publish,
             deliver=self.deliver,

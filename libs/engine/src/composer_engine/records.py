@@ -10,7 +10,9 @@ from __future__ import annotations
 from composer_repo import (
     Definition,
     DefinitionVersion,
+    Dropped,
     DueWait,
+    ExpiredLease,
     HistoryEntry,
     LeaseRequest,
     LostDispatch,
@@ -28,7 +30,9 @@ from composer_repo import (
 __all__ = [
     "Definition",
     "DefinitionVersion",
+    "Dropped",
     "DueWait",
+    "ExpiredLease",
     "HistoryEntry",
     "LeaseRequest",
     "LostDispatch",

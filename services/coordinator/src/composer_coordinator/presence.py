@@ -18,12 +18,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import composer_repo as repo
+from composer_engine import Engine, EngineError
+from composer_engine.records import WorkerBeat, WorkerState
 from composer_rpc.v1 import worker_pb2 as pb
 
 log = logging.getLogger("composer.coordinator")
 
-_STATES: dict[int, repo.WorkerState] = {
+_STATES: dict[int, WorkerState] = {
     pb.WORKER_STATE_SERVING: "SERVING",
     pb.WORKER_STATE_DRAINING: "DRAINING",
     pb.WORKER_STATE_STOPPED: "STOPPED",
@@ -37,7 +38,7 @@ class BadBeat(ValueError):
     """A heartbeat that cannot be recorded: the message names the field and the fix."""
 
 
-def beat_of(request: pb.HeartbeatRequest, covered: frozenset[str] | None) -> repo.WorkerBeat:
+def beat_of(request: pb.HeartbeatRequest, covered: frozenset[str] | None) -> WorkerBeat:
     """The beat to record, with only the queues the worker's token covers (``covered``,
     None: all): a queue it may not lease from is not one it serves."""
     if not request.worker_id or len(request.worker_id) > MAX_ID:
@@ -55,7 +56,7 @@ def beat_of(request: pb.HeartbeatRequest, covered: frozenset[str] | None) -> rep
         if request.started_at > 0
         else dt.datetime.now(dt.UTC)
     )
-    return repo.WorkerBeat(
+    return WorkerBeat(
         worker_id=request.worker_id,
         host=request.host[:MAX_ID],
         queues=queues,
@@ -71,26 +72,25 @@ def beat_of(request: pb.HeartbeatRequest, covered: frozenset[str] | None) -> rep
 class Presence:
     """Records beats, at most one write per worker every ``write_every`` seconds."""
 
-    pool: repo.Pool
+    engine: Engine
     write_every: float = 5.0
     prune_every: float = 600.0
     forget_after: float = 86400.0
     clock: Callable[[], float] = time.monotonic
     #: worker id → (when its last beat was written, the state written).
-    _written: dict[str, tuple[float, repo.WorkerState]] = field(default_factory=dict)
+    _written: dict[str, tuple[float, WorkerState]] = field(default_factory=dict)
     _pruned_at: float | None = None
 
-    async def record(self, beat: repo.WorkerBeat) -> bool:
+    async def record(self, beat: WorkerBeat) -> bool:
         """Write ``beat`` unless one of the same state was written too recently; True
-        if written. Raises RepoError (the caller answers UNAVAILABLE)."""
+        if written. Raises EngineError (the caller answers UNAVAILABLE)."""
         now = self.clock()
         last = self._written.get(beat.worker_id)
         if last is not None and last[1] == beat.state and now - last[0] < self.write_every:
             return False
         self._written[beat.worker_id] = (now, beat.state)
         try:
-            async with repo.transaction(self.pool) as conn:
-                await repo.record_worker_heartbeat(conn, beat)
+            await self.engine.upkeep.record_heartbeat(beat)
         except BaseException:
             self._written.pop(beat.worker_id, None)  # the next beat tries again
             raise
@@ -107,9 +107,8 @@ class Presence:
         for worker_id in stale:
             del self._written[worker_id]
         try:
-            async with repo.transaction(self.pool) as conn:
-                gone = await repo.prune_workers(conn, unseen_seconds=self.forget_after)
-        except repo.RepoError as exc:  # the next prune tries again; the beat was written
+            gone = await self.engine.upkeep.prune_workers(unseen_seconds=self.forget_after)
+        except EngineError as exc:  # the next prune tries again; the beat was written
             log.warning("forgetting workers unseen for %.0fs failed: %s", self.forget_after, exc)
             return
         if gone:

@@ -74,7 +74,7 @@ async def start_server(
             engine,
             worker_tokens,
             max_lease_seconds=max_lease_seconds,
-            presence=Presence(engine.pool, write_every=heartbeat_write_seconds),
+            presence=Presence(engine, write_every=heartbeat_write_seconds),
         ),
         server,
     )

@@ -31,7 +31,6 @@ import grpc
 import grpc.aio
 from opentelemetry.trace import SpanKind
 
-import composer_repo as repo
 from composer_common.telemetry import extract, tracer
 from composer_coordinator.presence import BadBeat, Presence, beat_of
 from composer_coordinator.tokens import WorkerTokens
@@ -48,6 +47,7 @@ from composer_engine import (
     Unavailable,
     handler_node_types,
 )
+from composer_engine.records import LeaseRequest
 from composer_rpc import protocol
 from composer_rpc.v1 import worker_pb2 as pb
 from composer_rpc.v1.worker_pb2_grpc import WorkerServiceServicer
@@ -95,7 +95,7 @@ class WorkerService(WorkerServiceServicer):
         self.tokens = tokens
         self.max_lease_seconds = max_lease_seconds
         #: Workers' heartbeats, kept for the API (composer_coordinator.presence).
-        self.presence = presence or Presence(engine.pool)
+        self.presence = presence or Presence(engine)
 
     def _queues(self, context: grpc.aio.ServicerContext[Any, Any]) -> frozenset[str] | None:
         """The queues the caller's token covers (None: all); TokenAuth let only
@@ -188,7 +188,7 @@ class WorkerService(WorkerServiceServicer):
             raise  # pragma: no cover - abort raises
         try:
             recorded = await self.presence.record(beat)
-        except repo.RepoError as exc:
+        except EngineError as exc:
             await context.abort(
                 grpc.StatusCode.UNAVAILABLE, f"recording the heartbeat failed: {exc}"
             )
@@ -211,7 +211,7 @@ class WorkerService(WorkerServiceServicer):
         ttl = min(request.ttl_seconds, self.max_lease_seconds)
         try:
             grant = await self.engine.lease(  # in the next batch of leases
-                repo.LeaseRequest(
+                LeaseRequest(
                     request.run_id,
                     request.task_id,
                     request.attempt,
@@ -257,7 +257,7 @@ class WorkerService(WorkerServiceServicer):
         _require(request.ttl_seconds > 0, "ttl_seconds must be > 0")
         try:
             expires = await self.engine.renew(  # in the next batch of renewals
-                repo.LeaseRequest(
+                LeaseRequest(
                     request.run_id,
                     request.task_id,
                     request.attempt,

@@ -39,10 +39,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import composer_queue as cq
-import composer_repo as repo
 from composer_common.logs import ALERT, alert
 from composer_engine import (
     Acknowledge,
+    BadRequest,
     ClaimedEntry,
     Engine,
     EngineError,
@@ -61,6 +61,7 @@ from composer_engine import (
     utcnow,
     watch_queue,
 )
+from composer_engine.records import LostDispatch, TaskAttempt
 from composer_lease_sweeper.report import PENDING, SweepReport, record
 from composer_service import sleep_or_stop
 
@@ -102,7 +103,7 @@ class Sweeper:
         while not stop.is_set():
             try:
                 await self.sweep()
-            except (repo.Transient, Unavailable, cq.QueueError) as exc:
+            except (Unavailable, cq.QueueError) as exc:
                 log.warning("sweep failed: %s; next one in %.1fs", exc, self.interval_seconds)
             except Exception as exc:  # a bug: say so, and sweep again (no crash loop)
                 log.log(
@@ -117,9 +118,7 @@ class Sweeper:
 
     async def sweep(self) -> SweepReport | None:
         """One sweep, if no other replica is sweeping; None if one is."""
-        async with repo.singleton(
-            self.engine.pool, f"composer-lease-sweeper:{self.prefix}"
-        ) as mine:
+        async with self.engine.upkeep.sole(f"composer-lease-sweeper:{self.prefix}") as mine:
             if not mine:
                 return None
             report = SweepReport()
@@ -138,8 +137,7 @@ class Sweeper:
     # -- (a) expired leases ----------------------------------------------------
 
     async def _expire_leases(self, report: SweepReport) -> None:
-        async with repo.transaction(self.engine.pool) as conn:
-            expired = await repo.expired_leases(conn, limit=self.batch_size)
+        expired = await self.engine.upkeep.expired_leases(limit=self.batch_size)
         for lease in expired:
             what = (
                 f"task {lease.task_id} ({lease.node_id}) attempt {lease.attempt} "
@@ -211,7 +209,7 @@ class Sweeper:
                 try:
                     if await self._settle_one(entry, msg, tasks, gone, report):
                         done.append(entry.ref)
-                except (Unavailable, repo.Transient, cq.QueueUnavailable):
+                except (Unavailable, cq.QueueUnavailable):
                     raise  # an outage ends the sweep; the next one sees the entry again
                 except Exception as exc:  # a bug: this entry waits for the next look
                     log.log(
@@ -236,21 +234,21 @@ class Sweeper:
         entries: list[tuple[cq.Entry, cq.TaskMessage]],
         done: list[tuple[str, str]],
         report: SweepReport,
-    ) -> dict[str, repo.TaskAttempt]:
+    ) -> dict[str, TaskAttempt]:
         """Where the entries' tasks stand, in one query; if the database refuses the batch
         (an entry naming an id it cannot hold), one query per entry, and an entry whose
         task cannot be looked up at all is acknowledged away (added to ``done``)."""
         try:
-            async with repo.transaction(self.engine.pool) as conn:
-                return await repo.task_attempts(conn, [(m.run_id, m.task_id) for _, m in entries])
-        except repo.Invalid:
+            return await self.engine.upkeep.task_attempts(
+                [(m.run_id, m.task_id) for _, m in entries]
+            )
+        except BadRequest:
             pass  # find which entry, below
-        tasks: dict[str, repo.TaskAttempt] = {}
+        tasks: dict[str, TaskAttempt] = {}
         for entry, msg in entries:
             try:
-                async with repo.transaction(self.engine.pool) as conn:
-                    tasks |= await repo.task_attempts(conn, [(msg.run_id, msg.task_id)])
-            except repo.Invalid as exc:
+                tasks |= await self.engine.upkeep.task_attempts([(msg.run_id, msg.task_id)])
+            except BadRequest as exc:
                 alert(
                     log,
                     "task %r attempt %d of run %r: its entry %s on %s names a task that "
@@ -270,7 +268,7 @@ class Sweeper:
         self,
         entry: cq.Entry,
         msg: cq.TaskMessage,
-        tasks: dict[str, repo.TaskAttempt],
+        tasks: dict[str, TaskAttempt],
         gone: dict[str, bool],
         report: SweepReport,
     ) -> bool:
@@ -347,11 +345,10 @@ class Sweeper:
     # -- (b) lost dispatches -----------------------------------------------------
 
     async def _redispatch_lost(self, report: SweepReport) -> None:
-        async with repo.transaction(self.engine.pool) as conn:
-            candidates = await repo.lost_dispatches(
-                conn, older_than=lost_before(self.clock(), self.limits), limit=self.batch_size
-            )
-        by_stream: dict[str, list[repo.LostDispatch]] = collections.defaultdict(list)
+        candidates = await self.engine.upkeep.lost_dispatches(
+            older_than=lost_before(self.clock(), self.limits), limit=self.batch_size
+        )
+        by_stream: dict[str, list[LostDispatch]] = collections.defaultdict(list)
         for d in candidates:
             if d.queue is None:  # pragma: no cover - every dispatched task has a queue
                 log.error("task %s of run %s has no queue; cannot dispatch it", d.task_id, d.run_id)
@@ -374,7 +371,7 @@ class Sweeper:
                     case Redispatch():
                         await self._redispatch(d, stream, report)
 
-    async def _redispatch(self, d: repo.LostDispatch, stream: str, report: SweepReport) -> None:
+    async def _redispatch(self, d: LostDispatch, stream: str, report: SweepReport) -> None:
         again = await _apply(
             f"dispatch task {d.task_id} of run {d.run_id} again",
             self.engine.redispatch(d.run_id, d.task_id, d.attempt),

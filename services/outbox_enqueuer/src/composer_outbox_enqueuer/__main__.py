@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import sys
 
-from composer_engine import Engine, parse_queue_concurrency
 from composer_engine.sealing import sealer_from
 from composer_executors import HttpPolicy, parse_networks
 from composer_outbox_enqueuer.loop import Enqueuer
@@ -20,7 +19,6 @@ async def serve(settings: EnqueuerSettings) -> None:
     try:
         allow_networks = parse_networks(settings.http_allow_networks)
         sealer = sealer_from(settings.encryption_keys)
-        admission = parse_queue_concurrency(settings.queue_concurrency)
     except ValueError as exc:
         raise StartupError(str(exc)) from None
     if settings.webhook_secret:  # a placeholder or short secret signs nothing worth checking
@@ -28,21 +26,13 @@ async def serve(settings: EnqueuerSettings) -> None:
             [("COMPOSER_WEBHOOK_SECRET", settings.webhook_secret)], dev_mode=settings.dev_mode
         ):
             log.warning("%s", warning)
-    async with serving(settings.runtime("outbox-enqueuer", pool_size=4)) as rt:
-        # applies the events between runs their committer did not deliver
-        engine = Engine(
-            rt.pool,
-            redis=rt.queue,
-            redis_prefix=settings.redis_prefix,
-            shards=settings.shards,
-            sealer=sealer,
-            admission=admission,
-        )
+    async with serving(
+        settings.runtime("outbox-enqueuer", pool_size=4, engine=settings.engine_config())
+    ) as rt:
         enqueuer = Enqueuer(
-            rt.pool,
+            rt.engine,
             rt.queue,
             prefix=settings.redis_prefix,
-            shards=settings.shards,
             batch_size=settings.batch_size,
             grace=settings.outbox_grace_seconds,
             poll_seconds=settings.poll_seconds,
@@ -51,7 +41,7 @@ async def serve(settings: EnqueuerSettings) -> None:
             webhook_give_up=settings.webhook_give_up_seconds,
             webhook_secret=settings.webhook_secret,
             sealer=sealer,
-            engine=engine,
+            run_events=True,  # the events between runs their committer did not deliver
             http_policy=HttpPolicy(
                 allow_private=settings.http_allow_private, allow_networks=allow_networks
             ),
@@ -61,10 +51,7 @@ async def serve(settings: EnqueuerSettings) -> None:
             settings.redis_prefix,
             settings.shards,
         )
-        try:
-            await enqueuer.run(rt.stop)
-        finally:
-            await engine.aclose()
+        await enqueuer.run(rt.stop)  # the runtime closes the engine, then the pool
         log.info("stopped after publishing %d dispatch(es)", enqueuer.published)
 
 

@@ -7,8 +7,9 @@ once it is ``grace`` seconds old — its committer crashed between commit and
 publish, or Redis was away — and a delayed dispatch (a retry's backoff) when
 it comes due. Dispatch rows: claim a batch (FOR UPDATE SKIP LOCKED, only rows whose
 next_attempt_at has come, so retry backoff holds), XADD each to its sharded
-stream in one pipeline, then in the same transaction delete the rows and mark
-the tasks QUEUED, and commit. A crash after XADD and before commit publishes
+stream in one pipeline through the engine's publisher (the committers' own,
+engine/_publish.py), then in the same transaction delete the rows and mark
+the tasks QUEUED, and commit (``Engine.outbox``, engine/_outbox.py). A crash after XADD and before commit publishes
 again later: a duplicate message, which the lease makes harmless. A Redis
 failure rolls back (nothing lost) and backs off. Several replicas never
 publish the same row at once (SKIP LOCKED).
@@ -37,7 +38,6 @@ with the error, and the others go on.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import functools
 import hashlib
@@ -53,11 +53,11 @@ import aiohttp
 from opentelemetry.metrics import Histogram
 
 import composer_queue as cq
-import composer_repo as repo
 from composer_common.logs import ALERT, alert, log_context
 from composer_common.telemetry import meter
 from composer_core.model import HIDDEN_CREDENTIALS, credentials_of, hide_credentials
-from composer_engine import Engine, EngineError
+from composer_engine import Engine, EngineError, Unavailable
+from composer_engine.records import OutboxMessage
 from composer_engine.sealing import Sealer, SealingError
 from composer_executors import ExecutionError, HttpPolicy, create_http_session, run_http
 from composer_service import sleep_or_stop
@@ -82,10 +82,12 @@ def sign(secret: str, delivery: str, timestamp: str, body: bytes) -> str:
 
 @dataclass
 class Enqueuer:
-    pool: repo.Pool
+    #: Publishes through its publisher (engine/_publish.py), to its Redis prefix and
+    #: shards, and applies the events between runs their committer did not deliver.
+    engine: Engine
+    #: Where the hints that wake this loop come from.
     redis: cq.Queue
     prefix: str = "composer"
-    shards: int = cq.DEFAULT_SHARDS
     batch_size: int = 200
     #: How old a dispatch due at once must be before it is taken from its committer.
     grace: float = 2.0
@@ -107,8 +109,8 @@ class Enqueuer:
     #: Opens webhook payloads, which the engine seals whole (COMPOSER_ENCRYPTION_KEYS).
     sealer: Sealer = field(default_factory=Sealer)
     #: Applies the events for other runs that their committer did not deliver
-    #: (docs/architecture.md §4.10); None: this enqueuer leaves them to another.
-    engine: Engine | None = None
+    #: (docs/architecture.md §4.10); False: this enqueuer leaves them to another.
+    run_events: bool = False
     published: int = 0
     webhooks_delivered: int = 0
     run_events_delivered: int = 0
@@ -141,7 +143,7 @@ class Enqueuer:
                     self._webhook_loop(stop, session, webhook_hint), name="outbox-webhooks"
                 ),
             ]
-            if self.engine is not None:
+            if self.run_events:
                 tasks.append(
                     asyncio.create_task(
                         self._run_event_loop(stop, self.engine), name="outbox-run-events"
@@ -168,7 +170,7 @@ class Enqueuer:
                 self.run_events_delivered += await engine.deliver_due_run_events(
                     grace=self.grace, limit=self.batch_size
                 )
-            except (repo.RepoError, EngineError) as exc:
+            except EngineError as exc:
                 delay = backoff.next()
                 log.warning(
                     "delivering events between runs failed (%s); again in %.1fs", exc, delay
@@ -188,7 +190,7 @@ class Enqueuer:
             try:
                 published, next_due = await self.publish_dispatches()
                 backoff.reset()
-            except (cq.QueueUnavailable, repo.Transient) as exc:
+            except (cq.QueueUnavailable, Unavailable) as exc:
                 delay = backoff.next()
                 log.warning("publishing paused: %s; retrying in %.1fs", exc, delay)
                 await sleep_or_stop(stop, delay)
@@ -208,7 +210,7 @@ class Enqueuer:
             try:
                 tried, next_due = await self.deliver_webhooks(session)
                 backoff.reset()
-            except repo.Transient as exc:
+            except Unavailable as exc:
                 delay = backoff.next()
                 log.warning("webhook delivery paused: %s; retrying in %.1fs", exc, delay)
                 await sleep_or_stop(stop, delay)
@@ -221,57 +223,30 @@ class Enqueuer:
         """Publish one batch of due dispatches; returns how many were claimed, and when
         the next is due. A row that cannot be turned into a message is an ALERT and is
         set aside for ``park_seconds``; the rest of the batch goes out."""
-        async with repo.transaction(self.pool) as conn:
-            messages = await repo.claim_outbox(
-                conn, "dispatch", limit=self.batch_size, grace=self.grace
-            )
-            if not messages:
-                return 0, await repo.next_outbox_due(conn, "dispatch", grace=self.grace)
-            good: list[repo.OutboxMessage] = []
-            refs: list[repo.TaskRef] = []
-            batch: list[tuple[str, dict[str, str]]] = []
-            for m in messages:
-                try:
-                    fields = {str(k): str(v) for k, v in m.payload.items()}
-                    message = cq.TaskMessage.from_fields(fields)  # what a worker will read
-                    stream = cq.task_stream(
-                        self.prefix, m.destination, message.task_id, self.shards
-                    )
-                    # (a message names the attempt only: mark_published needs no node)
-                    ref = repo.TaskRef(m.run_id, message.task_id, "", message.attempt)
-                except Exception as exc:
-                    await self._park(conn, m, exc)
-                    continue
-                good.append(m)
-                batch.append((stream, fields))
-                refs.append(ref)
-            if batch:
-                await self.redis.publish(batch)  # raises on a Redis failure: all rolls back
-            next_due = await repo.mark_published(conn, [m.id for m in good], refs, grace=self.grace)
-            if len(messages) >= self.batch_size:
-                next_due = None  # a full batch: look again at once
-        self.published += len(good)
+        done = await self.engine.outbox.publish_due(
+            limit=self.batch_size, grace=self.grace, park_seconds=self.park_seconds
+        )
+        for aside in done.set_aside:
+            m = aside.message
+            with log_context(run_id=m.run_id, task_id=m.task_id):
+                alert(
+                    log,
+                    "outbox dispatch %d of run %s (task %s) %s; set aside for %.0fs "
+                    "(fix or delete the row; the other dispatches go on)",
+                    m.id,
+                    m.run_id,
+                    m.task_id,
+                    aside.error,
+                    self.park_seconds,
+                )
+        self.published += len(done.published)
         now = dt.datetime.now(dt.UTC)
         lag = _lag_histogram()
-        for m in good:  # how long a due dispatch waited for its publish
+        for m in done.published:  # how long a due dispatch waited for its publish
             lag.record(max(0.0, (now - max(m.created_at, m.next_attempt_at)).total_seconds()))
-        log.debug("published %d dispatch(es)", len(good))
-        return len(messages), next_due
-
-    async def _park(self, conn: repo.Connection, m: repo.OutboxMessage, exc: Exception) -> None:
-        error = f"cannot be published: {type(exc).__name__}: {exc}"
-        with log_context(run_id=m.run_id, task_id=m.task_id):
-            alert(
-                log,
-                "outbox dispatch %d of run %s (task %s) %s; set aside for %.0fs "
-                "(fix or delete the row; the other dispatches go on)",
-                m.id,
-                m.run_id,
-                m.task_id,
-                error,
-                self.park_seconds,
-            )
-        await repo.postpone_outbox(conn, m.id, delay=self.park_seconds, error=error)
+        if done.published:
+            log.debug("published %d dispatch(es)", len(done.published))
+        return done.claimed, done.next_due
 
     async def deliver_webhooks(
         self, session: aiohttp.ClientSession
@@ -285,27 +260,29 @@ class Enqueuer:
         ends (delivered again, with the same ``Composer-Delivery``).
         """
         lease = self.webhook_timeout + self.webhook_lease_margin
-        async with repo.transaction(self.pool) as conn:
-            messages = await repo.lease_outbox(
-                conn, "webhook", limit=self.webhook_batch_size, lease=lease
-            )
-            if not messages:
-                return 0, await repo.next_outbox_due(conn, "webhook")
+        outbox = self.engine.outbox
+        messages, next_due = await outbox.lease_webhooks(limit=self.webhook_batch_size, lease=lease)
+        if not messages:
+            return 0, next_due
         results = await asyncio.gather(*(self._post(session, m) for m in messages))
         now = dt.datetime.now(dt.UTC)
-        async with repo.transaction(self.pool) as conn:
-            done = [m.id for m, error in zip(messages, results, strict=True) if error is None]
-            await repo.delete_outbox(conn, done)
-            for m, error in zip(messages, results, strict=True):
-                if error is not None:
-                    await self._retry_or_give_up(conn, m, error, now)
-            next_due = await repo.next_outbox_due(conn, "webhook")
-        self.webhooks_delivered += len(done)
+        delivered = [m.id for m, error in zip(messages, results, strict=True) if error is None]
+        done = list(delivered)
+        retry: list[tuple[int, float, str]] = []
+        for m, error in zip(messages, results, strict=True):
+            if error is None:
+                continue
+            delay = self._retry_in(m, error, now)
+            if delay is None:
+                done.append(m.id)
+            else:
+                retry.append((m.id, delay, error))
+        next_due = await outbox.settle_webhooks(done, retry)
+        self.webhooks_delivered += len(delivered)
         return len(messages), next_due
 
-    async def _retry_or_give_up(
-        self, conn: repo.Connection, m: repo.OutboxMessage, error: str, now: dt.datetime
-    ) -> None:
+    def _retry_in(self, m: OutboxMessage, error: str, now: dt.datetime) -> float | None:
+        """When to try a failed webhook again (seconds), or None: given up (logged)."""
         age = (now - m.created_at).total_seconds()
         if age >= self.webhook_give_up:
             log.error(
@@ -316,8 +293,7 @@ class Enqueuer:
                 age,
                 error,
             )
-            await repo.delete_outbox(conn, [m.id])
-            return
+            return None
         delay = min(self.webhook_backoff * 2.0**m.attempts, 300.0)
         log.warning(
             "webhook of run %s to %s failed (%s); retrying in %.0fs",
@@ -326,13 +302,9 @@ class Enqueuer:
             error,
             delay,
         )
-        # NotFound: its lease ran out and another replica delivered it meanwhile
-        with contextlib.suppress(repo.NotFound):
-            await repo.postpone_outbox(conn, m.id, delay=delay, error=error)
+        return delay
 
-    async def _post(
-        self, session: aiohttp.ClientSession, message: repo.OutboxMessage
-    ) -> str | None:
+    async def _post(self, session: aiohttp.ClientSession, message: OutboxMessage) -> str | None:
         """POST one webhook; None when delivered, else why not. Never raises (but
         for cancellation): anything unexpected is an ALERT and a failed attempt."""
         try:

@@ -10,9 +10,13 @@ from composer_service import run, serving
 
 
 async def serve(settings: PartitionSettings) -> None:
-    async with serving(settings.runtime("partition-manager", pool_size=2, redis=False)) as rt:
+    async with serving(
+        settings.runtime(
+            "partition-manager", pool_size=2, redis=False, engine=settings.engine_config()
+        )
+    ) as rt:
         manager = PartitionManager(
-            rt.pool,
+            rt.engine,
             months_ahead=settings.partitions_months_ahead,
             retention_days=settings.retention_days,
             interval_seconds=settings.partitions_interval_seconds,

@@ -25,8 +25,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import composer_repo as repo
 from composer_common.logs import alert
+from composer_engine import Engine, Unavailable
 
 log = logging.getLogger("composer.partitions")
 
@@ -51,7 +51,7 @@ class Outcome:
 
 @dataclass
 class PartitionManager:
-    pool: repo.Pool
+    engine: Engine
     months_ahead: int = 3
     retention_days: int = 0
     interval_seconds: float = 86_400.0
@@ -67,7 +67,7 @@ class PartitionManager:
                 outcome = await self.maintain()
                 if outcome.failed:
                     wait = min(self.interval_seconds, self.retry_seconds)
-            except repo.Transient as exc:
+            except Unavailable as exc:
                 wait = min(self.interval_seconds, self.retry_seconds)
                 log.warning("partition maintenance failed: %s; retrying in %.0fs", exc, wait)
             except Exception as exc:  # a bug, or the database refusing: stay up, loudly
@@ -78,8 +78,8 @@ class PartitionManager:
 
     async def maintain(self) -> Outcome:
         """Create the months ahead, then drop the expired ones (retention on)."""
-        async with repo.transaction(self.pool) as conn:
-            created = await repo.ensure_partitions(conn, months_ahead=self.months_ahead)
+        upkeep = self.engine.upkeep
+        created = await upkeep.ensure_partitions(months_ahead=self.months_ahead)
         if created:
             log.info(
                 "created %d partition table(s) (this month and %d ahead)",
@@ -87,8 +87,7 @@ class PartitionManager:
                 self.months_ahead,
             )
         if self.retention_days <= 0:
-            async with repo.transaction(self.pool) as conn:
-                months = await repo.list_partitions(conn)
+            months = await upkeep.partitions()
             log.info(
                 "retention is off (COMPOSER_RETENTION_DAYS=0): keeping all %d month(s), %s to %s",
                 len(months),
@@ -98,8 +97,7 @@ class PartitionManager:
             return Outcome(created, [], kept_recent=months)
 
         cutoff = self.clock() - dt.timedelta(days=self.retention_days)
-        async with repo.transaction(self.pool) as conn:
-            result = await repo.drop_partitions(conn, older_than=cutoff)
+        result = await upkeep.drop_partitions(older_than=cutoff)
         dropped = result.months
         for month, problem in result.failed.items():
             alert(
@@ -116,18 +114,17 @@ class PartitionManager:
                 month_end(month).date(),
                 self.retention_days,
             )
-        kept_active: dict[str, int] = {}
         kept_recent: list[str] = []
-        async with repo.transaction(self.pool) as conn:
-            for month in await repo.list_partitions(conn):
-                if month in result.failed:
-                    continue  # reported above
-                if month_end(month) > cutoff:
-                    kept_recent.append(month)
-                    continue
-                kept_active[month] = await repo.count_active_runs(
-                    conn, start=month_start(month), end=month_end(month)
-                )
+        past: list[str] = []
+        for month in await upkeep.partitions():
+            if month in result.failed:
+                continue  # reported above
+            if month_end(month) > cutoff:
+                kept_recent.append(month)
+            else:
+                past.append(month)
+        counts = await upkeep.active_runs([(month_start(m), month_end(m)) for m in past])
+        kept_active = dict(zip(past, counts, strict=True))
         for month, active in kept_active.items():
             log.warning(
                 "kept month %s past retention (%d days): %s",

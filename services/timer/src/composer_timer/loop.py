@@ -38,10 +38,10 @@ from dataclasses import dataclass, field
 from opentelemetry.metrics import Histogram
 
 import composer_queue as cq
-import composer_repo as repo
 from composer_common.logs import alert
 from composer_common.telemetry import meter
 from composer_engine import Engine, Parked, Unavailable, utcnow
+from composer_engine.records import DueWait
 from composer_service import sleep_or_stop
 
 log = logging.getLogger("composer.timer")
@@ -87,7 +87,7 @@ class Timer:
                 try:
                     result = await self.fire_due()
                     backoff.reset()
-                except (repo.Transient, Unavailable, OSError) as exc:
+                except (Unavailable, OSError) as exc:
                     delay = backoff.next()
                     log.warning("timers paused: %s; retrying in %.1fs", exc, delay)
                     await sleep_or_stop(stop, delay)
@@ -116,11 +116,10 @@ class Timer:
 
     async def fire_due(self) -> Pass:
         """One pass: fire what is due now (by the engine's clock, which set wake_at)."""
-        async with repo.transaction(self.engine.pool) as conn:
-            due = await repo.due_waits(conn, limit=self.batch_size, now=self.clock())
+        due = await self.engine.upkeep.due_waits(limit=self.batch_size, now=self.clock())
         slots = asyncio.Semaphore(self.concurrency)
 
-        async def fire(wait: repo.DueWait) -> bool | None:
+        async def fire(wait: DueWait) -> bool | None:
             async with slots:
                 return await self._fire(wait)
 
@@ -128,14 +127,13 @@ class Timer:
         failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
         if failure is not None:
             raise failure
-        async with repo.transaction(self.engine.pool) as conn:
-            next_wake = await repo.next_wake_at(conn)
+        next_wake = await self.engine.upkeep.next_wake_at()
         fired = sum(1 for o in outcomes if o is True)
         if fired:
             log.debug("fired %d of %d due wait(s)", fired, len(due))
         return Pass(len(due), fired, sum(1 for o in outcomes if o is None), next_wake)
 
-    async def _fire(self, wait: repo.DueWait) -> bool | None:
+    async def _fire(self, wait: DueWait) -> bool | None:
         """True: fired; False: already resolved (stale); None: the run is busy."""
         try:
             fired = await self.engine.fire_timer(
@@ -144,7 +142,7 @@ class Timer:
         except Parked as exc:  # its key is not here: this wait alone waits for it
             await self._park(wait, exc)
             return False
-        except (Unavailable, repo.Transient):
+        except Unavailable:
             raise
         except Exception as exc:  # EngineError (a broken definition), or a bug
             await self._park(wait, exc)
@@ -158,11 +156,10 @@ class Timer:
             self.stale += 1
         return fired
 
-    async def _park(self, wait: repo.DueWait, problem: Exception) -> None:
+    async def _park(self, wait: DueWait, problem: Exception) -> None:
         """Log the wait that cannot be fired and move it out of the way for a while."""
         until = self.clock() + dt.timedelta(seconds=self.park_seconds)
-        async with repo.transaction(self.engine.pool) as conn:
-            parked = await repo.park_wait(conn, wait.run_id, wait.task_id, until=until)
+        parked = await self.engine.upkeep.park_wait(wait.run_id, wait.task_id, until=until)
         if parked:
             self.parked += 1
         alert(
