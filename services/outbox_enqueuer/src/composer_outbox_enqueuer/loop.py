@@ -9,8 +9,8 @@ it comes due. Dispatch rows: claim a batch (FOR UPDATE SKIP LOCKED, only rows wh
 next_attempt_at has come, so retry backoff holds), XADD each to its sharded
 stream in one pipeline through the engine's publisher (the committers' own,
 engine/_publish.py), then in the same transaction delete the rows and mark
-the tasks QUEUED, and commit (``Engine.outbox``, engine/_outbox.py). A crash after XADD and before commit publishes
-again later: a duplicate message, which the lease makes harmless. A Redis
+the tasks QUEUED, and commit (``Engine.outbox``, engine/_outbox.py). A crash
+after XADD and before commit publishes again later: a duplicate message, which the lease makes harmless. A Redis
 failure rolls back (nothing lost) and backs off. Several replicas never
 publish the same row at once (SKIP LOCKED).
 
