@@ -1,9 +1,9 @@
 -- Every SQL statement Composer runs, by name. Loaded once by _sql.py; a test
 -- prepares each one against a migrated database.
 --
--- Run-scoped tables (workflow_runs, task_instances, workflow_events) are
--- partitioned by run id: every statement on them filters on the run id, so it
--- touches one partition. Fenced task updates repeat the state machine's check
+-- Run-scoped tables (workflow_runs, task_instances, workflow_events,
+-- run_history, task_logs) are partitioned by run id: every statement on them
+-- filters on the run id, so it touches one partition. Fenced task updates repeat the state machine's check
 -- (task id, node id, attempt, an active state) so a write the snapshot did not
 -- expect matches no row instead of corrupting one.
 --
