@@ -27,7 +27,13 @@ from composer_engine._metrics import instruments
 from composer_engine._requests import start_digest
 from composer_engine._shell import Shell
 from composer_engine._tx import Tx
-from composer_engine.errors import BadRequest, Conflict, IdempotencyKeyReused, UnknownSignal
+from composer_engine.errors import (
+    BadRequest,
+    Conflict,
+    IdempotencyKeyReused,
+    InputInvalid,
+    UnknownSignal,
+)
 from composer_engine.sealing import looks_sealed
 
 log = logging.getLogger("composer.engine")
@@ -123,6 +129,9 @@ class RunCommands:
                             run_id=started.run_id,
                         )
                 return Started(started.run_id, started.status, created=False)
+            # after the key's look-up, so that a repeat gets its run back; raising rolls
+            # the insert back
+            _check_input(dag, input if input is not None else {}, workflow_id)
             if parent is not None:
                 await repo.set_run_parent(tx.conn, new_run_id, parent)
             tx.after_commit(lambda: instruments().runs_started.add(1, {"workflow_id": workflow_id}))
@@ -290,6 +299,8 @@ class RunCommands:
                 raise BadRequest(
                     f"version must be 0 (the deployed one) or a version number, not {version}"
                 )
+            if input is not None:
+                _check_input(dag, input, run.workflow_id)
             transition = await self._shell.decide(
                 tx, dag, locked, RunRetried(from_node, input, config), by=retried_by
             )
@@ -298,6 +309,23 @@ class RunCommands:
             return transition
 
         await self._shell.in_tx(attempt)
+
+
+def _check_input(dag: WorkflowDAG, value: Json, workflow_id: str) -> None:
+    """Refuse an input the version's ``input_schema`` does not accept, naming every
+    problem (InputInvalid: the API's 400 input-invalid)."""
+    if dag.input_schema is None:
+        return
+    problems = dag.input_schema.problems(value)
+    if not problems:
+        return
+    listed = "; ".join(str(p) for p in problems[:3])
+    more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+    raise InputInvalid(
+        f"the input does not match the input_schema of {workflow_id!r} version "
+        f"{dag.version}: {listed}{more}",
+        problems=[{"path": p.path, "message": p.message} for p in problems],
+    )
 
 
 def _unknown_signal(run: Run, dag: WorkflowDAG, name: str) -> UnknownSignal:

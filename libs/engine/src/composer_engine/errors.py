@@ -2,7 +2,9 @@
 
     EngineError                 base; ``kind`` is the problem's kind in every answer
     ├── BadRequest        invalid-request   the request cannot apply (unknown node, bad run
-    │                                       id, empty signal name)
+    │   │                                   id, empty signal name)
+    │   └── InputInvalid  input-invalid     a start's input fails the version's
+    │                                       input_schema; ``problems`` lists each (path, message)
     ├── Forbidden         forbidden         the caller's credentials do not cover it (a
     │                                       worker token and a task of a queue it does not serve)
     ├── NotFound          not-found         no such run, workflow or version
@@ -58,6 +60,14 @@ class EngineError(Exception):
 
 class BadRequest(EngineError):
     kind = "invalid-request"
+
+
+class InputInvalid(BadRequest):
+    """The run input fails the definition's ``input_schema``; no run was started.
+    Its ``problems`` extension lists every problem as ``{path, message}``, the path a
+    JSON path into the input (``$`` is the input itself)."""
+
+    kind = "input-invalid"
 
 
 class Forbidden(EngineError):

@@ -315,7 +315,10 @@ class RetryRun(Request):
 
 
 class DefinitionProblem(Response):
-    path: str = Field(description="where in the definition, e.g. nodes[3].spec.url")
+    path: str = Field(
+        description="where: in a definition (422) e.g. nodes[3].spec.url; in a run input "
+        "(400 input-invalid) a JSON path, e.g. $.lines[0].qty"
+    )
     message: str
 
 
@@ -330,7 +333,9 @@ class Problem(BaseModel):
     detail: str
     instance: str | None = None
     problems: list[DefinitionProblem] | None = Field(
-        default=None, description="422: every problem of the definition"
+        default=None,
+        description="422 definition-invalid: every problem of the definition; 400 "
+        "input-invalid: every problem of the run input against the version's input_schema",
     )
 
 

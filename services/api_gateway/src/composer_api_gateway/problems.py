@@ -68,6 +68,7 @@ def not_found(detail: str) -> ApiProblem:
 #: missing here is answered 500, as the bug it would be.
 STATUSES = {
     "invalid-request": 400,
+    "input-invalid": 400,
     "forbidden": 403,
     "not-found": 404,
     "conflict": 409,

@@ -158,7 +158,10 @@ ROUTES: tuple[Route, ...] = (
         "config or version) answers 409 `idempotency-key-reused`, naming the key and the "
         "run it started. A client run_id already in use answers 409. The "
         "run records the token's name (started_by); with `context`, your request metadata "
-        "is kept beside it and handed to the run's TASK handlers (ctx.caller in the SDK).",
+        "is kept beside it and handed to the run's TASK handlers (ctx.caller in the SDK). "
+        "When the version has an `input_schema`, an input that fails it answers 400 "
+        "`input-invalid` and starts nothing: `problems` lists every problem as "
+        "`{path, message}`, the path a JSON path into the input (`$` is the input itself).",
     ),
     Route(
         "GET",
@@ -258,7 +261,8 @@ ROUTES: tuple[Route, ...] = (
         body=RetryRun,
         errors=(400, 404, 409, 413, 503),
         description="The node and everything after it run again. A run with active tasks "
-        "answers 409.",
+        "answers 409. A new `input` is held to the version's `input_schema` as a start's is "
+        "(400 `input-invalid` with `problems`).",
     ),
     Route(
         "GET",

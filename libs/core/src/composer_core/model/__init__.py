@@ -16,6 +16,7 @@ from composer_core.kinds.wait import WaitSpec
 from composer_core.kinds.wait_for_event import WaitForEventSpec
 from composer_core.model._build import build_dag, default_engine, validate
 from composer_core.model._dag import CompiledNode, WorkflowDAG
+from composer_core.model._input_schema import MAX_INPUT_PROBLEMS, InputSchema, schema_problems
 from composer_core.model._limits import DEFAULT_LIMITS, MAX_SECONDS, Limits
 from composer_core.model._load import parse_definition
 from composer_core.model._spec import (
@@ -43,6 +44,7 @@ __all__ = [
     "DEFAULT_LIMITS",
     "DEFAULT_RETRY",
     "HIDDEN_CREDENTIALS",
+    "MAX_INPUT_PROBLEMS",
     "MAX_SECONDS",
     "NODE_SPECS",
     "RESERVED_QUEUES",
@@ -50,6 +52,7 @@ __all__ = [
     "Edge",
     "ForkSpec",
     "HttpSpec",
+    "InputSchema",
     "JoinSpec",
     "Limits",
     "Node",
@@ -73,5 +76,6 @@ __all__ = [
     "parse_definition",
     "parse_seconds",
     "parse_time",
+    "schema_problems",
     "validate",
 ]

@@ -16,6 +16,7 @@ from composer_core.errors import DefinitionInvalid, Problem, TemplateError
 from composer_core.kinds import KINDS, RESERVED_QUEUES, Category, NodeType, kind_of
 from composer_core.kinds._values import parse_seconds, templated
 from composer_core.model._dag import CompiledNode, WorkflowDAG
+from composer_core.model._input_schema import InputSchema, schema_problems
 from composer_core.model._limits import DEFAULT_LIMITS, MAX_SECONDS, Limits, nesting_depth
 from composer_core.model._spec import HIDDEN_CREDENTIALS, Node, WorkflowSpec, credentials_of
 from composer_core.templates import (
@@ -159,6 +160,7 @@ class _Builder:
             output_refs,
             tuple(order),
             self.engine,
+            None if self.spec.input_schema is None else InputSchema(self.spec.input_schema),
         )
 
     def collect(
@@ -212,6 +214,11 @@ class _Builder:
                 "hidden credentials (a definition read back from the API): write the real "
                 "ones, or leave user:password@ out",
             )
+        if spec.input_schema is not None:
+            if nesting_depth(spec.input_schema) > limits.max_depth:
+                self.add("input_schema", f"nested deeper than {limits.max_depth} levels")
+            else:
+                self.problems.extend(schema_problems(spec.input_schema))
         if nesting_depth(spec.output) > limits.max_depth:
             self.add("output", f"nested deeper than {limits.max_depth} levels")
             self.too_deep.add(-1)

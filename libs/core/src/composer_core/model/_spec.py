@@ -156,6 +156,14 @@ class WorkflowSpec(_Strict):
         "signal payloads); off: they are redacted for viewers (operators and admins always "
         "see them)",
     )
+    input_schema: dict[str, Any] | StrictBool | None = Field(
+        default=None,
+        description="a JSON Schema (2020-12) the run input must match: checked as a schema "
+        "when the definition is published, applied when a run starts (a start whose input "
+        "fails it answers 400 input-invalid, listing every problem at its JSON path). "
+        "`$ref` points inside the schema only (nothing is fetched); `format` is an "
+        "annotation, not checked. None: any input",
+    )
     nodes: list[Node] = Field(description="at least one")
     edges: list[Edge] = Field(
         default_factory=list, description="from one node to another; the graph is acyclic"

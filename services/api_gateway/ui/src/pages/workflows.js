@@ -103,18 +103,35 @@ export function workflowPage(main, workflowId, params) {
       const s = await spec(shown);
       mount(previewTitle, `Version ${shown}`, h('span', { class: 'muted' }, ' — read-only preview'));
       preview.show(drawGraph(s, { preview: true, available: preview.available() }));
-      mount(previewActions, session.can('operator') && detail.deployed_version === shown ? startForm() : null);
+      mount(previewActions, session.can('operator') && detail.deployed_version === shown ? startForm(s) : null);
     } catch (err) {
       notify(err);
     }
   }
 
-  function startForm() {
-    const input = h('textarea', { id: 'start-input', rows: 3, placeholder: 'run input as JSON (optional)', 'aria-label': 'run input' });
+  // The start form. A version with an input_schema lists the schema's fields (name,
+  // type, required, description) above the input and offers a skeleton of them; a
+  // start the schema refuses (400 input-invalid) lists each problem at its JSON path
+  // under the form.
+  function startForm(s) {
+    const schema = s && s.input_schema && typeof s.input_schema === 'object' ? s.input_schema : null;
+    const fields = schemaFields(schema);
+    const skeleton = fields.length ? JSON.stringify(Object.fromEntries(fields.map((f) => [f.name, f.example]))) : '';
+    const input = h('textarea', {
+      id: 'start-input',
+      rows: 3,
+      placeholder: skeleton ? `run input as JSON, e.g. ${skeleton}` : 'run input as JSON (optional)',
+      'aria-label': 'run input',
+    });
+    const problems = h('ul', { id: 'start-problems', class: 'problems', hidden: true });
     const form = h('form', { class: 'inline', id: 'start-form' },
-      h('h3', {}, 'Start a run of the deployed version'), input, h('button', { type: 'submit', class: 'primary', id: 'start' }, 'Start run'));
+      h('h3', {}, 'Start a run of the deployed version'),
+      fields.length ? inputFields(fields, schema, () => { input.value = JSON.stringify(Object.fromEntries(fields.map((f) => [f.name, f.example])), null, 2); input.focus(); }) : null,
+      input, h('button', { type: 'submit', class: 'primary', id: 'start' }, 'Start run'), problems);
     form.addEventListener('submit', async (ev) => {
       ev.preventDefault();
+      mount(problems);
+      problems.hidden = true;
       try {
         const body = { workflow_id: workflowId };
         const value = parseJsonInput(input.value, 'The input');
@@ -122,6 +139,11 @@ export function workflowPage(main, workflowId, params) {
         const started = await post('/v1/runs', body);
         location.hash = `#/runs/${started.run_id}`;
       } catch (err) {
+        const listed = err && err.problem && Array.isArray(err.problem.problems) ? err.problem.problems : [];
+        if (listed.length) {
+          mount(problems, listed.map((p) => h('li', {}, h('code', {}, p.path || '$'), ' ', p.message)));
+          problems.hidden = false;
+        }
         notify(err);
       }
     });
@@ -152,4 +174,46 @@ export function workflowPage(main, workflowId, params) {
 
   load();
   return () => {};
+}
+
+// The top-level properties of an input schema, as the start form lists them.
+function schemaFields(schema) {
+  if (!schema || typeof schema.properties !== 'object' || !schema.properties) return [];
+  const order = Array.isArray(schema.required) ? schema.required : [];
+  const required = new Set(order);
+  // the stored document keeps no key order (PostgreSQL's jsonb): the required fields
+  // come first, in the order `required` lists them, then the others by name
+  const rank = (name) => (required.has(name) ? order.indexOf(name) : order.length);
+  const entries = Object.entries(schema.properties)
+    .sort(([a], [b]) => rank(a) - rank(b) || (a < b ? -1 : a > b ? 1 : 0));
+  return entries.map(([name, prop]) => {
+    const p = prop && typeof prop === 'object' ? prop : {};
+    const type = Array.isArray(p.type) ? p.type.join(' | ') : p.type || (p.enum ? 'one of' : p.$ref ? 'see schema' : 'any');
+    return {
+      name,
+      type: p.enum ? `${type} (${p.enum.map((e) => JSON.stringify(e)).join(', ')})` : type,
+      required: required.has(name),
+      description: p.description || p.title || '',
+      example: 'default' in p ? p.default : exampleOf(Array.isArray(p.type) ? p.type[0] : p.type, p),
+    };
+  });
+}
+
+function exampleOf(type, p) {
+  if (p.enum && p.enum.length) return p.enum[0];
+  if ('const' in p) return p.const;
+  return { string: '', integer: 0, number: 0, boolean: false, array: [], object: {}, null: null }[type] ?? null;
+}
+
+function inputFields(fields, schema, fill) {
+  return h('div', { id: 'start-schema', class: 'schema-hint' },
+    h('p', { class: 'muted' }, schema.description || 'The input this version takes (its input_schema):'),
+    h('table', { class: 'fields' },
+      h('thead', {}, h('tr', {}, ['Field', 'Type', '', 'Description'].map((c) => h('th', {}, c)))),
+      h('tbody', {}, fields.map((f) => h('tr', { dataset: { field: f.name } },
+        h('td', {}, h('code', {}, f.name)),
+        h('td', {}, f.type),
+        h('td', {}, f.required ? h('span', { class: 'badge required' }, 'required') : h('span', { class: 'muted' }, 'optional')),
+        h('td', {}, f.description))))),
+    h('button', { type: 'button', id: 'start-skeleton', onclick: fill }, 'Fill in the fields'));
 }
