@@ -93,7 +93,7 @@ async def test_the_readme_worker_serves_a_stack_on_a_port_base_and_ctrl_c_drains
                 line = await asyncio.wait_for(worker.stderr.readline(), 30)
                 assert line, f"the worker exited: {start}"
                 start += line.decode()
-            said = re.search(r"worker (\S+) serving payments \(TASK\) from Redis", start)
+            said = re.search(r"worker (\S+) serving payments from Redis", start)
             assert said, start
             assert f"prefix 'composer-{base}', coordinator 127.0.0.1:{base + 1}" in start
 

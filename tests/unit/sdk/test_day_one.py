@@ -67,7 +67,8 @@ def test_the_start_line_says_what_it_serves_and_where_without_the_password(
     worker = Worker(WorkerConfig(owner="w1"))
     worker.add_handler("payments", echo)
     line = worker.describe()
-    assert line.startswith("worker w1 serving payments (TASK) from Redis ")
+    assert line.startswith("worker w1 serving payments from Redis ")
+    assert "node types payments TASK;" in line
     assert "redis://:***@127.0.0.1:6380/0 prefix 'composer-8400'" in line
     assert "coordinator 127.0.0.1:8401 (plaintext)" in line
     assert "s3cret" not in line

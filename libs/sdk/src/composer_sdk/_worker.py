@@ -311,17 +311,17 @@ class Worker:
             signal.signal(sig, before)
 
     def describe(self) -> str:
-        """What this worker serves and where: its start line."""
+        """What this worker serves and where: its start line ("worker ID serving q1, q2
+        from Redis URL prefix 'P', coordinator ADDR (plaintext); node types q1 TASK, …")."""
         cfg = self.config
-        queues = ", ".join(
-            f"{h.queue} ({'/'.join(sorted(h.node_types))})"
-            for h in sorted(self._handlers.values(), key=lambda h: h.queue)
-        )
+        handlers = sorted(self._handlers.values(), key=lambda h: h.queue)
+        kinds = ", ".join(f"{h.queue} {'/'.join(sorted(h.node_types))}" for h in handlers)
         tls = "TLS" if cfg.coordinator_tls_ca else "plaintext"
         return (
-            f"worker {self.owner} serving {queues} from Redis {_without_password(cfg.redis_url)} "
-            f"prefix {cfg.redis_prefix!r}, coordinator {cfg.coordinator} ({tls}); "
-            f"concurrency {cfg.concurrency}, prefetch {self.prefetch}, composer-sdk {_SDK_VERSION}"
+            f"worker {self.owner} serving {', '.join(h.queue for h in handlers)} from Redis "
+            f"{_without_password(cfg.redis_url)} prefix {cfg.redis_prefix!r}, coordinator "
+            f"{cfg.coordinator} ({tls}); node types {kinds}; concurrency {cfg.concurrency}, "
+            f"prefetch {self.prefetch}, composer-sdk {_SDK_VERSION}"
         )
 
     async def run(self) -> None:
