@@ -70,6 +70,11 @@ def test_every_problem_of_a_schema_is_named_at_its_place() -> None:
             "resolved: a reference must point inside the schema (nothing is fetched)",
         ),
         (
+            {"properties": {"default": {"$ref": "#/$defs/none"}}},
+            "input_schema.properties.default.$ref: '#/$defs/none' cannot be resolved: a "
+            "reference must point inside the schema (nothing is fetched)",
+        ),
+        (
             {"$schema": "http://json-schema.org/draft-07/schema#"},
             "input_schema.$schema: input schemas are JSON Schema 2020-12: write "
             "'https://json-schema.org/draft/2020-12/schema' or leave $schema out, not "

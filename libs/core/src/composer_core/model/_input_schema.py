@@ -154,7 +154,10 @@ def _unresolvable_refs(schema: Mapping[str, Any] | bool, path: str) -> list[Prob
                         )
                     )
             for key, value in node.items():
-                if key not in _NOT_SCHEMAS:
+                if key in _SCHEMA_MAPS and isinstance(value, Mapping):
+                    for name, sub in value.items():  # names, not keywords: each is a schema
+                        walk(sub, f"{where}.{key}.{name}", False)
+                elif key not in _NOT_SCHEMAS:
                     walk(value, f"{where}.{key}", False)
         elif isinstance(node, list):
             for i, value in enumerate(node):
@@ -166,3 +169,6 @@ def _unresolvable_refs(schema: Mapping[str, Any] | bool, path: str) -> list[Prob
 
 #: Keywords whose values are data, not subschemas: a "$ref" key inside them is not one.
 _NOT_SCHEMAS = frozenset({"const", "enum", "examples", "default"})
+
+#: Keywords whose values map names (any name, "const" too) to subschemas.
+_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "dependentSchemas"})
