@@ -13,7 +13,7 @@ PY_SOURCES := libs services tests examples tools
 TS_SDK := sdks/typescript
 COMPOSER_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/composer
 
-.PHONY: help install bytecode sandbox-tools run demo simulate test pytest test-unit lint fmt proto proto-breaking ts-sdk test-ts docs ui bench chaos migrate clean images test-containers
+.PHONY: help install bytecode sandbox-tools run demo simulate test pytest test-unit lint fmt proto proto-breaking proto-release ts-sdk test-ts docs ui bench chaos migrate clean images test-containers
 
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -125,6 +125,11 @@ test-ts: ts-sdk  ## the TypeScript worker SDK's unit tests (node --test)
 
 proto-breaking: $(TS_SDK)/node_modules/.installed  ## buf breaking: proto/ against the last release's protocol
 	cd $(TS_SDK) && npx --no-install buf breaking ../../proto --against ../../proto/releases/v1.json
+
+# At a release: the protocol as released becomes what proto-breaking checks against.
+proto-release: $(TS_SDK)/node_modules/.installed  ## renew proto/releases/v1.json, the released protocol's buf image
+	cd $(TS_SDK) && npx --no-install buf build ../../proto --exclude-source-info -o ../../proto/releases/v1.json
+	$(PYTHON) -c 'import json, sys; p = sys.argv[1]; d = json.load(open(p)); open(p, "w").write(json.dumps(d, indent=1, sort_keys=True) + "\n")' proto/releases/v1.json
 
 # A unit test (tests/unit/test_reference_docs.py) fails when a page is out of date.
 docs: $(VENV_STAMP)  ## regenerate docs/nodes.md and docs/configuration.md from the models and settings

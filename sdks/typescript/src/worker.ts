@@ -210,6 +210,13 @@ export class Worker {
     const queue = (this.queue = new StreamQueue(cfg.redisUrl));
     this.acks = new Batcher((refs) => this.ackBatch(refs), 512, 1);
     try {
+      if (!cfg.token) {
+        this.log(
+          "warning",
+          "no worker token: the coordinator refuses every call; set COMPOSER_WORKER_TOKEN " +
+            "(make run keeps one in .state/tokens.env) or new Worker({ token })",
+        );
+      }
       for (const name of this.handlers.keys()) await this.ensureGroups(name);
       this.startedAt = Date.now() / 1000;
       this.log(

@@ -8,8 +8,10 @@ an error that names both versions (``incompatible``). A feature is a name, never
 enum value, so an SDK ignores the names it does not know.
 
 Bump PROTOCOL_VERSION only for a change older SDKs cannot work with (the
-breaking-change check, ``make proto-breaking``, then fails until the release image
-is renewed); additions keep the number and add a feature name.
+breaking-change check, ``make proto-breaking``, fails such a change until the
+release image is renewed with ``make proto-release``); additions keep the number
+and add a feature name. Renew the image at each release, so the check guards what
+shipped.
 """
 
 from __future__ import annotations
