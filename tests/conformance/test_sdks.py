@@ -85,13 +85,13 @@ async def test_a_permanent_error_fails_the_node_at_once_with_its_code(
 
 async def test_a_long_task_keeps_its_lease_by_renewing_it(conformance: Conformance) -> None:
     c = conformance
-    # five seconds of work on a one-second lease: it lives only if it is renewed
-    workflow = await c.deploy_task({"do": "sleep", "seconds": 5}, queue=Q, max_attempts=1)
-    await c.worker(Q, lease_ttl=1.0)
+    # three lease TTLs of work: it lives only if its lease is renewed (every ttl/3)
+    workflow = await c.deploy_task({"do": "sleep", "seconds": 6}, queue=Q, max_attempts=1)
+    await c.worker(Q, lease_ttl=2.0)
     run_id = (await c.stack.engine.start(workflow)).run_id
     run = await c.stack.wait_run(run_id, timeout=40)
     assert run.status is RunStatus.SUCCEEDED, (await c.task(run_id)).error
-    assert (await c.task(run_id)).output == {"slept": 5}
+    assert (await c.task(run_id)).output == {"slept": 6}
 
 
 async def test_a_worker_killed_mid_task_has_its_attempt_retried_elsewhere(

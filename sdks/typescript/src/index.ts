@@ -12,8 +12,10 @@
 
 export { type Caller, TaskContext } from "./context.js";
 export { CoordinatorUnavailable, PermanentError, SdkError, TaskFailed } from "./errors.js";
+export { type Outcome } from "./coordinator.js";
 export { type HandlerFn, type HandlerOptions } from "./handler.js";
 export { PROTOCOL_VERSION } from "./protocol.js";
 export { AttemptLines, TaskLogger } from "./tasklog.js";
+export { handlerOutcome, runHandler, type TestAttempt } from "./testing.js";
 export { SDK_NAME, SDK_VERSION } from "./version.js";
 export { type Log, type LogLevel, Worker, type WorkerConfig } from "./worker.js";

@@ -19,7 +19,7 @@ import { encode } from "../src/limits.js";
 import { incompatible, PROTOCOL_VERSION } from "../src/protocol.js";
 import { AttemptLines, TaskLogger } from "../src/tasklog.js";
 import { SDK_NAME, SDK_VERSION } from "../src/version.js";
-import { Worker } from "../src/index.js";
+import { handlerOutcome, runHandler, Worker } from "../src/index.js";
 import { Code } from "@connectrpc/connect";
 
 function context(abort = new AbortController(), lines = new AttemptLines()): TaskContext {
@@ -172,4 +172,16 @@ test("calls are batched: what is asked while calls are out goes together in the 
   release();
   assert.deepEqual(await Promise.all(answers), [10, 20, 30, "item 4 refused", 50]);
   assert.deepEqual(calls, [[1], [2, 3, 4, 5]]); // the first at once, the rest in one call
+});
+
+test("runHandler runs a handler with no engine: its output, or the failure it would report", async () => {
+  const charge = async (ctx: TaskContext, input: { amount: number }) => {
+    if (input.amount <= 0) throw new PermanentError("amount must be positive", { code: "bad_amount" });
+    ctx.logger.info(`charging ${input.amount}`);
+    return { charged: input.amount, key: ctx.idempotencyKey };
+  };
+  assert.deepEqual(await runHandler(charge, { amount: 5 }, { runId: "r1", nodeId: "charge" }), { charged: 5, key: "r1:charge" });
+  await assert.rejects(runHandler(charge, { amount: 0 }), (err: unknown) => err instanceof PermanentError && err.code === "bad_amount");
+  const outcome = await handlerOutcome(charge, { amount: 7 });
+  assert.match(outcome.logLines[0]!, /INFO charging 7$/);
 });
