@@ -67,4 +67,4 @@ async def test_the_typescript_example_charges_an_order_end_to_end(
             proc.kill()
             await proc.wait()
     said = stderr.read_text()
-    assert "serving payments from coordinator" in said and stack.prefix in said
+    assert f"serving payments from Redis {stack.redis_url} prefix '{stack.prefix}'" in said

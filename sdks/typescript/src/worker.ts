@@ -115,6 +115,17 @@ function settle(config: WorkerConfig, env: NodeJS.ProcessEnv): Settled {
   };
 }
 
+/** `url` with its password shown as *** (a start line is no place for it). */
+function withoutPassword(url: string): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password) parsed.password = "***";
+    return parsed.toString();
+  } catch {
+    return url;
+  }
+}
+
 function stderrLog(level: LogLevel, message: string): void {
   process.stderr.write(`${new Date().toISOString()} ${level.toUpperCase()} composer.sdk ${message}\n`);
 }
@@ -219,11 +230,7 @@ export class Worker {
       }
       for (const name of this.handlers.keys()) await this.ensureGroups(name);
       this.startedAt = Date.now() / 1000;
-      this.log(
-        "info",
-        `worker ${this.owner} serving ${[...this.handlers.keys()].sort().join(", ")} from coordinator ${cfg.coordinator} ` +
-          `and Redis prefix ${cfg.redisPrefix} (concurrency ${cfg.concurrency}, prefetch ${this.prefetch})`,
-      );
+      this.log("info", this.describe());
       // The protocol version, asked beside the reads, not before them: a worker whose
       // coordinator is away still reads and holds its entries (its heartbeat says it is
       // alive) and asks again before its first lease; a coordinator of another version
@@ -254,6 +261,22 @@ export class Worker {
       await queue.close();
       client.close();
     }
+  }
+
+  /**
+   * What this worker serves and where, its start line (the Python SDK's shape): "worker ID
+   * serving q1, q2 from Redis URL prefix 'P', coordinator ADDR (plaintext); node types …".
+   */
+  describe(): string {
+    const cfg = this.config;
+    const handlers = [...this.handlers.values()].sort((a, b) => (a.queue < b.queue ? -1 : 1));
+    const kinds = handlers.map((h) => `${h.queue} ${[...h.nodeTypes].sort().join("/")}`).join(", ");
+    return (
+      `worker ${this.owner} serving ${handlers.map((h) => h.queue).join(", ")} from Redis ` +
+      `${withoutPassword(cfg.redisUrl)} prefix '${cfg.redisPrefix}', coordinator ${cfg.coordinator} ` +
+      `(${cfg.coordinatorTlsCa ? "TLS" : "plaintext"}); node types ${kinds}; concurrency ${cfg.concurrency}, ` +
+      `prefetch ${this.prefetch}, ${SDK_NAME} ${SDK_VERSION}`
+    );
   }
 
   /**

@@ -185,3 +185,15 @@ test("runHandler runs a handler with no engine: its output, or the failure it wo
   const outcome = await handlerOutcome(charge, { amount: 7 });
   assert.match(outcome.logLines[0]!, /INFO charging 7$/);
 });
+
+test("the start line says what the worker serves and where, with no password", () => {
+  const worker = new Worker({ owner: "w1", redisUrl: "redis://:secret@10.0.0.5:6379/0", redisPrefix: "composer_8400", coordinator: "10.0.0.5:8451" }, {});
+  worker.handle("payments", async () => ({}));
+  worker.handle("egress", async () => ({}), { nodeTypes: ["HTTP", "TASK"] });
+  assert.equal(
+    worker.describe(),
+    "worker w1 serving egress, payments from Redis redis://:***@10.0.0.5:6379/0 prefix 'composer_8400', " +
+      "coordinator 10.0.0.5:8451 (plaintext); node types egress HTTP/TASK, payments TASK; concurrency 16, " +
+      `prefetch 32, ${SDK_NAME} ${SDK_VERSION}`,
+  );
+});
