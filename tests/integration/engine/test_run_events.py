@@ -23,8 +23,9 @@ import pytest
 import composer_queue as cq
 import composer_repo as repo
 from composer_core.model import RunStatus, TaskState
-from composer_engine import Engine, Workflows, validate_definition
+from composer_engine import Engine, Unavailable, Workflows, validate_definition
 from composer_outbox_enqueuer.loop import Enqueuer
+from tests.integration.pgproxy import PgProxy
 from tests.integration.waits import until
 
 FINISH_CHILD = Path(__file__).with_name("finish_child.py")
@@ -282,3 +283,17 @@ async def test_a_parent_s_cancel_reaches_its_children_all_the_way_down(
     # the children's own ends reach runs that finished: ignored, and consumed
     await until(lambda: _no_events(pool), what="every event consumed")
     assert (await run(pool, parent)).status is RunStatus.CANCELLED
+
+
+async def test_looking_for_undelivered_events_while_the_database_is_away_is_unavailable(
+    database_url: str,
+) -> None:
+    """The outbox-enqueuer backs off on Unavailable; a driver error would stop it."""
+    proxy = await PgProxy(database_url).start()
+    through = await repo.create_pool(proxy.url, min_size=0, max_size=1)
+    try:
+        await proxy.close()  # the database is away from here on
+        with pytest.raises(Unavailable):
+            await Engine(through).deliver_due_run_events(grace=0)
+    finally:
+        await through.close()

@@ -15,7 +15,7 @@ from composer_core.statemachine import RunCancelled
 from composer_engine import _run_events
 from composer_engine._shell import Shell
 from composer_engine._tx import Tx
-from composer_engine.errors import EngineError
+from composer_engine.errors import EngineError, Unavailable
 
 log = logging.getLogger("composer.engine")
 
@@ -69,8 +69,11 @@ class RunEventDelivery:
         old (the outbox-enqueuer's fallback): how many were looked at. One that fails
         is tried again ``retry_after`` seconds later (an ALERT says why), never
         holding up the others."""
-        async with repo.connection(self._shell.pool) as conn:
-            due = await repo.due_run_events(conn, limit=limit, grace=grace)
+        try:
+            async with repo.connection(self._shell.pool) as conn:
+                due = await repo.due_run_events(conn, limit=limit, grace=grace)
+        except repo.RepoError as exc:  # the database is away: the caller backs off
+            raise Unavailable(f"looking for undelivered events between runs failed: {exc}") from exc
         for event_id in due:
             try:
                 await self.deliver(event_id)
@@ -82,8 +85,11 @@ class RunEventDelivery:
                     exc,
                     retry_after,
                 )
-                async with repo.connection(self._shell.pool) as conn:
-                    await repo.postpone_run_event(conn, event_id, retry_after, str(exc))
+                try:
+                    async with repo.connection(self._shell.pool) as conn:
+                        await repo.postpone_run_event(conn, event_id, retry_after, str(exc))
+                except repo.RepoError as lost:  # tried again on the next pass, unpostponed
+                    raise Unavailable(f"postponing event {event_id} failed: {lost}") from lost
         return len(due)
 
     def deliver_soon(self, event_ids: Sequence[int]) -> None:
