@@ -122,6 +122,7 @@ class Conformance:
         lease_ttl: float = 2.0,
         drain_seconds: float = 10.0,
         tls_ca: Path | None = None,
+        redis_prefix: str | None = None,
     ) -> WorkerProcess:
         """Start a worker process of this SDK serving ``queue``, configured as a stack's
         stack.env would configure it (COMPOSER_GRPC_ADDR, COMPOSER_REDIS_URL, ...)."""
@@ -129,7 +130,7 @@ class Conformance:
         env = {k: v for k, v in os.environ.items() if not k.startswith("COMPOSER_")} | {
             "COMPOSER_GRPC_ADDR": coordinator or s.grpc_target,
             "COMPOSER_REDIS_URL": s.redis_url,
-            "COMPOSER_REDIS_PREFIX": s.prefix,
+            "COMPOSER_REDIS_PREFIX": redis_prefix or s.prefix,
             "COMPOSER_WORKER_TOKEN": token,
             "CONFORMANCE_QUEUE": queue,
             "CONFORMANCE_LEASE_TTL": str(lease_ttl),

@@ -302,3 +302,20 @@ async def test_an_engine_of_another_protocol_version_stops_the_worker_naming_bot
         assert (await c.task(run_id)).state is TaskState.QUEUED
     finally:
         await server.stop(0)
+
+
+async def test_a_worker_reading_another_redis_prefix_stops_naming_both(
+    conformance: Conformance,
+) -> None:
+    """A worker on the wrong prefix would show SERVING while its tasks wait for ever."""
+    c = conformance
+    workflow = await c.deploy_task({"do": "echo"}, queue=Q)
+    run_id = (await c.stack.engine.start(workflow)).run_id
+    worker = await c.worker(Q, redis_prefix="composer-elsewhere")
+    assert await worker.exited() != 0
+    said = worker.stderr()
+    assert f"publishes tasks under Redis prefix '{c.stack.prefix}'" in said, said[-3000:]
+    assert "reads prefix 'composer-elsewhere'" in said
+    assert f"COMPOSER_REDIS_PREFIX={c.stack.prefix}" in said
+    assert not any(line.startswith("started ") for line in worker.lines)
+    assert (await c.task(run_id)).state is TaskState.QUEUED

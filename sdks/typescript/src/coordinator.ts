@@ -58,6 +58,9 @@ export interface Capabilities {
   minProtocolVersion: number;
   features: ReadonlySet<string>;
   serverVersion: string;
+  /** Where the coordinator's engine publishes tasks ("" / 0: it did not say). */
+  redisPrefix: string;
+  shards: number;
 }
 
 /** The coordinator's answer to a lease request: with a grant, its token and what to run. */
@@ -231,6 +234,8 @@ export class CoordinatorClient {
       minProtocolVersion: reply.minProtocolVersion,
       features: new Set(reply.features),
       serverVersion: reply.serverVersion,
+      redisPrefix: reply.redisPrefix,
+      shards: reply.shards,
     };
   }
 

@@ -27,7 +27,15 @@ import { hostname } from "node:os";
 
 import { Batcher } from "./batcher.js";
 import { callerOf, TaskContext } from "./context.js";
-import { CoordinatorClient, MESSAGE_TOO_LARGE, sleep, type Lease, type Outcome, type Presence } from "./coordinator.js";
+import {
+  CoordinatorClient,
+  MESSAGE_TOO_LARGE,
+  sleep,
+  type Capabilities,
+  type Lease,
+  type Outcome,
+  type Presence,
+} from "./coordinator.js";
 import { CoordinatorUnavailable, SdkError } from "./errors.js";
 import { Handler, type HandlerFn, type HandlerOptions } from "./handler.js";
 import { DEFAULT_MAX_OUTPUT_BYTES } from "./limits.js";
@@ -308,12 +316,46 @@ export class Worker {
       return false;
     }
     if (capabilities === undefined) return false;
+    const mismatch = this.streamsMismatch(capabilities);
+    if (mismatch !== undefined) {
+      this.incompatible = mismatch;
+      this.log("error", `${mismatch.message}; the worker stops`);
+      this.stop();
+      return false;
+    }
     this.log(
       "info",
       `coordinator ${client.target} speaks worker protocol version ${capabilities.protocolVersion} ` +
         `(serves ${capabilities.minProtocolVersion} and newer)`,
     );
     return true;
+  }
+
+  /**
+   * The error when this worker reads other streams than the coordinator's engine
+   * publishes to (another Redis prefix, fewer shards): it would wait for ever for tasks
+   * that go elsewhere, showing SERVING. Undefined when they agree or it did not say.
+   */
+  private streamsMismatch(capabilities: Capabilities): SdkError | undefined {
+    const cfg = this.config;
+    if (capabilities.redisPrefix && capabilities.redisPrefix !== cfg.redisPrefix) {
+      return new SdkError(
+        `the coordinator ${cfg.coordinator} publishes tasks under Redis prefix ` +
+          `'${capabilities.redisPrefix}', but this worker reads prefix '${cfg.redisPrefix}': ` +
+          `set COMPOSER_REDIS_PREFIX=${capabilities.redisPrefix} (a stack's .state/stack.env has it) ` +
+          `or the worker's redisPrefix`,
+        { code: "REDIS_PREFIX" },
+      );
+    }
+    if (capabilities.shards && capabilities.shards !== cfg.shards) {
+      return new SdkError(
+        `the coordinator ${cfg.coordinator} publishes tasks to ${capabilities.shards} shard ` +
+          `stream(s) per queue, but this worker reads ${cfg.shards}: set the worker's ` +
+          `shards to ${capabilities.shards} (COMPOSER_SHARDS on the services)`,
+        { code: "SHARDS" },
+      );
+    }
+    return undefined;
   }
 
   private async ensureGroups(name: string): Promise<void> {

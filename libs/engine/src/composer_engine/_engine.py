@@ -156,6 +156,16 @@ class Engine:
         self.release_held = self.held.release
 
     @property
+    def redis_prefix(self) -> str:
+        """The Redis key prefix this engine publishes tasks under."""
+        return self._shell.prefix
+
+    @property
+    def shards(self) -> int:
+        """The shard streams per queue this engine publishes tasks to."""
+        return self._shell.shards
+
+    @property
     def sealer(self) -> Sealer:
         """What seals and opens the runs' documents (every use case's)."""
         return self._shell.sealer

@@ -99,6 +99,7 @@ class Shell:
         self.sealer = sealer or Sealer()
         self.redis = redis
         self.prefix = redis_prefix
+        self.shards = shards
         self.definitions = definitions or DefinitionCache()
         self.clock = clock
         self.new_id = new_id

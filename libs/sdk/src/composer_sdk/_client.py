@@ -194,6 +194,9 @@ class Capabilities:
     min_protocol_version: int
     features: frozenset[str]
     server_version: str = ""
+    #: Where the coordinator's engine publishes tasks ("" / 0: it did not say).
+    redis_prefix: str = ""
+    shards: int = 0
 
 
 @runtime_checkable
@@ -467,6 +470,8 @@ class CoordinatorClient:
             reply.min_protocol_version,
             frozenset(reply.features),
             reply.server_version,
+            reply.redis_prefix,
+            reply.shards,
         )
 
     async def heartbeat(self, presence: Presence, *, timeout: float | None = None) -> bool:

@@ -64,6 +64,7 @@ from composer_sdk._client import (
     DEFAULT_MAX_MESSAGE_BYTES,
     MESSAGE_TOO_LARGE,
     Beats,
+    Capabilities,
     Coordinator,
     CoordinatorClient,
     Lease,
@@ -468,6 +469,12 @@ class Worker:
                 return False
             if capabilities is None:
                 return False
+            mismatch = self._streams_mismatch(capabilities)
+            if mismatch is not None:
+                self._compatible, self._incompatible = False, mismatch
+                log.error("%s; the worker stops", mismatch)
+                self.stop()
+                return False
             log.info(
                 "coordinator %s speaks worker protocol version %d (serves %d and newer)",
                 self.config.coordinator,
@@ -476,6 +483,28 @@ class Worker:
             )
             self._compatible = True
             return True
+
+    def _streams_mismatch(self, capabilities: Capabilities) -> SdkError | None:
+        """The error when this worker reads other streams than the coordinator's engine
+        publishes to (another Redis prefix, fewer shards): it would wait for ever for
+        tasks that go elsewhere, showing SERVING. None when they agree or it did not say."""
+        cfg = self.config
+        if capabilities.redis_prefix and capabilities.redis_prefix != cfg.redis_prefix:
+            return SdkError(
+                f"the coordinator {cfg.coordinator} publishes tasks under Redis prefix "
+                f"{capabilities.redis_prefix!r}, but this worker reads prefix "
+                f"{cfg.redis_prefix!r}: set COMPOSER_REDIS_PREFIX={capabilities.redis_prefix} "
+                "(a stack's .state/stack.env has it) or WorkerConfig(redis_prefix=...)",
+                code="REDIS_PREFIX",
+            )
+        if capabilities.shards and capabilities.shards != cfg.shards:
+            return SdkError(
+                f"the coordinator {cfg.coordinator} publishes tasks to {capabilities.shards} "
+                f"shard stream(s) per queue, but this worker reads {cfg.shards}: set "
+                f"WorkerConfig(shards={capabilities.shards}) (COMPOSER_SHARDS on the services)",
+                code="SHARDS",
+            )
+        return None
 
     async def _ensure_groups(self, queue: str) -> None:
         assert self._queue is not None

@@ -122,6 +122,8 @@ class WorkerService(WorkerServiceServicer):
             min_protocol_version=protocol.MIN_PROTOCOL_VERSION,
             features=protocol.FEATURES,
             server_version=_SERVER_VERSION,
+            redis_prefix=self.engine.redis_prefix,
+            shards=self.engine.shards,
         )
 
     # Each unary call runs in a span whose parent is the worker's task span (trace

@@ -121,6 +121,8 @@ class GetCapabilitiesResponse(_message.Message):
     MIN_PROTOCOL_VERSION_FIELD_NUMBER: _builtins.int
     FEATURES_FIELD_NUMBER: _builtins.int
     SERVER_VERSION_FIELD_NUMBER: _builtins.int
+    REDIS_PREFIX_FIELD_NUMBER: _builtins.int
+    SHARDS_FIELD_NUMBER: _builtins.int
     protocol_version: _builtins.int
     """The protocol version the coordinator speaks (1: this file's), and the oldest
     SDK protocol version it still serves. An SDK of a version in
@@ -130,6 +132,13 @@ class GetCapabilitiesResponse(_message.Message):
     min_protocol_version: _builtins.int
     server_version: _builtins.str
     """The coordinator's release (for messages and logs only; never compare it)."""
+    redis_prefix: _builtins.str
+    """Where the coordinator's engine publishes tasks: the Redis key prefix and the
+    number of shard streams per queue. A worker that reads another prefix, or
+    fewer shards, would never see some or all of its tasks: the SDK stops, naming
+    both. Empty / 0: not said (a coordinator from before this field).
+    """
+    shards: _builtins.int
     @_builtins.property
     def features(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """What it has, by name (see FEATURES in composer_rpc.protocol): an SDK uses a
@@ -143,10 +152,12 @@ class GetCapabilitiesResponse(_message.Message):
         min_protocol_version: _builtins.int = ...,
         features: _abc.Iterable[_builtins.str] | None = ...,
         server_version: _builtins.str = ...,
+        redis_prefix: _builtins.str = ...,
+        shards: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["features", b"features", "min_protocol_version", b"min_protocol_version", "protocol_version", b"protocol_version", "server_version", b"server_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["features", b"features", "min_protocol_version", b"min_protocol_version", "protocol_version", b"protocol_version", "redis_prefix", b"redis_prefix", "server_version", b"server_version", "shards", b"shards"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
