@@ -52,7 +52,6 @@ PRUNED: dict[str, tuple[Any, ...]] = {
     "get_task_logs": (None,),
     "unserved_queues": (30.0,),
     "set_run_parent": ("p", "node", T, 0),
-    "run_parent": (),
     "release_task": (T, 0),
 }
 
@@ -83,8 +82,7 @@ WIDER = {
     "count_active_runs": "an id range: one month, by the partition-manager",
     "insert_task_logs": "INSERT: the rows are routed to their partitions",
     "active_children": "a parent's children may be of any month: the small parent index",
-    "queue_in_flight": "the admission step counts the small in-flight partial index",
-    "queue_has_held": "the admission step reads the small held partial index",
+    "queue_load": "the admission step counts the small in-flight and held partial indexes",
     "held_tasks": "a release scans the small held partial index of every month",
     "hold_tasks": "a batch of (run id, task id) pairs",
 }

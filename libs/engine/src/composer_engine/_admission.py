@@ -68,9 +68,10 @@ class QueueConcurrency:
             f"queue {queue!r} is at its limit of {limit} task(s) at once "
             "(COMPOSER_QUEUE_CONCURRENCY); it goes when one finishes"
         )
-        if await repo.queue_has_held(conn, queue):  # oldest first: behind those
+        load = await repo.queue_load(conn, queue, leaving_out=[r.task_id for r in asking])
+        if load.held:  # oldest first: behind those
             return [reason] * len(asking)
-        busy = await repo.queue_in_flight(conn, queue, leaving_out=[r.task_id for r in asking])
+        busy = load.in_flight
         decisions: list[str | None] = []
         for _ in asking:
             if busy < limit:
@@ -82,7 +83,7 @@ class QueueConcurrency:
 
     async def room(self, conn: repo.Connection, queue: str) -> int:
         await repo.lock_queue_admission(conn, queue)
-        return self.limits[queue] - await repo.queue_in_flight(conn, queue)
+        return self.limits[queue] - (await repo.queue_load(conn, queue)).in_flight
 
 
 def parse_queue_concurrency(text: str) -> QueueConcurrency | None:

@@ -20,6 +20,14 @@ from composer_repo._admin import (
     database_url,
     drop_database,
 )
+from composer_repo._admission import (
+    QueueLoad,
+    held_tasks,
+    hold_tasks,
+    lock_queue_admission,
+    queue_load,
+    release_task,
+)
 from composer_repo._db import Connection, Pool, connect, create_pool, init_connection
 from composer_repo._definitions import (
     create_definition,
@@ -130,15 +138,8 @@ from composer_repo._run_events import (
     active_children,
     due_run_events,
     enqueue_run_events,
-    held_tasks,
-    hold_tasks,
-    lock_queue_admission,
     postpone_run_event,
-    queue_has_held,
-    queue_in_flight,
-    release_task,
     run_event_target,
-    run_parent,
     set_run_parent,
     take_run_event,
 )
@@ -236,6 +237,7 @@ __all__ = [
     "OutboxMessage",
     "ParentRef",
     "Pool",
+    "QueueLoad",
     "Redispatch",
     "RepoError",
     "Requeued",
@@ -333,8 +335,7 @@ __all__ = [
     "postpone_outbox",
     "postpone_run_event",
     "prune_workers",
-    "queue_has_held",
-    "queue_in_flight",
+    "queue_load",
     "record_cancelled_by",
     "record_retried_by",
     "record_signal_key",
@@ -351,7 +352,6 @@ __all__ = [
     "resolve_wait",
     "run_event_target",
     "run_history",
-    "run_parent",
     "run_signals",
     "schema_version",
     "set_data_key",

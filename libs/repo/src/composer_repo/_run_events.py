@@ -1,4 +1,4 @@
-"""Events between runs and the tasks an admission policy holds (V015).
+"""Events between runs (V015).
 
 An event addressed to another run (a child's end to its parent's node, a
 parent's cancel to its children) is an outbox row of kind ``run_event``,
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from composer_core.templates import Json
 from composer_repo._db import Connection, translated
 from composer_repo._errors import NotFound
-from composer_repo._records import ParentRef, TaskRef
+from composer_repo._records import ParentRef
 from composer_repo._sql import q
 
 
@@ -53,17 +53,6 @@ async def set_run_parent(conn: Connection, run_id: str, parent: ParentRef) -> No
     )
     if done is None:
         raise NotFound(f"workflow run {run_id} does not exist")
-
-
-@translated
-async def run_parent(conn: Connection, run_id: str) -> ParentRef | None:
-    """The node attempt ``run_id`` was started for (None: it has no parent)."""
-    row = await conn.fetchrow(q("run_parent"), run_id)
-    if row is None:
-        return None
-    return ParentRef(
-        row["parent_run_id"], row["parent_node_id"], row["parent_task_id"], row["parent_attempt"]
-    )
 
 
 @translated
@@ -117,53 +106,3 @@ async def postpone_run_event(conn: Connection, event_id: int, delay: float, erro
     """Try a failed delivery again in ``delay`` seconds: the attempts so far (0: gone)."""
     attempts = await conn.fetchval(q("postpone_run_event"), event_id, delay, error)
     return 0 if attempts is None else int(attempts)
-
-
-# -- admission -----------------------------------------------------------------
-
-
-@translated
-async def lock_queue_admission(conn: Connection, queue: str) -> None:
-    """Take ``queue``'s admission lock until the transaction ends."""
-    await conn.execute(q("lock_queue_admission"), queue)
-
-
-@translated
-async def queue_in_flight(conn: Connection, queue: str, *, leaving_out: Sequence[str] = ()) -> int:
-    """How many tasks of ``queue`` are with a worker or on their way to one, except
-    those whose ids are in ``leaving_out``."""
-    return int(await conn.fetchval(q("queue_in_flight"), queue, list(leaving_out)))
-
-
-@translated
-async def queue_has_held(conn: Connection, queue: str) -> bool:
-    """Whether ``queue`` has held attempts waiting."""
-    return bool(await conn.fetchval(q("queue_has_held"), queue))
-
-
-@translated
-async def hold_tasks(conn: Connection, held: Sequence[tuple[TaskRef, str]]) -> set[str]:
-    """Hold PENDING attempts with their reasons: the ids of those held."""
-    if not held:
-        return set()
-    rows = await conn.fetch(
-        q("hold_tasks"),
-        [ref.run_id for ref, _ in held],
-        [ref.task_id for ref, _ in held],
-        [ref.attempt for ref, _ in held],
-        [reason for _, reason in held],
-    )
-    return {r["id"] for r in rows}
-
-
-@translated
-async def held_tasks(conn: Connection, queue: str, limit: int) -> list[TaskRef]:
-    """The oldest held attempts of ``queue``, at most ``limit``, locked (SKIP LOCKED)."""
-    rows = await conn.fetch(q("held_tasks"), queue, limit)
-    return [TaskRef(r["run_id"], r["id"], r["node_id"], r["attempt"]) for r in rows]
-
-
-@translated
-async def release_task(conn: Connection, ref: TaskRef) -> bool:
-    """Let a held attempt go (due for dispatch from now); False when it is no longer held."""
-    return await conn.fetchval(q("release_task"), ref.run_id, ref.task_id, ref.attempt) is not None

@@ -874,12 +874,6 @@ UPDATE workflow_runs
  WHERE id = $1
 RETURNING 1;
 
--- name: run_parent
--- The node a finished run tells of its end (no row: it has no parent).
-SELECT parent_run_id, parent_node_id, parent_task_id, parent_attempt
-  FROM workflow_runs
- WHERE id = $1 AND parent_run_id IS NOT NULL;
-
 -- name: active_children
 -- The runs a parent's cancel reaches: its children still going.
 SELECT id
@@ -938,19 +932,15 @@ RETURNING attempts;
 -- two transactions never both see room for the same slot.
 SELECT pg_advisory_xact_lock(hashtextextended('composer.admission:' || $1, 0));
 
--- name: queue_in_flight
--- Tasks of a queue with a worker or on their way to one (held ones and those in
--- $2 left out).
-SELECT count(*)
+-- name: queue_load
+-- A queue's tasks with a worker or on their way to one (those in $2 left out), and
+-- how many of it are held: a new task waits behind those (oldest first).
+SELECT count(*) FILTER (WHERE dispatched_at IS NOT NULL AND held_reason IS NULL
+                          AND NOT (id = ANY($2::text[]))) AS in_flight,
+       count(*) FILTER (WHERE held_reason IS NOT NULL) AS held
   FROM task_instances
- WHERE queue = $1 AND dispatched_at IS NOT NULL
-   AND state IN ('PENDING', 'QUEUED', 'RUNNING')
-   AND NOT (id = ANY($2::text[]));
-
--- name: queue_has_held
--- Whether a queue has held attempts: a new one waits behind them (oldest first).
-SELECT EXISTS (SELECT 1 FROM task_instances
-                WHERE held_reason IS NOT NULL AND queue = $1 AND state = 'PENDING');
+ WHERE queue = $1 AND state IN ('PENDING', 'QUEUED', 'RUNNING')
+   AND (dispatched_at IS NOT NULL OR held_reason IS NOT NULL);
 
 -- name: hold_tasks
 -- Attempts the admission step held: PENDING with a reason, no dispatch time.

@@ -1,0 +1,64 @@
+"""The tasks an admission policy holds (V015): PENDING with a reason and no
+dispatch time (the sweeper leaves them alone) until a release dispatches them
+(docs/architecture.md §4.12).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from composer_repo._db import Connection, translated
+from composer_repo._records import TaskRef
+from composer_repo._sql import q
+
+
+@translated
+async def lock_queue_admission(conn: Connection, queue: str) -> None:
+    """Take ``queue``'s admission lock until the transaction ends."""
+    await conn.execute(q("lock_queue_admission"), queue)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLoad:
+    """A queue's tasks with a worker or on their way to one, and those held."""
+
+    in_flight: int
+    held: int
+
+
+@translated
+async def queue_load(conn: Connection, queue: str, *, leaving_out: Sequence[str] = ()) -> QueueLoad:
+    """How many tasks of ``queue`` are in flight (except those whose ids are in
+    ``leaving_out``) and how many are held."""
+    row = await conn.fetchrow(q("queue_load"), queue, list(leaving_out))
+    assert row is not None  # an aggregate answers one row
+    return QueueLoad(int(row["in_flight"]), int(row["held"]))
+
+
+@translated
+async def hold_tasks(conn: Connection, held: Sequence[tuple[TaskRef, str]]) -> set[str]:
+    """Hold PENDING attempts with their reasons: the ids of those held."""
+    if not held:
+        return set()
+    rows = await conn.fetch(
+        q("hold_tasks"),
+        [ref.run_id for ref, _ in held],
+        [ref.task_id for ref, _ in held],
+        [ref.attempt for ref, _ in held],
+        [reason for _, reason in held],
+    )
+    return {r["id"] for r in rows}
+
+
+@translated
+async def held_tasks(conn: Connection, queue: str, limit: int) -> list[TaskRef]:
+    """The oldest held attempts of ``queue``, at most ``limit``, locked (SKIP LOCKED)."""
+    rows = await conn.fetch(q("held_tasks"), queue, limit)
+    return [TaskRef(r["run_id"], r["id"], r["node_id"], r["attempt"]) for r in rows]
+
+
+@translated
+async def release_task(conn: Connection, ref: TaskRef) -> bool:
+    """Let a held attempt go (due for dispatch from now); False when it is no longer held."""
+    return await conn.fetchval(q("release_task"), ref.run_id, ref.task_id, ref.attempt) is not None
