@@ -37,6 +37,7 @@ from composer_core.model import (
     Node,
     NodeType,
     RetryPolicy,
+    RunConcurrency,
     WorkflowSpec,
 )
 from composer_executors import ErrorCode, HttpPolicy, HttpStatusError
@@ -305,6 +306,7 @@ def render_nodes() -> str:
         ("`Node`: each of `nodes`", Node),
         ("`Edge`: each of `edges`", Edge),
         ("`RetryPolicy`: a worker node's `retry`", RetryPolicy),
+        ("`RunConcurrency`: the workflow's `concurrency`", RunConcurrency),
     )
     for title, model in definition:
         parts += [f"### {title}", _fields_table(model)]

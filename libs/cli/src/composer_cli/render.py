@@ -221,10 +221,16 @@ def run_view(run: dict[str, Any]) -> Group:
 
 
 def waiting_hints(run: dict[str, Any]) -> list[Text]:
-    """One line per task the API says waits on a queue no live worker serves."""
+    """Why the run or its tasks wait, as the API says: the run for a slot of its
+    concurrency key, a task for a queue no live worker serves or a limit."""
     from rich.text import Text
 
-    return [
+    lines = (
+        [Text(f"run waits: {run['waiting_hint']}", style="yellow")]
+        if run.get("waiting_hint")
+        else []
+    )
+    return lines + [
         Text(f"{task['node_id']} waits: {task['waiting_hint']}", style="yellow")
         for task in run.get("tasks", [])
         if task.get("waiting_hint")

@@ -48,6 +48,7 @@ from composer_engine.sealing import RunSeal
 
 #: The kinds of history row, in the words the API, the CLI and the UI show.
 KINDS = (
+    "run.queued",
     "run.started",
     "task.scheduled",
     "task.dispatched",

@@ -107,6 +107,8 @@ async def persist(
                 writes.completions.append((ref, doc(action.output), effects))
             case FinishRun():
                 writes.finishes.append((run, action, effects, seal))
+                if dag.flow is not None and dag.flow.max_runs is not None:
+                    writes.slot_holders.add(run_id)
                 effects.finished = action
             case CreateTask():  # a SWITCH with its branches: written by itself
                 await writes.flush(tx)

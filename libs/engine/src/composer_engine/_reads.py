@@ -41,6 +41,9 @@ class RunView:
     unserved: list[repo.UnservedQueue]
     #: Its documents are None: the caller may not see them.
     redacted: bool
+    #: Why a PENDING run has not started: it waits for a slot of its key
+    #: (docs/architecture.md §4.13); None: it does not wait.
+    waiting: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +99,12 @@ class Reads:
                 else await repo.unserved_queues(tx.conn, run_id, live_seconds=live_seconds)
             )
             shown = await self._shows(tx, full_access, r.workflow_id, r.version)
-            return self._run_view(r, tasks, signals, unserved, shown)
+            view = self._run_view(r, tasks, signals, unserved, shown)
+            if r.status is RunStatus.PENDING:
+                waiting = await repo.run_waiting(tx.conn, run_id)
+                if waiting is not None:
+                    view = dataclasses.replace(view, waiting=_waiting_text(waiting, shown))
+            return view
 
         return await self._shell.in_tx(read)
 
@@ -231,3 +239,14 @@ class Reads:
             return True
         dag = await self._shell.definitions.get(tx.conn, workflow_id, version)
         return dag.spec.viewers_see_payloads
+
+
+def _waiting_text(waiting: repo.RunWaiting, shown: bool) -> str:
+    """Why a run waits for a slot, for a person: the key only for one who may see the
+    run's payloads (a key is rendered from its input)."""
+    key = f"key {waiting.key!r}" if waiting.key and shown else "its key"
+    ahead = f"{waiting.ahead} run(s) ahead of it" if waiting.ahead else "next in line"
+    return (
+        f"waiting for a slot of {key}: {waiting.running} of {waiting.max_runs} running; "
+        f"{ahead} (priority {waiting.priority})"
+    )

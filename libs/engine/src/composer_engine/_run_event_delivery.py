@@ -6,12 +6,14 @@ what the events are and how they are written: engine/_run_events.py).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Sequence
 
 import composer_repo as repo
 from composer_common.logs import alert
-from composer_core.statemachine import RunCancelled
+from composer_core.model import RunStatus
+from composer_core.statemachine import RunCancelled, RunStarted
 from composer_engine import _run_events
 from composer_engine._shell import Shell
 from composer_engine._tx import Tx
@@ -56,6 +58,14 @@ class RunEventDelivery:
             event = _run_events.decode(taken, shell.sealer)
             if isinstance(event, RunCancelled) and locked.run.status.is_terminal:
                 return False  # the child finished before its parent's cancel reached it
+            if isinstance(event, RunStarted):
+                # handed its key's slot (§4.13): PENDING → RUNNING, unless it was
+                # cancelled while the start was on its way (its end gave the slot on)
+                if not await repo.start_waiting_run(tx.conn, locked.run.run_id):
+                    return False
+                locked = dataclasses.replace(
+                    locked, run=dataclasses.replace(locked.run, status=RunStatus.RUNNING)
+                )
             dag = await shell.definitions.get(tx.conn, locked.run.workflow_id, locked.run.version)
             sender = _run_events.sender(taken)
             by = None if sender is None else f"run {sender}"

@@ -23,19 +23,27 @@ from typing import Any
 
 import composer_repo as repo
 from composer_core.model import RunStatus
-from composer_core.statemachine import FinishRun, NodeCompleted, NodeFailed, RunCancelled
+from composer_core.statemachine import (
+    FinishRun,
+    NodeCompleted,
+    NodeFailed,
+    RunCancelled,
+    RunStarted,
+)
 from composer_engine.sealing import RunSeal, Sealer
 
 #: The events one run may send another (the row's ``destination``).
 NODE_COMPLETED = "node_completed"
 NODE_FAILED = "node_failed"
 RUN_CANCELLED = "run_cancelled"
+#: A run waiting for a slot of its key was handed one (docs/architecture.md §4.13).
+RUN_STARTED = "run_started"
 
 #: The error codes a parent's node fails with when its child run did not succeed.
 CHILD_FAILED = "child_failed"
 CHILD_CANCELLED = "child_cancelled"
 
-RunEvent = NodeCompleted | NodeFailed | RunCancelled
+RunEvent = NodeCompleted | NodeFailed | RunCancelled | RunStarted
 
 
 def child_finished(
@@ -79,6 +87,24 @@ def cancel_child(
     )
 
 
+def displaced(victim_run_id: str, new_run_id: str, text: str, seal: RunSeal) -> repo.NewRunEvent:
+    """The cancel a run of a ``cancel_in_progress`` key sends the oldest running run of
+    that key, whose slot it took."""
+    return repo.NewRunEvent(
+        victim_run_id, None, RUN_CANCELLED, {"from": new_run_id, "reason": seal.text(text)}
+    )
+
+
+def slot_handed(waiting: repo.WaitingRun, from_run_id: str) -> repo.NewRunEvent:
+    """The start a run that freed its key's slot sends the run that goes next."""
+    return repo.NewRunEvent(
+        waiting.run_id,
+        None,
+        RUN_STARTED,
+        {"from": from_run_id, "start_node": waiting.start_node},
+    )
+
+
 class UnknownRunEvent(ValueError):
     """A run event row this engine cannot read (written by a newer one, or damaged)."""
 
@@ -107,9 +133,13 @@ def decode(taken: repo.TakenRunEvent, sealer: Sealer) -> RunEvent:
             )
         case "run_cancelled":
             return RunCancelled(sealer.open_text(sender, payload.get("reason")) or "")
+        case "run_started":
+            start_node = payload.get("start_node")
+            return RunStarted(start_node if isinstance(start_node, str) else None)
     raise UnknownRunEvent(
         f"run event {taken.event!r} for run {taken.run_id} is not one this engine knows "
-        f"({NODE_COMPLETED}, {NODE_FAILED}, {RUN_CANCELLED}): is a newer engine writing them?"
+        f"({NODE_COMPLETED}, {NODE_FAILED}, {RUN_CANCELLED}, {RUN_STARTED}): is a newer "
+        "engine writing them?"
     )
 
 

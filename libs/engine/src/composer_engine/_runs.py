@@ -5,13 +5,14 @@ through the event shell (``_shell``) in one transaction.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 
 import composer_repo as repo
 from composer_common import ids
 from composer_common.caller import Caller
-from composer_core.model import RunStatus, WorkflowDAG
+from composer_core.model import FlowError, RunStatus, WorkflowDAG
 from composer_core.statemachine import (
     BufferSignal,
     ResolveWait,
@@ -25,6 +26,7 @@ from composer_core.statemachine import (
 from composer_core.templates import Json
 from composer_engine._metrics import instruments
 from composer_engine._requests import start_digest
+from composer_engine._run_admission import Admission, Outcome, admit_run
 from composer_engine._shell import Shell
 from composer_engine._tx import Tx
 from composer_engine.errors import (
@@ -34,7 +36,7 @@ from composer_engine.errors import (
     InputInvalid,
     UnknownSignal,
 )
-from composer_engine.sealing import looks_sealed
+from composer_engine.sealing import RunSeal, looks_sealed
 
 log = logging.getLogger("composer.engine")
 
@@ -102,11 +104,20 @@ class RunCommands:
                 dag = await self._shell.definitions.get(tx.conn, workflow_id, version)
             else:
                 dag = await self._shell.definitions.deployed(tx.conn, workflow_id)
+            flow = None
+            if dag.flow is not None:
+                try:
+                    flow = dag.flow.render(dag.engine, input if input is not None else {}, config)
+                except FlowError as exc:
+                    raise BadRequest(f"workflow {workflow_id!r} v{dag.version}: {exc}") from exc
+            limited = flow is not None and flow.limit is not None
             started = await repo.insert_run(
                 tx.conn,
                 new_run_id,
                 workflow_id=workflow_id,
                 version=dag.version,
+                # a limited run starts PENDING: its key's slot decides when it goes
+                status=RunStatus.PENDING if limited else RunStatus.RUNNING,
                 input=seal.doc(input if input is not None else {}),
                 config=seal.doc(config),
                 idempotency_key=idempotency_key,
@@ -135,6 +146,7 @@ class RunCommands:
             if parent is not None:
                 await repo.set_run_parent(tx.conn, new_run_id, parent)
             tx.after_commit(lambda: instruments().runs_started.add(1, {"workflow_id": workflow_id}))
+            by = None if caller is None else caller.name
             run = Run(
                 new_run_id,
                 workflow_id,
@@ -144,12 +156,31 @@ class RunCommands:
                 config,
                 signals=(),
             )
+            if flow is not None and flow.limit is not None:
+                admission = await admit_run(
+                    tx.conn,
+                    tx.writes.run_events,
+                    workflow_id,
+                    new_run_id,
+                    flow,
+                    seal,
+                    start_node=start_node,
+                )
+                if admission.outcome is not Outcome.GO:
+                    locked = repo.LockedRun(
+                        dataclasses.replace(run, status=RunStatus.PENDING),
+                        started.now,
+                        data_key=data_key,
+                        context=sealed_context,
+                    )
+                    return await self._not_started(tx, dag, locked, seal, admission, by)
+                await repo.start_waiting_run(tx.conn, new_run_id)
             await self._shell.decide(
                 tx,
                 dag,
                 repo.LockedRun(run, started.now, data_key=data_key, context=sealed_context),
                 RunStarted(start_node),
-                by=None if caller is None else caller.name,
+                by=by,
             )
             tx.after_commit(
                 lambda: log.info("run %s of %s v%d started", new_run_id, workflow_id, dag.version)
@@ -157,6 +188,40 @@ class RunCommands:
             return Started(new_run_id, run.status, created=True)
 
         return await self._shell.in_tx(attempt)
+
+    async def _not_started(
+        self,
+        tx: Tx,
+        dag: WorkflowDAG,
+        locked: repo.LockedRun,
+        seal: RunSeal,
+        admission: Admission,
+        by: str | None,
+    ) -> Started:
+        """A limited run that does not go now: it waits PENDING in its key's line (a
+        ``run.queued`` history row says why), or, for ``cancel_newest``, ends CANCELLED."""
+        run = locked.run
+        if admission.outcome is Outcome.WAIT:
+            tx.writes.history.append(
+                repo.NewHistory(
+                    run.run_id,
+                    "run.queued",
+                    actor=by,
+                    detail=seal.doc({"reason": admission.reason}),
+                )
+            )
+            await tx.writes.flush(tx)
+            tx.after_commit(
+                lambda: log.info(
+                    "run %s of %s v%d is waiting for a slot of its key",
+                    run.run_id,
+                    run.workflow_id,
+                    run.version,
+                )
+            )
+            return Started(run.run_id, RunStatus.PENDING, created=True)
+        await self._shell.decide(tx, dag, locked, RunCancelled(admission.reason or ""), by=by)
+        return Started(run.run_id, RunStatus.CANCELLED, created=True)
 
     async def signal(
         self,

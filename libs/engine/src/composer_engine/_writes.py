@@ -26,6 +26,7 @@ from composer_engine import _run_events
 from composer_engine._effects import Effects
 from composer_engine._publish import Dispatched
 from composer_engine._reported import AttemptLog
+from composer_engine._run_admission import hand_on
 from composer_engine.errors import StaleSnapshot
 from composer_engine.sealing import RunSeal, looks_sealed
 
@@ -69,6 +70,9 @@ class Writes:
     #: Events for other runs (a finished child's end, a cancelled parent's cancel),
     #: written after the finished runs that cause them (engine/_run_events.py).
     run_events: list[repo.NewRunEvent] = field(default_factory=list)
+    #: The finishing runs whose workflow limits its runs per key: each gives up its
+    #: slot (or its place in line) as it finishes (docs/architecture.md §4.13).
+    slot_holders: set[str] = field(default_factory=set)
 
     def keep_log(
         self, run_id: str, event: NodeCompleted | NodeFailed, log: AttemptLog, seal: RunSeal
@@ -155,8 +159,15 @@ class Writes:
                     tx.dispatched.append(Dispatched(ids[row.task_id], row.queue, ref, fields))
         if self.finishes:
             finishes, self.finishes = self.finishes, []
+            freed: list[tuple[str, str, str]] = []
             for run, action, effects, seal in finishes:
                 await _finish(tx, self, run, action, effects, seal)
+                if run.run_id in self.slot_holders:
+                    slot = await repo.leave_run_slot(conn, run.run_id)
+                    if slot is not None:
+                        freed.append((*slot, run.run_id))
+            if freed:
+                await hand_on(conn, self.run_events, freed)
         if self.run_events:
             events, self.run_events = self.run_events, []
             tx.run_events.extend(await repo.enqueue_run_events(conn, events))

@@ -241,6 +241,11 @@ class Run(Response):
         description="the calling context of the start; null when it has none (or redacted)",
     )
     redacted: bool = _redacted("input, config, output, error, context")
+    waiting_hint: str | None = Field(
+        default=None,
+        description="why a PENDING run has not started: it waits for a slot of its "
+        "workflow's concurrency key (the key, the slots taken, how many runs go before it)",
+    )
     tasks: list[Task]
     signals: list[Signal] = Field(
         default_factory=list, description="every signal sent to the run, oldest first"

@@ -120,6 +120,7 @@ async def load(request: web.Request, run_id: str) -> Run:
         retried_by=r.retried_by,
         context=_context(r.context),
         redacted=hidden,
+        waiting_hint=view.waiting,
         signals=[
             Signal(
                 signal_id=s.signal_id,

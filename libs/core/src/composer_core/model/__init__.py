@@ -16,6 +16,14 @@ from composer_core.kinds.wait import WaitSpec
 from composer_core.kinds.wait_for_event import WaitForEventSpec
 from composer_core.model._build import build_dag, default_engine, validate
 from composer_core.model._dag import CompiledNode, WorkflowDAG
+from composer_core.model._flow import (
+    DEFAULT_PRIORITY,
+    CompiledFlow,
+    FlowError,
+    RunFlow,
+    RunLimit,
+    Strategy,
+)
 from composer_core.model._input_schema import MAX_INPUT_PROBLEMS, InputSchema, schema_problems
 from composer_core.model._limits import DEFAULT_LIMITS, MAX_SECONDS, Limits
 from composer_core.model._load import parse_definition
@@ -25,6 +33,7 @@ from composer_core.model._spec import (
     Edge,
     Node,
     RetryPolicy,
+    RunConcurrency,
     WorkflowSpec,
     credentials_of,
     hide_credentials,
@@ -42,14 +51,17 @@ __all__ = [
     "BUILTIN_QUEUES",
     "DEFAULT_ACCEPT_STATUS",
     "DEFAULT_LIMITS",
+    "DEFAULT_PRIORITY",
     "DEFAULT_RETRY",
     "HIDDEN_CREDENTIALS",
     "MAX_INPUT_PROBLEMS",
     "MAX_SECONDS",
     "NODE_SPECS",
     "RESERVED_QUEUES",
+    "CompiledFlow",
     "CompiledNode",
     "Edge",
+    "FlowError",
     "ForkSpec",
     "HttpSpec",
     "InputSchema",
@@ -59,7 +71,11 @@ __all__ = [
     "NodeType",
     "PythonSpec",
     "RetryPolicy",
+    "RunConcurrency",
+    "RunFlow",
+    "RunLimit",
     "RunStatus",
+    "Strategy",
     "SwitchSpec",
     "TaskSpec",
     "TaskState",

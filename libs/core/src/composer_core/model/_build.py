@@ -16,6 +16,13 @@ from composer_core.errors import DefinitionInvalid, Problem, TemplateError
 from composer_core.kinds import KINDS, RESERVED_QUEUES, Category, NodeType, kind_of
 from composer_core.kinds._values import parse_seconds, templated
 from composer_core.model._dag import CompiledNode, WorkflowDAG
+from composer_core.model._flow import (
+    FLOW_ROOTS,
+    HIGHEST_PRIORITY,
+    LOWEST_PRIORITY,
+    CompiledFlow,
+    Strategy,
+)
 from composer_core.model._input_schema import InputSchema, schema_problems
 from composer_core.model._limits import DEFAULT_LIMITS, MAX_SECONDS, Limits, nesting_depth
 from composer_core.model._spec import HIDDEN_CREDENTIALS, Node, WorkflowSpec, credentials_of
@@ -142,6 +149,7 @@ class _Builder:
         self.index: dict[str, int] = {}  # node id → its first position
         self.ancestors: dict[str, frozenset[str]] = {}
         self.too_deep: set[int] = set()  # node positions (-1: the output) not to compile
+        self.flow: CompiledFlow | None = None
 
     def add(self, path: str, message: str) -> None:
         self.problems.append(Problem(path, message))
@@ -161,6 +169,7 @@ class _Builder:
             tuple(order),
             self.engine,
             None if self.spec.input_schema is None else InputSchema(self.spec.input_schema),
+            self.flow,
         )
 
     def collect(
@@ -174,6 +183,7 @@ class _Builder:
     ]:
         """Run every check, adding to ``problems``; return what the DAG is built of."""
         self.check_header()
+        self.flow = self.compile_flow()
         self.check_nodes()
         self.check_edges()
         order = self.topological_order()
@@ -523,6 +533,61 @@ class _Builder:
             value.located("output"), None, secret_refused=_SECRET_IN_OUTPUT
         )
         return value, refs
+
+    def compile_flow(self) -> CompiledFlow | None:
+        """The run-level ``concurrency`` and ``priority``: templates over input and config
+        only (a run has nothing else when it starts); literals checked here."""
+        spec = self.spec
+        if spec.concurrency is None and spec.priority is None:
+            return None
+
+        def compiled(value: object, path: str) -> CompiledValue:
+            before = len(self.problems)
+            result = compile_value(value, self.engine, path=path, on_error=self.template_error)
+            if len(self.problems) == before:
+                for where, expression in result.located(path):
+                    for root in sorted(expression.references.roots - FLOW_ROOTS):
+                        self.add(
+                            where,
+                            f"{root!r} is not known when a run starts: {path} may read "
+                            "input and config only",
+                        )
+                for where, reference in result.located_secrets(path):
+                    self.add(where, f"{reference.text}: {path} cannot hold a secret")
+            return result
+
+        def literal(value: object, path: str, low: int, high: int | None) -> None:
+            if isinstance(value, bool) or (
+                isinstance(value, int) and (value < low or (high is not None and value > high))
+            ):
+                bounds = f"from {low} to {high}" if high is not None else f"at least {low}"
+                self.add(path, f"must be a whole number {bounds} or a template, not {value!r}")
+            elif isinstance(value, str) and "{{" not in value:
+                self.add(path, f"{value!r} is neither a whole number nor a {{{{ template }}}}")
+
+        priority = None
+        if spec.priority is not None:
+            literal(spec.priority, "priority", HIGHEST_PRIORITY, LOWEST_PRIORITY)
+            priority = compiled(spec.priority, "priority")
+        concurrency = spec.concurrency
+        if concurrency is None:
+            return CompiledFlow(None, None, Strategy.QUEUE, priority)
+        literal(concurrency.max_runs, "concurrency.max_runs", 1, None)
+        key = None
+        if concurrency.key is not None:
+            if not concurrency.key.strip():
+                self.add(
+                    "concurrency.key",
+                    "is empty: write a template such as "
+                    '"{{input.customer}}", or leave key out for one key',
+                )
+            key = compiled(concurrency.key, "concurrency.key")
+        return CompiledFlow(
+            key,
+            compiled(concurrency.max_runs, "concurrency.max_runs"),
+            Strategy(concurrency.strategy),
+            priority,
+        )
 
     def template_error(self, path: str, exc: TemplateError) -> None:
         self.add(path, str(exc))

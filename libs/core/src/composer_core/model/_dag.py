@@ -13,6 +13,7 @@ from types import MappingProxyType
 
 from composer_core.errors import InvalidRequest
 from composer_core.kinds import Category, NodeType, kind_of
+from composer_core.model._flow import CompiledFlow
 from composer_core.model._input_schema import InputSchema
 from composer_core.model._spec import Edge, Node, RetryPolicy, WorkflowSpec
 from composer_core.templates import (
@@ -50,8 +51,11 @@ class WorkflowDAG:
         topo_order: tuple[str, ...],
         engine: ExpressionEngine,
         input_schema: InputSchema | None = None,
+        flow: CompiledFlow | None = None,
     ) -> None:
         self.spec = spec
+        #: The version's run-level ``concurrency`` and ``priority``; None: neither.
+        self.flow = flow
         #: The definition's ``input_schema``, compiled; None: it takes any input.
         self.input_schema = input_schema
         #: The engine that compiled this version's expressions; evaluation binds through it.

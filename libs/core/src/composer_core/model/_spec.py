@@ -8,7 +8,7 @@ can be reported at once, with its path.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
@@ -126,6 +126,28 @@ class Edge(_Strict):
     )
 
 
+class RunConcurrency(_Strict):
+    """How many runs of this workflow go at once, per key (docs/architecture.md §4.13)."""
+
+    key: str | None = Field(
+        default=None,
+        description="a template over input and config naming the run's key, e.g. "
+        '"{{input.customer}}"; without it, one key for the whole workflow',
+    )
+    max_runs: int | str = Field(
+        description="how many runs of one key may be started and not finished at once "
+        "(waits included): a whole number of at least 1, or a template over input and "
+        "config, e.g. \"{{input.tier == 'premium' ? 10 : 1}}\""
+    )
+    strategy: Literal["queue", "cancel_newest", "cancel_in_progress"] = Field(
+        default="queue",
+        description="a start over the limit: queue (waits PENDING, starts when a slot "
+        "frees: by priority, then first come), cancel_newest (ends CANCELLED at once) or "
+        "cancel_in_progress (the oldest running run of the key is cancelled and the new "
+        "one takes its slot)",
+    )
+
+
 class WorkflowSpec(_Strict):
     """One version of a workflow as the user wrote it."""
 
@@ -163,6 +185,16 @@ class WorkflowSpec(_Strict):
         "fails it answers 400 input-invalid, listing every problem at its JSON path). "
         "`$ref` points inside the schema only (nothing is fetched); `format` is an "
         "annotation, not checked. None: any input",
+    )
+    concurrency: RunConcurrency | None = Field(
+        default=None,
+        description="a limit on the runs of this workflow going at once, per key; None: no limit",
+    )
+    priority: int | str | None = Field(
+        default=None,
+        description="1 (first) to 5, or a template over input and config: which of this "
+        "workflow's waiting runs goes first when a slot frees (a waiting run gains one "
+        "level per minute waited). None: 3",
     )
     nodes: list[Node] = Field(description="at least one")
     edges: list[Edge] = Field(

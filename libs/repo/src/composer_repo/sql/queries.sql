@@ -967,3 +967,76 @@ UPDATE task_instances
  WHERE run_id = $1 AND id = $2 AND attempt = $3 AND state = 'PENDING'
    AND held_reason IS NOT NULL
 RETURNING 1;
+
+-- Run concurrency (V016, docs/architecture.md §4.13) ---------------------------
+
+-- name: lock_run_key
+-- Serializes the slot decisions of one key of one workflow until the transaction
+-- ends: two starts (or a start and a release) never both see the same free slot.
+SELECT pg_advisory_xact_lock(hashtextextended('composer.runs:' || $1 || chr(31) || $2, 0));
+
+-- name: run_slots_taken
+SELECT count(*) FROM run_slots WHERE workflow_id = $1 AND key = $2;
+
+-- name: take_run_slot
+INSERT INTO run_slots (run_id, workflow_id, key, taken_at)
+VALUES ($3, $1, $2, composer_now());
+
+-- name: queue_run
+INSERT INTO runs_waiting (run_id, workflow_id, key, priority, max_runs, start_node, queued_at)
+VALUES ($3, $1, $2, $4, $5, $6, composer_now());
+
+-- name: oldest_run_slot
+-- The run of a key that has held its slot longest (cancel_in_progress's victim),
+-- its slot row deleted: the new run takes it in the same transaction.
+DELETE FROM run_slots
+ WHERE run_id = (SELECT run_id FROM run_slots WHERE workflow_id = $1 AND key = $2
+                  ORDER BY taken_at, run_id LIMIT 1)
+RETURNING run_id;
+
+-- name: leave_run_slot
+-- A run that finished gives up its slot, or its place in the line: the key whose
+-- slot it held (none when it held none).
+WITH slot AS (DELETE FROM run_slots WHERE run_id = $1 RETURNING workflow_id, key),
+     line AS (DELETE FROM runs_waiting WHERE run_id = $1)
+SELECT workflow_id, key FROM slot;
+
+-- name: next_waiting_runs
+-- Who goes next on a key: by priority, a level gained per minute waited (so
+-- nothing starves), then first come.
+SELECT run_id, max_runs, start_node
+  FROM runs_waiting
+ WHERE workflow_id = $1 AND key = $2
+ ORDER BY greatest(1, priority - floor(extract(epoch FROM composer_now() - queued_at) / 60)),
+          queued_at, run_id
+ LIMIT $3;
+
+-- name: hand_run_slot
+-- A waiting run takes a slot: out of the line, into the slots.
+WITH line AS (DELETE FROM runs_waiting WHERE run_id = $3 RETURNING run_id)
+INSERT INTO run_slots (run_id, workflow_id, key, taken_at)
+SELECT run_id, $1, $2, composer_now() FROM line
+RETURNING run_id;
+
+-- name: run_waiting
+-- Why a PENDING run waits: its key, the key's limit and slots held, and how many
+-- waiting runs go before it (the same order as next_waiting_runs).
+WITH me AS (SELECT workflow_id, key, priority, queued_at, max_runs,
+                   greatest(1, priority - floor(extract(epoch FROM now() - queued_at) / 60))
+                       AS effective
+              FROM runs_waiting WHERE run_id = $1)
+SELECT me.key, me.max_runs, me.effective AS priority,
+       (SELECT count(*) FROM run_slots s
+         WHERE s.workflow_id = me.workflow_id AND s.key = me.key) AS running,
+       (SELECT count(*) FROM runs_waiting w
+         WHERE w.workflow_id = me.workflow_id AND w.key = me.key
+           AND (greatest(1, w.priority - floor(extract(epoch FROM now() - w.queued_at) / 60)),
+                w.queued_at, w.run_id)
+             < (me.effective, me.queued_at, $1)) AS ahead
+  FROM me;
+
+-- name: start_waiting_run
+-- A waiting run handed a slot starts: PENDING → RUNNING, under its lock.
+UPDATE workflow_runs SET status = 'RUNNING', updated_at = composer_now()
+ WHERE id = $1 AND status = 'PENDING'
+RETURNING 1;
