@@ -53,6 +53,7 @@ PRUNED: dict[str, tuple[Any, ...]] = {
     "unserved_queues": (30.0,),
     "set_run_parent": ("p", "node", T, 0),
     "release_task": (T, 0),
+    "start_waiting_run": (),
 }
 
 #: Statements on partitioned tables that do not (and need not) name one run.
