@@ -94,7 +94,7 @@ class ApiClient:
         json: Any = None,
         content: bytes | None = None,
         content_type: str | None = None,
-        params: dict[str, Any] | None = None,
+        params: dict[str, Any] | None = None,  # a list value: the parameter repeated
         timeout: float | None = None,
         ok: tuple[int, ...] = (200, 201),
         headers: dict[str, str] | None = None,
@@ -114,7 +114,12 @@ class ApiClient:
             content_type = content_type or "application/json"
         if content_type:
             sent["Content-Type"] = content_type
-        query = {k: _param(v) for k, v in (params or {}).items() if v is not None}
+        query = [
+            (k, _param(one))
+            for k, v in (params or {}).items()
+            if v is not None
+            for one in (v if isinstance(v, list) else [v])
+        ]
         target = urlsplit(self.url).path + path + (f"?{urlencode(query)}" if query else "")
         wait = self.timeout if timeout is None else timeout
         try:

@@ -174,6 +174,7 @@ def start(client: ApiClient, a: argparse.Namespace) -> None:
         ("idempotency_key", a.idempotency_key),
         ("run_id", a.run_id),
         ("context", read_json(a.context, "--context")),
+        ("labels", dict(a.label) if a.label else None),
     ):
         if value is not None:
             body[key] = value
@@ -236,6 +237,8 @@ def runs(client: ApiClient, a: argparse.Namespace) -> None:
         params["workflow_id"] = a.workflow
     if a.status:
         params["status"] = a.status.upper()
+    if a.label:
+        params["label"] = [f"{key}:{value}" for key, value in a.label]
     if a.cursor:
         params["cursor"] = a.cursor
     answer = client.call("GET", "/v1/runs", params=params)
@@ -249,6 +252,7 @@ def runs(client: ApiClient, a: argparse.Namespace) -> None:
             for part in (
                 f"of workflow {a.workflow}" if a.workflow else "",
                 f"with status {a.status.upper()}" if a.status else "",
+                " ".join(f"labelled {key}={value}" for key, value in a.label or ()),
             )
             if part
         ]
@@ -501,6 +505,14 @@ def _limit(value: str) -> int:
     return number
 
 
+def _label(value: str) -> tuple[str, str]:
+    """A ``KEY=VALUE`` label argument (the API checks the key and the value)."""
+    key, sep, text = value.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{value!r} is not KEY=VALUE (e.g. customer=acme)")
+    return key, text
+
+
 def parser() -> argparse.ArgumentParser:
     """The command line: global options, then one command and its own."""
     top = argparse.ArgumentParser(
@@ -564,6 +576,14 @@ def parser() -> argparse.ArgumentParser:
         "handed to its handlers as ctx.caller.metadata",
     )
     sub.add_argument(
+        "--label",
+        type=_label,
+        action="append",
+        metavar="KEY=VALUE",
+        help="a label for finding the run (`composer runs --label`); repeat for several; "
+        "plain text, never sealed",
+    )
+    sub.add_argument(
         "--wait",
         action=argparse.BooleanOptionalAction,
         default=False,
@@ -583,6 +603,13 @@ def parser() -> argparse.ArgumentParser:
     sub = command(runs)
     sub.add_argument("--workflow", help="only runs of this workflow")
     sub.add_argument("--status", help="RUNNING, SUCCEEDED, FAILED, CANCELLED …")
+    sub.add_argument(
+        "--label",
+        type=_label,
+        action="append",
+        metavar="KEY=VALUE",
+        help="only runs with this label; repeat for several (a run must have all)",
+    )
     sub.add_argument("--limit", type=_limit, default=20, help="1 to 1000 (default 20)")
     sub.add_argument("--cursor", help="the next page's cursor")
     as_json(sub)

@@ -121,7 +121,8 @@ def summary(text: str, limit: int = 120) -> str:
 
 
 def audit_line(run: dict[str, Any]) -> Text | None:
-    """Who started, cancelled and last retried the run (the names of their API tokens)."""
+    """Who started, cancelled and last retried the run (the names of their API tokens),
+    and its labels."""
     from rich.text import Text
 
     parts = [
@@ -133,6 +134,9 @@ def audit_line(run: dict[str, Any]) -> Text | None:
         )
         if run.get(key)
     ]
+    labels = run.get("labels") or {}
+    if labels:
+        parts.append("labels " + " ".join(f"{k}={labels[k]}" for k in sorted(labels)))
     return Text("  ·  ".join(parts), style="dim") if parts else None
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import composer_repo as repo
@@ -139,18 +140,21 @@ class Reads:
         full_access: bool,
         workflow_id: str | None = None,
         status: RunStatus | None = None,
+        labels: Mapping[str, str] | None = None,
         created_after: dt.datetime | None = None,
         created_before: dt.datetime | None = None,
         cursor: str | None = None,
         limit: int = 50,
     ) -> RunListing:
-        """A page of runs, newest first (``cursor``: the previous page's ``next_cursor``)."""
+        """A page of runs, newest first (``cursor``: the previous page's ``next_cursor``),
+        of those that match every filter given (``labels``: each must match)."""
 
         async def read(tx: Tx) -> RunListing:
             page = await repo.list_runs(
                 tx.conn,
                 workflow_id=workflow_id,
                 status=status,
+                labels=labels,
                 created_after=created_after,
                 created_before=created_before,
                 cursor=cursor,

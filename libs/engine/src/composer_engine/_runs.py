@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import composer_repo as repo
 from composer_common import ids
+from composer_common import labels as run_labels
 from composer_common.caller import Caller
 from composer_core.model import FlowError, RunStatus, WorkflowDAG
 from composer_core.statemachine import (
@@ -67,6 +69,7 @@ class RunCommands:
         start_node: str | None = None,
         caller: Caller | None = None,
         parent: repo.ParentRef | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> Started:
         """Insert a run and apply RunStarted in one transaction.
 
@@ -80,8 +83,16 @@ class RunCommands:
         node's handler gets with its lease (None: the run has none).
         ``parent``, a node attempt of another run, hears of this run's end: completed
         with its output, or failed (docs/architecture.md §4.10); the parent's cancel
-        cancels it.
+        cancels it. ``labels`` (``composer_common.labels``: at most 16, text) are
+        stored in plain text, never sealed, for finding the run; bad ones are a
+        BadRequest naming each problem.
         """
+        label_problems = run_labels.problems(labels or {})
+        if label_problems:
+            raise BadRequest(
+                "the run's labels are invalid: "
+                + "; ".join(f"{path}: {message}" for path, message in label_problems)
+            )
         context = None if caller is None else caller.document()
         if run_id is not None:
             try:
@@ -126,6 +137,7 @@ class RunCommands:
                 data_key=data_key,
                 started_by=None if caller is None else caller.name,
                 context=sealed_context,
+                labels=labels,
             )
             if not started.created:
                 if started.request_digest is not None and digest is not None:

@@ -7,6 +7,7 @@ libs/repo depends on asyncpg's types.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -220,6 +221,8 @@ class RunRecord:
     started_by: str | None = None
     cancelled_by: str | None = None
     retried_by: str | None = None
+    #: Its labels (V017), in plain text even when the run is sealed; empty: none.
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +239,7 @@ class RunSummary:
     updated_at: dt.datetime
     completed_at: dt.datetime | None
     started_by: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

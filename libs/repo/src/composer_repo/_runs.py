@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from composer_core.model import NodeType, RunStatus, TaskState
@@ -28,6 +28,15 @@ from composer_repo._sql import q
 #: Sorts after every UUID text (hex digits and dashes): "no upper bound".
 _ABOVE_ALL_IDS = "~"
 
+#: The listing statement's suffix for each (workflow given, status given): one
+#: statement per combination, so each keeps a plan that uses its index.
+_LISTINGS = {
+    (False, False): "",
+    (True, False): "_by_workflow",
+    (False, True): "_by_status",
+    (True, True): "_by_workflow_status",
+}
+
 
 @translated
 async def insert_run(
@@ -44,11 +53,14 @@ async def insert_run(
     data_key: str | None = None,
     started_by: str | None = None,
     context: Json = None,
+    labels: Mapping[str, str] | None = None,
 ) -> StartedRun:
     """Create a run of a definition version that exists and is not deleted.
 
     ``started_by`` is the name of the API token that started it; ``context`` its
-    calling context document (``composer_common.caller``; None: none).
+    calling context document (``composer_common.caller``; None: none); ``labels``
+    its labels, stored in plain text (None or empty: none, stored as NULL so the
+    label index holds no entry for it: V017).
 
     With an ``idempotency_key`` already used for this workflow, nothing is
     written and the existing run comes back (``created=False``) with the
@@ -94,6 +106,7 @@ async def insert_run(
         data_key,
         started_by,
         context,
+        dict(labels) if labels else None,
     )
     if stored is None:
         raise RunAlreadyExists(run_id)
@@ -286,6 +299,7 @@ async def get_run(conn: Connection, run_id: str) -> RunRecord:
         started_by=r["started_by"],
         cancelled_by=r["cancelled_by"],
         retried_by=r["retried_by"],
+        labels=r["labels"] or {},
     )
 
 
@@ -301,12 +315,14 @@ async def list_runs(
     *,
     workflow_id: str | None = None,
     status: RunStatus | None = None,
+    labels: Mapping[str, str] | None = None,
     created_after: dt.datetime | None = None,
     created_before: dt.datetime | None = None,
     cursor: str | None = None,
     limit: int = 50,
 ) -> RunPage:
-    """Runs newest first, filtered by workflow, status and creation time.
+    """Runs newest first, filtered by workflow, status, labels (each must match)
+    and creation time, in any combination.
 
     ``cursor`` is the ``next_cursor`` of the previous page (the last run id it
     showed); pages stay stable while new runs arrive, since ids grow with time.
@@ -318,14 +334,15 @@ async def list_runs(
         upper = min(upper, cursor)
     lower = "" if created_after is None else uuid7_bound(created_after)
     args: list[Any] = [upper, lower, limit + 1]
-    if workflow_id is not None and status is not None:
-        rows = await conn.fetch(q("list_runs_by_workflow_status"), *args, workflow_id, status.value)
-    elif workflow_id is not None:
-        rows = await conn.fetch(q("list_runs_by_workflow"), *args, workflow_id)
-    elif status is not None:
-        rows = await conn.fetch(q("list_runs_by_status"), *args, status.value)
-    else:
-        rows = await conn.fetch(q("list_runs"), *args)
+    if workflow_id is not None:
+        args.append(workflow_id)
+    if status is not None:
+        args.append(status.value)
+    if labels:
+        args.append(dict(labels))
+        await conn.execute(q("plan_listing_per_value"))  # for this transaction only
+    name = "list_runs" + _LISTINGS[(workflow_id is not None, status is not None)]
+    rows = await conn.fetch(q(name + ("_labelled" if labels else "")), *args)
     runs = [
         RunSummary(
             run_id=r["id"],
@@ -338,6 +355,7 @@ async def list_runs(
             updated_at=r["updated_at"],
             completed_at=r["completed_at"],
             started_by=r["started_by"],
+            labels=r["labels"] or {},
         )
         for r in rows[:limit]
     ]

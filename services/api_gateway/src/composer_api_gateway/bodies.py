@@ -17,7 +17,7 @@ import math
 import re
 import uuid
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_origin
 
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
@@ -155,14 +155,20 @@ async def read_model(request: web.Request, model: type[M]) -> M:
 
 
 def read_query(request: web.Request, model: type[M]) -> M:
-    values: dict[str, str] = {}
+    """The query string as ``model``; a parameter may be repeated only where the model
+    takes a list (``?label=a:1&label=b:2``)."""
+    values: dict[str, Any] = {}
     for key, value in request.query.items():
-        if key in values:
-            raise bad_request(f"query parameter {key!r} is given more than once")
         problem = _text_problem(key) or _text_problem(value)
         if problem:
             raise bad_request(f"query parameter {key!r} {problem}")
-        values[key] = value
+        field = model.model_fields.get(key)
+        if field is not None and get_origin(field.annotation) is list:
+            values.setdefault(key, []).append(value)
+        elif key in values:
+            raise bad_request(f"query parameter {key!r} is given more than once")
+        else:
+            values[key] = value
     return validate_model(model, values, "the query string")
 
 

@@ -142,6 +142,13 @@ class StartRun(Request):
         "COMPOSER_MAX_CONTEXT_BYTES as JSON), kept with the run beside who started it "
         "and handed to its TASK handlers as ctx.caller.metadata",
     )
+    labels: dict[str, str] | None = Field(
+        default=None,
+        description="labels for finding the run (`GET /v1/runs?label=key:value`): at most "
+        "16, keys a letter or digit then letters, digits, `_ . - /` (63 at most), values "
+        "text of at most 256 characters. Stored and shown in plain text even when the "
+        "run's payloads are sealed: never put secrets in them",
+    )
 
 
 class RunStarted(Response):
@@ -240,6 +247,10 @@ class Run(Response):
         default=None,
         description="the calling context of the start; null when it has none (or redacted)",
     )
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="the labels its start gave it; plain text, never sealed nor redacted",
+    )
     redacted: bool = _redacted("input, config, output, error, context")
     waiting_hint: str | None = Field(
         default=None,
@@ -265,6 +276,10 @@ class RunSummary(Response):
     started_by: str | None = Field(
         default=None, description="the name of the API token that started the run"
     )
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="the labels its start gave it; plain text, never sealed nor redacted",
+    )
     redacted: bool = _redacted("error")
 
 
@@ -278,6 +293,11 @@ class RunList(Response):
 class RunListQuery(Request):
     workflow_id: str | None = Field(default=None, max_length=64)
     status: RunStatus | None = None
+    label: list[str] = Field(
+        default_factory=list,
+        max_length=16,
+        description="`key:value`; repeat it for several: a run must carry every one",
+    )
     created_after: dt.datetime | None = None
     created_before: dt.datetime | None = None
     cursor: str | None = Field(default=None, max_length=200)

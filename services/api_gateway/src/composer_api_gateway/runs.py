@@ -46,6 +46,7 @@ from composer_api_gateway.models import (
 from composer_api_gateway.problems import bad_request
 from composer_api_gateway.state import CALLER, CONFIG, ENGINE, WAITERS
 from composer_common import caller as calling
+from composer_common import labels as run_labels
 from composer_core.model import TaskState
 
 #: The status a long-poll answers when the run is still going: "ask again".
@@ -117,6 +118,7 @@ async def load(request: web.Request, run_id: str) -> Run:
         completed_at=r.completed_at,
         started_by=r.started_by,
         cancelled_by=r.cancelled_by,
+        labels=dict(r.labels),
         retried_by=r.retried_by,
         context=_context(r.context),
         redacted=hidden,
@@ -179,6 +181,11 @@ async def start(request: web.Request) -> web.Response:
         request.app[CONFIG].max_context_bytes,
         "COMPOSER_MAX_CONTEXT_BYTES",
     )
+    label_problems = run_labels.problems(body.labels or {})
+    if label_problems:
+        errors = [{"path": path, "message": message} for path, message in label_problems]
+        summary = "; ".join(f"{e['path']}: {e['message']}" for e in errors[:5])
+        raise bad_request(f"the run's labels are invalid: {summary}", errors=errors)
     who = request[CALLER]
     started = await request.app[ENGINE].start(
         body.workflow_id,
@@ -189,6 +196,7 @@ async def start(request: web.Request) -> web.Response:
         idempotency_key=body.idempotency_key,
         start_node=body.start_node,
         caller=calling.Caller(who.name, who.role.label, body.context or {}),
+        labels=body.labels,
     )
     return json_response(
         RunStarted(run_id=started.run_id, status=started.status, created=started.created),
@@ -205,11 +213,18 @@ async def list_runs(request: web.Request) -> web.Response:
     ):
         if value is not None and value.tzinfo is None:
             raise bad_request(f"{name} needs a time zone, e.g. 2026-01-01T00:00:00Z")
+    try:
+        labels = run_labels.parse_filter(query.label)
+    except ValueError as exc:
+        raise bad_request(str(exc)) from exc
+    if labels is None:  # one key asked with two values: no run matches
+        return json_response(RunList(runs=[], next_cursor=None))
     cursor = decode_cursor(query.cursor) if query.cursor else None
     listing = await request.app[ENGINE].reads.runs(
         full_access=full_access(request[CALLER]),
         workflow_id=query.workflow_id,
         status=query.status,
+        labels=labels,
         created_after=query.created_after,
         created_before=query.created_before,
         cursor=cursor,
@@ -229,6 +244,7 @@ async def list_runs(request: web.Request) -> web.Response:
                     updated_at=s.updated_at,
                     completed_at=s.completed_at,
                     started_by=s.started_by,
+                    labels=dict(s.labels),
                     redacted=redacted,
                 )
                 for s, redacted in listing.runs

@@ -76,7 +76,10 @@ export const post = (path, body) => api('POST', path, body);
 /** Build a query string from the defined values of `params`. */
 export function query(params) {
   const q = new URLSearchParams();
-  for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== null && v !== '') q.set(k, v);
+  for (const [k, v] of Object.entries(params)) {
+    if (Array.isArray(v)) for (const one of v) q.append(k, one); // a parameter repeated
+    else if (v !== undefined && v !== null && v !== '') q.set(k, v);
+  }
   const s = q.toString();
   return s ? `?${s}` : '';
 }

@@ -115,8 +115,8 @@ SELECT r.id, r.status, k.request_digest, now() AS now
 
 -- name: insert_run
 INSERT INTO workflow_runs (id, workflow_id, version, status, input, config, idempotency_key,
-                           data_key, started_by, context)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                           data_key, started_by, context, labels)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 ON CONFLICT (id) DO NOTHING
 RETURNING status, now() AS now;
 
@@ -198,7 +198,7 @@ RETURNING workflow_id, version, created_at, completed_at,
 
 -- name: get_run
 SELECT id, workflow_id, version, status, input, config, output, error, idempotency_key,
-       created_at, updated_at, completed_at, context, started_by, cancelled_by, retried_by
+       created_at, updated_at, completed_at, context, started_by, cancelled_by, retried_by, labels
   FROM workflow_runs
  WHERE id = $1;
 
@@ -244,7 +244,7 @@ SELECT task_id, node_id, attempt, lines, truncated, created_at
 
 -- name: list_runs
 SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at,
-       started_by
+       started_by, labels
   FROM workflow_runs
  WHERE id < $1 AND id >= $2
  ORDER BY id DESC
@@ -252,7 +252,7 @@ SELECT id, workflow_id, version, status, error, idempotency_key, created_at, upd
 
 -- name: list_runs_by_workflow
 SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at,
-       started_by
+       started_by, labels
   FROM workflow_runs
  WHERE id < $1 AND id >= $2 AND workflow_id = $4
  ORDER BY id DESC
@@ -260,7 +260,7 @@ SELECT id, workflow_id, version, status, error, idempotency_key, created_at, upd
 
 -- name: list_runs_by_status
 SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at,
-       started_by
+       started_by, labels
   FROM workflow_runs
  WHERE id < $1 AND id >= $2 AND status = $4
  ORDER BY id DESC
@@ -268,9 +268,56 @@ SELECT id, workflow_id, version, status, error, idempotency_key, created_at, upd
 
 -- name: list_runs_by_workflow_status
 SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at,
-       started_by
+       started_by, labels
   FROM workflow_runs
  WHERE id < $1 AND id >= $2 AND workflow_id = $4 AND status = $5
+ ORDER BY id DESC
+ LIMIT $3;
+
+-- The same four with a label filter, $N a JSON object of every label asked for
+-- (all must match: containment), which the partial GIN index workflow_runs_labels
+-- answers (V017); with a status or workflow beside it the planner ANDs the two
+-- indexes' bitmaps, or walks the id index when the label is common
+-- (docs/architecture.md §5, "Finding runs").
+
+-- name: plan_listing_per_value
+-- Before a labelled listing, in its transaction: plan it for the values it is
+-- given, never with the generic plan a prepared statement may switch to. The
+-- right plan depends on how common the label is (a rare one: its GIN entries; a
+-- common one: walk the id index and stop at a page), which only the value tells;
+-- the generic plan walked the id index for a rare label in 570 ms (1 M runs,
+-- docs/architecture.md §5).
+SELECT set_config('plan_cache_mode', 'force_custom_plan', true);
+
+-- name: list_runs_labelled
+SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at,
+       started_by, labels
+  FROM workflow_runs
+ WHERE id < $1 AND id >= $2 AND labels @> $4::jsonb
+ ORDER BY id DESC
+ LIMIT $3;
+
+-- name: list_runs_by_workflow_labelled
+SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at,
+       started_by, labels
+  FROM workflow_runs
+ WHERE id < $1 AND id >= $2 AND workflow_id = $4 AND labels @> $5::jsonb
+ ORDER BY id DESC
+ LIMIT $3;
+
+-- name: list_runs_by_status_labelled
+SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at,
+       started_by, labels
+  FROM workflow_runs
+ WHERE id < $1 AND id >= $2 AND status = $4 AND labels @> $5::jsonb
+ ORDER BY id DESC
+ LIMIT $3;
+
+-- name: list_runs_by_workflow_status_labelled
+SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at,
+       started_by, labels
+  FROM workflow_runs
+ WHERE id < $1 AND id >= $2 AND workflow_id = $4 AND status = $5 AND labels @> $6::jsonb
  ORDER BY id DESC
  LIMIT $3;
 

@@ -8,7 +8,7 @@ import { attempt, duration, json, when } from '../format.js';
 import { drawGraph, graphViewer, legend, tasksByNode } from '../graph.js';
 import { notify } from '../message.js';
 import { attemptsBlock, timelineTable } from '../timeline.js';
-import { badge } from './runs.js';
+import { badge, labelChips } from './runs.js';
 
 const REFRESH_MS = 1000;
 const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED']);
@@ -170,6 +170,7 @@ export function runPage(main, runId) {
         field('created', when(run.created_at)),
         field('finished', run.completed_at ? when(run.completed_at) : null),
         field('duration', duration(run.created_at, run.completed_at)),
+        field('labels', Object.keys(run.labels || {}).length ? labelChips(run.labels) : null, 'labels'),
         field('started by', run.started_by, 'started-by'),
         field('cancelled by', run.cancelled_by, 'cancelled-by'),
         field('retried by', run.retried_by, 'retried-by'),

@@ -1,5 +1,5 @@
-// Runs: filters (workflow, status, time range), pages through the API's
-// cursor, a status badge and the duration of each run, refreshed live.
+// Runs: filters (workflow, status, labels, time range), pages through the API's
+// cursor, a status badge, the labels and the duration of each run, refreshed live.
 
 import { get, query } from '../api.js';
 import { h, mount } from '../dom.js';
@@ -14,6 +14,19 @@ export function badge(status) {
   return h('span', { class: `badge status-${status.toLowerCase()}` }, status.toLowerCase());
 }
 
+/** A run's labels as small `key=value` chips in key order, each a link to the runs that carry it
+ * (labels are plain text, never sealed: shown to every role). */
+export function labelChips(labels) {
+  return Object.entries(labels).sort(([a], [b]) => (a < b ? -1 : 1)).map(([k, v]) => h('a', {
+    class: 'label-chip', href: `#/runs${query({ label: [`${k}:${v}`] })}`, title: `runs labelled ${k}=${v}`,
+  }, `${k}=${v}`));
+}
+
+/** The label filter box's text, `customer:acme, env:prod`, as the API's `label` values. */
+function labelFilters(text) {
+  return text.split(',').map((part) => part.trim()).filter(Boolean);
+}
+
 /** A datetime-local value as RFC 3339 in UTC (the API wants a time zone). */
 function isoOrEmpty(local) {
   return local ? new Date(local).toISOString() : '';
@@ -23,6 +36,7 @@ export function runsPage(main, params) {
   const filters = {
     workflow_id: params.get('workflow_id') || '',
     status: params.get('status') || '',
+    label: params.getAll('label'),
     created_after: params.get('created_after') || '',
     created_before: params.get('created_before') || '',
   };
@@ -34,6 +48,10 @@ export function runsPage(main, params) {
   const workflowSelect = h('select', { name: 'workflow_id', id: 'filter-workflow' }, h('option', { value: '' }, 'any workflow'));
   const statusSelect = h('select', { name: 'status', id: 'filter-status' }, h('option', { value: '' }, 'any status'),
     STATUSES.map((s) => h('option', { value: s, selected: s === filters.status }, s.toLowerCase())));
+  const labelBox = h('input', {
+    type: 'text', name: 'label', id: 'filter-labels', size: 28, value: filters.label.join(', '),
+    placeholder: 'customer:acme, env:prod', title: 'key:value, separated by commas: a run must carry every one',
+  });
   const after = h('input', { type: 'datetime-local', name: 'created_after', id: 'filter-after', step: 1 });
   const before = h('input', { type: 'datetime-local', name: 'created_before', id: 'filter-before', step: 1 });
   const live = h('input', { type: 'checkbox', id: 'live', checked: true });
@@ -44,6 +62,7 @@ export function runsPage(main, params) {
   const form = h('form', { class: 'filters', id: 'run-filters' },
     h('label', {}, 'Workflow ', workflowSelect),
     h('label', {}, 'Status ', statusSelect),
+    h('label', {}, 'Labels ', labelBox),
     h('label', {}, 'Created after ', after),
     h('label', {}, 'before ', before),
     h('button', { type: 'submit' }, 'Apply'),
@@ -53,6 +72,7 @@ export function runsPage(main, params) {
     ev.preventDefault();
     filters.workflow_id = workflowSelect.value;
     filters.status = statusSelect.value;
+    filters.label = labelFilters(labelBox.value);
     filters.created_after = isoOrEmpty(after.value);
     filters.created_before = isoOrEmpty(before.value);
     cursors.length = 1;
@@ -65,7 +85,7 @@ export function runsPage(main, params) {
     h('h1', {}, 'Runs'),
     form,
     h('table', { class: 'runs', id: 'runs' },
-      h('thead', {}, h('tr', {}, ['Run', 'Workflow', 'Status', 'Created', 'Duration', 'Error'].map((c) => h('th', {}, c)))),
+      h('thead', {}, h('tr', {}, ['Run', 'Workflow', 'Status', 'Labels', 'Created', 'Duration', 'Error'].map((c) => h('th', {}, c)))),
       body),
     pager);
 
@@ -100,10 +120,11 @@ export function runsPage(main, params) {
       h('td', {}, h('a', { href: `#/runs/${r.run_id}`, title: r.run_id, class: 'mono' }, shortId(r.run_id))),
       h('td', {}, h('a', { href: `#/workflows/${encodeURIComponent(r.workflow_id)}` }, r.workflow_id), h('span', { class: 'muted' }, ` v${r.version}`)),
       h('td', {}, badge(r.status)),
+      h('td', { class: 'labels' }, labelChips(r.labels || {})),
       h('td', {}, when(r.created_at)),
       h('td', {}, duration(r.created_at, r.completed_at)),
       h('td', { class: 'error-cell', title: r.error || '' }, r.error || '')))
-      : h('tr', {}, h('td', { colspan: 6, class: 'empty' }, 'No runs match these filters.')));
+      : h('tr', {}, h('td', { colspan: 7, class: 'empty' }, 'No runs match these filters.')));
     mount(pager,
       h('button', { type: 'button', id: 'newer', disabled: page === 0, onclick: () => { page -= 1; load(); } }, '← Newer'),
       h('span', { class: 'muted' }, `page ${page + 1}`),
