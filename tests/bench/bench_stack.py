@@ -48,6 +48,11 @@ Workloads (sizes at ``--scale 1``):
   POST /v1/runs: starts/s and start latency. Its TASK goes to a queue no worker
   serves, so W3 measures starting (the start transaction and the dispatch to
   Redis), not running; it leaves those runs active;
+- **w5** 2,000 runs of W1's chain over 20 keys with run concurrency
+  ``max_runs: 2`` (docs/architecture.md §4.13), all started up front by 32
+  clients: ``w5_steps_per_s`` and ``w5_steps_per_s_of_w1`` (beside W1's, when
+  both ran), ``w5_most_runs_of_a_key_at_once`` (from the runs' history: 2 at
+  most) and ``w5_last_finish_spread_between_keys_s``;
 - **python** 2,000 runs of one one-attempt PYTHON node on the built-in workers,
   16 in flight: ``python_crashed`` (nodes killed by a signal: 0 expected),
   ``python_node_p50_ms`` (lease → report), ``python_run_p50_ms``,
@@ -169,7 +174,7 @@ ADMIN_URL = os.environ.get(
     "COMPOSER_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
 REDIS_URL = os.environ.get("COMPOSER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-WORKLOADS = ("idle", "w1", "ceiling", "w2", "w4", "w3", "sealing", "python")
+WORKLOADS = ("idle", "w1", "ceiling", "w2", "w4", "w3", "sealing", "python", "w5")
 #: Seconds of quiet before reading pg_stat_database (idle backends flush after ~10 s).
 SETTLE = 11.5
 #: Seconds over which the idle services' own commits are measured, before W1.
@@ -254,6 +259,16 @@ def fanout(width: int) -> dict[str, Any]:
     }
 
 
+def keyed_chain(steps: int) -> dict[str, Any]:
+    """W1's chain with run concurrency: at most ``W5_MAX_RUNS`` runs of one customer."""
+    return chain(steps) | {
+        "id": "bench-keyed",
+        "concurrency": {"key": "{{input.customer}}", "max_runs": W5_MAX_RUNS},
+    }
+
+
+W5_RUNS, W5_KEYS, W5_MAX_RUNS = 2000, 20, 2
+
 ONE_NODE = {
     "id": "bench-one",
     "nodes": [{"id": "only", "type": "TASK", "queue": "bench-unserved", "spec": {}}],
@@ -318,11 +333,14 @@ class Bench:
             if r.status >= 300:
                 raise RuntimeError(f"deploying {definition['id']}: {r.status} {await r.text()}")
 
-    async def start(self, workflow_id: str) -> tuple[str, float]:
+    async def start(
+        self, workflow_id: str, input: dict[str, Any] | None = None
+    ) -> tuple[str, float]:
         """Start a run; returns its id and the call's latency in seconds."""
         t0 = time.perf_counter()
         async with self.http.post(
-            f"{self.stack.api_url}/v1/runs", json={"workflow_id": workflow_id, "input": {}}
+            f"{self.stack.api_url}/v1/runs",
+            json={"workflow_id": workflow_id, "input": input or {}},
         ) as r:
             body = await r.json()
             if r.status != 201:
@@ -901,6 +919,62 @@ async def w4(b: Bench) -> None:
     }
 
 
+async def w5(b: Bench) -> None:
+    """W5: 2,000 runs of W1's chain over 20 customers, at most 2 runs of a customer at
+    once (run concurrency, docs/architecture.md §4.13), all started up front by 32
+    clients: steps/s (beside W1's, when it ran), the most runs of a key ever going at
+    once (from the runs' history: never above 2), and the spread between keys of when
+    their last run finished (keys share the stack fairly)."""
+    n = b.n(W5_RUNS)
+    slots = asyncio.Semaphore(32)
+    since = dt.datetime.now(dt.UTC)
+    first_start = time.time()
+
+    async def one(i: int) -> tuple[str, str]:
+        customer = f"c{i % W5_KEYS:02d}"
+        async with slots:
+            run_id, _ = await b.start("bench-keyed", {"customer": customer})
+        return run_id, customer
+
+    started = list(await asyncio.gather(*(one(i) for i in range(n))))
+    starts_s = time.time() - first_start
+    await b.wait_for([r for r, _ in started], since)
+    details = await b.runs([r for r, _ in started])
+    good = succeeded(details)
+    key_of = dict(started)
+    intervals: dict[str, list[tuple[float, float]]] = {}
+    for run, _ in good:
+        assert run.completed_at is not None
+        history = await repo.run_history(b.mon, run.run_id)
+        began = next(h.at for h in history if h.kind == "run.started").timestamp()
+        intervals.setdefault(key_of[run.run_id], []).append((began, run.completed_at.timestamp()))
+    most = 0
+    for spans in intervals.values():
+        edges = sorted([(s0, 1) for s0, _ in spans] + [(e, -1) for _, e in spans])
+        current = 0
+        for _, step in edges:
+            current += step
+            most = max(most, current)
+    last_by_key = [max(e for _, e in spans) for spans in intervals.values()]
+    elapsed = max(e for spans in intervals.values() for _, e in spans) - first_start
+    steps = len(good) * CHAIN_STEPS
+    b.figures |= {
+        "w5_runs": float(len(details)),
+        "w5_runs_failed": float(len(details) - len(good)),
+        "w5_keys": float(W5_KEYS),
+        "w5_max_runs": float(W5_MAX_RUNS),
+        "w5_starts_s": starts_s,
+        "w5_elapsed_s": elapsed,
+        "w5_steps_per_s": steps / elapsed,
+        "w5_most_runs_of_a_key_at_once": float(most),
+        "w5_last_finish_spread_between_keys_s": max(last_by_key) - min(last_by_key),
+    }
+    if "w1_steps_per_s" in b.figures:
+        b.figures["w5_steps_per_s_of_w1"] = (
+            b.figures["w5_steps_per_s"] / b.figures["w1_steps_per_s"]
+        )
+
+
 async def python_nodes(b: Bench) -> None:
     """2,000 one-attempt PYTHON nodes, 16 at once, on the built-in workers (issue 25): none
     may crash; what one costs (the workers' CPU with their reaped children: the node's
@@ -1025,7 +1099,14 @@ async def main() -> dict[str, float]:
             )
             hints.start()
             await asyncio.wait_for(hints.subscribed.wait(), 30)
-            for definition in (chain(CHAIN_STEPS), fanout(FANOUT), ONE_NODE, ONE_WAIT, ONE_PYTHON):
+            for definition in (
+                chain(CHAIN_STEPS),
+                fanout(FANOUT),
+                ONE_NODE,
+                ONE_WAIT,
+                ONE_PYTHON,
+                keyed_chain(CHAIN_STEPS),
+            ):
                 await b.deploy(definition)
             b.figures |= {
                 "loadavg_1m_at_start": load[0],
@@ -1044,6 +1125,7 @@ async def main() -> dict[str, float]:
                 "w3": lambda: w3(b),
                 "sealing": lambda: sealing(b),
                 "python": lambda: python_nodes(b),
+                "w5": lambda: w5(b),
             }
             for workload in WORKLOADS:
                 if workload in args.only:

@@ -431,3 +431,30 @@ async def test_no_command_prints_a_control_character_the_api_sent(
         assert any("\x1b]0;pwned\x07\x1b[2J" in text for text in found), args
     shown = json.loads((await composer(live, "get", run_id, "--json")).stdout)
     assert shown["tasks"][0]["error"] == HOSTILE
+
+
+async def test_limits_and_get_say_why_a_run_waits(live: Live, tmp_path: Path) -> None:
+    """`composer limits` lists a key's slots and line; `composer get` of a waiting run
+    says what it waits for (docs/architecture.md §4.13)."""
+    queue = f"unserved-{uuid.uuid4().hex[:6]}"  # no worker: the first run keeps its slot
+    definition = {
+        "id": f"cli-limited-{queue}",
+        "concurrency": {"key": "{{input.customer}}", "max_runs": 1},
+        "nodes": [{"id": "charge", "type": "TASK", "queue": queue}],
+    }
+    path = tmp_path / "limited.json"
+    path.write_text(json.dumps(definition))
+    assert (await composer(live, "apply", "-f", str(path), "--deploy")).exit_code == 0
+    for _ in range(2):
+        started = await composer(live, "start", definition["id"], "--input", '{"customer": "acme"}')
+        assert started.exit_code == 0, started.output
+    waiting_run = started.output.split()[1]
+
+    listed = await composer(live, "limits", columns=120)
+    assert listed.exit_code == 0, listed.output
+    row = next(line for line in listed.output.splitlines() if definition["id"] in line)
+    assert row.split()[1:] == ["acme", "1/1", "1"]
+
+    shown = await composer(live, "get", waiting_run, columns=200)
+    assert "PENDING" in shown.output
+    assert "run waits: waiting for a slot of key 'acme': 1 of 1 running" in shown.output

@@ -86,6 +86,12 @@ async def test_twelve_runs_over_three_keys_never_run_three_of_a_key(
         waiting = (await gw.call("GET", f"/v1/runs/{runs['acme'][-1]}")).body
         assert waiting["status"] == "PENDING"
         assert "waiting for a slot of key 'acme'" in waiting["waiting_hint"]
+        listed = (await gw.call("GET", "/v1/limits")).body["limits"]
+        mine = [item for item in listed if item["workflow_id"] == "charge-e2e"]
+        assert {item["key"] for item in mine} == set(KEYS)
+        for item in mine:  # the first two of each key may have finished already
+            assert item["limit"] == 2 and item["kind"] == "run_concurrency"
+            assert item["in_use"] <= 2 and item["in_use"] + item["waiting"] >= 2
 
         for key in KEYS:
             for run_id in runs[key]:

@@ -32,6 +32,7 @@ from composer_cli.render import (
     changes,
     compact,
     json_text,
+    limits_table,
     printable_value,
     runs_table,
     workers_table,
@@ -384,6 +385,19 @@ def workers(client: ApiClient, a: argparse.Namespace) -> None:
     echo_lines(workers_table(body["workers"]))
 
 
+def limits(client: ApiClient, a: argparse.Namespace) -> None:
+    """List the keys of the limits holding runs back: slots in use, limit, waiting."""
+    answer = client.call("GET", "/v1/limits")
+    if a.as_json:
+        print_json(answer.body)
+        return
+    rows = answer.shown["limits"]
+    if not rows:
+        echo("no limited key has a run going or waiting")
+        return
+    echo_lines(limits_table(rows))
+
+
 # -- following a run -------------------------------------------------------------
 
 
@@ -658,6 +672,8 @@ def parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     sub = command(workers)
+    as_json(sub)
+    sub = command(limits)
     as_json(sub)
     return top
 

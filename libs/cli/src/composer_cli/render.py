@@ -271,6 +271,29 @@ def workers_table(workers: list[dict[str, Any]], *, width: int | None = None) ->
     )
 
 
+def limits_table(limits: list[dict[str, Any]], *, width: int | None = None) -> list[str]:
+    """The keys of the limits holding runs back (GET /v1/limits): the workflow, the key,
+    slots in use out of the limit, and how many runs wait."""
+    return table(
+        (
+            Column("workflow"),
+            Column("key"),
+            Column("in use", right=True),
+            Column("waiting", right=True),
+        ),
+        [
+            (
+                item["workflow_id"],
+                "(hidden)" if item.get("redacted") else (item["key"] or "(one key)"),
+                f"{item['in_use']}/{'?' if item['limit'] is None else item['limit']}",
+                str(item["waiting"]),
+            )
+            for item in limits
+        ],
+        columns_wide=width,
+    )
+
+
 _WORKER_STYLES = {"SERVING": "green", "DRAINING": "yellow", "STOPPED": "dim", "LOST": "red"}
 
 

@@ -48,6 +48,21 @@ class RunView:
 
 
 @dataclass(frozen=True, slots=True)
+class LimitView:
+    """One key of a limit, as a person reads it (GET /v1/limits)."""
+
+    #: What it limits: ``run_concurrency`` (a workflow's runs per key).
+    kind: str
+    workflow_id: str
+    #: None: redacted (rendered from run inputs the caller may not see).
+    key: str | None
+    in_use: int
+    #: None: templated per run and no run waits.
+    limit: int | None
+    waiting: int
+
+
+@dataclass(frozen=True, slots=True)
 class RunListing:
     """One page of runs, each with whether its error was redacted."""
 
@@ -226,6 +241,39 @@ class Reads:
                     [opened.task_log(self._shell.sealer, run_id, e) for e in stored], False
                 )
             return LogsView([dataclasses.replace(e, lines="") for e in stored], True)
+
+        return await self._shell.in_tx(read)
+
+    async def run_limits(self, *, full_access: bool) -> list[LimitView]:
+        """The keys of run limits with runs going or waiting (docs/architecture.md
+        §4.13), each with its deployed limit. A key is rendered from a run's input:
+        a caller who may not see the workflow's payloads gets it as None."""
+
+        async def read(tx: Tx) -> list[LimitView]:
+            views = []
+            for k in await repo.run_limit_keys(tx.conn):
+                limit: int | None = k.waiting_max_runs
+                shown = full_access
+                try:
+                    dag = await self._shell.definitions.deployed(tx.conn, k.workflow_id)
+                except repo.NotFound:
+                    dag = None
+                if dag is not None:
+                    concurrency = dag.spec.concurrency
+                    if concurrency is not None and isinstance(concurrency.max_runs, int):
+                        limit = concurrency.max_runs
+                    shown = shown or dag.spec.viewers_see_payloads
+                views.append(
+                    LimitView(
+                        "run_concurrency",
+                        k.workflow_id,
+                        k.key if shown else None,
+                        k.in_use,
+                        limit,
+                        k.waiting,
+                    )
+                )
+            return views
 
         return await self._shell.in_tx(read)
 

@@ -144,6 +144,7 @@ from composer_repo._run_events import (
     take_run_event,
 )
 from composer_repo._run_slots import (
+    RunLimitKey,
     RunWaiting,
     WaitingRun,
     hand_run_slot,
@@ -151,6 +152,7 @@ from composer_repo._run_slots import (
     lock_run_key,
     next_waiting_runs,
     queue_run,
+    run_limit_keys,
     run_slots_taken,
     run_waiting,
     start_waiting_run,
@@ -256,6 +258,7 @@ __all__ = [
     "RepoError",
     "Requeued",
     "RunAlreadyExists",
+    "RunLimitKey",
     "RunPage",
     "RunRecord",
     "RunSummary",
@@ -373,6 +376,7 @@ __all__ = [
     "resolve_wait",
     "run_event_target",
     "run_history",
+    "run_limit_keys",
     "run_signals",
     "run_slots_taken",
     "run_waiting",

@@ -118,3 +118,31 @@ async def run_waiting(conn: Connection, run_id: str) -> RunWaiting | None:
         int(row["running"]),
         int(row["ahead"]),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class RunLimitKey:
+    """A key of a run limit with runs going or waiting."""
+
+    workflow_id: str
+    key: str
+    in_use: int
+    waiting: int
+    #: The limit its waiting runs were started under (None: none waits).
+    waiting_max_runs: int | None
+
+
+@translated
+async def run_limit_keys(conn: Connection, *, limit: int = 1000) -> list[RunLimitKey]:
+    """The keys with runs going or waiting, by workflow then key (at most ``limit``)."""
+    rows = await conn.fetch(q("run_limit_keys"), limit)
+    return [
+        RunLimitKey(
+            r["workflow_id"],
+            r["key"],
+            int(r["in_use"]),
+            int(r["waiting"]),
+            None if r["max_runs"] is None else int(r["max_runs"]),
+        )
+        for r in rows
+    ]

@@ -526,6 +526,30 @@ class Worker(Response):
     stopped_at: dt.datetime | None = None
 
 
+class Limit(Response):
+    kind: Literal["run_concurrency"] = Field(
+        description="what it limits: run_concurrency, a workflow's runs per key (its `concurrency`)"
+    )
+    workflow_id: str
+    key: str | None = Field(
+        description='the key, rendered from run inputs ("" for a workflow with one key); '
+        "null when redacted"
+    )
+    in_use: int = Field(description="runs of the key started and not finished")
+    limit: int | None = Field(
+        description="the deployed definition's max_runs; null when it is a template and "
+        "no run of the key waits"
+    )
+    waiting: int = Field(description="runs of the key waiting (PENDING) for a slot")
+    redacted: bool = _redacted("key")
+
+
+class LimitList(Response):
+    limits: list[Limit] = Field(
+        description="every key with runs going or waiting, by workflow then key"
+    )
+
+
 class WorkerList(Response):
     workers: list[Worker] = Field(
         description="the live ones first, then the rest, each most recently seen first; "

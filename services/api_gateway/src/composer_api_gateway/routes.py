@@ -14,7 +14,7 @@ from typing import Literal
 from aiohttp import web
 from pydantic import BaseModel
 
-from composer_api_gateway import definitions, history, ops, runs, workers
+from composer_api_gateway import definitions, history, limits, ops, runs, workers
 from composer_api_gateway.auth import Role
 from composer_api_gateway.models import (
     CancelRun,
@@ -24,6 +24,7 @@ from composer_api_gateway.models import (
     History,
     HistoryQuery,
     Identity,
+    LimitList,
     ResultQuery,
     RetryRun,
     Run,
@@ -294,6 +295,20 @@ ROUTES: tuple[Route, ...] = (
         "host, queues, concurrency, tasks in flight and when it was last seen. LOST: no "
         "heartbeat within COMPOSER_WORKER_LIVE_SECONDS; STOPPED: it stopped on purpose. A "
         "run's task waiting on a queue no live worker serves carries a `waiting_hint`.",
+    ),
+    Route(
+        "GET",
+        "/v1/limits",
+        limits.list_limits,
+        "The keys of the limits that hold runs back",
+        "operations",
+        Role.VIEWER,
+        {200: LimitList},
+        errors=(503,),
+        description="Each key of a workflow's run concurrency with runs going or waiting: "
+        "how many hold a slot (`in_use`), the limit, and how many wait. A key is "
+        "rendered from run inputs, so a viewer token gets it as null with "
+        "`redacted: true`, unless the workflow sets `viewers_see_payloads: true`.",
     ),
     Route(
         "GET",

@@ -1087,3 +1087,15 @@ SELECT me.key, me.max_runs, me.effective AS priority,
 UPDATE workflow_runs SET status = 'RUNNING', updated_at = composer_now()
  WHERE id = $1 AND status = 'PENDING'
 RETURNING 1;
+
+-- name: run_limit_keys
+-- Every key of a run limit with a run going or waiting: its slots taken, its line,
+-- and the limit its next waiting run was started under (the two small tables only).
+WITH slots AS (SELECT workflow_id, key, count(*) AS in_use FROM run_slots GROUP BY 1, 2),
+     line AS (SELECT workflow_id, key, count(*) AS waiting, max(max_runs) AS max_runs
+                FROM runs_waiting GROUP BY 1, 2)
+SELECT workflow_id, key, coalesce(s.in_use, 0) AS in_use, coalesce(l.waiting, 0) AS waiting,
+       l.max_runs
+  FROM slots s FULL JOIN line l USING (workflow_id, key)
+ ORDER BY workflow_id, key
+ LIMIT $1;
