@@ -437,8 +437,9 @@ async def test_limits_and_get_say_why_a_run_waits(live: Live, tmp_path: Path) ->
     """`composer limits` lists a key's slots and line; `composer get` of a waiting run
     says what it waits for (docs/architecture.md §4.13)."""
     queue = f"unserved-{uuid.uuid4().hex[:6]}"  # no worker: the first run keeps its slot
+    workflow_id = f"cli-limited-{queue}"
     definition = {
-        "id": f"cli-limited-{queue}",
+        "id": workflow_id,
         "concurrency": {"key": "{{input.customer}}", "max_runs": 1},
         "nodes": [{"id": "charge", "type": "TASK", "queue": queue}],
     }
@@ -452,7 +453,7 @@ async def test_limits_and_get_say_why_a_run_waits(live: Live, tmp_path: Path) ->
 
     listed = await composer(live, "limits", columns=120)
     assert listed.exit_code == 0, listed.output
-    row = next(line for line in listed.output.splitlines() if definition["id"] in line)
+    row = next(line for line in listed.output.splitlines() if workflow_id in line)
     assert row.split()[1:] == ["acme", "1/1", "1"]
 
     shown = await composer(live, "get", waiting_run, columns=200)
