@@ -447,7 +447,7 @@ async def test_limits_and_get_say_why_a_run_waits(live: Live, tmp_path: Path) ->
     path.write_text(json.dumps(definition))
     assert (await composer(live, "apply", "-f", str(path), "--deploy")).exit_code == 0
     for _ in range(2):
-        started = await composer(live, "start", definition["id"], "--input", '{"customer": "acme"}')
+        started = await composer(live, "start", workflow_id, "--input", '{"customer": "acme"}')
         assert started.exit_code == 0, started.output
     waiting_run = started.output.split()[1]
 
