@@ -4,6 +4,7 @@ lock → decide → persist → commit in one transaction (docs/architecture.md 
 ``Engine`` puts the use cases together over one shared shell (``_shell``):
 
     run commands   _runs.py         start, signal, cancel, retry
+    pauses         _pauses.py       pause, resume
     reports        _reports.py      report, report_many (group commit), report_completed/failed
     leases         _leasing.py      acquire/renew one or many, batched (lease, renew)
     loop events    _loop_events.py  fire_timer, expire_lease, redispatch
@@ -38,6 +39,7 @@ from composer_engine._leases import new_token
 from composer_engine._leasing import Leasing
 from composer_engine._loop_events import LoopEvents
 from composer_engine._outbox import Outbox
+from composer_engine._pauses import RunPauses
 from composer_engine._reads import Reads
 from composer_engine._reports import Reports
 from composer_engine._run_event_delivery import RunEventDelivery
@@ -108,6 +110,7 @@ class Engine:
         self.max_node_input_bytes = max_node_input_bytes
         self.max_output_bytes = max_output_bytes
         self.runs = RunCommands(shell)
+        self.pauses = RunPauses(shell)
         self.reports = Reports(
             shell,
             batch_size=batch_size,
@@ -138,6 +141,8 @@ class Engine:
         self.signal = self.runs.signal
         self.cancel = self.runs.cancel
         self.retry = self.runs.retry
+        self.pause = self.pauses.pause
+        self.resume = self.pauses.resume
         self.report = self.reports.report
         self.report_many = self.reports.report_many
         self.report_completed = self.reports.report_completed

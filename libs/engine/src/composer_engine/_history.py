@@ -38,6 +38,7 @@ from composer_core.statemachine import (
     RetryTask,
     Run,
     RunCancelled,
+    RunResumed,
     RunRetried,
     RunStarted,
     SignalReceived,
@@ -63,6 +64,8 @@ KINDS = (
     "signal.received",
     "signal.consumed",
     "run.cancelled",
+    "run.paused",
+    "run.resumed",
     "run.retried",
     "run.finished",
 )
@@ -132,6 +135,8 @@ def rows(
             if event.config is not None:
                 detail["config"] = event.config
             add(repo.NewHistory(run_id, "run.retried", actor=by, detail=seal.doc(detail)))
+        case RunResumed():
+            add(repo.NewHistory(run_id, "run.resumed", actor=by))
         case NodeCompleted() | NodeFailed():
             pass  # the actions say what the report did (completed, failed, retried)
         case _:

@@ -20,7 +20,7 @@ from typing import assert_never
 
 import composer_queue as cq
 import composer_repo as repo
-from composer_core.model import WorkflowDAG
+from composer_core.model import RunStatus, WorkflowDAG
 from composer_core.statemachine import (
     Action,
     BufferSignal,
@@ -67,6 +67,8 @@ async def persist(
     effects = Effects()
     conn, run_id = tx.conn, run.run_id
     writes = tx.writes
+    if run.status is RunStatus.PAUSED:  # what it dispatches waits for its resume
+        writes.paused.add(run_id)
     for action in actions:
         match action:
             case CreateTask() if action.branches is None:

@@ -73,6 +73,9 @@ class Writes:
     #: The finishing runs whose workflow limits its runs per key: each gives up its
     #: slot (or its place in line) as it finishes (docs/architecture.md §4.13).
     slot_holders: set[str] = field(default_factory=set)
+    #: Runs of the transaction that are paused: their dispatches are held until their
+    #: resume, not sent (docs/architecture.md §4.14).
+    paused: set[str] = field(default_factory=set)
 
     def keep_log(
         self, run_id: str, event: NodeCompleted | NodeFailed, log: AttemptLog, seal: RunSeal
@@ -151,6 +154,8 @@ class Writes:
                     raise StaleSnapshot(f"node {t.node_id} of run {t.run_id} already has a task")
         if self.dispatches:
             dispatches, self.dispatches = self.dispatches, []
+            if self.paused:
+                dispatches = await self._hold_paused(tx, dispatches)
             if tx.gate is not None:
                 dispatches = await self._admit(tx, tx.gate, dispatches)
             ids = await repo.enqueue_dispatches(conn, [row for row, *_ in dispatches])
@@ -177,6 +182,33 @@ class Writes:
         if self.logs:
             logs, self.logs = self.logs, []
             await repo.insert_task_logs(conn, logs)
+
+    async def _hold_paused(
+        self,
+        tx: Tx,
+        dispatches: list[tuple[repo.NewDispatch, repo.TaskRef, dict[str, str], bool, bool]],
+    ) -> list[tuple[repo.NewDispatch, repo.TaskRef, dict[str, str], bool, bool]]:
+        """The dispatches of paused runs are held until their resume (no outbox row; a
+        retry keeps its backoff's end), with a ``task.held`` row each: the others go on."""
+        holding: dict[str, list[str]] = {}
+        for _, ref, *_ in dispatches:
+            if ref.run_id in self.paused:
+                holding.setdefault(ref.run_id, []).append(ref.task_id)
+        if not holding:
+            return dispatches
+        for run_id, task_ids in holding.items():
+            for held in await repo.hold_run_tasks(tx.conn, run_id, task_ids):
+                self.history.append(
+                    repo.NewHistory(
+                        run_id,
+                        "task.held",
+                        node_id=held.node_id,
+                        task_id=held.task_id,
+                        attempt=held.attempt,
+                        detail={"queue": held.queue, "reason": repo.PAUSED_HOLD},
+                    )
+                )
+        return [d for d in dispatches if d[1].run_id not in self.paused]
 
     async def _admit(
         self,

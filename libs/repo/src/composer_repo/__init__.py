@@ -98,6 +98,14 @@ from composer_repo._partitions import (
     ensure_partitions,
     list_partitions,
 )
+from composer_repo._pauses import (
+    PAUSED_HOLD,
+    HeldAttempt,
+    hold_run_tasks,
+    pause_run,
+    release_run_tasks,
+    resume_run,
+)
 from composer_repo._records import (
     BufferedSignal,
     Definition,
@@ -219,6 +227,7 @@ from composer_repo._workers import (
 )
 
 __all__ = [
+    "PAUSED_HOLD",
     "SCHEMA_VERSION",
     "BufferedSignal",
     "CommitStatus",
@@ -232,6 +241,7 @@ __all__ = [
     "ExpiredLease",
     "FinishedRun",
     "FinishedTask",
+    "HeldAttempt",
     "HistoryEntry",
     "Invalid",
     "Lease",
@@ -321,6 +331,7 @@ __all__ = [
     "get_task_logs",
     "hand_run_slot",
     "held_tasks",
+    "hold_run_tasks",
     "hold_tasks",
     "init_connection",
     "insert_history",
@@ -354,6 +365,7 @@ __all__ = [
     "outbox_size",
     "park_task",
     "park_wait",
+    "pause_run",
     "pending_signals",
     "postpone_outbox",
     "postpone_run_event",
@@ -367,6 +379,7 @@ __all__ = [
     "record_taken_signal",
     "record_worker_heartbeat",
     "redispatch_task",
+    "release_run_tasks",
     "release_task",
     "renew_lease",
     "renew_leases",
@@ -374,6 +387,7 @@ __all__ = [
     "requeue_task",
     "require_schema",
     "resolve_wait",
+    "resume_run",
     "run_event_target",
     "run_history",
     "run_limit_keys",

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from composer_repo._db import Connection, translated
+from composer_repo._pauses import PAUSED_HOLD
 from composer_repo._records import TaskRef
 from composer_repo._sql import q
 
@@ -31,7 +32,7 @@ class QueueLoad:
 async def queue_load(conn: Connection, queue: str, *, leaving_out: Sequence[str] = ()) -> QueueLoad:
     """How many tasks of ``queue`` are in flight (except those whose ids are in
     ``leaving_out``) and how many are held."""
-    row = await conn.fetchrow(q("queue_load"), queue, list(leaving_out))
+    row = await conn.fetchrow(q("queue_load"), queue, list(leaving_out), PAUSED_HOLD)
     assert row is not None  # an aggregate answers one row
     return QueueLoad(int(row["in_flight"]), int(row["held"]))
 
@@ -53,8 +54,9 @@ async def hold_tasks(conn: Connection, held: Sequence[tuple[TaskRef, str]]) -> s
 
 @translated
 async def held_tasks(conn: Connection, queue: str, limit: int) -> list[TaskRef]:
-    """The oldest held attempts of ``queue``, at most ``limit``, locked (SKIP LOCKED)."""
-    rows = await conn.fetch(q("held_tasks"), queue, limit)
+    """The oldest held attempts of ``queue``, at most ``limit``, locked (SKIP LOCKED);
+    not those of paused runs, which go at their run's resume."""
+    rows = await conn.fetch(q("held_tasks"), queue, limit, PAUSED_HOLD)
     return [TaskRef(r["run_id"], r["id"], r["node_id"], r["attempt"]) for r in rows]
 
 

@@ -225,7 +225,11 @@ class Run(Response):
     run_id: str
     workflow_id: str
     version: int
-    status: RunStatus
+    status: RunStatus = Field(
+        description="PENDING, RUNNING and PAUSED are not finished; SUCCEEDED, FAILED and "
+        "CANCELLED are (terminal). Test for the terminal ones: a run that is not RUNNING "
+        "may be PAUSED, and goes on when it is resumed."
+    )
     input: JsonValue = None
     config: JsonValue = None
     output: JsonValue = None
@@ -323,6 +327,12 @@ class SignalDelivered(Response):
 
 class CancelRun(Request):
     reason: str = Field(default="", max_length=2000)
+
+
+class PauseRun(Request):
+    reason: str = Field(
+        default="", max_length=2000, description="why, kept in the run's history (run.paused)"
+    )
 
 
 class RetryRun(Request):

@@ -131,8 +131,11 @@ def build_spec(routes: tuple[Route, ...] = ROUTES, *, version: str = "0.1.0") ->
         "info": {
             "title": "Composer API",
             "version": version,
-            "description": "Durable workflows: definitions, runs, signals, retry, cancel. "
-            "Errors are RFC 9457 problem details (application/problem+json).",
+            "description": "Durable workflows: definitions, runs, signals, retry, cancel, "
+            "pause and resume. Errors are RFC 9457 problem details "
+            "(application/problem+json). A run's status PAUSED is not terminal: a client "
+            "that waits for a run's end tests for SUCCEEDED, FAILED or CANCELLED, never "
+            "for 'not RUNNING'.",
         },
         "servers": [{"url": "/"}],
         "tags": [

@@ -25,6 +25,7 @@ from composer_api_gateway.models import (
     HistoryQuery,
     Identity,
     LimitList,
+    PauseRun,
     ResultQuery,
     RetryRun,
     Run,
@@ -217,8 +218,8 @@ ROUTES: tuple[Route, ...] = (
         query=ResultQuery,
         errors=(400, 404, 503),
         description="Long-polls up to ?timeout= seconds. 200 with the run once it is "
-        "terminal; 202 with the run as it is now when the timeout passes first (ask again)."
-        + REDACTED,
+        "terminal (SUCCEEDED, FAILED, CANCELLED: a PAUSED run is not); 202 with the run as "
+        "it is now when the timeout passes first (ask again)." + REDACTED,
     ),
     Route(
         "POST",
@@ -250,6 +251,38 @@ ROUTES: tuple[Route, ...] = (
         errors=(400, 404, 409, 413, 503),
         description="A finished run answers 409.",
         body_required=False,
+    ),
+    Route(
+        "POST",
+        "/v1/runs/{run_id}/pause",
+        runs.pause,
+        "Pause a run",
+        "runs",
+        Role.OPERATOR,
+        {200: Run},
+        body=PauseRun,
+        errors=(400, 404, 409, 413, 503),
+        description="The run is PAUSED, which is not terminal: its attempts already with a "
+        "worker finish and are recorded, but nothing new goes to a worker (their tasks stay "
+        "PENDING with a `waiting_hint`), no timer fires and signals are kept; it does not "
+        "finish by itself. POST /resume lets it go on; a cancel works while paused. A "
+        "paused run answers as it is (a pause sent again changes nothing); a finished run "
+        "answers 409. A paused run's child runs go on: pause each on its own.",
+        body_required=False,
+    ),
+    Route(
+        "POST",
+        "/v1/runs/{run_id}/resume",
+        runs.resume,
+        "Resume a paused run",
+        "runs",
+        Role.OPERATOR,
+        {200: Run},
+        errors=(400, 404, 409, 503),
+        description="The run is RUNNING again: the tasks held by the pause go to their "
+        "workers (a retry's backoff still ahead is kept), timers that came due fire, each "
+        "signal kept goes to the node that waits for it, and the run finishes if nothing "
+        "is left. A running run answers as it is; a finished run answers 409.",
     ),
     Route(
         "POST",

@@ -29,6 +29,7 @@ from composer_api_gateway.models import (
     AttemptLog,
     CallingContext,
     CancelRun,
+    PauseRun,
     ResultQuery,
     RetryRun,
     Run,
@@ -304,6 +305,19 @@ async def cancel(request: web.Request) -> web.Response:
     run_id = bodies.run_id_param(request)
     body = await bodies.read_model(request, CancelRun)
     await request.app[ENGINE].cancel(run_id, body.reason, cancelled_by=request[CALLER].name)
+    return json_response(await load(request, run_id))
+
+
+async def pause(request: web.Request) -> web.Response:
+    run_id = bodies.run_id_param(request)
+    body = await bodies.read_model(request, PauseRun)
+    await request.app[ENGINE].pause(run_id, body.reason, paused_by=request[CALLER].name)
+    return json_response(await load(request, run_id))
+
+
+async def resume(request: web.Request) -> web.Response:
+    run_id = bodies.run_id_param(request)
+    await request.app[ENGINE].resume(run_id, resumed_by=request[CALLER].name)
     return json_response(await load(request, run_id))
 
 

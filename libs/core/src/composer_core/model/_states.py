@@ -23,6 +23,10 @@ __all__ = [
 class RunStatus(StrEnum):
     PENDING = "PENDING"
     RUNNING = "RUNNING"
+    # Not finished: held by a person (POST /v1/runs/{id}/pause) until resumed. A client
+    # that reads "not RUNNING" as "finished" misreads it (temporalio/api#653): test
+    # is_terminal. Its running attempts finish and are recorded; nothing new goes.
+    PAUSED = "PAUSED"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     # A cancel is its own terminal status: users asked "did it fail or did

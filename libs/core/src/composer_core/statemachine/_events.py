@@ -70,6 +70,13 @@ class RunCancelled:
     reason: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class RunResumed:
+    """A paused run goes on (the engine marked it RUNNING): what was kept while it
+    was paused is applied now — the buffered signals its waiting nodes take, and
+    its end if nothing is left to do. Its due timers fire through the timer."""
+
+
 Event = (
     RunStarted
     | NodeCompleted
@@ -78,4 +85,5 @@ Event = (
     | SignalReceived
     | RunRetried
     | RunCancelled
+    | RunResumed
 )

@@ -47,6 +47,7 @@ from composer_core.statemachine._events import (
     NodeCompleted,
     NodeFailed,
     RunCancelled,
+    RunResumed,
     RunRetried,
     RunStarted,
     SignalReceived,
@@ -273,6 +274,8 @@ class Machine:
                 self._on_run_retried(event)
             case RunCancelled():
                 self._on_run_cancelled(event)
+            case RunResumed():
+                self._on_run_resumed()
             case _:
                 assert_never(event)
         if self._ignored is None:
@@ -357,6 +360,12 @@ class Machine:
         ):
             self._ignore(f"timer for {event.node_id} is no longer pending")
             return
+        if self._run.status is RunStatus.PAUSED:
+            # kept: its wake_at stays, and it fires once the run is resumed
+            self._ignore(
+                f"run {self._run.run_id} is paused: the timer of {event.node_id} fires at its resume"
+            )
+            return
         node = self._dag.node(event.node_id)
         kind = None if node is None else kind_of(node.type)
         if not isinstance(kind, WaitKind):  # a timer only ever fires for a wait
@@ -371,7 +380,8 @@ class Machine:
             raise RunFinished(
                 f"run {self._run.run_id} is {self._run.status}; signal {event.name!r} not delivered"
             )
-        waiter = self._oldest_waiter(event.name)
+        # a paused run keeps the signal; its resume gives it to the node that waits
+        waiter = None if self._run.status is RunStatus.PAUSED else self._oldest_waiter(event.name)
         if waiter is None:
             self._emit(BufferSignal(self._deps.new_id(), event.name, event.payload))
             return
@@ -382,6 +392,11 @@ class Machine:
         self._advance_from(waiter, output)
 
     def _on_run_retried(self, event: RunRetried) -> None:
+        if self._run.status is RunStatus.PAUSED:
+            raise RunActive(
+                f"run {self._run.run_id} is PAUSED, not finished: resume it, or cancel it "
+                "before retrying"
+            )
         active = self._run.active_nodes()
         if active:
             raise RunActive(
@@ -423,9 +438,34 @@ class Machine:
         self._emit(CancelTasks(reason, active))
         self._emit(FinishRun(RunStatus.CANCELLED, error=reason))
 
+    def _on_run_resumed(self) -> None:
+        """Apply what a pause kept: each waiting node, oldest first, takes the oldest
+        buffered signal it waits for (as if it had arrived now); the run's end, if
+        nothing is left, follows in ``_decide``."""
+        if self._run.is_terminal:
+            raise RunFinished(f"run {self._run.run_id} is {self._run.status}; nothing to resume")
+        waiting = sorted(
+            (state.task_id, node_id)
+            for node_id, state in self._run.nodes.items()
+            if state.state is TaskState.WAITING and state.awaited_signal is not None
+        )
+        for task_id, node_id in waiting:
+            state = self._run.nodes[node_id]
+            if state.state is not TaskState.WAITING or state.awaited_signal is None:
+                continue  # resolved by a signal an earlier one's successors did not take
+            signal = self.buffered(state.awaited_signal)
+            node = self._dag.node(node_id)
+            if signal is None or node is None:
+                continue
+            self.consume(signal, node)
+            self.wake(node_id, task_id, _signal_output(signal.payload))
+
     def _finish_if_done(self) -> None:
-        """Finish the run once nothing is active: FAILED if a node failed, else SUCCEEDED."""
-        if self._run.is_terminal or self._run.active_nodes():
+        """Finish the run once nothing is active: FAILED if a node failed, else SUCCEEDED.
+        A paused run does not finish by itself: its resume finishes it."""
+        if self._run.is_terminal or self._run.status is RunStatus.PAUSED:
+            return
+        if self._run.active_nodes():
             return
         failed = self._run.failed_nodes()
         if failed:
@@ -621,7 +661,10 @@ class Machine:
         self.fail(node, limit.describe(exc.size, exc.exact), limit.code)
 
     def buffered(self, name: str) -> Signal | None:
-        """The oldest buffered signal called ``name`` not yet consumed."""
+        """The oldest buffered signal called ``name`` not yet consumed (none while the
+        run is paused: a node that starts to wait then takes it at the resume)."""
+        if self._run.status is RunStatus.PAUSED:
+            return None
         signals = self._run.signals
         if signals is None:
             raise _Needs(Missing(signals=True))

@@ -190,7 +190,7 @@ DELETE FROM task_instances
 -- name: finish_run
 UPDATE workflow_runs r
    SET status = $2, output = $3, error = $4, completed_at = composer_now(), updated_at = composer_now()
- WHERE id = $1 AND status IN ('PENDING', 'RUNNING')
+ WHERE id = $1 AND status IN ('PENDING', 'RUNNING', 'PAUSED')
 RETURNING workflow_id, version, created_at, completed_at,
           (SELECT d.webhook_url FROM workflow_definitions d
             WHERE d.id = r.workflow_id AND d.version = r.version) AS webhook_url,
@@ -456,7 +456,7 @@ UPDATE task_instances t
            AS u(run_id, id, attempt, owner, ttl, token, claim, queues, queue, node_types),
        workflow_runs r
  WHERE t.run_id = u.run_id AND t.id = u.id AND t.attempt = u.attempt AND r.id = u.run_id
-   AND ((t.state IN ('PENDING', 'QUEUED')
+   AND ((t.state IN ('PENDING', 'QUEUED') AND t.held_reason IS NULL
          AND (t.dispatched_at IS NULL OR t.dispatched_at <= statement_timestamp()))
         OR (t.state = 'RUNNING'
             AND ((t.lease_owner = u.owner AND u.claim <> '' AND t.lease_claim = u.claim)
@@ -628,7 +628,8 @@ SELECT kind, count(*) AS n FROM outbox GROUP BY kind;
 
 -- name: mark_published
 -- After the outbox-enqueuer published dispatches, in one round trip: delete
--- their rows ($1), move their attempts still PENDING to QUEUED ($2-$4), and
+-- their rows ($1), move their attempts still PENDING (and not held meanwhile by
+-- a pause of their run) to QUEUED ($2-$4), and
 -- say when the next dispatch is due. Every part reads the statement's snapshot,
 -- so the rows being deleted are left out of the min() explicitly.
 WITH deleted AS (
@@ -638,7 +639,7 @@ WITH deleted AS (
        SET state = 'QUEUED', updated_at = now()
       FROM unnest($2::text[], $3::text[], $4::int[]) AS u(run_id, id, attempt)
      WHERE t.run_id = u.run_id AND t.id = u.id AND t.attempt = u.attempt
-       AND t.state = 'PENDING'
+       AND t.state = 'PENDING' AND t.held_reason IS NULL
 )
 SELECT min(CASE WHEN next_attempt_at > created_at THEN next_attempt_at
                 ELSE created_at + make_interval(secs => $5) END)
@@ -657,10 +658,12 @@ SELECT min(CASE WHEN next_attempt_at > created_at THEN next_attempt_at
 -- =============================================================================
 
 -- name: due_waits
-SELECT run_id, id, node_id, wake_at
-  FROM task_instances
- WHERE wake_at <= COALESCE($2::timestamptz, statement_timestamp()) AND state = 'WAITING'
- ORDER BY wake_at
+-- A paused run's timers are kept, not fired: they come due again at its resume.
+SELECT t.run_id, t.id, t.node_id, t.wake_at
+  FROM task_instances t
+ WHERE t.wake_at <= COALESCE($2::timestamptz, statement_timestamp()) AND t.state = 'WAITING'
+   AND NOT EXISTS (SELECT 1 FROM workflow_runs r WHERE r.id = t.run_id AND r.status = 'PAUSED')
+ ORDER BY t.wake_at
  LIMIT $1;
 
 -- name: park_wait
@@ -671,8 +674,12 @@ UPDATE task_instances SET wake_at = $3, updated_at = now()
 RETURNING id;
 
 -- name: next_wake_at
--- The earliest pending timer: how long the timer loop may sleep.
-SELECT min(wake_at) FROM task_instances WHERE wake_at IS NOT NULL;
+-- The earliest pending timer of a run that is not paused: how long the timer
+-- loop may sleep (a resume wakes it).
+SELECT min(t.wake_at)
+  FROM task_instances t
+ WHERE t.wake_at IS NOT NULL
+   AND NOT EXISTS (SELECT 1 FROM workflow_runs r WHERE r.id = t.run_id AND r.status = 'PAUSED');
 
 -- name: expired_leases
 SELECT run_id, id, node_id, attempt, lease_owner, lease_expires_at
@@ -687,7 +694,7 @@ SELECT run_id, id, node_id, attempt, lease_owner, lease_expires_at
 -- outbox row left: the publish was lost (or its stream entry was).
 SELECT t.run_id, t.id, t.node_id, t.attempt, t.state, t.dispatched_at, t.queue
   FROM task_instances t
- WHERE t.dispatched_at < $1 AND t.state IN ('PENDING', 'QUEUED')
+ WHERE t.dispatched_at < $1 AND t.state IN ('PENDING', 'QUEUED') AND t.held_reason IS NULL
    AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.task_id = t.id AND o.kind = 'dispatch')
  ORDER BY t.dispatched_at
  LIMIT $2;
@@ -782,11 +789,11 @@ SELECT substring(c.relname FROM '_p(\d{6})$') AS suffix
  ORDER BY 1;
 
 -- name: count_active_runs
--- PENDING or RUNNING runs with ids in [$1, $2): one month's, when the
+-- PENDING, RUNNING or PAUSED runs with ids in [$1, $2): one month's, when the
 -- partition-manager explains why it keeps a month past retention.
 SELECT count(*)
   FROM workflow_runs
- WHERE id >= $1 AND id < $2 AND status IN ('PENDING', 'RUNNING');
+ WHERE id >= $1 AND id < $2 AND status IN ('PENDING', 'RUNNING', 'PAUSED');
 
 -- name: transaction_id
 -- The id of the open transaction if it wrote anything (NULL: it wrote nothing,
@@ -922,10 +929,10 @@ UPDATE workflow_runs
 RETURNING 1;
 
 -- name: active_children
--- The runs a parent's cancel reaches: its children still going.
+-- The runs a parent's cancel reaches: its children still going (paused ones too).
 SELECT id
   FROM workflow_runs
- WHERE parent_run_id = $1 AND status IN ('PENDING', 'RUNNING')
+ WHERE parent_run_id = $1 AND status IN ('PENDING', 'RUNNING', 'PAUSED')
  ORDER BY id;
 
 -- name: enqueue_run_events
@@ -981,10 +988,11 @@ SELECT pg_advisory_xact_lock(hashtextextended('composer.admission:' || $1, 0));
 
 -- name: queue_load
 -- A queue's tasks with a worker or on their way to one (those in $2 left out), and
--- how many of it are held: a new task waits behind those (oldest first).
+-- how many of it are held: a new task waits behind those (oldest first), not
+-- behind the held tasks of paused runs (held_reason $3), which wait for a resume.
 SELECT count(*) FILTER (WHERE dispatched_at IS NOT NULL AND held_reason IS NULL
                           AND NOT (id = ANY($2::text[]))) AS in_flight,
-       count(*) FILTER (WHERE held_reason IS NOT NULL) AS held
+       count(*) FILTER (WHERE held_reason IS NOT NULL AND held_reason <> $3) AS held
   FROM task_instances
  WHERE queue = $1 AND state IN ('PENDING', 'QUEUED', 'RUNNING')
    AND (dispatched_at IS NOT NULL OR held_reason IS NOT NULL);
@@ -1000,9 +1008,10 @@ RETURNING t.id;
 
 -- name: held_tasks
 -- The oldest held attempts of a queue, locked for the release that takes them.
+-- A paused run's (held_reason $3) wait for its resume.
 SELECT run_id, id, node_id, attempt
   FROM task_instances
- WHERE held_reason IS NOT NULL AND queue = $1 AND state = 'PENDING'
+ WHERE held_reason IS NOT NULL AND held_reason <> $3 AND queue = $1 AND state = 'PENDING'
  ORDER BY created_at, id
  LIMIT $2
    FOR UPDATE SKIP LOCKED;
@@ -1099,3 +1108,56 @@ SELECT workflow_id, key, coalesce(s.in_use, 0) AS in_use, coalesce(l.waiting, 0)
   FROM slots s FULL JOIN line l USING (workflow_id, key)
  ORDER BY workflow_id, key
  LIMIT $1;
+
+-- =============================================================================
+-- Pause and resume (V018): a paused run's attempts wait for its resume
+-- =============================================================================
+
+-- name: pause_run
+-- A RUNNING run is PAUSED; no row when it is not running.
+UPDATE workflow_runs
+   SET status = 'PAUSED', updated_at = composer_now()
+ WHERE id = $1 AND status = 'RUNNING'
+RETURNING 1;
+
+-- name: resume_run
+-- A PAUSED run is RUNNING again; no row when it is not paused.
+UPDATE workflow_runs
+   SET status = 'RUNNING', updated_at = composer_now()
+ WHERE id = $1 AND status = 'PAUSED'
+RETURNING 1;
+
+-- name: hold_run_tasks
+-- The attempts of a paused run that wait for a worker ($2: these task ids; NULL:
+-- all of them) are held with reason $3 until its resume: PENDING, their unsent
+-- outbox rows deleted, and a stream entry already published refused by the lease
+-- (held_reason). An attempt in its retry backoff keeps the backoff's end as its
+-- dispatch time, which the resume honours; the others have none (the sweeper
+-- leaves held attempts alone). A RUNNING attempt is not touched: it finishes.
+WITH held AS (
+    UPDATE task_instances t
+       SET held_reason = $3, state = 'PENDING',
+           dispatched_at = CASE WHEN t.dispatched_at > composer_now() THEN t.dispatched_at END,
+           updated_at = composer_now()
+     WHERE t.run_id = $1 AND t.state IN ('PENDING', 'QUEUED')
+       AND ($2::text[] IS NULL OR t.id = ANY($2::text[]))
+       AND t.held_reason IS DISTINCT FROM $3
+    RETURNING t.id, t.node_id, t.attempt, t.queue
+), unsent AS (
+    DELETE FROM outbox o
+     USING held h
+     WHERE o.kind = 'dispatch' AND o.run_id = $1 AND o.task_id = h.id
+)
+SELECT id, node_id, attempt, queue FROM held ORDER BY id;
+
+-- name: release_run_tasks
+-- A resumed run's held attempts (held_reason $2) go: each due at its retry
+-- backoff's end if that is still ahead, else now. Returns what the dispatch needs.
+UPDATE task_instances t
+   SET held_reason = NULL, state = 'PENDING',
+       dispatched_at = CASE WHEN t.dispatched_at > composer_now() THEN t.dispatched_at
+                            ELSE composer_now() END,
+       updated_at = composer_now()
+ WHERE t.run_id = $1 AND t.held_reason = $2 AND t.state IN ('PENDING', 'QUEUED')
+RETURNING t.id, t.node_id, t.attempt, t.queue,
+          CASE WHEN t.dispatched_at > composer_now() THEN t.dispatched_at END AS not_before;
