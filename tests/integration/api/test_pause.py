@@ -6,6 +6,7 @@ keeps its timers and signals for the resume, can be cancelled, and finishes once
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 import composer_repo as repo
 from composer_sdk import TaskContext
 from tests.integration.api.conftest import Gateway, Live, deploy, open_gateway, waiting_workflow
+from tests.integration.api.test_cli import composer
 from tests.integration.e2e.conftest import open_stack
 from tests.integration.waits import until
 
@@ -258,3 +260,26 @@ async def test_pause_and_resume_answer_bad_states_clearly(live: Live) -> None:
 
     viewer = await gw.call("POST", f"/v1/runs/{run_id}/pause", role="viewer")
     assert viewer.status == 403
+
+
+async def test_the_cli_pauses_and_resumes_a_run_and_its_history_says_so(live: Live) -> None:
+    gw = live.gateway
+    await deploy(gw, waiting_workflow("waits-cli", "go"))
+    run_id = await start(gw, "waits-cli")
+
+    paused = await composer(live, "pause", run_id, "--reason", "checking the charge")
+    assert paused.exit_code == 0 and f"run {run_id} PAUSED" in paused.output, paused.output
+    shown = await composer(live, "get", run_id)
+    assert "PAUSED" in shown.output
+    await call(gw, "POST", f"/v1/runs/{run_id}/signals/go", json={"n": 1})
+    resumed = await composer(live, "resume", run_id)
+    assert resumed.exit_code == 0 and f"run {run_id} SUCCEEDED" in resumed.output
+    history = await composer(live, "history", run_id, columns=200)
+    assert re.search(r"run paused by admin\S*: checking the charge", history.output), history.output
+    assert "signal go received by admin" in history.output
+    assert "(kept: the run is paused)" in history.output
+    assert re.search(r"run resumed by admin\S*\s", history.output)
+    assert "wait  took signal go" in history.output
+    finished = await composer(live, "pause", run_id)
+    assert finished.exit_code == 1 and "HTTP 409" in finished.output
+    assert "is SUCCEEDED: only a run still going" in finished.output

@@ -288,6 +288,18 @@ def cancel(client: ApiClient, a: argparse.Namespace) -> None:
     echo(f"run {body['run_id']} {body['status']}")
 
 
+def pause(client: ApiClient, a: argparse.Namespace) -> None:
+    """Pause a run: nothing new goes to a worker until it is resumed (PAUSED is not an end)."""
+    body = client.call("POST", f"/v1/runs/{a.run}/pause", json={"reason": a.reason}).shown
+    echo(f"run {body['run_id']} {body['status']}")
+
+
+def resume(client: ApiClient, a: argparse.Namespace) -> None:
+    """Resume a paused run: its held tasks go, kept timers and signals apply."""
+    body = client.call("POST", f"/v1/runs/{a.run}/resume").shown
+    echo(f"run {body['run_id']} {body['status']}")
+
+
 def retry(client: ApiClient, a: argparse.Namespace) -> None:
     """Run a finished run again from a node (it and every node after it)."""
     body: dict[str, Any] = {"from_node": a.from_node}
@@ -616,7 +628,7 @@ def parser() -> argparse.ArgumentParser:
 
     sub = command(runs)
     sub.add_argument("--workflow", help="only runs of this workflow")
-    sub.add_argument("--status", help="RUNNING, SUCCEEDED, FAILED, CANCELLED …")
+    sub.add_argument("--status", help="RUNNING, PAUSED, SUCCEEDED, FAILED, CANCELLED …")
     sub.add_argument(
         "--label",
         type=_label,
@@ -639,6 +651,11 @@ def parser() -> argparse.ArgumentParser:
     sub = command(cancel)
     sub.add_argument("run", help="the run id")
     sub.add_argument("--reason", default="", help="recorded as the run's error")
+    sub = command(pause)
+    sub.add_argument("run", help="the run id")
+    sub.add_argument("--reason", default="", help="recorded in the run's history")
+    sub = command(resume)
+    sub.add_argument("run", help="the run id")
     sub = command(retry)
     sub.add_argument("run", help="the run id")
     sub.add_argument("--from", dest="from_node", required=True, help="the node to run again from")

@@ -35,6 +35,7 @@ _STYLES = {
     "CANCELLED": "yellow",
     "SKIPPED": "dim",
     "RUNNING": "cyan",
+    "PAUSED": "magenta",
     "WAITING": "magenta",
     "PENDING": "blue",
     "QUEUED": "blue",

@@ -23,6 +23,8 @@ _STYLES = {
     "run.finished": "bold",
     "run.cancelled": "yellow",
     "run.retried": "cyan",
+    "run.paused": "magenta",
+    "run.resumed": "cyan",
     "run.started": "bold",
 }
 
@@ -88,12 +90,23 @@ def describe(entry: dict[str, Any]) -> str:
             return "timer fired"
         case "signal.received":
             kept = " (buffered: no node waits for it yet)" if detail.get("buffered") else ""
+            if detail.get("paused"):
+                kept = " (kept: the run is paused)"
             return f"signal {detail.get('name')} received{by}{kept}"
         case "signal.consumed":
             return f"took signal {detail.get('name')}"
         case "run.cancelled":
             reason = _first_line(detail.get("reason"), entry)
             return f"run cancelled{by}" + (f": {reason}" if reason else "")
+        case "task.held":
+            return f"held: {detail.get('reason')}"
+        case "task.released":
+            return f"released to queue {detail.get('queue')}"
+        case "run.paused":
+            reason = _first_line(detail.get("reason"), entry)
+            return f"run paused{by}" + (f": {reason}" if reason else "")
+        case "run.resumed":
+            return f"run resumed{by}"
         case "run.retried":
             version = f" on v{detail['version']}" if detail.get("version") is not None else ""
             return f"run retried from {detail.get('from_node')}{by}{version}"

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import assert_never
 
 import composer_repo as repo
-from composer_core.model import TaskState
+from composer_core.model import RunStatus, TaskState
 from composer_core.statemachine import (
     Action,
     BufferSignal,
@@ -94,6 +94,9 @@ def rows(
             add(repo.NewHistory(run_id, "run.started", actor=by, detail=seal.doc(detail)))
         case SignalReceived():
             buffered = any(isinstance(a, BufferSignal) for a in actions)
+            received: dict[str, Json] = {"name": event.name, "buffered": buffered}
+            if before.status is RunStatus.PAUSED:  # kept for the resume, whoever waits
+                received["paused"] = True
             # the wait it resolved as it arrived (none when it was buffered)
             taker = next((a.node_id for a in actions if isinstance(a, ResolveWait)), None)
             add(
@@ -101,7 +104,7 @@ def rows(
                     run_id,
                     "signal.received",
                     actor=by,
-                    detail={"name": event.name, "buffered": buffered},
+                    detail=received,
                 )
             )
             if taker is not None:
@@ -238,7 +241,7 @@ def rows(
                         )
                     )
             case ConsumeSignal():
-                name = next(
+                name = action.name or next(
                     (s.name for s in before.signals or () if s.signal_id == action.signal_id), None
                 )
                 add(

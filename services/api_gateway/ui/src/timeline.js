@@ -54,8 +54,17 @@ export function describe(entry) {
       return reason ? `cancelled: ${reason}` : 'cancelled';
     }
     case 'timer.fired': return 'timer fired';
-    case 'signal.received':
-      return `signal ${d.name} received${by}${d.buffered ? ' (buffered: no node waits for it yet)' : ''}`;
+    case 'signal.received': {
+      const kept = d.paused ? ' (kept: the run is paused)' : d.buffered ? ' (buffered: no node waits for it yet)' : '';
+      return `signal ${d.name} received${by}${kept}`;
+    }
+    case 'task.held': return `held: ${d.reason}`;
+    case 'task.released': return `released to queue ${d.queue}`;
+    case 'run.paused': {
+      const reason = firstLine(d.reason, entry);
+      return `run paused${by}${reason ? `: ${reason}` : ''}`;
+    }
+    case 'run.resumed': return `run resumed${by}`;
     case 'signal.consumed': return `took signal ${d.name}`;
     case 'run.cancelled': {
       const reason = firstLine(d.reason, entry);
@@ -71,7 +80,7 @@ export function describe(entry) {
 
 const KIND_CLASS = {
   'task.completed': 'ok', 'task.failed': 'bad', 'task.retry_scheduled': 'warn', 'task.cancelled': 'warn',
-  'run.cancelled': 'warn', 'run.finished': 'strong', 'run.started': 'strong', 'run.retried': 'strong',
+  'run.cancelled': 'warn', 'run.paused': 'warn', 'run.resumed': 'strong', 'run.finished': 'strong', 'run.started': 'strong', 'run.retried': 'strong',
 };
 
 function time(iso) {

@@ -110,6 +110,8 @@ class ConsumeSignal:
 
     signal_id: str
     node_id: str
+    #: Its name, for the run's history (the snapshot the history reads has no signals).
+    name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -674,7 +674,7 @@ class Machine:
         return None
 
     def consume(self, signal: Signal, node: Node) -> None:
-        self._emit(ConsumeSignal(signal.signal_id, node.id))
+        self._emit(ConsumeSignal(signal.signal_id, node.id, signal.name))
 
     def _oldest_waiter(self, name: str) -> str | None:
         best: tuple[str, str] | None = None

@@ -1,5 +1,5 @@
 // One run: its definition's graph coloured by task state, a side panel for
-// the selected node, and the actions cancel, retry from a node and signal.
+// the selected node, and the actions cancel, pause or resume, retry from a node and signal.
 // While the run moves the page reads it again every second.
 
 import { get, parseJsonInput, post, session } from '../api.js';
@@ -180,10 +180,10 @@ export function runPage(main, runId) {
     viewer.show(drawGraph(spec, { tasks, selected, onSelect: select, available: viewer.available() }));
     mount(timelinePane, h('h2', {}, 'Timeline'), timelineTable(entries, (nodeId) => { tab = 'graph'; selected = nodeId; showTab(); }));
     drawDetails(tasks);
-    const key = `${selected}|${terminal}|${session.role}`;
+    const key = `${selected}|${run.status}|${session.role}`;
     if (key !== formsKey) { // redraw forms only when what they offer changes: keep what is typed
       formsKey = key;
-      drawActions(tasks, terminal);
+      drawActions(tasks, terminal, run.status === 'PAUSED');
     }
     mount(extra,
       h('details', { class: 'card', id: 'run-payloads' }, h('summary', {}, 'Run input, config and output'),
@@ -248,7 +248,7 @@ export function runPage(main, runId) {
     }
   }
 
-  function drawActions(tasks, terminal) {
+  function drawActions(tasks, terminal, paused) {
     if (!session.can('operator')) {
       mount(nodeActions);
       mount(runActions);
@@ -257,7 +257,7 @@ export function runPage(main, runId) {
     mount(nodeActions, selected ? retryForm(terminal) : null);
     const waiting = [...tasks.values()].find((t) => t.state === 'WAITING' && t.awaited_signal);
     mount(runActions, terminal ? null : h('div', { class: 'card actions' },
-      cancelForm(), signalForm(waiting ? waiting.awaited_signal : '')));
+      pauseForm(paused), cancelForm(), signalForm(waiting ? waiting.awaited_signal : '')));
   }
 
   function retryForm(terminal) {
@@ -281,6 +281,30 @@ export function runPage(main, runId) {
         await post(`/v1/runs/${encodeURIComponent(runId)}/retry`, body);
         input.value = '';
         return `Retrying from ${body.from_node}.`;
+      });
+    });
+    return form;
+  }
+
+  // PAUSED is no end: nothing new goes to a worker until Resume; cancel still works
+  function pauseForm(paused) {
+    const reason = paused ? null
+      : h('input', { id: 'pause-reason', placeholder: 'reason (optional)', 'aria-label': 'pause reason' });
+    const form = h('form', { class: 'inline', id: 'pause-form' },
+      h('h3', {}, paused ? 'Paused' : 'Pause'),
+      h('p', { class: 'muted' }, paused
+        ? 'Nothing new goes to a worker; timers and signals are kept until it is resumed.'
+        : 'Running tasks finish; nothing new goes to a worker until it is resumed.'),
+      reason,
+      paused
+        ? h('button', { type: 'submit', id: 'resume', class: 'primary' }, 'Resume run')
+        : h('button', { type: 'submit', id: 'pause' }, 'Pause run'));
+    form.addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      act(async () => {
+        const path = `/v1/runs/${encodeURIComponent(runId)}/${paused ? 'resume' : 'pause'}`;
+        await post(path, reason && reason.value ? { reason: reason.value } : {});
+        return paused ? 'Run resumed.' : 'Run paused.';
       });
     });
     return form;

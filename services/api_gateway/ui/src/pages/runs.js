@@ -6,7 +6,7 @@ import { h, mount } from '../dom.js';
 import { clock, duration, shortId, when } from '../format.js';
 import { notify } from '../message.js';
 
-const STATUSES = ['PENDING', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED'];
+const STATUSES = ['PENDING', 'RUNNING', 'PAUSED', 'SUCCEEDED', 'FAILED', 'CANCELLED'];
 const PAGE_SIZE = 25;
 const REFRESH_MS = 3000;
 
