@@ -330,7 +330,10 @@ def render_nodes() -> str:
 #: outside this tool's reach); a test fails once one gets its own, so this shrinks.
 _UNCOMMENTED: dict[tuple[str, str], str] = {
     ("ServiceSettings", "database_url"): "the PostgreSQL database (libpq URL)",
-    ("ServiceSettings", "redis_url"): "the Redis server (redis:// or rediss:// URL)",
+    ("ServiceSettings", "redis_url"): (
+        "the Redis server (redis:// or rediss:// URL); with COMPOSER_REDIS_CLUSTER, any node "
+        "of the cluster"
+    ),
     ("ServiceSettings", "log_level"): "the lowest level logged: DEBUG, INFO, WARNING or ERROR",
     (
         "GatewaySettings",

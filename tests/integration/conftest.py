@@ -27,6 +27,7 @@ import pytest
 import composer_queue
 import composer_repo as repo
 from tests.integration.databases import new_database_name, scratch_database
+from tests.integration.redis_cluster import LocalCluster
 
 DEFAULT_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -78,6 +79,24 @@ def redis_url() -> str:
     except composer_queue.QueueError as exc:
         _unavailable(f"Redis at {url} is not reachable: {exc}")
     return url
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[LocalCluster]:
+    """A Redis Cluster of three masters (no replicas) started for this session on ports
+    of its own, in a temporary directory, and stopped after it (tests/integration/redis_cluster.py)."""
+    cluster = LocalCluster().start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(redis_cluster: LocalCluster) -> str:
+    """Any node's address of the session's Redis Cluster (COMPOSER_REDIS_URL with
+    COMPOSER_REDIS_CLUSTER=true)."""
+    return redis_cluster.url
 
 
 @pytest.fixture(scope="session")

@@ -62,6 +62,8 @@ class Stack:
     prefix: str
     grpc_target: str
     enqueuer: Enqueuer
+    #: ``redis_url`` is a node of a Redis Cluster (workers read it as one).
+    redis_cluster: bool = False
     workers: list[Worker] = field(default_factory=list)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -84,6 +86,7 @@ class Stack:
         worker = Worker(
             WorkerConfig(
                 redis_url=self.redis_url,
+                redis_cluster=self.redis_cluster,
                 redis_prefix=self.prefix,
                 **options,
             )
@@ -144,17 +147,18 @@ async def open_stack(
     sweeper: bool | dict[str, Any] = False,
     sealer: Sealer | None = None,
     park_seconds: float = 300.0,
+    cluster: bool = False,
 ) -> AsyncIterator[Stack]:
     """Run the stack in this event loop until the block ends (also used by the benchmarks).
 
     ``timer`` also runs the timer loop; ``sweeper`` the lease-sweeper (a dict overrides
     TEST_SWEEPER's settings; workers that should be recovered from need a lease TTL no
     longer than its ``lease_ttl``). ``sealer`` seals and opens payloads in the engine
-    and the enqueuer (None: plain).
+    and the enqueuer (None: plain). ``cluster``: ``redis_url`` is a node of a Redis Cluster.
     """
     prefix = f"test-{uuid.uuid4().hex[:10]}"
     pool = await repo.create_pool(database_url, min_size=2, max_size=10)
-    redis = composer_queue.connect(redis_url)
+    redis = composer_queue.connect(redis_url, cluster=cluster)
     engine = Engine(
         pool, redis=redis, redis_prefix=prefix, sealer=sealer, park_seconds=park_seconds
     )
@@ -171,7 +175,7 @@ async def open_stack(
         http_policy=HttpPolicy(allow_private=True),
         sealer=sealer or Sealer(),
     )
-    s = Stack(engine, pool, redis, redis_url, prefix, f"127.0.0.1:{port}", enqueuer)
+    s = Stack(engine, pool, redis, redis_url, prefix, f"127.0.0.1:{port}", enqueuer, cluster)
     s.server = server
     s.tasks.append(asyncio.create_task(enqueuer.run(s.stop), name="enqueuer"))
     if timer:

@@ -18,18 +18,23 @@ import composer_queue as cq
 from composer_queue.testing import FakeQueue
 
 
-@pytest.fixture(params=["redis", "fake"])
-def backend(request: pytest.FixtureRequest) -> str | None:
-    """The Redis URL to test against, or None for the fake."""
-    return str(request.getfixturevalue("redis_url")) if request.param == "redis" else None
+@pytest.fixture(params=["redis", "cluster", "fake"])
+def backend(request: pytest.FixtureRequest) -> tuple[str, bool] | None:
+    """The Redis URL to test against and whether it is a cluster's, or None for the fake."""
+    if request.param == "redis":
+        return str(request.getfixturevalue("redis_url")), False
+    if request.param == "cluster":
+        return str(request.getfixturevalue("redis_cluster_url")), True
+    return None
 
 
 @pytest.fixture
-async def queue(backend: str | None, prefix: str) -> AsyncIterator[cq.Queue]:
+async def queue(backend: tuple[str, bool] | None, prefix: str) -> AsyncIterator[cq.Queue]:
     if backend is None:
         yield FakeQueue()
         return
-    client = cq.connect(backend)
+    url, cluster = backend
+    client = cq.connect(url, cluster=cluster)
     yield client
     await client.drop(prefix)
     await client.close()
@@ -274,14 +279,14 @@ async def test_a_waker_wakes_on_a_hint_and_keeps_its_message(queue: cq.Queue, pr
 
 
 @pytest.fixture
-async def unreachable(backend: str | None) -> AsyncIterator[cq.Queue]:
+async def unreachable(backend: tuple[str, bool] | None) -> AsyncIterator[cq.Queue]:
     """A server that cannot be reached: nothing listens on port 1; the fake is down."""
     if backend is None:
         fake = FakeQueue()
         fake.down = True
         yield fake
         return
-    client = cq.connect("redis://127.0.0.1:1/0")
+    client = cq.connect("redis://127.0.0.1:1/0", cluster=backend[1])
     yield client
     await client.close()
 

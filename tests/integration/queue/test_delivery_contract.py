@@ -6,7 +6,7 @@ claims by id, heartbeats, and entries that are not UTF-8. Runs on Redis and the 
 from __future__ import annotations
 
 import asyncio
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import pytest
 
@@ -103,7 +103,7 @@ async def test_a_heartbeat_says_a_consumer_is_alive_until_it_runs_out(
 
 
 async def test_an_entry_that_is_not_utf8_is_handed_out_as_malformed(
-    queue: cq.Queue, prefix: str, backend: str | None
+    queue: cq.Queue, prefix: str, backend: tuple[str, bool] | None
 ) -> None:
     """Anyone who can write to Redis can add one; it must not fail a read or a claim."""
     stream = cq.stream_name(prefix, "q", 0)
@@ -113,7 +113,7 @@ async def test_an_entry_that_is_not_utf8_is_handed_out_as_malformed(
         [bad] = await queue.publish([(stream, {"task_id": "x"})])
         queue.poison.add(bad)
     else:
-        bad = await raw_xadd(backend, stream, b"task_id", b"\xff\xfe")
+        bad = await raw_xadd(backend[0], stream, b"task_id", b"\xff\xfe")
     await queue.publish([(stream, message("good"))])
 
     poison, good = await queue.read([stream], "w", count=2, block_ms=0)
@@ -129,11 +129,26 @@ async def test_an_entry_that_is_not_utf8_is_handed_out_as_malformed(
 
 async def raw_xadd(url: str, stream: str, field: bytes, value: bytes) -> str:
     """XADD bytes that are not UTF-8, over a bare RESP connection: composer_queue writes
-    text only, and nothing outside it may import redis (tests/unit/test_imports.py)."""
+    text only, and nothing outside it may import redis (tests/unit/test_imports.py).
+    A cluster node that does not hold the stream's slot answers MOVED: followed."""
     parts = urlsplit(url)
-    reader, writer = await asyncio.open_connection(
-        parts.hostname or "127.0.0.1", parts.port or 6379
-    )
+    try:
+        return await _raw_xadd(
+            parts, parts.hostname or "127.0.0.1", parts.port or 6379, stream, field, value
+        )
+    except _Moved as moved:
+        return await _raw_xadd(parts, moved.host, moved.port, stream, field, value)
+
+
+class _Moved(Exception):
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+
+
+async def _raw_xadd(
+    parts: SplitResult, host: str, port: int, stream: str, field: bytes, value: bytes
+) -> str:
+    reader, writer = await asyncio.open_connection(host, port)
 
     async def call(*args: bytes) -> bytes:
         writer.write(
@@ -142,6 +157,9 @@ async def raw_xadd(url: str, stream: str, field: bytes, value: bytes) -> str:
         line = await reader.readline()
         if line.startswith(b"$"):
             line = await reader.readline()
+        if line.startswith(b"-MOVED"):
+            address = line.split()[-1].decode()
+            raise _Moved(address.rpartition(":")[0], int(address.rpartition(":")[2]))
         assert not line.startswith(b"-"), line
         return line.rstrip(b"\r\n").lstrip(b"+")
 

@@ -7,6 +7,7 @@ carries wake-up hints. Code above this library types its client as
 """
 
 from composer_queue._backoff import Backoff
+from composer_queue._cluster import ClusterQueue
 from composer_queue._errors import (
     MalformedMessage,
     QueueCommandError,
@@ -53,6 +54,7 @@ __all__ = [
     "WEBHOOK",
     "Backlog",
     "Backoff",
+    "ClusterQueue",
     "Entry",
     "MalformedMessage",
     "Pending",

@@ -50,6 +50,10 @@ _UNAVAILABLE = (
     rex.BusyLoadingError,
     rex.ReadOnlyError,
     rex.TryAgainError,
+    # a Redis Cluster: a master down or a slot being moved
+    rex.ClusterDownError,
+    rex.ClusterError,
+    rex.MasterDownError,
     OSError,
 )
 
@@ -83,6 +87,12 @@ def translated(what: str) -> Iterator[None]:
     """
     try:
         yield
+    except rex.RedisClusterException as exc:
+        # no node of the cluster answers (redis-py says "cannot be connected"), or a
+        # slot has no master: retry; anything else (a node not in cluster mode) will not heal
+        if isinstance(exc, rex.SlotNotCoveredError) or "cannot be connected" in str(exc):
+            raise QueueUnavailable(f"{what} failed: {exc} (is the Redis Cluster up?)") from exc
+        raise QueueCommandError(f"{what} failed: {exc}") from exc
     except _UNAVAILABLE as exc:
         raise QueueUnavailable(
             f"{what} failed: {exc or type(exc).__name__} (is Redis up?)"

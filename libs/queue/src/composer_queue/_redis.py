@@ -32,6 +32,7 @@ from composer_queue._messages import (
     Reclaimed,
     consumer_key,
 )
+from composer_queue._port import Subscription
 
 #: XREADGROUP over several streams, at most ARGV[3] entries in all (a plain XREADGROUP's
 #: COUNT applies to each stream). KEYS: the streams, in the order to read them; ARGV:
@@ -60,11 +61,17 @@ return {groups, found}
 """
 
 
-def connect(url: str, *, connect_timeout: float | None = None) -> RedisQueue:
+def connect(url: str, *, connect_timeout: float | None = None, cluster: bool = False) -> RedisQueue:
     """A client for the Redis at ``url`` (connects lazily, on the first command).
 
     ``connect_timeout`` bounds opening a connection (None: the OS's own timeout).
+    ``cluster``: ``url`` is any node of a Redis Cluster (COMPOSER_REDIS_CLUSTER), and
+    the client is a ``ClusterQueue`` (composer_queue._cluster).
     """
+    if cluster:
+        from composer_queue._cluster import connect_cluster  # here: it imports this module
+
+        return connect_cluster(url, connect_timeout=connect_timeout)
     client = aioredis.from_url(
         url,
         decode_responses=True,
@@ -388,7 +395,7 @@ class RedisQueue:
             await self._redis.publish(channel, message)
 
     @contextlib.asynccontextmanager
-    async def subscribe(self, channels: Sequence[str]) -> AsyncIterator[_RedisSubscription]:
+    async def subscribe(self, channels: Sequence[str]) -> AsyncIterator[Subscription]:
         with translated(f"subscribing to {', '.join(channels)}"):
             pubsub = self._redis.pubsub()
         try:

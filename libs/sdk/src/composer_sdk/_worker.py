@@ -75,6 +75,7 @@ from composer_sdk._environment import (
     DEFAULT_COORDINATOR,
     DEFAULT_REDIS_PREFIX,
     DEFAULT_REDIS_URL,
+    flag_from_env,
     from_env,
     optional_from_env,
 )
@@ -106,10 +107,14 @@ class WorkerConfig:
     ``coordinator`` from COMPOSER_GRPC_ADDR, ``token`` from COMPOSER_WORKER_TOKEN,
     ``redis_prefix`` from COMPOSER_REDIS_PREFIX (the stack's key prefix: a worker on
     another prefix reads streams nobody writes) and ``coordinator_tls_ca`` from
-    COMPOSER_GRPC_TLS_CA. An argument given wins over the environment.
+    COMPOSER_GRPC_TLS_CA, ``redis_cluster`` from COMPOSER_REDIS_CLUSTER. An argument
+    given wins over the environment.
     """
 
     redis_url: str = field(default_factory=from_env("COMPOSER_REDIS_URL", DEFAULT_REDIS_URL))
+    #: ``redis_url`` is any node of a Redis Cluster (COMPOSER_REDIS_CLUSTER=true): the
+    #: worker reads each shard's stream on the master holding it.
+    redis_cluster: bool = field(default_factory=flag_from_env("COMPOSER_REDIS_CLUSTER"))
     coordinator: str = field(default_factory=from_env("COMPOSER_GRPC_ADDR", DEFAULT_COORDINATOR))
     token: str = field(default_factory=from_env("COMPOSER_WORKER_TOKEN", ""))
     redis_prefix: str = field(
@@ -320,6 +325,7 @@ class Worker:
         tls = "TLS" if cfg.coordinator_tls_ca else "plaintext"
         return (
             f"worker {self.owner} serving {', '.join(h.queue for h in handlers)} from Redis "
+            f"{'Cluster ' if cfg.redis_cluster else ''}"
             f"{_without_password(cfg.redis_url)} prefix {cfg.redis_prefix!r}, coordinator "
             f"{cfg.coordinator} ({tls}); node types {kinds}; concurrency {cfg.concurrency}, "
             f"prefetch {self.prefetch}, composer-sdk {_SDK_VERSION}"
@@ -339,7 +345,9 @@ class Worker:
             max_message_bytes=cfg.max_message_bytes,
             tls_ca_file=cfg.coordinator_tls_ca,
         )
-        self._queue = queue_client = self._given_queue or cq.connect(cfg.redis_url)
+        self._queue = queue_client = self._given_queue or cq.connect(
+            cfg.redis_url, cluster=cfg.redis_cluster
+        )
         shown = _show_logs()
         signals = self._take_signals()
         try:

@@ -37,6 +37,8 @@ class RuntimeConfig:
     pool_size: int = 4
     #: None: the service needs no Redis.
     redis_url: str | None = None
+    #: ``redis_url`` is any node of a Redis Cluster.
+    redis_cluster: bool = False
     #: None: no admin port; 0: any free port (tests).
     admin_port: int | None = None
     admin_host: str = "127.0.0.1"
@@ -114,7 +116,7 @@ async def serving(
             ready["database"] = _database_check(pool)
         client: composer_queue.RedisQueue | None = None
         if config.redis_url is not None:
-            client = composer_queue.connect(config.redis_url)
+            client = composer_queue.connect(config.redis_url, cluster=config.redis_cluster)
             opened.push_async_callback(client.close)
             ready["redis"] = client.ping
         engine: Engine | None = None

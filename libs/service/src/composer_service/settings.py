@@ -28,6 +28,10 @@ class ServiceSettings(BaseSettings):
 
     database_url: str = "postgresql://postgres@127.0.0.1:5432/composer"
     redis_url: str = "redis://127.0.0.1:6379/0"
+    #: COMPOSER_REDIS_CLUSTER: COMPOSER_REDIS_URL is any node of a Redis Cluster (the
+    #: client finds the others; docs/architecture.md §6 "Redis Cluster"). Every service
+    #: and worker of a deployment must say the same.
+    redis_cluster: bool = False
     #: Every Redis key and channel starts with it, so stacks can share one Redis.
     redis_prefix: str = "composer"
     #: Streams per queue: the outbox-enqueuer writes, the workers read, the sweeper reclaims.
@@ -138,6 +142,7 @@ class ServiceSettings(BaseSettings):
             database_url=self.database_url if pool_size is not None else None,
             pool_size=pool_size or 1,
             redis_url=self.redis_url if redis else None,
+            redis_cluster=self.redis_cluster,
             admin_port=self.admin_port,
             admin_host=self.admin_host,
             allowed_hosts=allowed_hosts,

@@ -41,6 +41,7 @@ async def serve(settings: WorkersSettings, secret_variables: Mapping[str, str]) 
     worker = Worker(
         WorkerConfig(
             redis_url=settings.redis_url,
+            redis_cluster=settings.redis_cluster,
             coordinator=settings.grpc_addr,
             coordinator_tls_ca=settings.grpc_tls_ca,
             token=settings.worker_token,
