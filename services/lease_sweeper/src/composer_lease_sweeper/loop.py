@@ -355,9 +355,15 @@ class Sweeper:
                 continue
             by_stream[cq.task_stream(self.prefix, d.queue, d.task_id, self.shards)].append(d)
         for stream, lost in by_stream.items():
-            live = await cq.find_attempts(
-                self.queue, stream, {d.task_id for d in lost}, max_scan=self.limits.max_scan
-            )
+            try:
+                live = await cq.find_attempts(
+                    self.queue, stream, {d.task_id for d in lost}, max_scan=self.limits.max_scan
+                )
+            except cq.QueueUnavailable as exc:
+                # a Redis Cluster's master out of reach: its streams wait for it, and the
+                # other masters' lost dispatches are still sent again
+                log.warning("cannot look for lost dispatches in %s: %s", stream, exc)
+                continue
             if live is None:
                 log.warning(
                     "%s holds over %d entries: not searched for lost dispatches",
