@@ -29,6 +29,7 @@ import pytest
 import composer_repo as repo
 from tests.integration import conftest as integration
 from tests.integration.e2e.conftest import TOKEN, Stack, open_stack
+from tests.integration.redis_cluster import LocalCluster
 from tests.integration.tls import conftest as tls
 
 # the integration suite's fixtures for PostgreSQL (a migrated scratch database per
@@ -37,6 +38,7 @@ pg_admin_url = integration.pg_admin_url
 pg_template = integration.pg_template
 database_url = integration.database_url
 redis_url = integration.redis_url
+redis_cluster = integration.redis_cluster
 #: A throw-away CA and a server certificate it signed for 127.0.0.1 (the TLS tests').
 certs = tls.certs
 
@@ -123,6 +125,7 @@ class Conformance:
         drain_seconds: float = 10.0,
         tls_ca: Path | None = None,
         redis_prefix: str | None = None,
+        redis_cluster: bool | None = None,
     ) -> WorkerProcess:
         """Start a worker process of this SDK serving ``queue``, configured as a stack's
         stack.env would configure it (COMPOSER_GRPC_ADDR, COMPOSER_REDIS_URL, ...)."""
@@ -139,6 +142,8 @@ class Conformance:
         }
         if tls_ca is not None:
             env["COMPOSER_GRPC_TLS_CA"] = str(tls_ca)
+        if redis_cluster if redis_cluster is not None else s.redis_cluster:
+            env["COMPOSER_REDIS_CLUSTER"] = "true"
         if self.sdk == "python":
             command = [sys.executable, str(PYTHON_WORKER)]
         else:
@@ -198,14 +203,33 @@ async def conformance(
     sdk: str, database_url: str, redis_url: str, tmp_path: Path
 ) -> AsyncIterator[Conformance]:
     """The stack with the lease-sweeper on, and this SDK's workers, killed at the end."""
-    async with open_stack(database_url, redis_url, sweeper=True) as stack:
-        c = Conformance(sdk, stack, tmp_path)
-        try:
-            yield c
-        finally:
-            for w in c.workers:
-                if w.proc.returncode is None:
-                    w.signal(signal.SIGKILL)
-                await w.proc.wait()
-                if w.reader is not None:
-                    await w.reader
+    async with (
+        open_stack(database_url, redis_url, sweeper=True) as stack,
+        _workers_killed(Conformance(sdk, stack, tmp_path)) as c,
+    ):
+        yield c
+
+
+@pytest.fixture
+async def cluster_conformance(
+    sdk: str, database_url: str, redis_cluster: LocalCluster, tmp_path: Path
+) -> AsyncIterator[Conformance]:
+    """The same on the session's Redis Cluster (COMPOSER_REDIS_CLUSTER=true)."""
+    async with (
+        open_stack(database_url, redis_cluster.url, sweeper=True, cluster=True) as stack,
+        _workers_killed(Conformance(sdk, stack, tmp_path)) as c,
+    ):
+        yield c
+
+
+@contextlib.asynccontextmanager
+async def _workers_killed(c: Conformance) -> AsyncIterator[Conformance]:
+    try:
+        yield c
+    finally:
+        for w in c.workers:
+            if w.proc.returncode is None:
+                w.signal(signal.SIGKILL)
+            await w.proc.wait()
+            if w.reader is not None:
+                await w.reader

@@ -319,3 +319,32 @@ async def test_a_worker_reading_another_redis_prefix_stops_naming_both(
     assert f"COMPOSER_REDIS_PREFIX={c.stack.prefix}" in said
     assert not any(line.startswith("started ") for line in worker.lines)
     assert (await c.task(run_id)).state is TaskState.QUEUED
+
+
+async def test_a_redis_cluster_is_read_by_python_workers_and_refused_by_typescript_ones(
+    cluster_conformance: Conformance,
+) -> None:
+    """On a Redis Cluster (COMPOSER_REDIS_CLUSTER=true) a Python worker reads each shard
+    on its master; a worker that reads one server there (or a TypeScript one, which
+    cannot read a cluster yet) would fail every read: it stops at start, naming why."""
+    c = cluster_conformance
+    workflow = await c.deploy_task({"do": "echo"}, queue=Q)
+    run_id = (await c.stack.engine.start(workflow)).run_id
+    if c.sdk == "python":
+        lost = await c.worker(Q, redis_cluster=False)
+        assert await lost.exited() != 0
+        said = lost.stderr()
+        assert "COMPOSER_REDIS_CLUSTER=true" in said, said[-3000:]
+        await c.worker(Q)
+        run = await c.stack.wait_run(run_id, timeout=30)
+        assert run.status is RunStatus.SUCCEEDED
+        return
+    worker = await c.worker(Q)
+    assert await worker.exited() != 0
+    said = worker.stderr()
+    # (its first command, or else the coordinator's capabilities, tells it)
+    assert (
+        "Redis Cluster (COMPOSER_REDIS_CLUSTER=true), which this SDK does not read yet" in said
+    ), said[-3000:]
+    assert not any(line.startswith("started ") for line in worker.lines)
+    assert (await c.task(run_id)).state is TaskState.QUEUED

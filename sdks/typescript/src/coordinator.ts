@@ -61,6 +61,8 @@ export interface Capabilities {
   /** Where the coordinator's engine publishes tasks ("" / 0: it did not say). */
   redisPrefix: string;
   shards: number;
+  /** "server" or "cluster": how the engine reaches Redis ("": it did not say). */
+  redisTopology: string;
 }
 
 /** The coordinator's answer to a lease request: with a grant, its token and what to run. */
@@ -236,6 +238,7 @@ export class CoordinatorClient {
       serverVersion: reply.serverVersion,
       redisPrefix: reply.redisPrefix,
       shards: reply.shards,
+      redisTopology: reply.redisTopology,
     };
   }
 

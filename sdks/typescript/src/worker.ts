@@ -355,6 +355,14 @@ export class Worker {
         { code: "SHARDS" },
       );
     }
+    if (capabilities.redisTopology === "cluster") {
+      return new SdkError(
+        `the coordinator ${cfg.coordinator} publishes tasks to a Redis Cluster ` +
+          `(COMPOSER_REDIS_CLUSTER=true), which this SDK does not read yet: serve these queues ` +
+          `with the Python SDK (composer-sdk)`,
+        { code: "REDIS_CLUSTER" },
+      );
+    }
     return undefined;
   }
 
@@ -367,6 +375,15 @@ export class Worker {
         return;
       } catch (err) {
         if (this.isStopping) throw err;
+        if (/^(MOVED|ASK|CROSSSLOT)\b/.test((err as Error).message)) {
+          // a node of a Redis Cluster: its other slots are elsewhere, and retrying cannot help
+          throw new SdkError(
+            `cannot prepare queue ${name}: ${(err as Error).message}: COMPOSER_REDIS_URL is a node ` +
+              `of a Redis Cluster (COMPOSER_REDIS_CLUSTER=true), which this SDK does not read yet: ` +
+              `serve these queues with the Python SDK (composer-sdk)`,
+            { code: "REDIS_CLUSTER" },
+          );
+        }
         this.log("warning", `cannot prepare queue ${name}: ${(err as Error).message}; retrying in ${delay.toFixed(1)}s`);
         await sleep(delay * 1000);
         delay = Math.min(delay * 2, 5);

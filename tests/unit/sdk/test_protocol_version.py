@@ -104,3 +104,37 @@ def test_the_version_range_check_names_both_versions() -> None:
     assert "upgrade the coordinator" in too_old
     too_new = protocol.incompatible("sdk 1", 1, "c:1", 3, 2)
     assert too_new is not None and "upgrade the SDK" in too_new
+
+
+@pytest.mark.parametrize(
+    ("topology", "cluster", "says"),
+    [
+        ("cluster", False, "publishes tasks to a Redis Cluster, but this worker reads one server"),
+        ("server", True, "publishes tasks to one Redis server, but this worker reads a cluster"),
+    ],
+)
+async def test_a_worker_reading_redis_otherwise_than_the_coordinator_stops_naming_the_setting(
+    topology: str, cluster: bool, says: str
+) -> None:
+    """A single-server client's reads span a cluster's slots, and a cluster client cannot
+    start on one server: the coordinator says which it is, and the worker stops."""
+    answer = pb.GetCapabilitiesResponse(
+        protocol_version=protocol.PROTOCOL_VERSION,
+        min_protocol_version=protocol.MIN_PROTOCOL_VERSION,
+        redis_topology=topology,
+    )
+    stub, queue = FakeStub(capabilities=[answer]), FakeQueue()
+    config = WorkerConfig(
+        redis_prefix=PREFIX, shards=SHARDS, read_block_ms=20, redis_cluster=cluster
+    )
+    worker = Worker(config, queue=queue, coordinator=client(stub))
+    worker.add_handler("q", echo)
+    await publish(queue, message("t1"))
+    with pytest.raises(SdkError) as raised:
+        await asyncio.wait_for(worker.run(), 5)
+    assert says in str(raised.value)
+    assert f"COMPOSER_REDIS_CLUSTER={'true' if topology == 'cluster' else 'false'}" in str(
+        raised.value
+    )
+    assert raised.value.code == "REDIS_CLUSTER"
+    assert stub.lease_requests == []

@@ -166,6 +166,11 @@ class Engine:
         return self._shell.prefix
 
     @property
+    def redis_topology(self) -> str:
+        """How this engine reaches Redis: "cluster" (a Redis Cluster) or "server"."""
+        return "cluster" if isinstance(self._shell.redis, cq.ClusterQueue) else "server"
+
+    @property
     def shards(self) -> int:
         """The shard streams per queue this engine publishes tasks to."""
         return self._shell.shards

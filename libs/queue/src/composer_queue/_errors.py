@@ -92,10 +92,24 @@ def translated(what: str) -> Iterator[None]:
         # slot has no master: retry; anything else (a node not in cluster mode) will not heal
         if isinstance(exc, rex.SlotNotCoveredError) or "cannot be connected" in str(exc):
             raise QueueUnavailable(f"{what} failed: {exc} (is the Redis Cluster up?)") from exc
-        raise QueueCommandError(f"{what} failed: {exc}") from exc
+        hint = (
+            " (COMPOSER_REDIS_CLUSTER=true, but this Redis is one server: set it false)"
+            if "not enabled" in str(exc)
+            else ""
+        )
+        raise QueueCommandError(f"{what} failed: {exc}{hint}") from exc
     except _UNAVAILABLE as exc:
         raise QueueUnavailable(
             f"{what} failed: {exc or type(exc).__name__} (is Redis up?)"
         ) from exc
+    except rex.ResponseError as exc:
+        if isinstance(exc, rex.AskError) or str(exc).startswith("CROSSSLOT"):  # MOVED too
+            # a single server's client on a node of a Redis Cluster
+            raise QueueCommandError(
+                f"{what} failed: {type(exc).__name__} {exc} (this Redis is a node of a "
+                "Redis Cluster: set "
+                "COMPOSER_REDIS_CLUSTER=true on every service and worker)"
+            ) from exc
+        raise QueueCommandError(f"{what} failed: {exc}") from exc
     except rex.RedisError as exc:
         raise QueueCommandError(f"{what} failed: {exc}") from exc

@@ -197,6 +197,8 @@ class Capabilities:
     #: Where the coordinator's engine publishes tasks ("" / 0: it did not say).
     redis_prefix: str = ""
     shards: int = 0
+    #: "server" or "cluster": how the engine reaches Redis ("": it did not say).
+    redis_topology: str = ""
 
 
 @runtime_checkable
@@ -472,6 +474,7 @@ class CoordinatorClient:
             reply.server_version,
             reply.redis_prefix,
             reply.shards,
+            reply.redis_topology,
         )
 
     async def heartbeat(self, presence: Presence, *, timeout: float | None = None) -> bool:

@@ -512,6 +512,17 @@ class Worker:
                 f"WorkerConfig(shards={capabilities.shards}) (COMPOSER_SHARDS on the services)",
                 code="SHARDS",
             )
+        topology = capabilities.redis_topology
+        if topology in ("server", "cluster") and (topology == "cluster") != cfg.redis_cluster:
+            cluster = topology == "cluster"
+            return SdkError(
+                f"the coordinator {cfg.coordinator} publishes tasks to "
+                f"{'a Redis Cluster' if cluster else 'one Redis server'}, but this worker reads "
+                f"{'one server' if cluster else 'a cluster'}: set COMPOSER_REDIS_CLUSTER="
+                f"{'true' if cluster else 'false'} (as on the services) or "
+                "WorkerConfig(redis_cluster=...)",
+                code="REDIS_CLUSTER",
+            )
         return None
 
     async def _ensure_groups(self, queue: str) -> None:

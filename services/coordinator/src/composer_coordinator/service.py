@@ -124,6 +124,7 @@ class WorkerService(WorkerServiceServicer):
             server_version=_SERVER_VERSION,
             redis_prefix=self.engine.redis_prefix,
             shards=self.engine.shards,
+            redis_topology=self.engine.redis_topology,
         )
 
     # Each unary call runs in a span whose parent is the worker's task span (trace

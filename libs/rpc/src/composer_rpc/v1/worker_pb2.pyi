@@ -123,6 +123,7 @@ class GetCapabilitiesResponse(_message.Message):
     SERVER_VERSION_FIELD_NUMBER: _builtins.int
     REDIS_PREFIX_FIELD_NUMBER: _builtins.int
     SHARDS_FIELD_NUMBER: _builtins.int
+    REDIS_TOPOLOGY_FIELD_NUMBER: _builtins.int
     protocol_version: _builtins.int
     """The protocol version the coordinator speaks (1: this file's), and the oldest
     SDK protocol version it still serves. An SDK of a version in
@@ -139,6 +140,12 @@ class GetCapabilitiesResponse(_message.Message):
     both. Empty / 0: not said (a coordinator from before this field).
     """
     shards: _builtins.int
+    redis_topology: _builtins.str
+    """How the engine reaches Redis: "server" (one Redis) or "cluster" (a Redis Cluster,
+    COMPOSER_REDIS_CLUSTER=true). A worker must read it the same way (a single-server
+    client's reads span slots; a cluster client cannot start on one server): the SDK
+    stops, naming the setting. Empty: not said (a coordinator from before this field).
+    """
     @_builtins.property
     def features(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """What it has, by name (see FEATURES in composer_rpc.protocol): an SDK uses a
@@ -154,10 +161,11 @@ class GetCapabilitiesResponse(_message.Message):
         server_version: _builtins.str = ...,
         redis_prefix: _builtins.str = ...,
         shards: _builtins.int = ...,
+        redis_topology: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["features", b"features", "min_protocol_version", b"min_protocol_version", "protocol_version", b"protocol_version", "redis_prefix", b"redis_prefix", "server_version", b"server_version", "shards", b"shards"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["features", b"features", "min_protocol_version", b"min_protocol_version", "protocol_version", b"protocol_version", "redis_prefix", b"redis_prefix", "redis_topology", b"redis_topology", "server_version", b"server_version", "shards", b"shards"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
