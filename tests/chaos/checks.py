@@ -11,7 +11,8 @@ promises (issue 10), each printed as a figure. Any violation fails the suite.
    (queries.sql), so an earlier transaction of the run cannot read as later;
 4. every signal consumed exactly once, or reported undeliverable;
 5. the outbox empty and no stream entry pending for a finished task;
-6. how many tasks ran more than once, and why (allowed: at-least-once).
+6. how many tasks ran more than once, and why (allowed: at-least-once);
+7. no key of a limited workflow (run concurrency) ever had more runs going than its limit.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 import composer_queue
 import composer_repo as repo
 from tests.chaos.driver import DrivenRun
+from tests.chaos.shapes import LIMITED_MAX_RUNS
 
 ACTIVE = {"PENDING", "QUEUED", "RUNNING", "WAITING"}
 #: Below this, two intervals touching are clock rounding, not an overlap.
@@ -208,8 +210,41 @@ def check(facts: list[RunFacts], records: list[dict[str, Any]], streams_now: Str
     _check_time_order(report, facts)
     _check_signals(report, facts)
     _check_streams(report, facts, streams_now)
+    _check_run_limits(report, facts)
     _reexecutions(report, by_task, len(execs))
     return report
+
+
+def _check_run_limits(report: Report, facts: list[RunFacts]) -> None:
+    """7. Run concurrency (docs/architecture.md §4.13): no key ever had more than its
+    limit of runs going. A run goes from its first task's creation (the database
+    clock of the transaction that started it, after the one that handed it its slot
+    committed) to its completion (the clock of the transaction that freed its slot)."""
+    spans: dict[str, list[tuple[dt.datetime, dt.datetime]]] = collections.defaultdict(list)
+    for f in facts:
+        if f.run is None or f.run.workflow_id != "chaos-limited" or f.run.completed_at is None:
+            continue
+        created = [t.created_at for t in f.tasks]
+        if created:
+            spans[str(f.driven.planned.input["customer"])].append(
+                (min(created), f.run.completed_at)
+            )
+    most: dict[str, int] = {}
+    for key, intervals in spans.items():
+        current = 0
+        # at one instant an end goes before a start: the slot was handed at the end
+        for _, step in sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals]):
+            current += step
+            most[key] = max(most.get(key, 0), current)
+    over = {k: n for k, n in most.items() if n > LIMITED_MAX_RUNS}
+    for key, n in over.items():
+        report.violation(f"key {key!r} of chaos-limited had {n} runs going at once")
+    report.figure(
+        "7. most runs of a limited key at once",
+        dict(sorted(most.items())),
+        ok=not over,
+        note=f"limit {LIMITED_MAX_RUNS}",
+    )
 
 
 def _check_runs(

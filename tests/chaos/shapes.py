@@ -38,12 +38,23 @@ def _chain(*ids: str) -> list[dict[str, str]]:
 
 
 BRANCHES = [f"b{i:02d}" for i in range(FORK_WIDTH)]
+#: chaos-limited: at most this many runs of one customer at once (run concurrency),
+#: over this few customers, so keys fill and runs wait for slots under the faults.
+LIMITED_MAX_RUNS = 2
+CUSTOMERS = ("acme", "globex", "initech", "umbrella")
 
 WORKFLOWS: dict[str, dict[str, Any]] = {
     "chaos-chain": {
         "id": "chaos-chain",
         "nodes": [_task(n) for n in ("a", "b", "c", "d")],
         "edges": _chain("a", "b", "c", "d"),
+    },
+    "chaos-limited": {
+        "id": "chaos-limited",
+        "concurrency": {"key": "{{input.customer}}", "max_runs": LIMITED_MAX_RUNS},
+        "priority": "{{input.priority}}",
+        "nodes": [_task(n) for n in ("a", "b")],
+        "edges": _chain("a", "b"),
     },
     "chaos-fork": {
         "id": "chaos-fork",
@@ -162,9 +173,27 @@ def _behaviour(rng: random.Random, *, flaky: float = 0.15) -> dict[str, Any]:
 def plan_run(rng: random.Random) -> Planned:
     """One run of a random shape, with a random plan, and what it must end as."""
     kind = rng.choices(
-        ["chain", "fork", "switch", "wait", "event", "mixed", "doomed-chain", "doomed-fork"],
-        weights=[20, 12, 15, 13, 15, 13, 6, 6],
+        [
+            "chain",
+            "fork",
+            "switch",
+            "wait",
+            "event",
+            "mixed",
+            "doomed-chain",
+            "doomed-fork",
+            "limited",
+        ],
+        weights=[20, 12, 15, 13, 15, 13, 6, 6, 12],
     )[0]
+    if kind == "limited":
+        plan = {n: _behaviour(rng) for n in ("a", "b")}
+        customer = rng.choice(CUSTOMERS)
+        return Planned(
+            "chaos-limited",
+            {"plan": plan, "customer": customer, "priority": rng.randint(1, 5)},
+            Expect("SUCCEEDED", completed=["a", "b"]),
+        )
     if kind in ("chain", "doomed-chain"):
         nodes = ["a", "b", "c", "d"]
         plan = {n: _behaviour(rng) for n in nodes}

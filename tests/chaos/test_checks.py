@@ -5,6 +5,7 @@ after its run finished is reported."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from typing import Any
 
@@ -13,6 +14,7 @@ from composer_core.model import NodeType, RunStatus, TaskState
 from tests.chaos.checks import (
     Report,
     RunFacts,
+    _check_run_limits,
     _check_task_rows,
     _check_time_order,
     _overlap,
@@ -179,3 +181,32 @@ def test_a_task_created_after_its_run_finished_is_a_violation() -> None:
 
     assert report.figures["3. tasks created after their run finished"] == 1
     assert report.violations == ["run r: task z created 0.057s after the run finished"]
+
+
+def limited_run(customer: str, created: float, completed: float) -> RunFacts:
+    facts = run_facts(completed, ("a", created, created, completed))
+    assert facts.run is not None
+    run = dataclasses.replace(facts.run, workflow_id="chaos-limited")
+    driven = DrivenRun(
+        "k", Planned("chaos-limited", {"customer": customer}, Expect("SUCCEEDED")), run_id="r"
+    )
+    return RunFacts(driven, run, facts.tasks, [])
+
+
+def test_a_limited_key_with_one_run_too_many_at_once_is_a_violation() -> None:
+    report = Report()
+    # acme: two at once, then a third only as the first ends (the slot handed on);
+    # globex: three at once for a second
+    facts = [
+        limited_run("acme", 0.0, 2.0),
+        limited_run("acme", 1.0, 4.0),
+        limited_run("acme", 2.0, 5.0),
+        limited_run("globex", 0.0, 3.0),
+        limited_run("globex", 0.5, 3.0),
+        limited_run("globex", 2.0, 4.0),
+    ]
+
+    _check_run_limits(report, facts)
+
+    assert report.figures["7. most runs of a limited key at once"] == {"acme": 2, "globex": 3}
+    assert report.violations == ["key 'globex' of chaos-limited had 3 runs going at once"]
