@@ -36,6 +36,7 @@ from composer_core.model import (
     Edge,
     Node,
     NodeType,
+    NodeConcurrency,
     RetryPolicy,
     RunConcurrency,
     WorkflowSpec,
@@ -307,6 +308,7 @@ def render_nodes() -> str:
         ("`Edge`: each of `edges`", Edge),
         ("`RetryPolicy`: a worker node's `retry`", RetryPolicy),
         ("`RunConcurrency`: the workflow's `concurrency`", RunConcurrency),
+        ("`NodeConcurrency`: a worker node's `concurrency`", NodeConcurrency),
     )
     for title, model in definition:
         parts += [f"### {title}", _fields_table(model)]

@@ -454,7 +454,7 @@ async def test_limits_and_get_say_why_a_run_waits(live: Live, tmp_path: Path) ->
     listed = await composer(live, "limits", columns=120)
     assert listed.exit_code == 0, listed.output
     row = next(line for line in listed.output.splitlines() if workflow_id in line)
-    assert row.split()[1:] == ["acme", "1/1", "1"]
+    assert row.split()[1:] == ["acme", "runs", "1/1", "1"]
 
     shown = await composer(live, "get", waiting_run, columns=200)
     assert "PENDING" in shown.output

@@ -107,3 +107,41 @@ def test_an_input_that_cannot_render_its_flow_is_named(input: dict[str, Any], me
     assert dag.flow is not None
     with pytest.raises(FlowError, match=message):
         dag.flow.render(dag.engine, input, None)
+
+
+def _node_spec(node: dict[str, Any]) -> WorkflowSpec:
+    return WorkflowSpec.model_validate({"id": "calls", "nodes": [node]})
+
+
+def test_a_worker_nodes_concurrency_key_is_scoped_in_storage() -> None:
+    node = {"id": "a", "type": "TASK", "queue": "q", "concurrency": {"key": "partner", "max": 5}}
+    dag = build_dag(_node_spec(node))
+    line = dag.node_line("a")
+    assert line is not None and (line.key, line.max) == ("workflow:calls:partner", 5)
+    node["concurrency"] = {"key": "partner", "max": 5, "scope": "global"}
+    line = build_dag(_node_spec(node)).node_line("a")
+    assert line is not None and line.key == "global:partner"
+
+
+def test_node_concurrency_is_refused_where_it_cannot_apply() -> None:
+    problems = {
+        p.path: p.message
+        for p in validate(
+            WorkflowSpec.model_validate(
+                {
+                    "id": "calls",
+                    "nodes": [
+                        {"id": "a", "type": "TASK", "queue": "q",
+                         "concurrency": {"key": "a:b", "max": 1}},
+                        {"id": "w", "type": "WAIT", "spec": {"duration_seconds": 1},
+                         "concurrency": {"key": "x", "max": 1}},
+                    ],
+                    "edges": [{"from": "a", "to": "w"}],
+                }
+            )
+        )
+    }  # fmt: skip
+    assert "is not a key name" in problems["nodes[0].concurrency.key"]
+    assert "applies only to HTTP, PYTHON and TASK nodes" in problems["nodes[1].concurrency"]
+    with pytest.raises(ValueError, match="greater than or equal to 1"):
+        _node_spec({"id": "a", "type": "TASK", "queue": "q", "concurrency": {"key": "k", "max": 0}})

@@ -279,13 +279,15 @@ def limits_table(limits: list[dict[str, Any]], *, width: int | None = None) -> l
         (
             Column("workflow"),
             Column("key"),
+            Column("limits"),
             Column("in use", right=True),
             Column("waiting", right=True),
         ),
         [
             (
-                item["workflow_id"],
+                item["workflow_id"] or "(global)",
                 "(hidden)" if item.get("redacted") else (item["key"] or "(one key)"),
+                "runs" if item["kind"] == "run_concurrency" else "attempts",
                 f"{item['in_use']}/{'?' if item['limit'] is None else item['limit']}",
                 str(item["waiting"]),
             )

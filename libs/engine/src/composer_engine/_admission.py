@@ -115,11 +115,14 @@ def parse_queue_concurrency(text: str) -> QueueConcurrency | None:
 
 
 class Gate:
-    """The admission step as the engine's transactions see it: the policy, and a
-    release asked for after a commit that freed room on a watched queue."""
+    """The admission step as the engine's transactions see it: the queue policy (None:
+    none), node concurrency keys, and a release asked for after a commit that freed
+    room on a watched queue or a key."""
 
     def __init__(
-        self, policy: AdmissionPolicy, release_soon: Callable[[Collection[str]], None]
+        self,
+        policy: AdmissionPolicy | None,
+        release_soon: Callable[[Collection[str]], None],
     ) -> None:
         self.policy = policy
         self._release_soon = release_soon
@@ -128,6 +131,8 @@ class Gate:
         self, conn: repo.Connection, asking: Sequence[tuple[repo.TaskRef, str]]
     ) -> dict[str, str]:
         """The attempts of ``asking`` (attempt, queue) the policy holds: task id → reason."""
+        if self.policy is None:
+            return {}
         by_queue: dict[str, list[repo.TaskRef]] = {}
         for ref, queue in asking:
             if self.policy.watches(queue):
@@ -140,9 +145,16 @@ class Gate:
                     held[ref.task_id] = reason
         return held
 
+    def queues(self) -> Collection[str]:
+        """The queues the policy watches."""
+        return () if self.policy is None else self.policy.queues()
+
     def freed(self, queues: Collection[str | None]) -> Collection[str]:
         """The watched ones of ``queues`` where a task just finished."""
+        if self.policy is None:
+            return set()
         return {q for q in queues if q is not None and self.policy.watches(q)}
 
-    def release_soon(self, queues: Collection[str]) -> None:
-        self._release_soon(queues)
+    def release_soon(self, names: Collection[str]) -> None:
+        """Release on these queues and node concurrency keys after the commit."""
+        self._release_soon(names)

@@ -128,8 +128,8 @@ class Engine:
         self.loops = LoopEvents(shell)
         self.run_events = RunEventDelivery(shell)
         self.held = HeldTasks(shell)
-        if admission is not None:
-            shell.gate = Gate(admission, self.held.release_soon)
+        # always a gate: node concurrency keys come with definitions, not settings
+        shell.gate = Gate(admission, self.held.release_soon)
         shell.deliver = self.run_events.deliver_soon
         self.reads = Reads(shell)
         self.upkeep = Upkeep(shell)

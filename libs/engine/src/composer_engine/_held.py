@@ -17,6 +17,8 @@ import logging
 from collections.abc import Collection
 
 import composer_repo as repo
+from composer_engine._admission import AdmissionPolicy
+from composer_engine._node_limits import release_line
 from composer_engine._persist import write_dispatch
 from composer_engine._shell import Shell
 from composer_engine._tx import Tx
@@ -33,38 +35,66 @@ class HeldTasks:
         self._releasing: asyncio.Task[None] | None = None
 
     async def release(self, queues: Collection[str] | None = None) -> int:
-        """Release, on each of ``queues`` (None: every queue the policy watches), as many
-        held attempts as the policy has room for, oldest first: how many went."""
+        """Release, on each of ``queues`` (queue names, and node concurrency keys, which
+        hold a ':'; None: every queue the policy watches and every key with held
+        attempts), as many held attempts as there is room for, oldest first: how many
+        went."""
         gate = self._shell.gate
         if gate is None:
             return 0
-        released = 0
-        for queue in sorted(gate.policy.queues() if queues is None else queues):
+        if queues is None:
 
-            async def attempt(tx: Tx, queue: str = queue) -> int:
-                room = await gate.policy.room(tx.conn, queue)
+            async def keys(tx: Tx) -> list[str]:
+                return await repo.held_limit_keys(tx.conn)
+
+            queues = [*gate.queues(), *await self._shell.in_tx(keys)]
+        released = 0
+        for name in sorted(queues):
+            if ":" in name:
+                released += await self._release_key(name)
+                continue
+            policy = gate.policy
+            if policy is None:
+                continue
+
+            async def attempt(tx: Tx, queue: str = name, policy: AdmissionPolicy = policy) -> int:
+                room = await policy.room(tx.conn, queue)
                 if room <= 0:
                     return 0
                 going = 0
                 for ref in await repo.held_tasks(tx.conn, queue, room):
                     if not await repo.release_task(tx.conn, ref):
                         continue
-                    await write_dispatch(tx, ref, queue=queue, not_before=None, admit=False)
-                    tx.writes.history.append(
-                        repo.NewHistory(
-                            ref.run_id,
-                            "task.released",
-                            node_id=ref.node_id,
-                            task_id=ref.task_id,
-                            attempt=ref.attempt,
-                            detail={"queue": queue},
-                        )
-                    )
+                    await self._dispatch(tx, ref, queue)
                     going += 1
                 return going
 
             released += await self._shell.in_tx(attempt)
         return released
+
+    async def _release_key(self, key: str) -> int:
+        """Release the held attempts of a node concurrency key that may go now."""
+
+        async def attempt(tx: Tx) -> int:
+            going = await release_line(tx.conn, key)
+            for item in going:
+                await self._dispatch(tx, item.ref, item.queue)
+            return len(going)
+
+        return await self._shell.in_tx(attempt)
+
+    async def _dispatch(self, tx: Tx, ref: repo.TaskRef, queue: str) -> None:
+        await write_dispatch(tx, ref, queue=queue, not_before=None, admit=False)
+        tx.writes.history.append(
+            repo.NewHistory(
+                ref.run_id,
+                "task.released",
+                node_id=ref.node_id,
+                task_id=ref.task_id,
+                attempt=ref.attempt,
+                detail={"queue": queue},
+            )
+        )
 
     def release_soon(self, queues: Collection[str]) -> None:
         """Release on ``queues`` in the background, right after the commit that freed room

@@ -79,8 +79,14 @@ class RunPauses:
                         detail={"queue": h.queue, "reason": repo.PAUSED_HOLD},
                     )
                 )
-            # held attempts were on their way to a worker: their queues have room now
+            # held attempts were on their way to a worker: their queues (and their nodes'
+            # concurrency keys) have room now
             tx.writes.free(tx, [h.queue for h in held])
+            if held:
+                dag = await self._shell.definitions.get(
+                    tx.conn, locked.run.workflow_id, locked.run.version
+                )
+                tx.writes.free(tx, [line.key for line in dag.node_lines])
             return True
 
         return await self._shell.in_tx(attempt)
@@ -111,8 +117,14 @@ class RunPauses:
             delayed = False
             for h in await repo.release_run_tasks(tx.conn, run_id):
                 ref = repo.TaskRef(run_id, h.task_id, h.node_id, h.attempt)
-                # through the admission step, which may hold it again for its queue
-                delayed |= not tx.writes.dispatch(tx, ref, queue=h.queue, not_before=h.not_before)
+                # through the admission step, which may hold it again for its queue or key
+                delayed |= not tx.writes.dispatch(
+                    tx,
+                    ref,
+                    queue=h.queue,
+                    not_before=h.not_before,
+                    line=dag.node_line(h.node_id),
+                )
                 tx.writes.history.append(
                     repo.NewHistory(
                         run_id,

@@ -20,7 +20,7 @@ from typing import assert_never
 
 import composer_queue as cq
 import composer_repo as repo
-from composer_core.model import RunStatus, WorkflowDAG
+from composer_core.model import NodeLine, RunStatus, WorkflowDAG
 from composer_core.statemachine import (
     Action,
     BufferSignal,
@@ -102,11 +102,14 @@ async def persist(
                     repo.TaskRef(run_id, action.task_id, action.node_id, 0),
                     queue=action.queue,
                     not_before=action.not_before,
+                    line=dag.node_line(action.node_id),
                 )
                 effects.wake_enqueuer |= not at_once
             case CompleteTask():
                 ref = repo.TaskRef(run_id, action.task_id, action.node_id, action.attempt)
                 writes.completions.append((ref, doc(action.output), effects))
+                if (line := dag.node_line(action.node_id)) is not None:
+                    writes.free(tx, [line.key])
             case FinishRun():
                 writes.finishes.append((run, action, effects, seal))
                 if dag.flow is not None and dag.flow.max_runs is not None:
@@ -147,7 +150,8 @@ async def persist(
                         f"task {action.task_id} attempt {action.attempt} is not active"
                     )
                 effects.failed.append(done.node_type.value)
-                writes.free(tx, [done.queue])
+                line = dag.node_line(action.node_id)
+                writes.free(tx, [done.queue] if line is None else [done.queue, line.key])
             case RetryTask():
                 await writes.flush(tx)
                 ref = repo.TaskRef(run_id, action.task_id, action.node_id, action.attempt)
@@ -167,7 +171,10 @@ async def persist(
                     repo.TaskRef(run_id, action.task_id, action.node_id, requeued.attempt),
                     queue=action.queue,
                     not_before=action.not_before,
+                    line=dag.node_line(action.node_id),
                 )
+                if (line := dag.node_line(action.node_id)) is not None:
+                    writes.free(tx, [line.key])  # the failed attempt's place: next in line
                 effects.wake_enqueuer |= not at_once
                 effects.retried += 1
             case ResolveWait():
@@ -210,7 +217,7 @@ async def persist(
                     conn, run_id, action.task_ids, reason=text(action.reason) or ""
                 )
                 if tx.gate is not None:  # their queues are not known here: look at all
-                    writes.free(tx, tx.gate.policy.queues())
+                    writes.free(tx, [*tx.gate.queues(), *(line.key for line in dag.node_lines)])
             case _:
                 assert_never(action)
     return effects
@@ -223,6 +230,7 @@ async def write_dispatch(
     queue: str,
     not_before: dt.datetime | None,
     admit: bool = True,
+    line: NodeLine | None = None,
 ) -> bool:
     """The outbox row that sends attempt ``ref`` to ``queue`` from ``not_before`` on
     (None: at once), written after the task row (inserted, requeued, or made due
@@ -232,8 +240,11 @@ async def write_dispatch(
     True when it is due at once: the engine publishes it right after the commit
     (``Tx.dispatched``). False when it is delayed: the outbox-enqueuer publishes
     it when it comes due. ``admit`` False: an attempt admitted before and only sent
-    again, which the admission step does not hold."""
-    at_once = tx.writes.dispatch(tx, ref, queue=queue, not_before=not_before, admit=admit)
+    again, which the admission step does not hold. ``line``: the node concurrency key
+    it goes through (None: its queue's limit, if any)."""
+    at_once = tx.writes.dispatch(
+        tx, ref, queue=queue, not_before=not_before, admit=admit, line=line
+    )
     await tx.writes.flush(tx)  # at once: its task row was just written, by itself
     return at_once
 

@@ -51,9 +51,11 @@ class RunView:
 class LimitView:
     """One key of a limit, as a person reads it (GET /v1/limits)."""
 
-    #: What it limits: ``run_concurrency`` (a workflow's runs per key).
+    #: What it limits: ``run_concurrency`` (a workflow's runs per key) or
+    #: ``node_concurrency`` (attempts of the worker nodes naming the key).
     kind: str
-    workflow_id: str
+    #: None: a global node concurrency key, shared by every workflow naming it.
+    workflow_id: str | None
     #: None: redacted (rendered from run inputs the caller may not see).
     key: str | None
     in_use: int
@@ -246,8 +248,10 @@ class Reads:
 
     async def run_limits(self, *, full_access: bool) -> list[LimitView]:
         """The keys of run limits with runs going or waiting (docs/architecture.md
-        §4.13), each with its deployed limit. A key is rendered from a run's input:
-        a caller who may not see the workflow's payloads gets it as None."""
+        §4.13), each with its deployed limit, then the node concurrency keys with
+        attempts in flight or held (§4.12). A run key is rendered from a run's input:
+        a caller who may not see the workflow's payloads gets it as None (a node key
+        is a name from the definition, always shown)."""
 
         async def read(tx: Tx) -> list[LimitView]:
             views = []
@@ -272,6 +276,12 @@ class Reads:
                         limit,
                         k.waiting,
                     )
+                )
+            for n in await repo.node_limit_keys(tx.conn):
+                scope, _, rest = n.key.partition(":")
+                workflow_id, key = rest.split(":", 1) if scope == "workflow" else (None, rest)
+                views.append(
+                    LimitView("node_concurrency", workflow_id, key, n.in_use, n.max, n.waiting)
                 )
             return views
 

@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Protocol
 import composer_queue as cq
 import composer_repo as repo
 from composer_common.telemetry import inject
-from composer_core.model import RunStatus
+from composer_core.model import NodeLine, RunStatus
 from composer_core.statemachine import FinishRun, NodeCompleted, NodeFailed, Run
 from composer_core.templates import Json
 from composer_engine import _run_events
 from composer_engine._effects import Effects
+from composer_engine._node_limits import hold_on_lines
 from composer_engine._publish import Dispatched
 from composer_engine._reported import AttemptLog
 from composer_engine._run_admission import hand_on
@@ -76,6 +77,8 @@ class Writes:
     #: Runs of the transaction that are paused: their dispatches are held until their
     #: resume, not sent (docs/architecture.md §4.14).
     paused: set[str] = field(default_factory=set)
+    #: task id → the node concurrency key its dispatch goes through (§4.12).
+    lines: dict[str, NodeLine] = field(default_factory=dict)
 
     def keep_log(
         self, run_id: str, event: NodeCompleted | NodeFailed, log: AttemptLog, seal: RunSeal
@@ -102,11 +105,14 @@ class Writes:
         queue: str,
         not_before: dt.datetime | None,
         admit: bool = True,
+        line: NodeLine | None = None,
     ) -> bool:
         """Hold back the outbox row of a new task's first dispatch; True when it is
         due at once (published right after the commit). ``admit``: it goes through the
         admission step, which may hold it (False: it was admitted before, and is only
-        sent again)."""
+        sent again); ``line``: through its node's concurrency key, not its queue's."""
+        if line is not None and admit:
+            self.lines[ref.task_id] = line
         fields = task_message(ref).fields()
         at_once = not_before is None or (tx.now is not None and not_before <= tx.now)
         self.dispatches.append(
@@ -121,12 +127,13 @@ class Writes:
         return at_once
 
     def free(self, tx: Tx, queues: Collection[str | None]) -> None:
-        """Tasks of ``queues`` finished: after the commit, the admission step's release
-        looks at the watched ones."""
+        """Tasks of ``queues`` (or of node concurrency keys, ``global:…`` and
+        ``workflow:…``) finished: after the commit, the admission step's release looks
+        at the watched queues and at the keys."""
         gate = tx.gate
         if gate is None:
             return
-        freed = gate.freed(queues)
+        freed = {q for q in queues if q is not None and ":" in q} | set(gate.freed(queues))
         if not freed:
             return
         if not tx.freed:
@@ -152,12 +159,22 @@ class Writes:
             for t in tasks:
                 if t.task_id not in inserted:
                     raise StaleSnapshot(f"node {t.node_id} of run {t.run_id} already has a task")
+            if self.lines:  # tasks of limited nodes carry their key (V017)
+                await repo.set_task_limits(
+                    conn,
+                    [
+                        (repo.TaskRef(t.run_id, t.task_id, t.node_id, 0), line.key, line.max)
+                        for t in tasks
+                        if (line := self.lines.get(t.task_id)) is not None
+                    ],
+                )
         if self.dispatches:
             dispatches, self.dispatches = self.dispatches, []
             if self.paused:
                 dispatches = await self._hold_paused(tx, dispatches)
-            if tx.gate is not None:
+            if tx.gate is not None and (tx.gate.policy is not None or self.lines):
                 dispatches = await self._admit(tx, tx.gate, dispatches)
+            self.lines.clear()
             ids = await repo.enqueue_dispatches(conn, [row for row, *_ in dispatches])
             for row, ref, fields, at_once, _ in dispatches:
                 if at_once:
@@ -218,8 +235,20 @@ class Writes:
     ) -> list[tuple[repo.NewDispatch, repo.TaskRef, dict[str, str], bool, bool]]:
         """The admission step (docs/architecture.md §4.12): the dispatches that go; those
         the policy holds stay PENDING with its reason, and their history says so."""
-        asking = [(ref, row.queue) for row, ref, _, _, admit in dispatches if admit]
+        lines = self.lines
+        asking = [
+            (ref, row.queue)
+            for row, ref, _, _, admit in dispatches
+            if admit and ref.task_id not in lines
+        ]
         held = await gate.admit(tx.conn, asking) if asking else {}
+        limited = [
+            (ref, lines[ref.task_id])
+            for _, ref, _, _, admit in dispatches
+            if admit and ref.task_id in lines
+        ]
+        if limited:
+            held |= await hold_on_lines(tx.conn, limited)
         if not held:
             return dispatches
         holding = [(ref, held[ref.task_id]) for _, ref, *_ in dispatches if ref.task_id in held]

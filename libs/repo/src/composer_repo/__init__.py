@@ -58,6 +58,16 @@ from composer_repo._history import (
     lease_times,
     run_history,
 )
+from composer_repo._limits import (
+    HeldLimited,
+    NodeLimitKey,
+    held_limit_keys,
+    held_limit_tasks,
+    limit_load,
+    lock_limit_key,
+    node_limit_keys,
+    set_task_limits,
+)
 from composer_repo._locks import singleton
 from composer_repo._logs import NewTaskLog, TaskLogRecord, get_task_logs, insert_task_logs
 from composer_repo._loops import (
@@ -242,6 +252,7 @@ __all__ = [
     "FinishedRun",
     "FinishedTask",
     "HeldAttempt",
+    "HeldLimited",
     "HistoryEntry",
     "Invalid",
     "Lease",
@@ -258,6 +269,7 @@ __all__ = [
     "NewTask",
     "NewTaskLog",
     "NoPartition",
+    "NodeLimitKey",
     "NotFound",
     "OutboxKind",
     "OutboxMessage",
@@ -330,6 +342,8 @@ __all__ = [
     "get_run_tasks",
     "get_task_logs",
     "hand_run_slot",
+    "held_limit_keys",
+    "held_limit_tasks",
     "held_tasks",
     "hold_run_tasks",
     "hold_tasks",
@@ -344,6 +358,7 @@ __all__ = [
     "lease_outbox",
     "lease_times",
     "leave_run_slot",
+    "limit_load",
     "list_definition_versions",
     "list_definitions",
     "list_partitions",
@@ -353,6 +368,7 @@ __all__ = [
     "load_outputs",
     "load_run",
     "lock_expired_lease",
+    "lock_limit_key",
     "lock_queue_admission",
     "lock_run_key",
     "lock_runs",
@@ -362,6 +378,7 @@ __all__ = [
     "next_outbox_due",
     "next_waiting_runs",
     "next_wake_at",
+    "node_limit_keys",
     "outbox_size",
     "park_task",
     "park_wait",
@@ -397,6 +414,7 @@ __all__ = [
     "schema_version",
     "set_data_key",
     "set_run_parent",
+    "set_task_limits",
     "signal_key",
     "singleton",
     "start_waiting_run",

@@ -15,7 +15,7 @@ from composer_core.kinds.task import TaskSpec
 from composer_core.kinds.wait import WaitSpec
 from composer_core.kinds.wait_for_event import WaitForEventSpec
 from composer_core.model._build import build_dag, default_engine, validate
-from composer_core.model._dag import CompiledNode, WorkflowDAG
+from composer_core.model._dag import CompiledNode, NodeLine, WorkflowDAG
 from composer_core.model._flow import (
     DEFAULT_PRIORITY,
     CompiledFlow,
@@ -32,6 +32,7 @@ from composer_core.model._spec import (
     HIDDEN_CREDENTIALS,
     Edge,
     Node,
+    NodeConcurrency,
     RetryPolicy,
     RunConcurrency,
     WorkflowSpec,
@@ -68,6 +69,8 @@ __all__ = [
     "JoinSpec",
     "Limits",
     "Node",
+    "NodeConcurrency",
+    "NodeLine",
     "NodeType",
     "PythonSpec",
     "RetryPolicy",

@@ -68,6 +68,8 @@ def _listed(names: list[str], last: str) -> str:
 _WORKER_TYPES = _listed([t for t, k in KINDS.items() if k.category is Category.WORKER], "and")
 #: The types whose outgoing edges may carry a condition ("SWITCH").
 _CONDITION_TYPES = _listed([t for t, k in KINDS.items() if k.takes_conditions], "or")
+#: A node concurrency key: a name (no ':', which joins it to its scope in storage).
+_LIMIT_KEY = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _default_engine: ExpressionEngine | None = None
 
 
@@ -271,8 +273,14 @@ class _Builder:
                     )
                 elif node.queue is not None and not self.stored:
                     self.check_reserved_queue(path, node, node.queue)
+                if node.concurrency is not None and not _LIMIT_KEY.fullmatch(node.concurrency.key):
+                    self.add(
+                        f"{path}.concurrency.key",
+                        f"{node.concurrency.key!r} is not a key name: use letters, digits, '_', "
+                        "'-' or '.', at most 128 characters",
+                    )
             else:
-                for field in ("queue", "timeout_seconds", "retry"):
+                for field in ("queue", "timeout_seconds", "retry", "concurrency"):
                     if getattr(node, field) is not None:
                         self.add(
                             f"{path}.{field}",

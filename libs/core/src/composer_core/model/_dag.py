@@ -15,7 +15,7 @@ from composer_core.errors import InvalidRequest
 from composer_core.kinds import Category, NodeType, kind_of
 from composer_core.model._flow import CompiledFlow
 from composer_core.model._input_schema import InputSchema
-from composer_core.model._spec import Edge, Node, RetryPolicy, WorkflowSpec
+from composer_core.model._spec import Edge, Node, NodeConcurrency, RetryPolicy, WorkflowSpec
 from composer_core.templates import (
     CompiledValue,
     Expression,
@@ -25,6 +25,21 @@ from composer_core.templates import (
 
 #: A template inside a string: what a templated signal name may render to anything in.
 _TEMPLATE = re.compile(r"\{\{.*?\}\}", re.DOTALL)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLine:
+    """A node concurrency limit as the admission step keys it (docs/architecture.md
+    §4.12): ``key`` names it in storage, ``global:<key>`` or ``workflow:<id>:<key>``."""
+
+    key: str
+    max: int
+
+    @classmethod
+    def of(cls, workflow_id: str, concurrency: NodeConcurrency) -> NodeLine:
+        if concurrency.scope == "global":
+            return cls(f"global:{concurrency.key}", concurrency.max)
+        return cls(f"workflow:{workflow_id}:{concurrency.key}", concurrency.max)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +89,11 @@ class WorkflowDAG:
             k: tuple(self._nodes[e.target] for e in v) for k, v in self._outgoing.items()
         }
         self._compiled = compiled
+        self._lines = {
+            n.id: NodeLine.of(spec.id, n.concurrency)
+            for n in spec.nodes
+            if n.concurrency is not None
+        }
         self._conditions = conditions
         self._output = output
         self._output_refs = output_refs
@@ -177,6 +197,15 @@ class WorkflowDAG:
     @property
     def output_refs(self) -> frozenset[str] | None:
         return self._output_refs
+
+    def node_line(self, node_id: str) -> NodeLine | None:
+        """The concurrency limit a worker node's attempts go through (None: none)."""
+        return self._lines.get(node_id)
+
+    @property
+    def node_lines(self) -> tuple[NodeLine, ...]:
+        """Every node concurrency limit of this version, once each."""
+        return tuple(dict.fromkeys(self._lines.values()))
 
     def retry_policy(self, node_id: str) -> RetryPolicy:
         return self._nodes[node_id].retry_policy

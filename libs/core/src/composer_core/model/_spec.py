@@ -78,6 +78,24 @@ class RetryPolicy(_Strict):
 DEFAULT_RETRY = RetryPolicy()
 
 
+class NodeConcurrency(_Strict):
+    """How many attempts of a worker node go at once (docs/architecture.md §4.12)."""
+
+    key: str = Field(
+        description="a name: letters, digits, '_', '-' or '.', at most 128 characters; "
+        "nodes naming the same key share its limit (within the workflow, or across "
+        "workflows with scope global)"
+    )
+    max: int = Field(
+        ge=1, description="attempts of the key with a worker or on their way to one, at most"
+    )
+    scope: Literal["workflow", "global"] = Field(
+        default="workflow",
+        description="workflow: the key is this workflow's own; global: shared by name by "
+        "every workflow that names it (each node's max applies as its tasks ask)",
+    )
+
+
 class Node(_Strict):
     """One step of a workflow; what ``spec`` takes depends on ``type`` (docs/nodes.md)."""
 
@@ -109,6 +127,11 @@ class Node(_Strict):
         default=None,
         description="HTTP, PYTHON, TASK: how a failed attempt is retried (default: 3 "
         "attempts, 1 s, times 2, at most 300 s)",
+    )
+    concurrency: NodeConcurrency | None = Field(
+        default=None,
+        description="HTTP, PYTHON, TASK: at most `max` attempts of its key with a worker "
+        "or on their way to one; the others wait PENDING, oldest first",
     )
 
     @property

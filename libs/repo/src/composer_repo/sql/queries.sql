@@ -276,7 +276,7 @@ SELECT id, workflow_id, version, status, error, idempotency_key, created_at, upd
 
 -- The same four with a label filter, $N a JSON object of every label asked for
 -- (all must match: containment), which the partial GIN index workflow_runs_labels
--- answers (V017); with a status or workflow beside it the planner ANDs the two
+-- answers (V019); with a status or workflow beside it the planner ANDs the two
 -- indexes' bitmaps, or walks the id index when the label is common
 -- (docs/architecture.md §5, "Finding runs").
 
@@ -992,7 +992,8 @@ SELECT pg_advisory_xact_lock(hashtextextended('composer.admission:' || $1, 0));
 -- behind the held tasks of paused runs (held_reason $3), which wait for a resume.
 SELECT count(*) FILTER (WHERE dispatched_at IS NOT NULL AND held_reason IS NULL
                           AND NOT (id = ANY($2::text[]))) AS in_flight,
-       count(*) FILTER (WHERE held_reason IS NOT NULL AND held_reason <> $3) AS held
+       count(*) FILTER (WHERE held_reason IS NOT NULL AND held_reason <> $3
+                          AND limit_key IS NULL) AS held
   FROM task_instances
  WHERE queue = $1 AND state IN ('PENDING', 'QUEUED', 'RUNNING')
    AND (dispatched_at IS NOT NULL OR held_reason IS NOT NULL);
@@ -1012,6 +1013,7 @@ RETURNING t.id;
 SELECT run_id, id, node_id, attempt
   FROM task_instances
  WHERE held_reason IS NOT NULL AND held_reason <> $3 AND queue = $1 AND state = 'PENDING'
+   AND limit_key IS NULL  -- a limited node's attempt waits for its key (V019)
  ORDER BY created_at, id
  LIMIT $2
    FOR UPDATE SKIP LOCKED;
@@ -1109,8 +1111,7 @@ SELECT workflow_id, key, coalesce(s.in_use, 0) AS in_use, coalesce(l.waiting, 0)
  ORDER BY workflow_id, key
  LIMIT $1;
 
--- =============================================================================
--- Pause and resume (V018): a paused run's attempts wait for its resume
+-- ======================================================================-- Pause and resume (V018): a paused run's attempts wait for its resume
 -- =============================================================================
 
 -- name: pause_run
@@ -1161,3 +1162,54 @@ UPDATE task_instances t
  WHERE t.run_id = $1 AND t.held_reason = $2 AND t.state IN ('PENDING', 'QUEUED')
 RETURNING t.id, t.node_id, t.attempt, t.queue,
           CASE WHEN t.dispatched_at > composer_now() THEN t.dispatched_at END AS not_before;
+=======
+-- Node concurrency (V019, docs/architecture.md §4.12) ---------------------------
+
+-- name: set_task_limits
+-- The concurrency key and max of tasks of limited nodes, in the transaction
+-- that inserted them (before their dispatch is admitted).
+UPDATE task_instances t
+   SET limit_key = u.limit_key, limit_max = u.limit_max
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::int[])
+           AS u(run_id, id, limit_key, limit_max)
+ WHERE t.run_id = u.run_id AND t.id = u.id;
+
+-- name: lock_limit_key
+SELECT pg_advisory_xact_lock(hashtextextended('composer.limit:' || $1, 0));
+
+-- name: limit_load
+-- A key's attempts in flight (those in $2 left out) and held (not those of paused
+-- runs, held_reason $3, which wait for their resume).
+SELECT count(*) FILTER (WHERE dispatched_at IS NOT NULL AND held_reason IS NULL
+                          AND NOT (id = ANY($2::text[]))) AS in_flight,
+       count(*) FILTER (WHERE held_reason IS NOT NULL AND held_reason <> $3) AS held
+  FROM task_instances
+ WHERE limit_key = $1 AND state IN ('PENDING', 'QUEUED', 'RUNNING')
+   AND (dispatched_at IS NOT NULL OR held_reason IS NOT NULL);
+
+-- name: held_limit_tasks
+-- The oldest held attempts of a key, and the max each was declared under.
+SELECT run_id, id, node_id, attempt, queue, limit_max
+  FROM task_instances
+ WHERE limit_key = $1 AND held_reason IS NOT NULL AND held_reason <> $3 AND state = 'PENDING'
+ ORDER BY created_at, id
+ LIMIT $2
+   FOR UPDATE SKIP LOCKED;
+
+-- name: held_limit_keys
+-- Every key with held attempts (the sweeper's pass releases each).
+SELECT DISTINCT limit_key FROM task_instances
+ WHERE limit_key IS NOT NULL AND held_reason IS NOT NULL AND held_reason <> $1;
+
+-- name: node_limit_keys
+-- Every key with attempts in flight or held: for GET /v1/limits.
+SELECT limit_key,
+       count(*) FILTER (WHERE dispatched_at IS NOT NULL AND held_reason IS NULL) AS in_use,
+       count(*) FILTER (WHERE held_reason IS NOT NULL) AS waiting,
+       max(limit_max) AS limit_max
+  FROM task_instances
+ WHERE limit_key IS NOT NULL AND state IN ('PENDING', 'QUEUED', 'RUNNING')
+   AND (dispatched_at IS NOT NULL OR held_reason IS NOT NULL)
+ GROUP BY limit_key
+ ORDER BY limit_key
+ LIMIT $1;

@@ -1,0 +1,154 @@
+"""Node concurrency (docs/architecture.md §4.12): a worker node's ``concurrency: {key,
+max, scope}`` lets at most ``max`` attempts of its key be with a worker or on their way
+to one; the others wait PENDING with a reason, oldest first, and go as the key's
+attempts finish. ``scope: global`` shares the key by name across workflows."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+import composer_repo as repo
+from composer_core.model import RunStatus
+from composer_engine import Engine, Workflows, validate_definition
+from tests.integration.waits import until
+
+
+def _charge(workflow_id: str, *, scope: str, key: str = "partner") -> dict[str, object]:
+    return {
+        "id": workflow_id,
+        "nodes": [
+            {
+                "id": "call",
+                "type": "TASK",
+                "queue": "partner-calls",
+                "spec": {},
+                "concurrency": {"key": key, "max": 2, "scope": scope},
+                "retry": {"max_attempts": 3, "initial_seconds": 0.01},
+            }
+        ],
+    }
+
+
+SHARED = [_charge("charge-a", scope="global"), _charge("charge-b", scope="global")]
+OWN = [_charge("own-a", scope="workflow"), _charge("own-b", scope="workflow")]
+
+
+@pytest.fixture
+async def engine(pool: repo.Pool) -> AsyncIterator[Engine]:
+    workflows = Workflows(pool)
+    for spec in (*SHARED, *OWN):
+        await workflows.create(validate_definition(spec), deploy=True)
+    async with repo.connection(pool) as conn:  # each test starts from an empty key
+        for table in ("workflow_runs", "outbox", "run_slots", "runs_waiting"):
+            await conn.execute(f"DELETE FROM {table}")
+    e = Engine(pool)
+    try:
+        yield e
+    finally:
+        await e.aclose()
+
+
+async def flying(pool: repo.Pool) -> list[str]:
+    """Runs whose call is with a worker or on its way, oldest first."""
+    async with repo.connection(pool) as conn:
+        rows = await conn.fetch(
+            "SELECT run_id FROM task_instances WHERE held_reason IS NULL "
+            "AND state IN ('PENDING', 'QUEUED', 'RUNNING') ORDER BY created_at, id"
+        )
+    return [r[0] for r in rows]
+
+
+async def held(pool: repo.Pool) -> dict[str, str]:
+    async with repo.connection(pool) as conn:
+        rows = await conn.fetch(
+            "SELECT run_id, held_reason FROM task_instances WHERE held_reason IS NOT NULL"
+        )
+    return {r[0]: r[1] for r in rows}
+
+
+async def finish(engine: Engine, pool: repo.Pool, run_id: str, *, fail: bool = False) -> None:
+    async with repo.connection(pool) as conn:
+        (task,) = await repo.get_run_tasks(conn, run_id)
+    if fail:
+        assert await engine.report_failed(
+            run_id, task.task_id, task.node_id, task.attempt, "partner said no"
+        )
+    else:
+        assert await engine.report_completed(run_id, task.task_id, task.node_id, task.attempt, {})
+
+
+async def test_a_global_key_is_shared_across_workflows_and_goes_oldest_first(
+    engine: Engine, pool: repo.Pool
+) -> None:
+    runs = [
+        (await engine.start(workflow_id)).run_id
+        for workflow_id in ("charge-a", "charge-b", "charge-a", "charge-b", "charge-a")
+    ]
+    assert await flying(pool) == runs[:2]
+    waiting = await held(pool)
+    assert set(waiting) == set(runs[2:])
+    assert all("global concurrency key 'partner'" in r for r in waiting.values())
+    assert all("limit of 2 attempt(s)" in r for r in waiting.values())
+
+    await finish(engine, pool, runs[0])
+
+    async def third_goes() -> bool:
+        return await flying(pool) == [runs[1], runs[2]]
+
+    await until(third_goes, what="the oldest held attempt released")
+    # a failed attempt frees its place; its retry asks again and, its task the oldest
+    # held, goes first
+    await finish(engine, pool, runs[1], fail=True)
+
+    async def retry_goes() -> bool:
+        return set(await flying(pool)) == {runs[1], runs[2]}
+
+    await until(retry_goes, what="the retry released")
+    async with repo.connection(pool) as conn:
+        tasks = await repo.get_run_tasks(conn, runs[1])
+    assert tasks[0].attempt == 1
+    for run in [runs[1], runs[2], runs[3], runs[4]]:
+
+        async def going(run: str = run) -> bool:
+            return run in await flying(pool)
+
+        await until(going, what=f"run {run} released")
+        assert len(await flying(pool)) <= 2
+        await finish(engine, pool, run)
+    async with repo.connection(pool) as conn:
+        for run in runs:
+            assert (await repo.get_run(conn, run)).status is RunStatus.SUCCEEDED
+
+
+async def test_a_workflow_scoped_key_is_each_workflows_own(engine: Engine, pool: repo.Pool) -> None:
+    runs = [
+        (await engine.start(workflow_id)).run_id
+        for workflow_id in ("own-a", "own-a", "own-a", "own-b", "own-b")
+    ]
+    assert set(await flying(pool)) == {runs[0], runs[1], runs[3], runs[4]}
+    waiting = await held(pool)
+    assert list(waiting) == [runs[2]]
+    assert "concurrency key 'partner' of workflow 'own-a'" in waiting[runs[2]]
+    limits = {
+        (v.kind, v.workflow_id, v.key): v for v in await engine.reads.run_limits(full_access=True)
+    }
+    own_a = limits[("node_concurrency", "own-a", "partner")]
+    assert (own_a.in_use, own_a.limit, own_a.waiting) == (2, 2, 1)
+    own_b = limits[("node_concurrency", "own-b", "partner")]
+    assert (own_b.in_use, own_b.waiting) == (2, 0)
+
+
+async def test_the_sweeper_pass_releases_what_nobody_asked_for(
+    engine: Engine, pool: repo.Pool
+) -> None:
+    runs = [(await engine.start("own-a")).run_id for _ in range(3)]
+    async with repo.connection(pool) as conn:  # a place frees with no release asked
+        await conn.execute(
+            "UPDATE task_instances SET state = 'COMPLETED', dispatched_at = NULL, "
+            "finished_at = now() WHERE run_id = $1",
+            runs[0],
+        )
+    assert await engine.release_held() == 1
+    assert runs[2] in await flying(pool)
