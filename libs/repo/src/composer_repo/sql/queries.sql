@@ -276,7 +276,7 @@ SELECT id, workflow_id, version, status, error, idempotency_key, created_at, upd
 
 -- The same four with a label filter, $N a JSON object of every label asked for
 -- (all must match: containment), which the partial GIN index workflow_runs_labels
--- answers (V019); with a status or workflow beside it the planner ANDs the two
+-- answers (V017); with a status or workflow beside it the planner ANDs the two
 -- indexes' bitmaps, or walks the id index when the label is common
 -- (docs/architecture.md §5, "Finding runs").
 
@@ -1111,7 +1111,8 @@ SELECT workflow_id, key, coalesce(s.in_use, 0) AS in_use, coalesce(l.waiting, 0)
  ORDER BY workflow_id, key
  LIMIT $1;
 
--- ======================================================================-- Pause and resume (V018): a paused run's attempts wait for its resume
+-- =============================================================================
+-- Pause and resume (V018): a paused run's attempts wait for its resume
 -- =============================================================================
 
 -- name: pause_run
@@ -1162,7 +1163,7 @@ UPDATE task_instances t
  WHERE t.run_id = $1 AND t.held_reason = $2 AND t.state IN ('PENDING', 'QUEUED')
 RETURNING t.id, t.node_id, t.attempt, t.queue,
           CASE WHEN t.dispatched_at > composer_now() THEN t.dispatched_at END AS not_before;
-=======
+
 -- Node concurrency (V019, docs/architecture.md §4.12) ---------------------------
 
 -- name: set_task_limits
