@@ -54,6 +54,10 @@ PRUNED: dict[str, tuple[Any, ...]] = {
     "set_run_parent": ("p", "node", T, 0),
     "release_task": (T, 0),
     "start_waiting_run": (),
+    "pause_run": (),
+    "resume_run": (),
+    "hold_run_tasks": (None, "paused"),
+    "release_run_tasks": ("paused",),
 }
 
 #: Statements on partitioned tables that do not (and need not) name one run.
@@ -86,6 +90,15 @@ WIDER = {
     "queue_load": "the admission step counts the small in-flight and held partial indexes",
     "held_tasks": "a release scans the small held partial index of every month",
     "hold_tasks": "a batch of (run id, task id) pairs",
+    "list_runs_labelled": "an id range, with the labels' GIN index",
+    "list_runs_by_workflow_labelled": "an id range, with the labels' GIN index",
+    "list_runs_by_status_labelled": "an id range, with the labels' GIN index",
+    "list_runs_by_workflow_status_labelled": "an id range, with the labels' GIN index",
+    "set_task_limits": "a batch of (run id, task id) pairs",
+    "limit_load": "a key's count: the small in-flight and held partial indexes of limited rows",
+    "held_limit_tasks": "a release scans the small held partial index of limited rows",
+    "held_limit_keys": "the sweeper scans the small held partial index of limited rows",
+    "node_limit_keys": "GET /v1/limits: the small partial indexes of limited rows",
 }
 
 PARTITIONED = re.compile(r"\b(workflow_runs|task_instances|workflow_events|task_logs)\b")
