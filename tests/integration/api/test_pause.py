@@ -101,6 +101,7 @@ async def test_a_paused_run_finishes_its_running_attempt_sends_nothing_and_goes_
     await until(first_running, what="the first attempt leased")
     paused = await call(gw, "POST", f"/v1/runs/{run_id}/pause", json={"reason": "looking"})
     assert paused["status"] == "PAUSED"
+    assert paused["waiting_hint"].startswith("paused: nothing new goes to a worker")
     gate.set()  # the running attempt finishes while the run is paused
 
     async def second_held() -> bool:
@@ -122,7 +123,7 @@ async def test_a_paused_run_finishes_its_running_attempt_sends_nothing_and_goes_
 
     resumed = await call(gw, "POST", f"/v1/runs/{run_id}/resume")
     assert resumed["status"] in ("RUNNING", "SUCCEEDED")
-    done = await call(gw, "GET", f"/v1/runs/{run_id}/result", params={"timeout": "10"})
+    done = await call(gw, "GET", f"/v1/runs/{run_id}/result", params={"timeout": "30"})
     assert done["status"] == "SUCCEEDED", done
     assert done["output"] == {"second": {"node": "second"}}
     assert seen == ["first", "second"]
@@ -166,7 +167,7 @@ async def test_a_task_on_its_way_to_a_worker_when_paused_is_leased_only_after_re
 
     stack.worker({queue: handler})
     await call(gw, "POST", f"/v1/runs/{run_id}/resume")
-    done = await call(gw, "GET", f"/v1/runs/{run_id}/result", params={"timeout": "10"})
+    done = await call(gw, "GET", f"/v1/runs/{run_id}/result", params={"timeout": "30"})
     assert done["status"] == "SUCCEEDED", done
     assert calls == [task["task_id"]]
 
@@ -183,7 +184,7 @@ async def test_a_timer_that_comes_due_while_paused_fires_only_after_resume(timed
     paused = await start(gw, "short-nap")
     await call(gw, "POST", f"/v1/runs/{paused}/pause")
     other = await start(gw, "short-nap")  # due after the paused one's timer
-    done = await call(gw, "GET", f"/v1/runs/{other}/result", params={"timeout": "10"})
+    done = await call(gw, "GET", f"/v1/runs/{other}/result", params={"timeout": "30"})
     assert done["status"] == "SUCCEEDED"  # the timer fired the later wait: it passed ours
 
     run = await run_of(gw, paused)
@@ -192,7 +193,7 @@ async def test_a_timer_that_comes_due_while_paused_fires_only_after_resume(timed
     assert ("timer.fired", "nap") not in await kinds(gw, paused)
 
     await call(gw, "POST", f"/v1/runs/{paused}/resume")
-    done = await call(gw, "GET", f"/v1/runs/{paused}/result", params={"timeout": "10"})
+    done = await call(gw, "GET", f"/v1/runs/{paused}/result", params={"timeout": "30"})
     assert done["status"] == "SUCCEEDED", done
     history = await kinds(gw, paused)
     assert history.index(("run.resumed", None)) < history.index(("timer.fired", "nap"))
@@ -269,8 +270,9 @@ async def test_the_cli_pauses_and_resumes_a_run_and_its_history_says_so(live: Li
 
     paused = await composer(live, "pause", run_id, "--reason", "checking the charge")
     assert paused.exit_code == 0 and f"run {run_id} PAUSED" in paused.output, paused.output
-    shown = await composer(live, "get", run_id)
+    shown = await composer(live, "get", run_id, columns=200)
     assert "PAUSED" in shown.output
+    assert "run waits: paused: nothing new goes to a worker" in shown.output, shown.output
     await call(gw, "POST", f"/v1/runs/{run_id}/signals/go", json={"n": 1})
     resumed = await composer(live, "resume", run_id)
     assert resumed.exit_code == 0 and f"run {run_id} SUCCEEDED" in resumed.output

@@ -122,6 +122,8 @@ class Reads:
                 waiting = await repo.run_waiting(tx.conn, run_id)
                 if waiting is not None:
                     view = dataclasses.replace(view, waiting=_waiting_text(waiting, shown))
+            elif r.status is RunStatus.PAUSED:
+                view = dataclasses.replace(view, waiting=PAUSED_HINT)
             return view
 
         return await self._shell.in_tx(read)
@@ -301,6 +303,13 @@ class Reads:
             return True
         dag = await self._shell.definitions.get(tx.conn, workflow_id, version)
         return dag.spec.viewers_see_payloads
+
+
+#: A paused run's ``waiting_hint``: what it waits for, and how to let it go on.
+PAUSED_HINT = (
+    "paused: nothing new goes to a worker and its timers and signals are kept until it is "
+    "resumed (POST /v1/runs/{id}/resume, composer resume)"
+)
 
 
 def _waiting_text(waiting: repo.RunWaiting, shown: bool) -> str:

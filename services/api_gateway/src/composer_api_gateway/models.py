@@ -259,7 +259,8 @@ class Run(Response):
     waiting_hint: str | None = Field(
         default=None,
         description="why a PENDING run has not started: it waits for a slot of its "
-        "workflow's concurrency key (the key, the slots taken, how many runs go before it)",
+        "workflow's concurrency key (the key, the slots taken, how many runs go before it); "
+        "or that a PAUSED run waits for its resume",
     )
     tasks: list[Task]
     signals: list[Signal] = Field(
