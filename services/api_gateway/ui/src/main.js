@@ -1,5 +1,5 @@
 // The shell: sign-in, the navigation, the message bar and a hash router
-// (#/runs, #/runs/<id>, #/workflows, #/workflows/<id>, #/workers). Each page is a
+// (#/runs, #/runs/<id>, #/workflows, #/workflows/<id>, #/workers, #/limits). Each page is a
 // function that draws into the main element and returns a function that
 // stops whatever it left running (refresh timers).
 
@@ -9,6 +9,7 @@ import { notify } from './message.js';
 import { runsPage } from './pages/runs.js';
 import { runPage } from './pages/run.js';
 import { workflowsPage, workflowPage } from './pages/workflows.js';
+import { limitsPage } from './pages/limits.js';
 import { workersPage } from './pages/workers.js';
 
 const main = document.getElementById('main');
@@ -63,12 +64,13 @@ function showSignIn(reason) {
 
 function drawNav() {
   nav.hidden = false;
-  const page = ['workflows', 'workers'].find((p) => location.hash.startsWith(`#/${p}`)) || 'runs';
+  const page = ['workflows', 'workers', 'limits'].find((p) => location.hash.startsWith(`#/${p}`)) || 'runs';
   mount(nav,
     h('a', { class: 'brand', href: '#/runs' }, 'Composer'),
     h('a', { href: '#/runs', class: page === 'runs' ? 'active' : '' }, 'Runs'),
     h('a', { href: '#/workflows', class: page === 'workflows' ? 'active' : '' }, 'Workflows'),
     h('a', { href: '#/workers', class: page === 'workers' ? 'active' : '' }, 'Workers'),
+    h('a', { href: '#/limits', class: page === 'limits' ? 'active' : '' }, 'Limits'),
     h('span', { class: 'spacer' }),
     h('span', { class: 'token-name', id: 'token-name', title: 'the name of this token' }, session.name || ''),
     h('span', { class: `role role-${session.role}`, id: 'role', title: 'the role of this token' }, session.role),
@@ -105,6 +107,7 @@ async function route(reason) {
   else if (parts[0] === 'workflows' && parts[1]) dispose = workflowPage(main, parts[1], params);
   else if (parts[0] === 'workflows') dispose = workflowsPage(main);
   else if (parts[0] === 'workers') dispose = workersPage(main);
+  else if (parts[0] === 'limits') dispose = limitsPage(main);
   else dispose = runsPage(main, params);
 }
 

@@ -74,13 +74,20 @@ function logsBlock(answer) {
     h('pre', { class: 'log-lines' }, (entry.lines || []).join('\n'))));
 }
 
-/** A notice for each task that waits on a queue no live worker serves (its waiting_hint). */
-function waitingHints(tasks) {
+/** A notice for the run when it waits for a slot of its concurrency key, and for each
+ * task that waits on a queue no live worker serves or on a limit (their waiting_hint). */
+function waitingHints(tasks, run) {
   const hinted = (tasks || []).filter((t) => t.waiting_hint);
-  if (hinted.length === 0) return null;
+  if (hinted.length === 0 && !(run && run.waiting_hint)) return null;
   return h('div', { class: 'waiting-hints', role: 'status' },
+    run && run.waiting_hint
+      ? h('p', { class: 'waiting-hint run-waiting-hint' },
+        h('strong', {}, 'This run'), ` waits: ${run.waiting_hint} `, h('a', { href: '#/limits' }, 'Limits'))
+      : null,
     ...hinted.map((t) => h('p', { class: 'waiting-hint', dataset: { node: t.node_id } },
-      h('strong', {}, t.node_id), ` waits: ${t.waiting_hint} `, h('a', { href: '#/workers' }, 'Workers'))));
+      h('strong', {}, t.node_id), ` waits: ${t.waiting_hint} `,
+      h('a', { href: /limit/.test(t.waiting_hint) ? '#/limits' : '#/workers' },
+        /limit/.test(t.waiting_hint) ? 'Limits' : 'Workers'))));
 }
 
 export function runPage(main, runId) {
@@ -176,7 +183,7 @@ export function runPage(main, runId) {
         field('retried by', run.retried_by, 'retried-by'),
         field('error', run.redacted && ['FAILED', 'CANCELLED'].includes(run.status)
           ? h('span', { class: 'muted redacted', title: REDACTED_NOTE }, 'redacted') : run.error, 'error-text')));
-    mount(hints, waitingHints(run.tasks));
+    mount(hints, waitingHints(run.tasks, run));
     viewer.show(drawGraph(spec, { tasks, selected, onSelect: select, available: viewer.available() }));
     mount(timelinePane, h('h2', {}, 'Timeline'), timelineTable(entries, (nodeId) => { tab = 'graph'; selected = nodeId; showTab(); }));
     drawDetails(tasks);
