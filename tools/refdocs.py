@@ -334,7 +334,8 @@ _UNCOMMENTED: dict[tuple[str, str], str] = {
     ("ServiceSettings", "database_url"): "the PostgreSQL database (libpq URL)",
     ("ServiceSettings", "redis_url"): (
         "the Redis server (redis:// or rediss:// URL); with COMPOSER_REDIS_CLUSTER, any node "
-        "of the cluster"
+        "of the cluster, or several, comma-separated (redis://h1:7000,h2:7000/0), so that a "
+        "process starting while one is down finds the others"
     ),
     ("ServiceSettings", "log_level"): "the lowest level logged: DEBUG, INFO, WARNING or ERROR",
     (

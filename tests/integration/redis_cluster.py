@@ -71,6 +71,11 @@ class LocalCluster:
         """Any node's address: the cluster client finds the others."""
         return f"redis://127.0.0.1:{self.ports[0]}/0"
 
+    @property
+    def every_node_url(self) -> str:
+        """Every node's address: a client that starts while one is down finds the others."""
+        return "redis://" + ",".join(f"127.0.0.1:{p}" for p in self.ports) + "/0"
+
     def start(self) -> LocalCluster:
         if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
             raise RuntimeError(

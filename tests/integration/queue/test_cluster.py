@@ -12,6 +12,7 @@ import pytest
 
 import composer_queue as cq
 from tests.integration.queue.test_contract import message
+from tests.integration.redis_cluster import LocalCluster
 
 
 @pytest.fixture
@@ -108,3 +109,49 @@ async def test_hints_go_over_sharded_pubsub_on_several_masters(
             await cq.send_hint(cluster, prefix, loop, f"m-{loop}")
         await asyncio.wait_for(done.wait(), 5)
     assert got == {(cq.channel(prefix, loop), f"m-{loop}") for loop in loops}
+
+
+async def test_a_url_may_name_several_nodes_and_any_one_answering_will_do(
+    redis_cluster_url: str,
+) -> None:
+    """A worker that starts while the node its URL names first is down still finds the
+    cluster through the others."""
+    node = redis_cluster_url.removeprefix("redis://").removesuffix("/0")
+    client = cq.connect(f"redis://127.0.0.1:1,{node}/0", cluster=True)
+    try:
+        await client.ping()
+        assert await client.streams("nothing-here") == []
+    finally:
+        await client.close()
+    with pytest.raises(ValueError, match="'nohost' in the Redis URL is not host:port"):
+        cq.connect(f"redis://{node},nohost/0", cluster=True)
+
+
+async def test_a_client_starting_while_a_master_is_down_works_with_the_others(
+    redis_cluster: LocalCluster, prefix: str
+) -> None:
+    """redis-py reads the command table from the first master whenever it learns the
+    slots: while that one is down, a client starting then must still serve the streams
+    on the other masters (composer_queue asks them instead)."""
+    probe = cq.connect(redis_cluster.url, cluster=True)
+    assert isinstance(probe, cq.ClusterQueue)
+    names = cq.queue_streams(prefix, "q", 16)
+    try:
+        masters = {n: await probe.master_of(n) for n in names}
+    finally:
+        await probe.close()
+    first = min(masters.values(), key=lambda m: int(m.rpartition(":")[2]))
+    alive = [n for n in names if masters[n] != first]
+    redis_cluster.kill(int(first.rpartition(":")[2]))
+    try:
+        client = cq.connect(redis_cluster.every_node_url, cluster=True)
+        try:
+            await client.ensure_groups(names)  # the dead master's streams are left out
+            await client.publish([(alive[0], message("t"))])
+            [entry] = await client.read(names, "w", count=5, block_ms=1000)
+            assert entry.message().task_id == "t"
+            assert entry.stream == alive[0]
+        finally:
+            await client.close()
+    finally:
+        redis_cluster.restart(int(first.rpartition(":")[2]))

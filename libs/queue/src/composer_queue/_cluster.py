@@ -40,6 +40,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis import exceptions as rex
+from redis._parsers import AsyncCommandsParser
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import SSLConnection
@@ -54,9 +55,15 @@ log = logging.getLogger("composer.queue.cluster")
 
 
 def connect_cluster(url: str, *, connect_timeout: float | None = None) -> ClusterQueue:
-    """A client for the Redis Cluster one of whose nodes is at ``url`` (it finds the others)."""
+    """A client for the Redis Cluster one of whose nodes is at ``url`` (it finds the others).
+
+    ``url`` may name several nodes, comma-separated (``redis://:pw@h1:7000,h2:7000/0``):
+    a client that starts while the first is down finds the cluster through another.
+    """
+    first, others = _nodes(url)
     client = RedisCluster.from_url(
-        url,
+        first,
+        startup_nodes=[ClusterNode(host, port) for host, port in others] or None,
         decode_responses=True,
         encoding_errors="replace",
         protocol=2,
@@ -65,7 +72,56 @@ def connect_cluster(url: str, *, connect_timeout: float | None = None) -> Cluste
         socket_timeout=None,
         socket_connect_timeout=connect_timeout,
     )
+    client.commands_parser = _CommandsParser(client)
     return ClusterQueue(client)
+
+
+class _CommandsParser(AsyncCommandsParser):
+    """redis-py reads the command table from one master (the first) each time it learns
+    the cluster's slots, and while that master is down every command of a client that
+    (re)learns them fails: ask the other masters too, and send keyless commands to the
+    one that answered."""
+
+    __slots__ = ("_cluster",)
+
+    def __init__(self, cluster: RedisCluster) -> None:
+        super().__init__()
+        self._cluster = cluster
+
+    async def initialize(self, node: ClusterNode | None = None) -> None:
+        others = self._cluster.get_primaries()
+        candidates = [node, *[n for n in others if n is not node]] if node else others
+        failed: BaseException | None = None
+        for candidate in candidates:
+            try:
+                await super().initialize(candidate)
+            except (rex.ConnectionError, rex.TimeoutError, OSError) as exc:
+                failed = failed or exc
+                continue
+            if candidate is not node:
+                self._cluster.nodes_manager.default_node = candidate
+            return
+        if failed is not None:
+            raise failed
+        await super().initialize(node)
+
+
+def _nodes(url: str) -> tuple[str, list[tuple[str, int]]]:
+    """The URL of the first node ``url`` names, and the (host, port) of the others."""
+    scheme, sep, rest = url.partition("://")
+    netloc, slash, tail = rest.partition("/")
+    auth, at, hosts = netloc.rpartition("@")
+    first, *others = hosts.split(",")
+    nodes: list[tuple[str, int]] = []
+    for node in others:
+        host, _, port = node.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(
+                f"{node.strip()!r} in the Redis URL is not host:port "
+                "(COMPOSER_REDIS_URL names one node, or several: redis://h1:7000,h2:7000/0)"
+            )
+        nodes.append((host.strip("[]"), int(port)))
+    return f"{scheme}{sep}{auth}{at}{first}{slash}{tail}", nodes
 
 
 class ClusterQueue(RedisQueue):
