@@ -22,6 +22,9 @@ async def test_an_operator_pauses_and_resumes_a_run_from_its_page(ui: Ui) -> Non
     await expect(ui.page.locator("#run-status")).to_have_text("paused")
     await expect(ui.page.locator("#pause")).to_have_count(0)
     await expect(ui.page.locator("#cancel")).to_have_count(1)  # a paused run can be cancelled
+    hint = ui.page.locator(".run-waiting-hint")
+    await expect(hint).to_contain_text("This run waits: paused: nothing new goes to a worker")
+    await expect(hint.locator("a")).to_have_count(0)  # Resume is the way on, no other page
 
     await ui.page.click("#signal")
     await expect(ui.page.locator("#message")).to_contain_text("buffered")

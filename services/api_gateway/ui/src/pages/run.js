@@ -74,20 +74,25 @@ function logsBlock(answer) {
     h('pre', { class: 'log-lines' }, (entry.lines || []).join('\n'))));
 }
 
-/** A notice for the run when it waits for a slot of its concurrency key, and for each
- * task that waits on a queue no live worker serves or on a limit (their waiting_hint). */
+/** A notice for the run when it waits for a slot of its concurrency key or for its
+ * resume (paused), and for each task that waits on a queue no live worker serves, on a
+ * limit or on the run's resume (their waiting_hint). */
 function waitingHints(tasks, run) {
   const hinted = (tasks || []).filter((t) => t.waiting_hint);
   if (hinted.length === 0 && !(run && run.waiting_hint)) return null;
+  const paused = run && run.status === 'PAUSED';
+  // where to look next: the Limits page, the Workers page, or nowhere (a pause: Resume)
+  const link = (hint) => {
+    if (paused && /paused/.test(hint)) return null;
+    return /limit|slot/.test(hint) ? h('a', { href: '#/limits' }, 'Limits') : h('a', { href: '#/workers' }, 'Workers');
+  };
   return h('div', { class: 'waiting-hints', role: 'status' },
     run && run.waiting_hint
       ? h('p', { class: 'waiting-hint run-waiting-hint' },
-        h('strong', {}, 'This run'), ` waits: ${run.waiting_hint} `, h('a', { href: '#/limits' }, 'Limits'))
+        h('strong', {}, 'This run'), ` waits: ${run.waiting_hint} `, link(run.waiting_hint))
       : null,
     ...hinted.map((t) => h('p', { class: 'waiting-hint', dataset: { node: t.node_id } },
-      h('strong', {}, t.node_id), ` waits: ${t.waiting_hint} `,
-      h('a', { href: /limit/.test(t.waiting_hint) ? '#/limits' : '#/workers' },
-        /limit/.test(t.waiting_hint) ? 'Limits' : 'Workers'))));
+      h('strong', {}, t.node_id), ` waits: ${t.waiting_hint} `, link(t.waiting_hint))));
 }
 
 export function runPage(main, runId) {
