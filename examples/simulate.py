@@ -36,6 +36,7 @@ from composer_core.statemachine import (
     RetryTask,
     RunStarted,
     SignalReceived,
+    StartChild,
     TimerFired,
 )
 
@@ -87,6 +88,11 @@ def describe(action: Action) -> str:
             return (
                 f"retry   {action.node_id} after attempt {action.attempt} failed: {action.error}; "
                 f"attempt {action.next_attempt} → queue {action.queue!r} at {action.not_before:%H:%M:%S}"
+            )
+        case StartChild():
+            return (
+                f"start   child run of {action.child.workflow_id!r} for {action.node_id} "
+                f"attempt {action.attempt}"
             )
         case ResolveWait():
             return f"resolve {action.node_id} {paint(action.state)} {json.dumps(action.output)}"

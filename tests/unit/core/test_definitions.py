@@ -588,11 +588,15 @@ def test_retry_timeout_and_queue_only_on_worker_nodes(node_type: str) -> None:
     }
     doc = definition([task("a"), node, task("b")], [("a", "n"), ("n", "b")])
     found = problems(doc)
-    for field in ("queue", "timeout_seconds", "retry"):
+    for field in ("queue", "timeout_seconds"):
         assert (
             f"nodes[1].{field}: applies only to HTTP, PYTHON and TASK nodes, not {node_type}"
             in found
         )
+    assert (
+        f"nodes[1].retry: applies only to HTTP, PYTHON, TASK and SUB_WORKFLOW nodes, "
+        f"not {node_type}" in found
+    )
 
 
 @pytest.mark.parametrize("node_type", ["SWITCH", "FORK", "JOIN"])

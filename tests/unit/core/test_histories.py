@@ -40,6 +40,7 @@ from composer_core.statemachine import (
     RunRetried,
     RunStarted,
     SignalReceived,
+    StartChild,
     TimerFired,
 )
 from tests.unit.core.harness import Harness
@@ -65,6 +66,8 @@ def line(action: Action, now: dt.datetime) -> str:
                 f"retry {action.node_id} after attempt {action.attempt}: "
                 f"attempt {action.next_attempt} to {action.queue} in {delay:g}s"
             )
+        case StartChild():
+            return f"start child of {action.child.workflow_id} for {action.node_id}"
         case ResolveWait():
             return f"resolve {action.node_id} {action.state}"
         case BufferSignal():

@@ -10,6 +10,7 @@ from composer_core.kinds import (
     KINDS,
     RESERVED_QUEUES,
     Category,
+    ChildKind,
     ControlKind,
     NodeKind,
     NodeType,
@@ -35,6 +36,7 @@ def test_a_kinds_category_is_the_one_its_base_class_gives(node_type: NodeType) -
         Category.WORKER: WorkerKind,
         Category.CONTROL: ControlKind,
         Category.WAIT: WaitKind,
+        Category.SUB_WORKFLOW: ChildKind,
     }[kind.category]
     assert isinstance(kind, base)
     assert node_type.is_worker is (kind.category is Category.WORKER)

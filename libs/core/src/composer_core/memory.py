@@ -35,6 +35,7 @@ from composer_core.statemachine import (
     RetryTask,
     Run,
     Signal,
+    StartChild,
     Transition,
 )
 from composer_core.templates import Json
@@ -71,6 +72,8 @@ class MemoryRun:
     loads: list[list[str]] = field(default_factory=list)
     #: How many times the signals were loaded.
     signal_loads: int = 0
+    #: The child runs sub-workflow nodes started, in order (the engine inserts them).
+    children: list[StartChild] = field(default_factory=list)
 
     @classmethod
     def create(
@@ -146,6 +149,10 @@ class MemoryRun:
                     record = self._task(action.node_id, action.task_id)
                     record.state, record.error = TaskState.PENDING, action.error
                     record.attempt, record.not_before = action.next_attempt, action.not_before
+                case StartChild():
+                    record = self._task(action.node_id, action.task_id)
+                    record.state, record.attempt = TaskState.RUNNING, action.attempt
+                    self.children.append(action)
                 case ResolveWait():
                     record = self._task(action.node_id, action.task_id)
                     record.state, record.output, record.error = (

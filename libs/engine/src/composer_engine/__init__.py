@@ -1,6 +1,7 @@
 """Composer's engine: lock the run, decide with the state machine, persist, commit."""
 
 from composer_engine._admission import AdmissionPolicy, QueueConcurrency, parse_queue_concurrency
+from composer_engine._children import DEFAULT_MAX_CHILD_DEPTH
 from composer_engine._definitions import DefinitionCache
 from composer_engine._engine import Engine
 from composer_engine._history import KINDS as HISTORY_KINDS
@@ -51,6 +52,7 @@ from composer_engine.errors import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_CHILD_DEPTH",
     "HISTORY_ENDS_ATTEMPT",
     "HISTORY_KINDS",
     "Acknowledge",

@@ -33,6 +33,7 @@ import composer_queue as cq
 import composer_repo as repo
 from composer_common import ids, limits
 from composer_engine._admission import AdmissionPolicy, Gate
+from composer_engine._children import DEFAULT_MAX_CHILD_DEPTH
 from composer_engine._definitions import DefinitionCache
 from composer_engine._held import HeldTasks
 from composer_engine._leases import new_token
@@ -76,6 +77,7 @@ class Engine:
         sealer: Sealer | None = None,
         park_seconds: float = 300.0,
         admission: AdmissionPolicy | None = None,
+        max_child_depth: int = DEFAULT_MAX_CHILD_DEPTH,
     ) -> None:
         """``batch_size`` and ``batches_in_flight`` bound each group commit of reports
         and each batch of leases and renewals: how many go in one transaction (one
@@ -91,7 +93,10 @@ class Engine:
         attempt whose input does not open here is parked for ``park_seconds``.
 
         ``admission`` may hold tasks ready to go until it has room for them
-        (COMPOSER_QUEUE_CONCURRENCY; None: every dispatch goes at once)."""
+        (COMPOSER_QUEUE_CONCURRENCY; None: every dispatch goes at once).
+
+        ``max_child_depth`` (COMPOSER_MAX_CHILD_DEPTH): how deep SUB_WORKFLOW children
+        nest; a node that would start a deeper one fails (engine/_children.py)."""
         shell = Shell(
             pool,
             redis=redis,
@@ -103,6 +108,7 @@ class Engine:
             attempts=attempts,
             max_node_input_bytes=max_node_input_bytes,
             sealer=sealer,
+            max_child_depth=max_child_depth,
         )
         self._shell = shell
         self.pool = pool

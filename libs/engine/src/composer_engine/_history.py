@@ -42,9 +42,11 @@ from composer_core.statemachine import (
     RunRetried,
     RunStarted,
     SignalReceived,
+    StartChild,
     TimerFired,
 )
 from composer_core.templates import Json
+from composer_engine import _run_events
 from composer_engine.sealing import RunSeal
 
 #: The kinds of history row, in the words the API, the CLI and the UI show.
@@ -68,6 +70,8 @@ KINDS = (
     "run.resumed",
     "run.retried",
     "run.finished",
+    "child.started",
+    "child.finished",
 )
 
 
@@ -223,6 +227,27 @@ def rows(
                         ),
                     )
                 )
+            case StartChild():
+                child: dict[str, Json] = {
+                    "child_run_id": action.child_run_id,
+                    "workflow_id": action.child.workflow_id,
+                }
+                if action.child.version is not None:
+                    child["version"] = action.child.version
+                if action.not_before is not None:
+                    child["not_before"] = action.not_before.isoformat()
+                if action.child.detached:
+                    child["on_parent_cancel"] = "abandon"
+                add(
+                    repo.NewHistory(
+                        run_id,
+                        "child.started",
+                        node_id=action.node_id,
+                        task_id=action.task_id,
+                        attempt=action.attempt,
+                        detail=child,
+                    )
+                )
             case ResolveWait():
                 if action.state is TaskState.COMPLETED:
                     add(
@@ -280,6 +305,32 @@ def rows(
             case _:
                 assert_never(action)
     return out
+
+
+def child_finished(
+    run_id: str, child_run_id: str, taken: repo.TakenRunEvent
+) -> repo.NewHistory | None:
+    """The parent's row for a child's end, applied to the node that started it (the
+    task.completed or task.failed row beside it says what it did to the node)."""
+    payload = taken.payload if isinstance(taken.payload, dict) else {}
+    match taken.event:
+        case _run_events.NODE_COMPLETED:
+            status = "SUCCEEDED"
+        case _run_events.NODE_FAILED:
+            cancelled = payload.get("error_code") == _run_events.CHILD_CANCELLED
+            status = "CANCELLED" if cancelled else "FAILED"
+        case _:
+            return None
+    attempt = payload.get("attempt")
+    return repo.NewHistory(
+        run_id,
+        "child.finished",
+        node_id=payload.get("node_id") if isinstance(payload.get("node_id"), str) else None,
+        task_id=taken.task_id,
+        attempt=attempt if isinstance(attempt, int) else None,
+        actor=f"run {child_run_id}",
+        detail={"child_run_id": child_run_id, "status": status},
+    )
 
 
 def _task_id(run: Run, node_id: str) -> str | None:

@@ -35,8 +35,10 @@ from composer_core.statemachine import (
     ResolveWait,
     RetryTask,
     Run,
+    StartChild,
 )
 from composer_core.templates import Json
+from composer_engine._children import ChildHost, start_child
 from composer_engine._effects import Effects
 from composer_engine._metrics import instruments
 from composer_engine._tx import Tx
@@ -54,6 +56,7 @@ async def persist(
     seal: RunSeal,
     *,
     context: Json = None,
+    children: ChildHost | None = None,
 ) -> Effects:
     """Write ``actions`` in order, every document sealed by ``seal``; a write that
     matches no row raises StaleSnapshot.
@@ -62,7 +65,10 @@ async def persist(
     none), is copied as it is onto the row of every task whose kind carries it (TASK,
     ``NodeKind.carries_context``): its lease hands it to the user's handler without
     reading the run's row. Other tasks (control, waits, the built-in executors' nodes)
-    carry none."""
+    carry none.
+
+    ``children`` starts the child run of a sub-workflow node's attempt (StartChild:
+    engine/_children.py); None only where no such node runs (a test's engine)."""
     doc, text = seal.doc, seal.text
     effects = Effects()
     conn, run_id = tx.conn, run.run_id
@@ -166,6 +172,9 @@ async def persist(
                     raise StaleSnapshot(
                         f"task {action.task_id} attempt {action.attempt} cannot be retried"
                     )
+                effects.retried += 1
+                if action.queue is None:  # a sub-workflow's: a new child (StartChild follows)
+                    continue
                 at_once = await write_dispatch(
                     tx,
                     repo.TaskRef(run_id, action.task_id, action.node_id, requeued.attempt),
@@ -176,7 +185,25 @@ async def persist(
                 if (line := dag.node_line(action.node_id)) is not None:
                     writes.free(tx, [line.key])  # the failed attempt's place: next in line
                 effects.wake_enqueuer |= not at_once
-                effects.retried += 1
+            case StartChild():
+                await writes.flush(tx)
+                parent = repo.ParentRef(run_id, action.node_id, action.task_id, action.attempt)
+                if not await repo.start_child_task(conn, parent):
+                    raise StaleSnapshot(
+                        f"task {action.task_id} attempt {action.attempt} is not active"
+                    )
+                if children is None:  # pragma: no cover - every engine's shell is one
+                    raise AssertionError("a sub-workflow node ran where no child can start")
+                await start_child(
+                    tx,
+                    children,
+                    parent,
+                    action.child_run_id,
+                    action.child,
+                    parent_seal=seal,
+                    not_before=action.not_before,
+                )
+                effects.wake_enqueuer |= action.not_before is not None
             case ResolveWait():
                 await writes.flush(tx)
                 if not await repo.resolve_wait(

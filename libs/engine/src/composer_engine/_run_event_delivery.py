@@ -14,7 +14,7 @@ import composer_repo as repo
 from composer_common.logs import alert
 from composer_core.model import RunStatus
 from composer_core.statemachine import RunCancelled, RunStarted
-from composer_engine import _run_events
+from composer_engine import _history, _run_events
 from composer_engine._shell import Shell
 from composer_engine._tx import Tx
 from composer_engine.errors import EngineError, Unavailable
@@ -59,8 +59,9 @@ class RunEventDelivery:
             if isinstance(event, RunCancelled) and locked.run.status.is_terminal:
                 return False  # the child finished before its parent's cancel reached it
             if isinstance(event, RunStarted):
-                # handed its key's slot (§4.13): PENDING → RUNNING, unless it was
-                # cancelled while the start was on its way (its end gave the slot on)
+                # handed its key's slot (§4.13), or a child its parent's node wrote
+                # (§4.15): PENDING → RUNNING, unless it was cancelled while the start
+                # was on its way (its end gave the slot on)
                 if not await repo.start_waiting_run(tx.conn, locked.run.run_id):
                     return False
                 locked = dataclasses.replace(
@@ -70,6 +71,10 @@ class RunEventDelivery:
             sender = _run_events.sender(taken)
             by = None if sender is None else f"run {sender}"
             transition = await shell.decide(tx, dag, locked, event, by=by)
+            if transition.ignored is None and sender not in (None, target):
+                finished = _history.child_finished(target, sender, taken)
+                if finished is not None:
+                    tx.writes.history.append(finished)
             return transition.ignored is None
 
         return await shell.in_tx(attempt)

@@ -19,6 +19,7 @@ sealed again under the target's key when the event is applied.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import composer_repo as repo
@@ -36,7 +37,8 @@ from composer_engine.sealing import RunSeal, Sealer
 NODE_COMPLETED = "node_completed"
 NODE_FAILED = "node_failed"
 RUN_CANCELLED = "run_cancelled"
-#: A run waiting for a slot of its key was handed one (docs/architecture.md §4.13).
+#: Starts a PENDING run: one handed its key's slot (§4.13), or a child run its
+#: parent's node wrote (engine/_children.py, §4.15).
 RUN_STARTED = "run_started"
 
 #: The error codes a parent's node fails with when its child run did not succeed.
@@ -105,6 +107,35 @@ def slot_handed(waiting: repo.WaitingRun, from_run_id: str) -> repo.NewRunEvent:
     )
 
 
+def start_run(
+    child_run_id: str, parent_run_id: str, *, not_before: dt.datetime | None = None
+) -> repo.NewRunEvent:
+    """The event that starts a child run its parent's node wrote PENDING."""
+    return repo.NewRunEvent(
+        child_run_id, None, RUN_STARTED, {"from": parent_run_id}, not_before=not_before
+    )
+
+
+def attempt_failed(
+    attempt: repo.ParentRef, error: str, code: str, seal: RunSeal
+) -> repo.NewRunEvent:
+    """The event a run sends its own node attempt that could not start its child: it
+    fails for good (no retry would start one either)."""
+    return repo.NewRunEvent(
+        attempt.run_id,
+        attempt.task_id,
+        NODE_FAILED,
+        {
+            "from": attempt.run_id,
+            "node_id": attempt.node_id,
+            "attempt": attempt.attempt,
+            "error": seal.text(error),
+            "error_code": code,
+            "permanent": True,
+        },
+    )
+
+
 class UnknownRunEvent(ValueError):
     """A run event row this engine cannot read (written by a newer one, or damaged)."""
 
@@ -130,6 +161,7 @@ def decode(taken: repo.TakenRunEvent, sealer: Sealer) -> RunEvent:
                 int(payload["attempt"]),
                 sealer.open_text(sender, payload.get("error")) or "its child run failed",
                 payload.get("error_code"),
+                permanent=payload.get("permanent") is True,
             )
         case "run_cancelled":
             return RunCancelled(sealer.open_text(sender, payload.get("reason")) or "")

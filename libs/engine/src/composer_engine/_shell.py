@@ -47,6 +47,7 @@ from composer_core.templates import Budget
 from composer_engine import _history
 from composer_engine import opened as _opened
 from composer_engine._admission import Gate
+from composer_engine._children import DEFAULT_MAX_CHILD_DEPTH
 from composer_engine._definitions import DefinitionCache
 from composer_engine._leases import Reporter
 from composer_engine._metrics import instruments
@@ -94,6 +95,7 @@ class Shell:
         attempts: int,
         max_node_input_bytes: int | None,
         sealer: Sealer | None,
+        max_child_depth: int = DEFAULT_MAX_CHILD_DEPTH,
     ) -> None:
         self.pool = pool
         self.sealer = sealer or Sealer()
@@ -104,6 +106,8 @@ class Shell:
         self.clock = clock
         self.new_id = new_id
         self.attempts = attempts
+        #: How deep child runs may nest (engine/_children.py).
+        self.max_child_depth = max_child_depth
         #: Checked as each node's input is rendered (the lease checks again).
         self.input_limit = (
             None
@@ -226,7 +230,13 @@ class Shell:
                         f"{about}, actions {', '.join(type(a).__name__ for a in actions)}"
                     )
                     effects = await persist(
-                        tx, dag, run, transition.actions, seal, context=locked.context
+                        tx,
+                        dag,
+                        run,
+                        transition.actions,
+                        seal,
+                        context=locked.context,
+                        children=self,
                     )
                     tx.writes.history.extend(_history.rows(run, event, actions, seal, by=by))
                     if attempt_log is not None and isinstance(event, NodeCompleted | NodeFailed):

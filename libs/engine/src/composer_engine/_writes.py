@@ -192,7 +192,11 @@ class Writes:
                 await hand_on(conn, self.run_events, freed)
         if self.run_events:
             events, self.run_events = self.run_events, []
-            tx.run_events.extend(await repo.enqueue_run_events(conn, events))
+            event_ids = await repo.enqueue_run_events(conn, events)
+            # one due later (a retried child's start) is the outbox-enqueuer's to deliver
+            tx.run_events.extend(
+                i for i, e in zip(event_ids, events, strict=True) if e.not_before is None
+            )
         if self.history:
             history, self.history = self.history, []
             await repo.insert_history(conn, history)

@@ -28,6 +28,14 @@ from composer_repo._admission import (
     queue_load,
     release_task,
 )
+from composer_repo._children import (
+    ChildSummary,
+    first_child_version,
+    insert_child_run,
+    run_children,
+    run_depth,
+    start_child_task,
+)
 from composer_repo._db import Connection, Pool, connect, create_pool, init_connection
 from composer_repo._definitions import (
     create_definition,
@@ -240,6 +248,7 @@ __all__ = [
     "PAUSED_HOLD",
     "SCHEMA_VERSION",
     "BufferedSignal",
+    "ChildSummary",
     "CommitStatus",
     "CommitUnknown",
     "Conflict",
@@ -337,6 +346,7 @@ __all__ = [
     "expired_leases",
     "fail_task",
     "finish_run",
+    "first_child_version",
     "get_definition",
     "get_run",
     "get_run_tasks",
@@ -348,6 +358,7 @@ __all__ = [
     "hold_run_tasks",
     "hold_tasks",
     "init_connection",
+    "insert_child_run",
     "insert_history",
     "insert_run",
     "insert_task",
@@ -405,6 +416,8 @@ __all__ = [
     "require_schema",
     "resolve_wait",
     "resume_run",
+    "run_children",
+    "run_depth",
     "run_event_target",
     "run_history",
     "run_limit_keys",
@@ -417,6 +430,7 @@ __all__ = [
     "set_task_limits",
     "signal_key",
     "singleton",
+    "start_child_task",
     "start_waiting_run",
     "take_oldest_run_slot",
     "take_run_event",

@@ -223,6 +223,8 @@ class RunRecord:
     retried_by: str | None = None
     #: Its labels (V017), in plain text even when the run is sealed; empty: none.
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: The node attempt of another run that started it (a SUB_WORKFLOW's); None: none.
+    parent: ParentRef | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ time (the sweeper leaves it alone) until a release dispatches it
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -32,6 +33,8 @@ class NewRunEvent:
     task_id: str | None
     event: str
     payload: Json
+    #: Due no earlier than this (None: at once, delivered right after the commit).
+    not_before: dt.datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +75,7 @@ async def enqueue_run_events(conn: Connection, events: Sequence[NewRunEvent]) ->
         [e.task_id for e in events],
         [e.event for e in events],
         [e.payload for e in events],
+        [e.not_before for e in events],
     )
     return [r["id"] for r in rows]
 

@@ -300,6 +300,11 @@ async def get_run(conn: Connection, run_id: str) -> RunRecord:
         cancelled_by=r["cancelled_by"],
         retried_by=r["retried_by"],
         labels=r["labels"] or {},
+        parent=None
+        if r["parent_run_id"] is None
+        else ParentRef(
+            r["parent_run_id"], r["parent_node_id"], r["parent_task_id"], r["parent_attempt"]
+        ),
     )
 
 

@@ -16,9 +16,11 @@ from dataclasses import dataclass
 import composer_queue
 import composer_repo as repo
 from composer_common import limits
-from composer_engine import Engine, parse_queue_concurrency
+from composer_engine import DEFAULT_MAX_CHILD_DEPTH, Engine, parse_queue_concurrency
 from composer_engine.sealing import sealer_from
 from composer_service.errors import StartupError
+
+__all__ = ["DEFAULT_MAX_CHILD_DEPTH", "EngineConfig", "build_engine"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,8 @@ class EngineConfig:
     batches_in_flight: int = 2
     #: COMPOSER_QUEUE_CONCURRENCY: the admission step's per-queue limits (empty: none).
     queue_concurrency: str = ""
+    #: COMPOSER_MAX_CHILD_DEPTH: how deep SUB_WORKFLOW child runs nest.
+    max_child_depth: int = DEFAULT_MAX_CHILD_DEPTH
 
 
 def build_engine(
@@ -61,4 +65,5 @@ def build_engine(
         max_output_bytes=config.max_output_bytes,
         sealer=sealer,
         admission=admission,
+        max_child_depth=config.max_child_depth,
     )

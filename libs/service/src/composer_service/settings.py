@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from composer_common import limits
 from composer_queue import DEFAULT_SHARDS
-from composer_service.engines import EngineConfig
+from composer_service.engines import DEFAULT_MAX_CHILD_DEPTH, EngineConfig
 from composer_service.errors import StartupError
 from composer_service.hosts import parse_hosts
 from composer_service.runtime import RuntimeConfig
@@ -79,6 +80,11 @@ class ServiceSettings(BaseSettings):
     #: with a reason, oldest first (docs/architecture.md §4.12). Empty: no limit. Every
     #: service that decides events needs the same value.
     queue_concurrency: str = ""
+    #: COMPOSER_MAX_CHILD_DEPTH: how deep SUB_WORKFLOW child runs nest (a run a client
+    #: started is at depth 0): a node that would start a deeper child fails, naming the
+    #: depth and this limit (docs/architecture.md §4.15). Every service that decides
+    #: events needs the same value.
+    max_child_depth: int = Field(default=DEFAULT_MAX_CHILD_DEPTH, ge=1)
     log_level: str = "INFO"
     #: json, human, or auto (JSON unless stderr is a terminal).
     log_format: Literal["auto", "json", "human"] = "auto"
@@ -119,6 +125,7 @@ class ServiceSettings(BaseSettings):
             batch_size=batch_size,
             batches_in_flight=batches_in_flight,
             queue_concurrency=self.queue_concurrency,
+            max_child_depth=self.max_child_depth,
         )
 
     def runtime(

@@ -488,6 +488,8 @@ def _typed_node(node_type: NodeType, kind: NodeKind) -> type[Node]:
         fields["queue"] = (str, Field(min_length=1, description=queue.description))
     elif kind.category is not Category.WORKER:
         for name in ("queue", "timeout_seconds", "retry"):
+            if name == "retry" and kind.takes_retry:
+                continue
             fields[name] = (
                 None,
                 Field(default=None, description=f"only {_WORKER_TYPES} take it, not {node_type}"),

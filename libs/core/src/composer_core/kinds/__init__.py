@@ -14,9 +14,21 @@ from collections.abc import Mapping
 from enum import StrEnum
 from types import MappingProxyType
 
-from composer_core.kinds import fork, http, join, python, switch, task, wait, wait_for_event
+from composer_core.kinds import (
+    fork,
+    http,
+    join,
+    python,
+    sub_workflow,
+    switch,
+    task,
+    wait,
+    wait_for_event,
+)
 from composer_core.kinds._kind import (
     Category,
+    ChildKind,
+    ChildRun,
     ControlKind,
     Decision,
     NodeKind,
@@ -41,6 +53,7 @@ class NodeType(StrEnum):
     JOIN = "JOIN"
     WAIT = "WAIT"
     WAIT_FOR_EVENT = "WAIT_FOR_EVENT"
+    SUB_WORKFLOW = "SUB_WORKFLOW"
 
     @property
     def kind(self) -> NodeKind:
@@ -71,6 +84,7 @@ KINDS: Mapping[NodeType, NodeKind] = MappingProxyType(
         NodeType.JOIN: join.JOIN,
         NodeType.WAIT: wait.WAIT,
         NodeType.WAIT_FOR_EVENT: wait_for_event.WAIT_FOR_EVENT,
+        NodeType.SUB_WORKFLOW: sub_workflow.SUB_WORKFLOW,
     }
 )
 
@@ -97,6 +111,8 @@ __all__ = [
     "MAX_SECONDS",
     "RESERVED_QUEUES",
     "Category",
+    "ChildKind",
+    "ChildRun",
     "ControlKind",
     "Decision",
     "NodeKind",

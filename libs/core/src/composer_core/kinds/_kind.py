@@ -37,8 +37,9 @@ class Category(StrEnum):
     CONTROL = "control"
     #: Parks WAITING until a timer fires or a signal arrives.
     WAIT = "wait"
-    # Composition adds its own: a sub-workflow (a child run; completed by the child's
-    # end) and a map (one child per item). Each gets a member here when it lands.
+    #: Starts a child run and waits for it: completed (or failed) by the child's end.
+    SUB_WORKFLOW = "sub_workflow"
+    # A map (one task per item) gets a member here when it lands.
 
 
 #: Why a kind that takes no secret refuses one, unless it says better.
@@ -126,6 +127,10 @@ class Decision(Protocol):
     def fail(self, node: Node, error: str, code: str | None = None) -> None:
         """Create the node's task FAILED: it could not even start."""
 
+    def start_child(self, node: Node, child: ChildRun) -> None:
+        """Create the node's task RUNNING and start ``child`` for its first attempt: the
+        child run's id is decided here, so the engine records it with the task."""
+
     def fail_too_large(self, node: Node, exc: InputTooLarge) -> None:
         """Create the node's task FAILED: its input is over the node input limit."""
 
@@ -134,6 +139,21 @@ class Decision(Protocol):
 
     def time_out(self, node_id: str, task_id: str, error: str) -> None:
         """A WAITING node fails with ``error``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChildRun:
+    """The run a sub-workflow node's attempt starts (docs/architecture.md §4.15)."""
+
+    #: The workflow the child runs.
+    workflow_id: str
+    #: Its version; None: the one deployed when the node starts (then kept for the
+    #: node's retries).
+    version: int | None
+    #: The child run's input, templates resolved.
+    input: Json
+    #: on_parent_cancel ``abandon``: the parent's cancel leaves the child running.
+    detached: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +190,10 @@ class NodeKind:
     #: Why its spec may not hold a secret reference; None: it takes them (the built-in
     #: workers resolve them at run time and store nothing; docs/secrets.md).
     refuses_secrets: ClassVar[str | None] = SECRETS_ONLY_IN
+    #: Its node takes ``retry``: a failed attempt may be followed by another.
+    takes_retry: ClassVar[bool] = False
+    #: Attempts in all when its node sets no ``retry`` (taken only with ``takes_retry``).
+    default_attempts: ClassVar[int] = 1
     #: Edges out of it may carry a condition; it records the branches it selects.
     takes_conditions: ClassVar[bool] = False
     #: Its task row carries the run's calling context, for the user's handler.
@@ -199,6 +223,8 @@ class WorkerKind(NodeKind):
     """Its task's input is rendered once and dispatched; a worker's report completes it."""
 
     category = Category.WORKER
+    takes_retry = True
+    default_attempts = 3  # DEFAULT_RETRY's
 
     def activate(self, node: Node, decision: Decision) -> list[Node]:
         try:
@@ -221,6 +247,33 @@ class ControlKind(NodeKind):
 
     def activate(self, node: Node, decision: Decision) -> list[Node]:
         return decision.complete(node, {})
+
+
+class ChildKind(NodeKind):
+    """Starts a child run per attempt; the child's end completes or fails the node, and a
+    retry of the node starts a new child (docs/architecture.md §4.15)."""
+
+    category = Category.SUB_WORKFLOW
+    #: A retry starts a new child; by default there is none (the child retries its own
+    #: nodes), as a Temporal child workflow has no retry policy unless given one.
+    takes_retry = True
+
+    def activate(self, node: Node, decision: Decision) -> list[Node]:
+        try:
+            child = self.child(node, decision)
+        except InputTooLarge as exc:
+            decision.fail_too_large(node, exc)
+            return []
+        except (TemplateError, ValueError) as exc:
+            decision.fail(node, f"{node.id}: {exc}")
+            return []
+        decision.start_child(node, child)
+        return []
+
+    def child(self, node: Node, decision: Decision) -> ChildRun:
+        """The run an attempt of ``node`` starts, its spec rendered now; raises
+        InputTooLarge, TemplateError or ValueError (a message for the user)."""
+        raise NotImplementedError
 
 
 class WaitKind(NodeKind):

@@ -66,6 +66,7 @@ def _listed(names: list[str], last: str) -> str:
 
 #: The types whose nodes take queue, timeout_seconds and retry ("HTTP, PYTHON and TASK").
 _WORKER_TYPES = _listed([t for t, k in KINDS.items() if k.category is Category.WORKER], "and")
+_RETRY_TYPES = _listed([t for t, k in KINDS.items() if k.takes_retry], "and")
 #: The types whose outgoing edges may carry a condition ("SWITCH").
 _CONDITION_TYPES = _listed([t for t, k in KINDS.items() if k.takes_conditions], "or")
 #: A node concurrency key: a name (no ':', which joins it to its scope in storage).
@@ -281,10 +282,13 @@ class _Builder:
                     )
             else:
                 for field in ("queue", "timeout_seconds", "retry", "concurrency"):
+                    if field == "retry" and kind.takes_retry:
+                        continue
                     if getattr(node, field) is not None:
                         self.add(
                             f"{path}.{field}",
-                            f"applies only to {_WORKER_TYPES} nodes, not {node.type}",
+                            f"applies only to {_WORKER_TYPES if field != 'retry' else _RETRY_TYPES}"
+                            f" nodes, not {node.type}",
                         )
             if nesting_depth(node.spec) > self.limits.max_depth:
                 # Measuring or compiling it would recurse that deep: leave it alone.

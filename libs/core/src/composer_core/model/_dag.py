@@ -210,6 +210,14 @@ class WorkflowDAG:
     def retry_policy(self, node_id: str) -> RetryPolicy:
         return self._nodes[node_id].retry_policy
 
+    def max_attempts(self, node_id: str) -> int | None:
+        """Attempts in all a node's task may make (None: a node that is never retried)."""
+        node = self._nodes[node_id]
+        kind = kind_of(node.type)
+        if not kind.takes_retry:
+            return None
+        return node.retry.max_attempts if node.retry is not None else kind.default_attempts
+
     def queue(self, node_id: str) -> str | None:
         """The queue a worker node is dispatched to; None for nodes no worker runs."""
         node = self._nodes[node_id]

@@ -13,6 +13,7 @@ from composer_core.statemachine._actions import (
     ReopenRun,
     ResolveWait,
     RetryTask,
+    StartChild,
     Transition,
 )
 from composer_core.statemachine._events import (
@@ -57,6 +58,7 @@ __all__ = [
     "RunStarted",
     "Signal",
     "SignalReceived",
+    "StartChild",
     "TimerFired",
     "Transition",
 ]

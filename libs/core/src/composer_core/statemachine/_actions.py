@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
+from composer_core.kinds import ChildRun
 from composer_core.model import NodeType, RunStatus, TaskState
 from composer_core.statemachine._state import Run
 from composer_core.templates import Json
@@ -68,20 +69,37 @@ class FailTask:
 class RetryTask:
     """A failed attempt will be retried: the task returns to PENDING with attempt + 1 and
     that attempt goes to ``queue`` (with the input stored at creation) no earlier than
-    ``not_before``."""
+    ``not_before``. ``queue`` None: a sub-workflow node, whose next attempt is a new
+    child run (a StartChild follows)."""
 
     task_id: str
     node_id: str
     node_type: NodeType
     attempt: int  # the attempt that failed
     error: str
-    queue: str
+    queue: str | None
     not_before: dt.datetime
     error_code: str | None = None
 
     @property
     def next_attempt(self) -> int:
         return self.attempt + 1
+
+
+@dataclass(frozen=True, slots=True)
+class StartChild:
+    """Attempt ``attempt`` of a sub-workflow node's task starts the child run
+    ``child_run_id`` (docs/architecture.md §4.15): the task is RUNNING, and the child
+    run is written with it, in the same transaction, so each attempt has exactly one
+    child whatever is retried or killed; the child starts under its own lock, no
+    earlier than ``not_before`` (None: at once)."""
+
+    task_id: str
+    node_id: str
+    attempt: int
+    child_run_id: str
+    child: ChildRun
+    not_before: dt.datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +163,7 @@ Action = (
     | CompleteTask
     | FailTask
     | RetryTask
+    | StartChild
     | ResolveWait
     | BufferSignal
     | ConsumeSignal

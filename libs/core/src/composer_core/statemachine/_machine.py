@@ -25,7 +25,7 @@ from composer_core.errors import (
     RunFinished,
     TemplateError,
 )
-from composer_core.kinds import WaitKind, kind_of
+from composer_core.kinds import ChildKind, ChildRun, WaitKind, kind_of
 from composer_core.model import Node, RunStatus, TaskState, WorkflowDAG
 from composer_core.statemachine._actions import (
     Action,
@@ -40,6 +40,7 @@ from composer_core.statemachine._actions import (
     ReopenRun,
     ResolveWait,
     RetryTask,
+    StartChild,
     Transition,
 )
 from composer_core.statemachine._events import (
@@ -160,6 +161,11 @@ class _Draft:
                 old = nodes[action.node_id]
                 nodes[action.node_id] = NodeState(
                     old.task_id, TaskState.PENDING, action.next_attempt, old.branches
+                )
+            case StartChild():
+                old = nodes[action.node_id]
+                nodes[action.node_id] = NodeState(
+                    old.task_id, TaskState.RUNNING, action.attempt, old.branches
                 )
             case ResolveWait():
                 old = nodes[action.node_id]
@@ -330,13 +336,29 @@ class Machine:
             node is None
             or event.permanent
             or self._run.is_terminal
-            or next_attempt >= node.retry_policy.max_attempts
+            or next_attempt >= (self._dag.max_attempts(node.id) or 1)
         ):
             self._emit(
                 FailTask(event.task_id, event.node_id, event.attempt, event.error, event.error_code)
             )
             return
-        delay = node.retry_policy.delay(next_attempt)
+        kind = kind_of(node.type)
+        child: ChildRun | None = None
+        if isinstance(kind, ChildKind):  # its next attempt is a new child, rendered now
+            try:
+                child = kind.child(node, self)
+            except (InputTooLarge, TemplateError, ValueError) as exc:
+                self._emit(
+                    FailTask(
+                        event.task_id,
+                        event.node_id,
+                        event.attempt,
+                        f"{event.error}; its retry could not start: {exc}",
+                        event.error_code,
+                    )
+                )
+                return
+        not_before = self._now + dt.timedelta(seconds=node.retry_policy.delay(next_attempt))
         self._emit(
             RetryTask(
                 task_id=event.task_id,
@@ -344,11 +366,22 @@ class Machine:
                 node_type=node.type,
                 attempt=event.attempt,
                 error=event.error,
-                queue=self._queue(node),
-                not_before=self._now + dt.timedelta(seconds=delay),
+                queue=None if child is not None else self._queue(node),
+                not_before=not_before,
                 error_code=event.error_code,
             )
         )
+        if child is not None:
+            self._emit(
+                StartChild(
+                    event.task_id,
+                    event.node_id,
+                    next_attempt,
+                    self._deps.new_id(),
+                    child,
+                    not_before if not_before > self._now else None,
+                )
+            )
 
     def _on_timer_fired(self, event: TimerFired) -> None:
         state = self._run.nodes.get(event.node_id)
@@ -652,6 +685,14 @@ class Machine:
                 error_code=code,
             )
         )
+
+    def start_child(self, node: Node, child: ChildRun) -> None:
+        """A sub-workflow node's task, RUNNING from the start: its first attempt's child
+        run is started by the engine in the same transaction (StartChild). The task's
+        input is the child's."""
+        task_id = self._deps.new_id()
+        self._emit(CreateTask(task_id, node.id, node.type, TaskState.PENDING, input=child.input))
+        self._emit(StartChild(task_id, node.id, 0, self._deps.new_id(), child))
 
     def fail_too_large(self, node: Node, exc: InputTooLarge) -> None:
         """Its input is over the node input limit: failed for good, and none of it is

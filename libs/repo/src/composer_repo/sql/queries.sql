@@ -198,7 +198,8 @@ RETURNING workflow_id, version, created_at, completed_at,
 
 -- name: get_run
 SELECT id, workflow_id, version, status, input, config, output, error, idempotency_key,
-       created_at, updated_at, completed_at, context, started_by, cancelled_by, retried_by, labels
+       created_at, updated_at, completed_at, context, started_by, cancelled_by, retried_by,
+       labels, parent_run_id, parent_node_id, parent_task_id, parent_attempt
   FROM workflow_runs
  WHERE id = $1;
 
@@ -929,20 +930,24 @@ UPDATE workflow_runs
 RETURNING 1;
 
 -- name: active_children
--- The runs a parent's cancel reaches: its children still going (paused ones too).
+-- The runs a parent's cancel reaches: its children still going (paused ones too),
+-- but those started with on_parent_cancel: abandon (V020).
 SELECT id
   FROM workflow_runs
- WHERE parent_run_id = $1 AND status IN ('PENDING', 'RUNNING', 'PAUSED')
+ WHERE parent_run_id = $1 AND status IN ('PENDING', 'RUNNING', 'PAUSED') AND NOT parent_detached
  ORDER BY id;
 
 -- name: enqueue_run_events
 -- Events addressed to other runs, in the transaction of their cause: their ids.
 -- destination names the event; payload holds it (sealed parts under the sending
 -- run's key, named in the payload).
+-- An event due later ($5: a retried node's next child, after its backoff) waits
+-- for the outbox-enqueuer.
 INSERT INTO outbox (kind, run_id, task_id, destination, payload, next_attempt_at, created_at)
-SELECT 'run_event', u.run_id, u.task_id, u.event, u.payload, composer_now(), composer_now()
-  FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[])
-           AS u(run_id, task_id, event, payload)
+SELECT 'run_event', u.run_id, u.task_id, u.event, u.payload,
+       COALESCE(u.not_before, composer_now()), composer_now()
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::timestamptz[])
+           AS u(run_id, task_id, event, payload, not_before)
 RETURNING id;
 
 -- name: run_event_target
@@ -1214,3 +1219,48 @@ SELECT limit_key,
  GROUP BY limit_key
  ORDER BY limit_key
  LIMIT $1;
+
+-- name: run_depth
+-- How deep a run is among child runs (V020): 0 for a run a client started.
+SELECT depth FROM workflow_runs WHERE id = $1;
+
+-- name: insert_child_run
+-- A SUB_WORKFLOW node's child run, PENDING, written in its parent's event with
+-- its parent recorded (docs/architecture.md §4.15); a run_event starts it under
+-- its own lock. Its id was decided by the parent's machine: a conflict is the
+-- same child written twice, which the parent's transaction never does.
+INSERT INTO workflow_runs (id, workflow_id, version, status, input, data_key, depth,
+                           parent_run_id, parent_node_id, parent_task_id, parent_attempt,
+                           parent_detached, created_at, updated_at)
+VALUES ($1, $2, $3, 'PENDING', $4, $5, $6, $7, $8, $9, $10, $11, composer_now(), composer_now())
+ON CONFLICT (id) DO NOTHING
+RETURNING 1;
+
+-- name: first_child_version
+-- The version the first child of a SUB_WORKFLOW node's task runs: its retries'
+-- children keep it (the deployed one when the node started).
+SELECT version
+  FROM workflow_runs
+ WHERE parent_run_id = $1 AND parent_task_id = $2
+ ORDER BY parent_attempt, id
+ LIMIT 1;
+
+-- name: start_child_task
+-- A SUB_WORKFLOW node's attempt is under way: RUNNING, with no worker and no
+-- dispatch (the sweeper and the lease statements look only at dispatched
+-- attempts), until its child's end completes or fails it.
+UPDATE task_instances
+   SET state = 'RUNNING', dispatched_at = NULL, started_at = composer_now(),
+       updated_at = composer_now()
+ WHERE run_id = $1 AND id = $2 AND node_id = $3 AND attempt = $4
+   AND state IN ('PENDING', 'RUNNING')
+RETURNING 1;
+
+-- name: run_children
+-- The runs a run's nodes started, oldest first (GET /v1/runs/{id}).
+SELECT id, workflow_id, version, status, parent_node_id, parent_task_id, parent_attempt,
+       parent_detached, created_at, completed_at
+  FROM workflow_runs
+ WHERE parent_run_id = $1
+ ORDER BY id
+ LIMIT $2;

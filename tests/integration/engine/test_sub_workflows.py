@@ -1,0 +1,153 @@
+"""SUB_WORKFLOW nodes in the engine, on PostgreSQL: each attempt writes its child run
+with its own transaction and starts it under the child's lock, so there is exactly
+one child per attempt, whatever dies between the parent's commit and the child's
+start (docs/architecture.md §4.13). The API's view is in tests/integration/e2e."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+import composer_queue as cq
+import composer_repo as repo
+from composer_core.model import RunStatus, TaskState
+from composer_engine import Engine, Workflows, validate_definition
+from composer_outbox_enqueuer.loop import Enqueuer
+from tests.integration.waits import until
+
+START_PARENT = Path(__file__).with_name("start_parent.py")
+
+PARENT = {
+    "id": "sw-parent",
+    "output": {"child": "{{tasks.call.output}}"},
+    "nodes": [
+        {
+            "id": "call",
+            "type": "SUB_WORKFLOW",
+            "spec": {"workflow": "sw-child", "input": {"n": "{{input.n}}"}},
+        }
+    ],
+}
+CHILD = {
+    "id": "sw-child",
+    "output": {"doubled": "{{tasks.work.output.doubled}}"},
+    "nodes": [{"id": "work", "type": "TASK", "queue": "sw-kids", "spec": {"n": "{{input.n}}"}}],
+}
+
+
+@pytest.fixture
+async def engine(pool: repo.Pool) -> AsyncIterator[Engine]:
+    workflows = Workflows(pool)
+    for spec in (CHILD, PARENT):
+        await workflows.create(validate_definition(spec), deploy=True)
+    e = Engine(pool)
+    try:
+        yield e
+    finally:
+        await e.aclose()
+
+
+async def children(pool: repo.Pool, run_id: str) -> list[repo.ChildSummary]:
+    async with repo.connection(pool) as conn:
+        return await repo.run_children(conn, run_id)
+
+
+async def run(pool: repo.Pool, run_id: str) -> repo.RunRecord:
+    async with repo.connection(pool) as conn:
+        return await repo.get_run(conn, run_id)
+
+
+async def task(pool: repo.Pool, run_id: str, node_id: str) -> repo.TaskRecord | None:
+    async with repo.connection(pool) as conn:
+        return {t.node_id: t for t in await repo.get_run_tasks(conn, run_id)}.get(node_id)
+
+
+async def one_child_running(pool: repo.Pool, parent: str) -> repo.ChildSummary:
+    async def started() -> bool:
+        kids = await children(pool, parent)
+        return bool(kids) and kids[-1].status is RunStatus.RUNNING
+
+    await until(started, what="the child started")
+    return (await children(pool, parent))[-1]
+
+
+async def finish_work(engine: Engine, pool: repo.Pool, child: str, output: object) -> None:
+    work = await task(pool, child, "work")
+    assert work is not None
+    assert await engine.report_completed(child, work.task_id, "work", 0, output)
+
+
+async def test_the_child_s_output_is_the_node_s(engine: Engine, pool: repo.Pool) -> None:
+    parent = (await engine.start("sw-parent", input={"n": 21})).run_id
+    child = await one_child_running(pool, parent)
+    node = await task(pool, parent, "call")
+    assert node is not None and node.state is TaskState.RUNNING
+    assert (child.node_id, child.task_id, child.attempt) == ("call", node.task_id, 0)
+    assert (await run(pool, child.run_id)).input == {"n": 21}
+    assert (await run(pool, child.run_id)).parent == repo.ParentRef(parent, "call", node.task_id, 0)
+
+    await finish_work(engine, pool, child.run_id, {"doubled": 42})
+
+    await until(lambda: _status(pool, parent, RunStatus.SUCCEEDED), what="parent succeeded")
+    assert (await run(pool, parent)).output == {"child": {"doubled": 42}}
+
+
+async def _status(pool: repo.Pool, run_id: str, status: RunStatus) -> bool:
+    return (await run(pool, run_id)).status is status
+
+
+async def test_a_parent_killed_after_its_commit_has_exactly_one_child(
+    engine: Engine, pool: repo.Pool, database_url: str, redis_url: str
+) -> None:
+    """The process that starts the parent commits (the child written PENDING with it)
+    and dies before it delivers the child's start: a deliverer (here, the enqueuer and
+    another engine) starts that child, once; no other is ever written."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(START_PARENT), database_url, stdout=asyncio.subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), 30)
+        assert line.startswith(b"committed "), line
+        parent = line.split()[1].decode()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+    (child,) = await children(pool, parent)
+    assert child.status is RunStatus.PENDING  # written with the parent, not started
+    assert await task(pool, child.run_id, "work") is None
+
+    queue = cq.connect(redis_url)
+    stop = asyncio.Event()
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    fallback = Engine(pool, redis=queue, redis_prefix=prefix)
+    enqueuer = Enqueuer(
+        fallback, queue, prefix=prefix, grace=0.2, poll_seconds=0.05, run_events=True
+    )
+    loop = asyncio.create_task(enqueuer.run(stop))
+    try:
+        # another deliverer races the enqueuer for the same start: it applies once
+        async with repo.connection(pool) as conn:
+            (start,) = await repo.due_run_events(conn, limit=10, grace=0)
+        await engine.deliver_run_event(start)
+        await until(lambda: _status(pool, child.run_id, RunStatus.RUNNING), what="child started")
+        await finish_work(engine, pool, child.run_id, {"doubled": 2})
+        await until(lambda: _status(pool, parent, RunStatus.SUCCEEDED), what="parent succeeded")
+    finally:
+        stop.set()
+        await loop
+        await fallback.aclose()
+        await queue.close()
+    assert [c.run_id for c in await children(pool, parent)] == [child.run_id]
+    async with repo.connection(pool) as conn:
+        started = await conn.fetchval(
+            "SELECT count(*) FROM run_history WHERE run_id = $1 AND kind = 'run.started'",
+            child.run_id,
+        )
+    assert started == 1
