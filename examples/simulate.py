@@ -21,6 +21,7 @@ from composer_core.model import NodeType, TaskState, build_dag, parse_definition
 from composer_core.statemachine import (
     Action,
     BufferSignal,
+    CancelItems,
     CancelTasks,
     CompleteTask,
     ConsumeSignal,
@@ -29,6 +30,7 @@ from composer_core.statemachine import (
     Event,
     FailTask,
     FinishRun,
+    MapProgressed,
     NodeCompleted,
     NodeFailed,
     ReopenRun,
@@ -37,6 +39,7 @@ from composer_core.statemachine import (
     RunStarted,
     SignalReceived,
     StartChild,
+    StartItem,
     TimerFired,
 )
 
@@ -107,6 +110,13 @@ def describe(action: Action) -> str:
         case FinishRun():
             detail = json.dumps(action.output) if action.error is None else action.error
             return f"finish  run {paint(action.status)}: {detail}"
+        case StartItem():
+            return f"dispatch {action.node_id} item {action.item} → queue {action.queue!r}"
+        case CancelItems():
+            return f"cancel  the unfinished items of {action.node_id}: {action.reason}"
+        case MapProgressed():
+            p = action.progress
+            return f"progress {action.node_id} {p.finished} / {p.total}"
         case _:
             assert_never(action)
 

@@ -60,6 +60,10 @@ PRUNED: dict[str, tuple[Any, ...]] = {
     "resume_run": (),
     "hold_run_tasks": (None, "paused"),
     "release_run_tasks": ("paused",),
+    "load_items": ("m", [0, 1]),
+    "load_item_outputs": ("m",),
+    "cancel_items": ("m", "r"),
+    "get_map_items": ("m", 0, 100),
 }
 
 #: Statements on partitioned tables that do not (and need not) name one run.
@@ -104,6 +108,8 @@ WIDER = {
     "held_limit_tasks": "a release scans the small held partial index of limited rows",
     "held_limit_keys": "the sweeper scans the small held partial index of limited rows",
     "node_limit_keys": "GET /v1/limits: the small partial indexes of limited rows",
+    "start_items": "a batch of (run id, task id) pairs (MAP items that go)",
+    "set_map_progress": "a batch of (run id, task id) pairs (MAP progress)",
 }
 
 PARTITIONED = re.compile(r"\b(workflow_runs|task_instances|workflow_events|task_logs)\b")

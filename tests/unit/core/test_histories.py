@@ -23,6 +23,7 @@ from composer_core.model import build_dag, parse_definition
 from composer_core.statemachine import (
     Action,
     BufferSignal,
+    CancelItems,
     CancelTasks,
     CompleteTask,
     ConsumeSignal,
@@ -31,6 +32,7 @@ from composer_core.statemachine import (
     Event,
     FailTask,
     FinishRun,
+    MapProgressed,
     NodeCompleted,
     NodeFailed,
     ReopenRun,
@@ -41,6 +43,7 @@ from composer_core.statemachine import (
     RunStarted,
     SignalReceived,
     StartChild,
+    StartItem,
     TimerFired,
 )
 from tests.unit.core.harness import Harness
@@ -86,6 +89,12 @@ def line(action: Action, now: dt.datetime) -> str:
                 else ""
             )
             return f"finish {action.status}{error}{output}"
+        case StartItem():
+            return f"dispatch {action.node_id} item {action.item} to {action.queue}"
+        case CancelItems():
+            return f"cancel the items of {action.node_id}: {action.reason}"
+        case MapProgressed():
+            return f"progress {action.node_id} {action.progress.finished}/{action.progress.total}"
         case _:
             assert_never(action)
 

@@ -12,6 +12,7 @@ from composer_core.kinds import (
     Category,
     ChildKind,
     ControlKind,
+    MapKind,
     NodeKind,
     NodeType,
     WaitKind,
@@ -37,6 +38,7 @@ def test_a_kinds_category_is_the_one_its_base_class_gives(node_type: NodeType) -
         Category.CONTROL: ControlKind,
         Category.WAIT: WaitKind,
         Category.SUB_WORKFLOW: ChildKind,
+        Category.MAP: MapKind,
     }[kind.category]
     assert isinstance(kind, base)
     assert node_type.is_worker is (kind.category is Category.WORKER)

@@ -19,6 +19,7 @@ from typing import assert_never
 from composer_core.model import RunStatus, TaskState, WorkflowDAG
 from composer_core.statemachine import (
     BufferSignal,
+    CancelItems,
     CancelTasks,
     CompleteTask,
     ConsumeSignal,
@@ -29,13 +30,18 @@ from composer_core.statemachine import (
     FailTask,
     FinishRun,
     Machine,
+    MapProgress,
+    MapProgressed,
+    MapState,
     Missing,
+    NodeState,
     ReopenRun,
     ResolveWait,
     RetryTask,
     Run,
     Signal,
     StartChild,
+    StartItem,
     Transition,
 )
 from composer_core.templates import Json
@@ -65,6 +71,10 @@ class MemoryRun:
     now: Callable[[], dt.datetime]
     new_id: Callable[[], str]
     tasks: dict[str, TaskRecord] = field(default_factory=dict)  # node id → task row
+    #: The item tasks of MAP nodes: (node id, index) → task row.
+    items: dict[tuple[str, int], TaskRecord] = field(default_factory=dict)
+    #: Each MAP's stored progress (its own row's map_progress).
+    progress: dict[str, MapProgress] = field(default_factory=dict)
     signals: list[tuple[Signal, bool]] = field(default_factory=list)  # (signal, consumed)
     output: Json = None
     error: str | None = None
@@ -93,7 +103,7 @@ class MemoryRun:
         """Apply one event as the engine would; on error nothing is persisted."""
         machine = Machine(dag or self.dag, Deps(self.now(), self.new_id))
         snapshot = self.run  # stored without outputs or signals, as a reload gives it
-        for _ in range(len(self.tasks) + 2):  # each round loads something new
+        for _ in range(len(self.tasks) + 4):  # each round loads something new
             result = machine.apply(snapshot, event)
             if isinstance(result, Transition):
                 break
@@ -102,7 +112,7 @@ class MemoryRun:
             raise AssertionError(f"the machine keeps asking for data: {result}")
         if result.ignored is None:
             self._persist(result)
-            self.run = dataclasses.replace(result.run, outputs={}, signals=None)
+            self.run = self._stored(dataclasses.replace(result.run, outputs={}, signals=None))
             if dag is not None:
                 self.dag = dag
         return result
@@ -117,14 +127,76 @@ class MemoryRun:
         if missing.signals:
             self.signal_loads += 1
             signals = tuple(s for s, consumed in self.signals if not consumed)
-        return snapshot.with_data(outputs, signals)
+        items: dict[str, dict[int, NodeState]] = {}
+        for node_id, index in missing.items:
+            record = self.items[(node_id, index)]
+            items.setdefault(node_id, {})[index] = self._item_state(record)
+        item_outputs = {
+            node_id: tuple(
+                r.output if r.state is TaskState.COMPLETED else None
+                for (n, _), r in sorted(self.items.items())
+                if n == node_id
+            )
+            for node_id in missing.item_outputs
+        }
+        return snapshot.with_data(outputs, signals, items=items, item_outputs=item_outputs)
+
+    def _item_state(self, record: TaskRecord) -> NodeState:
+        return NodeState(record.task_id, record.state, record.attempt, error=record.error)
+
+    def _stored(self, run: Run) -> Run:
+        """The run as the database gives it back: a MAP with its stored progress and only
+        its items in flight and the next one (never all)."""
+        nodes = dict(run.nodes)
+        for node_id, state in run.nodes.items():
+            if state.map is None:
+                continue
+            progress = self.progress.get(node_id, state.map.progress)
+            wanted = (*progress.in_flight, progress.next)
+            loaded = {
+                i: self._item_state(self.items[(node_id, i)])
+                for i in wanted
+                if (node_id, i) in self.items
+            }
+            nodes[node_id] = dataclasses.replace(state, map=MapState(progress, loaded))
+        return dataclasses.replace(run, nodes=nodes, item_outputs={})
 
     # -- persisting ----------------------------------------------------------
 
     def _persist(self, transition: Transition) -> None:
         for action in transition.actions:
             match action:
+                case CreateTask() if action.item is not None:
+                    self.items[(action.node_id, action.item)] = TaskRecord(
+                        action.task_id, action.node_id, action.state, input=action.input
+                    )
+                case DispatchTask() if action.item is not None:
+                    self._item(action.node_id, action.item).not_before = action.not_before
+                case StartItem():
+                    self._item(action.node_id, action.item).not_before = self.now()
+                case CompleteTask() if action.item is not None:
+                    record = self._item(action.node_id, action.item)
+                    record.state, record.output, record.error = (
+                        TaskState.COMPLETED,
+                        action.output,
+                        None,
+                    )
+                case FailTask() if action.item is not None:
+                    record = self._item(action.node_id, action.item)
+                    record.state, record.error = TaskState.FAILED, action.error
+                case RetryTask() if action.item is not None:
+                    record = self._item(action.node_id, action.item)
+                    record.state, record.error = TaskState.PENDING, action.error
+                    record.attempt, record.not_before = action.next_attempt, action.not_before
+                case CancelItems():
+                    for (node_id, _), record in self.items.items():
+                        if node_id == action.node_id and record.state.is_active:
+                            record.state, record.error = TaskState.CANCELLED, action.reason
+                case MapProgressed():
+                    self.progress[action.node_id] = action.progress
                 case CreateTask():
+                    if action.map_progress is not None:
+                        self.progress[action.node_id] = action.map_progress
                     if action.node_id in self.tasks:
                         raise AssertionError(f"second task for node {action.node_id}")
                     self.tasks[action.node_id] = TaskRecord(
@@ -176,6 +248,9 @@ class MemoryRun:
                 case ReopenRun():
                     for node_id in action.reset_nodes:
                         self.tasks.pop(node_id, None)
+                        self.progress.pop(node_id, None)
+                        for key in [k for k in self.items if k[0] == node_id]:
+                            del self.items[key]
                     self.output, self.error = None, None
                 case CancelTasks():
                     for record in self.tasks.values():
@@ -185,6 +260,9 @@ class MemoryRun:
                     self.output, self.error = action.output, action.error
                 case _:
                     assert_never(action)
+
+    def _item(self, node_id: str, index: int) -> TaskRecord:
+        return self.items[(node_id, index)]
 
     def _task(self, node_id: str, task_id: str) -> TaskRecord:
         record = self.tasks[node_id]

@@ -32,6 +32,7 @@ from collections.abc import Callable
 import composer_queue as cq
 import composer_repo as repo
 from composer_common import ids, limits
+from composer_core.kinds.map import DEFAULT_MAX_ITEMS
 from composer_engine._admission import AdmissionPolicy, Gate
 from composer_engine._children import DEFAULT_MAX_CHILD_DEPTH
 from composer_engine._definitions import DefinitionCache
@@ -78,6 +79,7 @@ class Engine:
         park_seconds: float = 300.0,
         admission: AdmissionPolicy | None = None,
         max_child_depth: int = DEFAULT_MAX_CHILD_DEPTH,
+        map_max_items: int = DEFAULT_MAX_ITEMS,
     ) -> None:
         """``batch_size`` and ``batches_in_flight`` bound each group commit of reports
         and each batch of leases and renewals: how many go in one transaction (one
@@ -96,7 +98,10 @@ class Engine:
         (COMPOSER_QUEUE_CONCURRENCY; None: every dispatch goes at once).
 
         ``max_child_depth`` (COMPOSER_MAX_CHILD_DEPTH): how deep SUB_WORKFLOW children
-        nest; a node that would start a deeper one fails (engine/_children.py)."""
+        nest; a node that would start a deeper one fails (engine/_children.py).
+
+        ``map_max_items`` (COMPOSER_MAP_MAX_ITEMS) caps how many items a MAP node may
+        take, whatever its max_items says."""
         shell = Shell(
             pool,
             redis=redis,
@@ -109,6 +114,7 @@ class Engine:
             max_node_input_bytes=max_node_input_bytes,
             sealer=sealer,
             max_child_depth=max_child_depth,
+            map_max_items=map_max_items,
         )
         self._shell = shell
         self.pool = pool

@@ -23,6 +23,7 @@ from composer_core.model import RunStatus, TaskState
 from composer_core.statemachine import (
     Action,
     BufferSignal,
+    CancelItems,
     CancelTasks,
     CompleteTask,
     ConsumeSignal,
@@ -31,6 +32,7 @@ from composer_core.statemachine import (
     Event,
     FailTask,
     FinishRun,
+    MapProgressed,
     NodeCompleted,
     NodeFailed,
     ReopenRun,
@@ -43,6 +45,7 @@ from composer_core.statemachine import (
     RunStarted,
     SignalReceived,
     StartChild,
+    StartItem,
     TimerFired,
 )
 from composer_core.templates import Json
@@ -165,6 +168,10 @@ def rows(
                     scheduled["error"] = action.error
                 if action.error_code is not None:
                     scheduled["code"] = action.error_code
+                if action.item is not None:
+                    scheduled["item"] = action.item
+                if action.map_progress is not None:
+                    scheduled["items"] = action.map_progress.total
                 add(
                     repo.NewHistory(
                         run_id,
@@ -290,6 +297,28 @@ def rows(
                             detail=seal.doc({"reason": action.reason}),
                         )
                     )
+            case StartItem():
+                add(
+                    repo.NewHistory(
+                        run_id,
+                        "task.dispatched",
+                        node_id=action.node_id,
+                        task_id=action.task_id,
+                        attempt=0,
+                        detail={"queue": action.queue, "item": action.item},
+                    )
+                )
+            case CancelItems():
+                add(
+                    repo.NewHistory(
+                        run_id,
+                        "task.cancelled",
+                        node_id=action.node_id,
+                        detail=seal.doc({"reason": action.reason, "items": "every unfinished"}),
+                    )
+                )
+            case MapProgressed():
+                pass  # the items' own rows say what moved it
             case ReopenRun():
                 pass  # the run.retried row of the event says it, with the version below
             case BufferSignal():

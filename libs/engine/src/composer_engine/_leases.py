@@ -157,7 +157,7 @@ async def grant_leases(
                 answers.append(await _park(conn, request, lease, exc, park_for))
                 continue
         dag = await definitions.get(conn, lease.workflow_id, lease.workflow_version)
-        node = dag.node(lease.node_id)
+        node = dag.worker_node(lease.node_id)  # a MAP item: its inner node
         lease_input = _with_origin(lease_input, node)
         encoded = limits.encode(
             lease_input,

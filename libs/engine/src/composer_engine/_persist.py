@@ -24,6 +24,7 @@ from composer_core.model import NodeLine, RunStatus, WorkflowDAG
 from composer_core.statemachine import (
     Action,
     BufferSignal,
+    CancelItems,
     CancelTasks,
     CompleteTask,
     ConsumeSignal,
@@ -31,11 +32,13 @@ from composer_core.statemachine import (
     DispatchTask,
     FailTask,
     FinishRun,
+    MapProgressed,
     ReopenRun,
     ResolveWait,
     RetryTask,
     Run,
     StartChild,
+    StartItem,
 )
 from composer_core.templates import Json
 from composer_engine._children import ChildHost, start_child
@@ -97,6 +100,11 @@ async def persist(
                         ),
                         context=context if action.node_type.kind.carries_context else None,
                         error_code=action.error_code,
+                        item=action.item,
+                        waits=action.waits,
+                        map_progress=(
+                            None if action.map_progress is None else action.map_progress.as_json()
+                        ),
                     )
                 )
                 if action.wake_at is not None:
@@ -116,6 +124,23 @@ async def persist(
                 writes.completions.append((ref, doc(action.output), effects))
                 if (line := dag.node_line(action.node_id)) is not None:
                     writes.free(tx, [line.key])
+            case StartItem():
+                writes.starts.append((run_id, action.task_id))
+                at_once = writes.dispatch(
+                    tx,
+                    repo.TaskRef(run_id, action.task_id, action.node_id, 0),
+                    queue=action.queue,
+                    not_before=None,
+                )
+                effects.wake_enqueuer |= not at_once
+            case MapProgressed():
+                writes.progress[(run_id, action.task_id)] = action.progress.as_json()
+            case CancelItems():
+                await writes.flush(tx)
+                cancelled = await repo.cancel_items(
+                    conn, run_id, action.node_id, reason=text(action.reason) or ""
+                )
+                writes.free(tx, [queue for _, queue in cancelled])
             case FinishRun():
                 writes.finishes.append((run, action, effects, seal))
                 if dag.flow is not None and dag.flow.max_runs is not None:

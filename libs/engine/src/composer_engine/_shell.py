@@ -31,6 +31,7 @@ from composer_common import limits
 from composer_common.codes import ErrorCode
 from composer_common.telemetry import tracer
 from composer_core import errors as core_errors
+from composer_core.kinds.map import DEFAULT_MAX_ITEMS
 from composer_core.model import WorkflowDAG
 from composer_core.statemachine import (
     Deps,
@@ -40,10 +41,11 @@ from composer_core.statemachine import (
     Missing,
     NodeCompleted,
     NodeFailed,
+    NodeState,
     Run,
     Transition,
 )
-from composer_core.templates import Budget
+from composer_core.templates import Budget, Json
 from composer_engine import _history
 from composer_engine import opened as _opened
 from composer_engine._admission import Gate
@@ -96,6 +98,7 @@ class Shell:
         max_node_input_bytes: int | None,
         sealer: Sealer | None,
         max_child_depth: int = DEFAULT_MAX_CHILD_DEPTH,
+        map_max_items: int = DEFAULT_MAX_ITEMS,
     ) -> None:
         self.pool = pool
         self.sealer = sealer or Sealer()
@@ -108,6 +111,8 @@ class Shell:
         self.attempts = attempts
         #: How deep child runs may nest (engine/_children.py).
         self.max_child_depth = max_child_depth
+        #: COMPOSER_MAP_MAX_ITEMS: the most items a MAP node may take.
+        self.map_max_items = map_max_items
         #: Checked as each node's input is rendered (the lease checks again).
         self.input_limit = (
             None
@@ -271,12 +276,12 @@ class Shell:
         the engine's decision thread, on a budget of its own, so the loop goes on
         serving (the GIL passes between the two every few milliseconds). ``in_batch``:
         None instead (a group commit applies such an event alone, not in the batch)."""
-        deps = Deps(locked.now, self.new_id, self.input_limit)
+        deps = Deps(locked.now, self.new_id, self.input_limit, self.map_max_items)
         budget = Budget(pause_at=ON_LOOP_SHARE)
         machine = Machine(dag, deps, budget=budget)
         on_loop = True
         snapshot = locked.run
-        for _ in range(len(snapshot.nodes) + 2):  # every ask loads something new
+        for _ in range(len(snapshot.nodes) + 4):  # every ask loads something new
             try:
                 if on_loop:
                     try:
@@ -306,8 +311,40 @@ class Shell:
                 _opened.signals(self.sealer, run_id, await repo.pending_signals(tx.conn, run_id))
                 if result.signals
                 else None,
+                items=await self._items(tx, run_id, result.items),
+                item_outputs=await self._item_outputs(tx, run_id, result.item_outputs),
             )
         raise AssertionError(f"the machine keeps asking for data it was given: {result}")
+
+    async def _items(
+        self, tx: Tx, run_id: str, wanted: frozenset[tuple[str, int]]
+    ) -> dict[str, dict[int, NodeState]]:
+        """The MAP items a decision asked for (the next to go), by node and index."""
+        if not wanted:
+            return {}
+        await tx.writes.flush(tx)  # the decisions before this one in its transaction
+        by_node: dict[str, list[int]] = {}
+        for node_id, index in wanted:
+            by_node.setdefault(node_id, []).append(index)
+        return {
+            node_id: await repo.load_items(tx.conn, run_id, node_id, indexes)
+            for node_id, indexes in by_node.items()
+        }
+
+    async def _item_outputs(
+        self, tx: Tx, run_id: str, node_ids: frozenset[str]
+    ) -> dict[str, tuple[Json, ...]]:
+        """Every item's output of the MAP nodes asked for (once, as each completes)."""
+        if not node_ids:
+            return {}
+        await tx.writes.flush(tx)  # the decisions before this one in its transaction
+        return {
+            node_id: tuple(
+                self.sealer.open(run_id, value)
+                for value in await repo.load_item_outputs(tx.conn, run_id, node_id)
+            )
+            for node_id in node_ids
+        }
 
     async def _off_loop(self, machine: Machine, run: Run, event: Event) -> Transition | Missing:
         """``machine.apply`` on the decision thread: one, so that heavy decisions take

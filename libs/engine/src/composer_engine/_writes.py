@@ -79,6 +79,10 @@ class Writes:
     paused: set[str] = field(default_factory=set)
     #: task id → the node concurrency key its dispatch goes through (§4.12).
     lines: dict[str, NodeLine] = field(default_factory=dict)
+    #: MAP items that waited for a place and go now: (run id, task id).
+    starts: list[tuple[str, str]] = field(default_factory=list)
+    #: MAP progress to store, the last of the transaction's: (run id, MAP task id) → it.
+    progress: dict[tuple[str, str], Json] = field(default_factory=dict)
 
     def keep_log(
         self, run_id: str, event: NodeCompleted | NodeFailed, log: AttemptLog, seal: RunSeal
@@ -168,6 +172,15 @@ class Writes:
                         if (line := self.lines.get(t.task_id)) is not None
                     ],
                 )
+        if self.starts:
+            starts, self.starts = self.starts, []
+            started = await repo.start_items(conn, starts)
+            for run_id, task_id in starts:
+                if task_id not in started:
+                    raise StaleSnapshot(f"MAP item {task_id} of run {run_id} is not waiting")
+        if self.progress:
+            progress, self.progress = self.progress, {}
+            await repo.set_map_progress(conn, [(r, t, p) for (r, t), p in progress.items()])
         if self.dispatches:
             dispatches, self.dispatches = self.dispatches, []
             if self.paused:

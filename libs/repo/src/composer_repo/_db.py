@@ -11,7 +11,7 @@ import contextlib
 import functools
 import json
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, ParamSpec, TypeAlias, TypeVar
 
@@ -54,6 +54,13 @@ async def init_connection(conn: asyncpg.Connection[Any]) -> None:
 
 def _dumps(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def json_texts(values: Iterable[object]) -> list[str | None]:
+    """Documents for an array parameter, as JSON texts (None stays NULL): a ``jsonb[]``
+    parameter takes a list value for a dimension of the array (``[[1, 2]]`` would be
+    two elements), so statements take ``text[]`` and cast each element."""
+    return [None if v is None else _dumps(v) for v in values]
 
 
 async def connect(url: str, **kwargs: Any) -> asyncpg.Connection[asyncpg.Record]:

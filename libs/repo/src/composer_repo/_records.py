@@ -133,6 +133,12 @@ class NewTask:
     context: Json = None
     #: A task created FAILED: the failure's code (INPUT_TOO_LARGE), if it has one.
     error_code: str | None = None
+    #: A MAP's item: its index (None: a node's own task).
+    item: int | None = None
+    #: A MAP item that waits for a place: no dispatch time until it goes.
+    waits: bool = False
+    #: A MAP's own task: its progress (MapProgress.as_json()).
+    map_progress: Json = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,6 +289,11 @@ class TaskRecord:
     max_attempts: int | None = None
     #: Why the admission step holds it (PENDING, not sent; V015); None: not held.
     held_reason: str | None = None
+    #: A MAP's item: its index (None: a node's own task).
+    item: int | None = None
+    #: A MAP's own task: how many items it has, and how many are in each state.
+    items_total: int | None = None
+    item_counts: dict[str, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from composer_core.model import NodeType, RunStatus, TaskState
-from composer_core.statemachine import NodeState, Run
+from composer_core.statemachine import MapProgress, MapState, NodeState, Run
 from composer_core.templates import Json
 from composer_repo._db import Connection, translated
 from composer_repo._errors import Invalid, NotFound, RunAlreadyExists
@@ -155,21 +156,39 @@ async def lock_runs(conn: Connection, run_ids: Collection[str]) -> LockedRuns:
         return LockedRuns({}, None, {})
     nodes: dict[str, dict[str, NodeState]] = {r["id"]: {} for r in rows}
     leases: dict[tuple[str, str, int], LeaseHolder] = {}
-    for t in await conn.fetch(q("load_task_states_of_runs"), list(nodes)):
-        nodes[t["run_id"]][t["node_id"]] = _node_state(t)
+    tasks = await conn.fetch(q("load_task_states_of_runs"), list(nodes))
+    by_run: dict[str, list[Any]] = {run_id: [] for run_id in nodes}
+    for t in tasks:
+        by_run[t["run_id"]].append(t)
         if t["state"] == "RUNNING":
             leases[(t["run_id"], t["id"], t["attempt"])] = LeaseHolder(t["lease_token"], t["queue"])
-    runs = {r["id"]: _run(r["id"], r, nodes[r["id"]]) for r in rows}
+    runs = {r["id"]: _run(r["id"], r, _node_states(by_run[r["id"]])) for r in rows}
     contexts = {r["id"]: r["context"] for r in rows if r["context"] is not None}
     data_keys = {r["id"]: r["data_key"] for r in rows}
     return LockedRuns(runs, rows[0]["now"], leases, data_keys, contexts)
 
 
 async def _snapshot(conn: Connection, run_id: str, row: Any) -> LockedRun:
-    nodes = {t["node_id"]: _node_state(t) for t in await conn.fetch(q("load_task_states"), run_id)}
+    nodes = _node_states(await conn.fetch(q("load_task_states"), run_id))
     return LockedRun(
         _run(run_id, row, nodes), row["now"], data_key=row["data_key"], context=row["context"]
     )
+
+
+def _node_states(rows: Sequence[Any]) -> dict[str, NodeState]:
+    """Each reached node's state; a MAP's with its progress and the items loaded."""
+    nodes: dict[str, NodeState] = {}
+    items: dict[str, dict[int, NodeState]] = {}
+    for t in rows:
+        if t["item"] is None:
+            nodes[t["node_id"]] = _node_state(t)
+        else:
+            items.setdefault(t["node_id"], {})[t["item"]] = _node_state(t)
+    for node_id, loaded in items.items():
+        state = nodes.get(node_id)
+        if state is not None and state.map is not None:
+            nodes[node_id] = replace(state, map=MapState(state.map.progress, loaded))
+    return nodes
 
 
 def _node_state(t: Any) -> NodeState:
@@ -182,6 +201,9 @@ def _node_state(t: Any) -> NodeState:
         branches=None if branches is None else tuple(branches),
         awaited_signal=t["awaited_signal"] if state is TaskState.WAITING else None,
         error=t["error"],
+        map=None
+        if t["map_progress"] is None
+        else MapState(MapProgress.from_json(t["map_progress"])),
     )
 
 
@@ -315,6 +337,17 @@ async def get_run_tasks(conn: Connection, run_id: str) -> list[TaskRecord]:
 
 
 @translated
+async def get_map_items(
+    conn: Connection, run_id: str, node_id: str, *, start: int = 0, limit: int = 100
+) -> list[TaskRecord]:
+    """A page of MAP ``node_id``'s item tasks, in item order from index ``start``."""
+    if not 1 <= limit <= 1000:
+        raise Invalid(f"limit must be between 1 and 1000, not {limit}")
+    rows = await conn.fetch(q("get_map_items"), run_id, node_id, start, limit)
+    return [_task(r) for r in rows]
+
+
+@translated
 async def list_runs(
     conn: Connection,
     *,
@@ -405,6 +438,9 @@ def _task(r: Any) -> TaskRecord:
         finished_at=r["finished_at"],
         max_attempts=r["max_attempts"],
         held_reason=r["held_reason"],
+        item=r["item"],
+        items_total=r["items_total"],
+        item_counts=None if r["items_total"] is None else dict(r["item_counts"] or {}),
     )
 
 

@@ -9,13 +9,14 @@ a worker's report or lease is for an old attempt): the caller decides.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from composer_core.model import NodeType, TaskState
+from composer_core.statemachine import NodeState
 from composer_core.templates import Json
-from composer_repo._db import Connection, translated
+from composer_repo._db import Connection, json_texts, translated
 from composer_repo._errors import Invalid
 from composer_repo._records import (
     FinishedTask,
@@ -89,17 +90,77 @@ async def insert_tasks(conn: Connection, tasks: Sequence[NewTask]) -> set[str]:
         [t.node_id for t in tasks],
         [t.node_type.value for t in tasks],
         [t.state.value for t in tasks],
-        [t.input for t in tasks],
-        [t.output for t in tasks],
+        json_texts(t.input for t in tasks),
+        json_texts(t.output for t in tasks),
         [t.error for t in tasks],
         [t.wake_at for t in tasks],
         [t.awaited_signal for t in tasks],
         [t.queue for t in tasks],
         [t.max_attempts for t in tasks],
-        [t.context for t in tasks],
+        json_texts(t.context for t in tasks),
         [t.error_code for t in tasks],
+        [t.item for t in tasks],
+        [t.map_progress for t in tasks],
+        [t.waits for t in tasks],
     )
     return {r["id"] for r in rows}
+
+
+@translated
+async def start_items(conn: Connection, items: Sequence[tuple[str, str]]) -> set[str]:
+    """MAP items (run id, task id) that waited for a place go: due for dispatch from now.
+    The ids started (one left out was no longer waiting: a stale snapshot)."""
+    if not items:
+        return set()
+    rows = await conn.fetch(q("start_items"), [r for r, _ in items], [t for _, t in items])
+    return {r["id"] for r in rows}
+
+
+@translated
+async def set_map_progress(conn: Connection, progress: Sequence[tuple[str, str, Json]]) -> int:
+    """Store the progress of MAP nodes (run id, the MAP's task id, progress): how many
+    rows were written."""
+    if not progress:
+        return 0
+    rows = await conn.fetch(
+        q("set_map_progress"),
+        [r for r, _, _ in progress],
+        [t for _, t, _ in progress],
+        [p for _, _, p in progress],
+    )
+    return len(rows)
+
+
+@translated
+async def cancel_items(
+    conn: Connection, run_id: str, node_id: str, *, reason: str
+) -> list[tuple[str, str | None]]:
+    """Cancel every unfinished item of MAP ``node_id``: their (task id, queue), whose
+    unpublished dispatches the caller deletes."""
+    rows = await conn.fetch(q("cancel_items"), run_id, node_id, reason)
+    ids = [r["id"] for r in rows]
+    if ids:
+        await conn.execute(q("delete_task_dispatches"), run_id, ids)
+    return [(r["id"], r["queue"]) for r in rows]
+
+
+@translated
+async def load_items(
+    conn: Connection, run_id: str, node_id: str, indexes: Collection[int]
+) -> dict[int, NodeState]:
+    """The states of items ``indexes`` of MAP ``node_id``."""
+    rows = await conn.fetch(q("load_items"), run_id, node_id, list(indexes))
+    return {
+        r["item"]: NodeState(r["id"], TaskState(r["state"]), r["attempt"], error=r["error"])
+        for r in rows
+    }
+
+
+@translated
+async def load_item_outputs(conn: Connection, run_id: str, node_id: str) -> list[Json]:
+    """Every item's output of MAP ``node_id``, in item order (None: it did not complete)."""
+    rows = await conn.fetch(q("load_item_outputs"), run_id, node_id)
+    return [r["output"] for r in rows]
 
 
 @translated
@@ -116,7 +177,7 @@ async def complete_tasks(
         [ref.task_id for ref, _ in completions],
         [ref.node_id for ref, _ in completions],
         [ref.attempt for ref, _ in completions],
-        [output for _, output in completions],
+        json_texts(output for _, output in completions),
     )
     return {r["id"]: _finished(r) for r in rows}
 

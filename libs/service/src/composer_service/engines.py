@@ -33,6 +33,8 @@ class EngineConfig:
     encryption_keys: str = ""
     max_node_input_bytes: int | None = limits.DEFAULT_MAX_NODE_INPUT_BYTES
     max_output_bytes: int | None = limits.DEFAULT_MAX_OUTPUT_BYTES
+    #: COMPOSER_MAP_MAX_ITEMS: caps a MAP node's max_items.
+    map_max_items: int = 1000
     #: The group commit's and the lease batches' bounds (the coordinator's settings).
     batch_size: int = 256
     batches_in_flight: int = 2
@@ -63,6 +65,7 @@ def build_engine(
         batches_in_flight=config.batches_in_flight,
         max_node_input_bytes=config.max_node_input_bytes,
         max_output_bytes=config.max_output_bytes,
+        map_max_items=config.map_max_items,
         sealer=sealer,
         admission=admission,
         max_child_depth=config.max_child_depth,

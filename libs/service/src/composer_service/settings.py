@@ -62,6 +62,9 @@ class ServiceSettings(BaseSettings):
     #: The largest output of a worker node, as JSON: the coordinator fails a node that
     #: reports a larger one, and the built-in workers refuse one before sending it.
     max_output_bytes: int = limits.DEFAULT_MAX_OUTPUT_BYTES
+    #: COMPOSER_MAP_MAX_ITEMS: the most items a MAP node may take, whatever its own
+    #: max_items says (a longer list fails the node, saying so).
+    map_max_items: int = 1000
     #: COMPOSER_HTTP_ALLOW_PRIVATE: HTTP nodes and webhooks may call loopback and private
     #: addresses (local development).
     http_allow_private: bool = False
@@ -122,6 +125,7 @@ class ServiceSettings(BaseSettings):
             encryption_keys=self.encryption_keys,
             max_node_input_bytes=self.max_node_input_bytes,
             max_output_bytes=self.max_output_bytes,
+            map_max_items=self.map_max_items,
             batch_size=batch_size,
             batches_in_flight=batches_in_flight,
             queue_concurrency=self.queue_concurrency,

@@ -18,6 +18,7 @@ from composer_core.kinds import (
     fork,
     http,
     join,
+    map,
     python,
     sub_workflow,
     switch,
@@ -31,6 +32,7 @@ from composer_core.kinds._kind import (
     ChildRun,
     ControlKind,
     Decision,
+    MapKind,
     NodeKind,
     SpecChecks,
     WaitFor,
@@ -54,6 +56,7 @@ class NodeType(StrEnum):
     WAIT = "WAIT"
     WAIT_FOR_EVENT = "WAIT_FOR_EVENT"
     SUB_WORKFLOW = "SUB_WORKFLOW"
+    MAP = "MAP"
 
     @property
     def kind(self) -> NodeKind:
@@ -72,6 +75,10 @@ class NodeType(StrEnum):
     def is_wait(self) -> bool:
         return KINDS[self].category is Category.WAIT
 
+    @property
+    def is_map(self) -> bool:
+        return KINDS[self].category is Category.MAP
+
 
 #: Every node kind, by its type, in the order docs/nodes.md and the OpenAPI document list them.
 KINDS: Mapping[NodeType, NodeKind] = MappingProxyType(
@@ -85,6 +92,7 @@ KINDS: Mapping[NodeType, NodeKind] = MappingProxyType(
         NodeType.WAIT: wait.WAIT,
         NodeType.WAIT_FOR_EVENT: wait_for_event.WAIT_FOR_EVENT,
         NodeType.SUB_WORKFLOW: sub_workflow.SUB_WORKFLOW,
+        NodeType.MAP: map.MAP,
     }
 )
 
@@ -115,6 +123,7 @@ __all__ = [
     "ChildRun",
     "ControlKind",
     "Decision",
+    "MapKind",
     "NodeKind",
     "NodeType",
     "SpecChecks",

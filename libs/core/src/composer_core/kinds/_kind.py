@@ -39,7 +39,9 @@ class Category(StrEnum):
     WAIT = "wait"
     #: Starts a child run and waits for it: completed (or failed) by the child's end.
     SUB_WORKFLOW = "sub_workflow"
-    # A map (one task per item) gets a member here when it lands.
+    #: Waits (WAITING) while one worker task per item of a list runs; completes with
+    #: their outputs (kinds/map.py).
+    MAP = "map"
 
 
 #: Why a kind that takes no secret refuses one, unless it says better.
@@ -130,6 +132,13 @@ class Decision(Protocol):
     def start_child(self, node: Node, child: ChildRun) -> None:
         """Create the node's task RUNNING and start ``child`` for its first attempt: the
         child run's id is decided here, so the engine records it with the task."""
+
+    def map_max_items(self, asked: int) -> int:
+        """The most items a MAP may take: ``asked`` (its max_items), capped by the server."""
+
+    def start_map(self, node: Node, items: list[Json], *, max_parallel: int) -> list[Node]:
+        """Create a MAP node's task WAITING and one task per item (each rendered with
+        ``item`` and ``index``), and dispatch the first ``max_parallel``."""
 
     def fail_too_large(self, node: Node, exc: InputTooLarge) -> None:
         """Create the node's task FAILED: its input is over the node input limit."""
@@ -310,3 +319,10 @@ class WaitKind(NodeKind):
     ) -> None:
         """Its timer fired while it was WAITING."""
         raise NotImplementedError
+
+
+class MapKind(NodeKind):
+    """Waits (WAITING) while one worker task per item of a list runs; completes with the
+    list of their outputs (kinds/map.py)."""
+
+    category = Category.MAP

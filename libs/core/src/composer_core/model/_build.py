@@ -12,9 +12,12 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
 from composer_core.errors import DefinitionInvalid, Problem, TemplateError
 from composer_core.kinds import KINDS, RESERVED_QUEUES, Category, NodeType, kind_of
 from composer_core.kinds._values import parse_seconds, templated
+from composer_core.kinds.map import INNER_TYPES, ITEM_ROOTS, inner_node_fields
 from composer_core.model._dag import CompiledNode, WorkflowDAG
 from composer_core.model._flow import (
     FLOW_ROOTS,
@@ -263,17 +266,7 @@ class _Builder:
             if i in self.untyped:
                 pass  # which fields apply depends on the type, which is unknown
             elif kind.category is Category.WORKER:
-                if kind.own_queue and not node.queue:
-                    self.add(
-                        f"{path}.queue", f"required for {node.type}: the queue your workers read"
-                    )
-                if node.queue is not None and not _QUEUE.fullmatch(node.queue):
-                    self.add(
-                        f"{path}.queue",
-                        f"{node.queue!r} is not a queue name: use letters, digits, '_', '-', '.'",
-                    )
-                elif node.queue is not None and not self.stored:
-                    self.check_reserved_queue(path, node, node.queue)
+                self.check_worker_fields(path, node)
                 if node.concurrency is not None and not _LIMIT_KEY.fullmatch(node.concurrency.key):
                     self.add(
                         f"{path}.concurrency.key",
@@ -303,6 +296,52 @@ class _Builder:
             retry = node.retry
             if retry is not None and retry.max_seconds < retry.initial_seconds:
                 self.add(f"{path}.retry.max_seconds", "must be at least initial_seconds")
+
+    def check_worker_fields(self, path: str, node: Node) -> None:
+        """The queue a worker node names (or must name)."""
+        kind = kind_of(node.type)
+        if kind.own_queue and not node.queue:
+            self.add(f"{path}.queue", f"required for {node.type}: the queue your workers read")
+        if node.queue is not None and not _QUEUE.fullmatch(node.queue):
+            self.add(
+                f"{path}.queue",
+                f"{node.queue!r} is not a queue name: use letters, digits, '_', '-', '.'",
+            )
+        elif node.queue is not None and not self.stored:
+            self.check_reserved_queue(path, node, node.queue)
+
+    def check_map_inner(self, i: int, node: Node) -> Node | None:
+        """A MAP's inner node, checked as a worker node of its own (its id: the MAP's)."""
+        fields = inner_node_fields(node)
+        if fields is None or fields.get("type") not in INNER_TYPES:
+            return None  # the kind's check_spec said what is wrong
+        path = f"nodes[{i}].spec.node"
+        try:
+            inner = Node.model_validate(fields)
+        except ValidationError as exc:
+            for error in exc.errors():
+                where = ".".join(str(p) for p in error["loc"])
+                self.add(f"{path}.{where}", error["msg"])
+            return None
+        self.check_worker_fields(path, inner)
+        if inner.concurrency is not None:
+            self.add(
+                f"{path}.concurrency",
+                "not for an inner node: the MAP's max_parallel bounds its items at once",
+            )
+        retry = inner.retry
+        if retry is not None and retry.max_seconds < retry.initial_seconds:
+            self.add(f"{path}.retry.max_seconds", "must be at least initial_seconds")
+        allowed = _SPEC_KEYS.get(inner.type)
+        if allowed is not None:
+            for key in inner.spec:
+                if key not in allowed and key != SECRETS_KEY:
+                    self.add(
+                        f"{path}.spec.{key}",
+                        f"unknown field; {inner.type} takes {', '.join(sorted(allowed))}",
+                    )
+        kind_of(inner.type).check_spec(self, f"{path}.spec", inner)
+        return inner
 
     def check_reserved_queue(self, path: str, node: Node, queue: str) -> None:
         """The built-in workers run what they lease on ``http`` as an HTTP request and
@@ -513,7 +552,30 @@ class _Builder:
                     else refs | cond_refs.task_ids | preds
                 )
                 refs = ids
-            compiled[node.id] = CompiledNode(value, refs)
+            item = None
+            if kind.category is Category.MAP and i not in self.untyped:
+                inner = self.check_map_inner(i, node)
+                if inner is not None:
+                    inner_path = f"{path}.node.spec"
+                    inner_kind = kind_of(inner.type)
+                    item = compile_value(
+                        inner.spec,
+                        self.engine,
+                        path=inner_path,
+                        on_error=self.template_error,
+                        verbatim=inner_kind.verbatim,
+                    )
+                    for where, reference in item.located_secrets(inner_path):
+                        if inner_kind.refuses_secrets is not None:
+                            self.add(where, f"{reference.text}: {inner_kind.refuses_secrets}")
+                    item_refs = self.check_references(
+                        item.located(inner_path),
+                        node.id,
+                        secret_refused=inner_kind.refuses_secrets or _SECRET_COMPUTED,
+                        more_roots=ITEM_ROOTS,
+                    )
+                    refs = None if refs is None or item_refs is None else refs | item_refs
+            compiled[node.id] = CompiledNode(value, refs, item)
         return compiled
 
     def compile_conditions(self) -> dict[tuple[str, str], Expression]:
@@ -610,6 +672,7 @@ class _Builder:
         reader: str | None,
         *,
         secret_refused: str,
+        more_roots: frozenset[str] = frozenset(),
     ) -> frozenset[str] | None:
         """Check the roots and task names each expression reads; return their task refs.
 
@@ -630,10 +693,11 @@ class _Builder:
             refs = expression.references
             if SECRET_ROOT in refs.roots:
                 self.add(path, f"{_quote(expression.source)}: {secret_refused}")
-            for root in sorted(refs.roots - ROOTS - {SECRET_ROOT}):
+            for root in sorted(refs.roots - ROOTS - more_roots - {SECRET_ROOT}):
                 self.add(
                     path,
-                    f"unknown name {root!r}: expressions start from {', '.join(sorted(ROOTS))}",
+                    f"unknown name {root!r}: expressions start from "
+                    f"{', '.join(sorted(ROOTS | more_roots))}",
                 )
             if refs.task_ids is None:
                 task_ids = None

@@ -13,6 +13,7 @@ from types import MappingProxyType
 
 from composer_core.errors import InvalidRequest
 from composer_core.kinds import Category, NodeType, kind_of
+from composer_core.kinds.map import inner_node_fields
 from composer_core.model._flow import CompiledFlow
 from composer_core.model._input_schema import InputSchema
 from composer_core.model._spec import Edge, Node, NodeConcurrency, RetryPolicy, WorkflowSpec
@@ -49,6 +50,8 @@ class CompiledNode:
     spec: CompiledValue
     #: Node ids whose outputs evaluating this node may need; None: unknown, load all reached.
     task_refs: frozenset[str] | None
+    #: A MAP: its inner node's spec, rendered per item (with ``item`` and ``index``).
+    item: CompiledValue | None = None
 
 
 class WorkflowDAG:
@@ -78,6 +81,15 @@ class WorkflowDAG:
         self.version = version
         self._start = start
         self._nodes: Mapping[str, Node] = MappingProxyType({n.id: n for n in spec.nodes})
+        #: Each MAP node's inner node (its id: the MAP's), which its item tasks run as.
+        self._inner: Mapping[str, Node] = MappingProxyType(
+            {
+                n.id: Node.model_validate(fields)
+                for n in spec.nodes
+                if kind_of(n.type).category is Category.MAP
+                and (fields := inner_node_fields(n)) is not None
+            }
+        )
         outgoing: dict[str, list[Edge]] = {n.id: [] for n in spec.nodes}
         incoming: dict[str, list[Edge]] = {n.id: [] for n in spec.nodes}
         for edge in spec.edges:
@@ -187,6 +199,29 @@ class WorkflowDAG:
         kind_of(node.type).finish_input(node, value)
         return value
 
+    def render_item(
+        self,
+        node_id: str,
+        activation: Mapping[str, object],
+        item: Json,
+        index: int,
+        *,
+        max_bytes: int | None = None,
+    ) -> Json:
+        """The input of item ``index`` of MAP ``node_id``: its inner node's spec rendered
+        with ``item`` and ``index`` (as ``render_input`` renders a node's)."""
+        compiled = self._compiled[node_id].item
+        assert compiled is not None  # only a MAP's items are rendered
+        seen = {**activation, "item": self.engine.to_native(item), "index": index}
+        value = compiled.evaluate(seen, max_bytes=max_bytes)
+        inner = self._inner[node_id]
+        kind_of(inner.type).finish_input(inner, value)
+        return value
+
+    def worker_node(self, node_id: str) -> Node | None:
+        """The node a task of ``node_id`` runs as: a MAP's item tasks run as its inner node."""
+        return self._inner.get(node_id) or self._nodes.get(node_id)
+
     def condition(self, edge: Edge) -> Expression | None:
         return self._conditions.get((edge.source, edge.target))
 
@@ -208,7 +243,9 @@ class WorkflowDAG:
         return tuple(dict.fromkeys(self._lines.values()))
 
     def retry_policy(self, node_id: str) -> RetryPolicy:
-        return self._nodes[node_id].retry_policy
+        """The node's retry policy (a MAP's: its inner node's, which its items follow)."""
+        node = self._inner.get(node_id) or self._nodes[node_id]
+        return node.retry_policy
 
     def max_attempts(self, node_id: str) -> int | None:
         """Attempts in all a node's task may make (None: a node that is never retried)."""
@@ -219,8 +256,9 @@ class WorkflowDAG:
         return node.retry.max_attempts if node.retry is not None else kind.default_attempts
 
     def queue(self, node_id: str) -> str | None:
-        """The queue a worker node is dispatched to; None for nodes no worker runs."""
-        node = self._nodes[node_id]
+        """The queue a worker node is dispatched to (a MAP's: its items'); None for nodes
+        no worker runs."""
+        node = self._inner.get(node_id) or self._nodes[node_id]
         kind = kind_of(node.type)
         if kind.category is not Category.WORKER:
             return None

@@ -3,6 +3,7 @@
 from composer_core.statemachine._actions import (
     Action,
     BufferSignal,
+    CancelItems,
     CancelTasks,
     CompleteTask,
     ConsumeSignal,
@@ -10,10 +11,12 @@ from composer_core.statemachine._actions import (
     DispatchTask,
     FailTask,
     FinishRun,
+    MapProgressed,
     ReopenRun,
     ResolveWait,
     RetryTask,
     StartChild,
+    StartItem,
     Transition,
 )
 from composer_core.statemachine._events import (
@@ -28,11 +31,19 @@ from composer_core.statemachine._events import (
     TimerFired,
 )
 from composer_core.statemachine._machine import Deps, InputLimit, Machine
-from composer_core.statemachine._state import Missing, NodeState, Run, Signal
+from composer_core.statemachine._state import (
+    MapProgress,
+    MapState,
+    Missing,
+    NodeState,
+    Run,
+    Signal,
+)
 
 __all__ = [
     "Action",
     "BufferSignal",
+    "CancelItems",
     "CancelTasks",
     "CompleteTask",
     "ConsumeSignal",
@@ -44,6 +55,9 @@ __all__ = [
     "FinishRun",
     "InputLimit",
     "Machine",
+    "MapProgress",
+    "MapProgressed",
+    "MapState",
     "Missing",
     "NodeCompleted",
     "NodeFailed",
@@ -59,6 +73,7 @@ __all__ = [
     "Signal",
     "SignalReceived",
     "StartChild",
+    "StartItem",
     "TimerFired",
     "Transition",
 ]

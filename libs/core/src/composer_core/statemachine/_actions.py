@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from composer_core.kinds import ChildRun
 from composer_core.model import NodeType, RunStatus, TaskState
-from composer_core.statemachine._state import Run
+from composer_core.statemachine._state import MapProgress, Run
 from composer_core.templates import Json
 
 
@@ -31,6 +31,14 @@ class CreateTask:
     awaited_signal: str | None = None
     #: FAILED: what kind of failure, when it has a code (INPUT_TOO_LARGE).
     error_code: str | None = None
+    #: An item of a MAP node (its index; the task has the MAP's node id): None for a
+    #: node's own task.
+    item: int | None = None
+    #: An item that waits for a place among the MAP's max_parallel: PENDING with no
+    #: dispatch yet (a StartItem sends it later).
+    waits: bool = False
+    #: The MAP node's own task: its items' progress.
+    map_progress: MapProgress | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +52,37 @@ class DispatchTask:
     node_type: NodeType
     queue: str
     not_before: dt.datetime
+    item: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StartItem:
+    """A MAP item that waited for a place goes: its task (PENDING since the MAP began)
+    is dispatched to ``queue`` now."""
+
+    task_id: str
+    node_id: str
+    node_type: NodeType
+    item: int
+    queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class CancelItems:
+    """Stop every item of the MAP node ``node_id`` that has not finished (sent or still
+    waiting for a place): CANCELLED, with ``reason``."""
+
+    node_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class MapProgressed:
+    """Store the MAP node's progress on its own task row (the decision moved it)."""
+
+    task_id: str
+    node_id: str
+    progress: MapProgress
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +91,7 @@ class CompleteTask:
     node_id: str
     attempt: int
     output: Json = None
+    item: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +103,7 @@ class FailTask:
     attempt: int
     error: str
     error_code: str | None = None
+    item: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +121,7 @@ class RetryTask:
     queue: str | None
     not_before: dt.datetime
     error_code: str | None = None
+    item: int | None = None
 
     @property
     def next_attempt(self) -> int:
@@ -170,6 +212,9 @@ Action = (
     | ReopenRun
     | CancelTasks
     | FinishRun
+    | StartItem
+    | CancelItems
+    | MapProgressed
 )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import assert_never
 
@@ -26,10 +26,13 @@ from composer_core.errors import (
     TemplateError,
 )
 from composer_core.kinds import ChildKind, ChildRun, WaitKind, kind_of
-from composer_core.model import Node, RunStatus, TaskState, WorkflowDAG
+from composer_core.kinds.map import DEFAULT_MAX_ITEMS, fails_fast
+from composer_core.kinds.map import max_parallel as max_parallel_of
+from composer_core.model import Node, NodeType, RunStatus, TaskState, WorkflowDAG
 from composer_core.statemachine._actions import (
     Action,
     BufferSignal,
+    CancelItems,
     CancelTasks,
     CompleteTask,
     ConsumeSignal,
@@ -37,10 +40,12 @@ from composer_core.statemachine._actions import (
     DispatchTask,
     FailTask,
     FinishRun,
+    MapProgressed,
     ReopenRun,
     ResolveWait,
     RetryTask,
     StartChild,
+    StartItem,
     Transition,
 )
 from composer_core.statemachine._events import (
@@ -54,7 +59,15 @@ from composer_core.statemachine._events import (
     SignalReceived,
     TimerFired,
 )
-from composer_core.statemachine._state import Missing, NodeState, Run, Signal, _failed
+from composer_core.statemachine._state import (
+    MapProgress,
+    MapState,
+    Missing,
+    NodeState,
+    Run,
+    Signal,
+    _failed,
+)
 from composer_core.templates import Budget, Json, spending
 
 
@@ -79,6 +92,8 @@ class Deps:
     new_id: Callable[[], str]
     #: The node input limit (None: none, as in a test).
     input_limit: InputLimit | None = None
+    #: The most items a MAP node may take, whatever its max_items (COMPOSER_MAP_MAX_ITEMS).
+    map_max_items: int = DEFAULT_MAX_ITEMS
 
 
 class _Readiness(Enum):
@@ -102,6 +117,7 @@ class _Draft:
     __slots__ = (
         "config",
         "input",
+        "item_outputs",
         "nodes",
         "outputs",
         "run_id",
@@ -121,6 +137,7 @@ class _Draft:
         self.nodes: dict[str, NodeState] = dict(run.nodes)
         self.outputs: dict[str, Json] = dict(run.outputs)
         self.signals: list[Signal] | None = None if run.signals is None else list(run.signals)
+        self.item_outputs = run.item_outputs
 
     @property
     def is_terminal(self) -> bool:
@@ -136,6 +153,16 @@ class _Draft:
         """Apply one action, as persisting it will change the stored run."""
         nodes = self.nodes
         match action:
+            case CreateTask() if action.item is not None:
+                self._set_item(
+                    action.node_id,
+                    action.item,
+                    NodeState(action.task_id, action.state, 0, error=action.error),
+                )
+            case CreateTask() if action.map_progress is not None:
+                nodes[action.node_id] = NodeState(
+                    action.task_id, action.state, 0, map=MapState(action.map_progress)
+                )
             case CreateTask():
                 nodes[action.node_id] = NodeState(
                     action.task_id,
@@ -145,8 +172,66 @@ class _Draft:
                     action.awaited_signal,
                     action.error,
                 )
-            case DispatchTask():
+            case DispatchTask() | MapProgressed():
                 pass
+            case StartItem():
+                progress = self._map(action.node_id).progress
+                self._set_progress(
+                    action.node_id,
+                    MapProgress(
+                        progress.total,
+                        action.item + 1,
+                        progress.completed,
+                        progress.failed,
+                        (*progress.in_flight, action.item),
+                    ),
+                )
+            case CompleteTask() | FailTask() if action.item is not None:
+                done = isinstance(action, CompleteTask)
+                item = self._map(action.node_id).items[action.item]
+                self._set_item(
+                    action.node_id,
+                    action.item,
+                    NodeState(
+                        item.task_id,
+                        TaskState.COMPLETED if done else TaskState.FAILED,
+                        item.attempt,
+                        error=action.error if isinstance(action, FailTask) else None,
+                    ),
+                )
+                p = self._map(action.node_id).progress
+                self._set_progress(
+                    action.node_id,
+                    MapProgress(
+                        p.total,
+                        p.next,
+                        p.completed + done,
+                        p.failed + (not done),
+                        tuple(i for i in p.in_flight if i != action.item),
+                    ),
+                )
+            case RetryTask() if action.item is not None:
+                item = self._map(action.node_id).items[action.item]
+                self._set_item(
+                    action.node_id,
+                    action.item,
+                    NodeState(item.task_id, TaskState.PENDING, action.next_attempt),
+                )
+            case CancelItems():
+                state = self._map(action.node_id)
+                for index, item in state.items.items():
+                    if item.state.is_active:
+                        self._set_item(
+                            action.node_id,
+                            index,
+                            NodeState(
+                                item.task_id, TaskState.CANCELLED, item.attempt, error=action.reason
+                            ),
+                        )
+                p = self._map(action.node_id).progress
+                self._set_progress(
+                    action.node_id, MapProgress(p.total, p.total, p.completed, p.failed, ())
+                )
             case CompleteTask():
                 old = nodes[action.node_id]
                 nodes[action.node_id] = NodeState(
@@ -170,7 +255,13 @@ class _Draft:
             case ResolveWait():
                 old = nodes[action.node_id]
                 nodes[action.node_id] = NodeState(
-                    old.task_id, action.state, old.attempt, old.branches, None, action.error
+                    old.task_id,
+                    action.state,
+                    old.attempt,
+                    old.branches,
+                    None,
+                    action.error,
+                    old.map,
                 )
             case BufferSignal():
                 if self.signals is not None:
@@ -200,6 +291,22 @@ class _Draft:
             case _:
                 assert_never(action)
 
+    def _map(self, node_id: str) -> MapState:
+        state = self.nodes[node_id].map
+        assert state is not None  # only a MAP's items are acted on
+        return state
+
+    def _set_item(self, node_id: str, index: int, item: NodeState) -> None:
+        old = self.nodes[node_id]
+        state = self._map(node_id)
+        self.nodes[node_id] = replace(
+            old, map=MapState(state.progress, {**state.items, index: item})
+        )
+
+    def _set_progress(self, node_id: str, progress: MapProgress) -> None:
+        old = self.nodes[node_id]
+        self.nodes[node_id] = replace(old, map=MapState(progress, self._map(node_id).items))
+
     def freeze(self) -> Run:
         return Run(
             self.run_id,
@@ -211,6 +318,7 @@ class _Draft:
             self.nodes,
             self.outputs,
             None if self.signals is None else tuple(self.signals),
+            self.item_outputs,
         )
 
 
@@ -253,6 +361,10 @@ class Machine:
         self._bound: dict[str, object] = {}
         self._bound_tasks: dict[str, object] = {}
         self._tasks_root: object | None = None
+        #: MAP nodes whose progress this decision moved (stored once, at its end).
+        self._touched: set[str] = set()
+        #: The outputs of MAP items this decision completed (not in the database yet).
+        self._produced: dict[tuple[str, int], Json] = {}
         try:
             self._decide(event)
         except _Needs as needs:
@@ -285,6 +397,10 @@ class Machine:
             case _:
                 assert_never(event)
         if self._ignored is None:
+            for node_id in sorted(self._touched):
+                state = self._run.nodes[node_id]
+                if state.map is not None:
+                    self._emit(MapProgressed(state.task_id, node_id, state.map.progress))
             self._finish_if_done()
 
     # -- bookkeeping -------------------------------------------------------
@@ -307,6 +423,9 @@ class Machine:
 
     def _on_node_completed(self, event: NodeCompleted) -> None:
         state = self._run.nodes.get(event.node_id)
+        if state is not None and state.map is not None and state.task_id != event.task_id:
+            self._on_item_report(event, state.map)
+            return
         if (
             state is None
             or not state.matches(event.task_id, event.attempt)
@@ -323,6 +442,9 @@ class Machine:
 
     def _on_node_failed(self, event: NodeFailed) -> None:
         state = self._run.nodes.get(event.node_id)
+        if state is not None and state.map is not None and state.task_id != event.task_id:
+            self._on_item_report(event, state.map)
+            return
         if (
             state is None
             or not state.matches(event.task_id, event.attempt)
@@ -467,6 +589,9 @@ class Machine:
         if self._run.is_terminal:
             raise RunFinished(f"run {self._run.run_id} is already {self._run.status}")
         reason = event.reason.strip() or "cancelled"
+        for node_id, state in list(self._run.nodes.items()):
+            if state.map is not None and state.state.is_active:
+                self._emit(CancelItems(node_id, reason))
         active = tuple(self._run.nodes[n].task_id for n in self._run.active_nodes())
         self._emit(CancelTasks(reason, active))
         self._emit(FinishRun(RunStatus.CANCELLED, error=reason))
@@ -724,6 +849,169 @@ class Machine:
             if waiting and (best is None or state.task_id < best[0]):
                 best = (state.task_id, node_id)
         return None if best is None else best[1]
+
+    # -- MAP nodes (kinds/map.py) ----------------------------------------------
+
+    def map_max_items(self, asked: int) -> int:
+        return min(asked, self._deps.map_max_items)
+
+    def start_map(self, node: Node, items: list[Json], *, max_parallel: int) -> list[Node]:
+        """The MAP's task WAITING, one task per item (each input rendered now, once),
+        the first ``max_parallel`` dispatched; the others wait PENDING for a place."""
+        if not items:
+            return self.complete(node, [], input={"items": []})
+        inner = self._dag.worker_node(node.id)
+        assert inner is not None  # validation gave every MAP an inner node
+        limit = self._deps.input_limit
+        base = self.activation()
+        inputs: list[Json] = []
+        for index, item in enumerate(items):
+            try:
+                inputs.append(
+                    self._dag.render_item(
+                        node.id,
+                        base,
+                        item,
+                        index,
+                        max_bytes=None if limit is None else limit.max_bytes,
+                    )
+                )
+            except InputTooLarge as exc:
+                assert limit is not None  # only a limit raises it
+                self.fail(node, f"item {index}: {limit.describe(exc.size, exc.exact)}", limit.code)
+                return []
+            except TemplateError as exc:
+                self.fail(node, f"input of {node.id} item {index} could not be resolved: {exc}")
+                return []
+        first = min(len(items), max_parallel)
+        progress = MapProgress(len(items), first, 0, 0, tuple(range(first)))
+        self._emit(
+            CreateTask(
+                self._deps.new_id(),
+                node.id,
+                node.type,
+                TaskState.WAITING,
+                input={"items": items},
+                map_progress=progress,
+            )
+        )
+        queue = self._queue(node)
+        for index, item_input in enumerate(inputs):
+            task_id = self._deps.new_id()
+            self._emit(
+                CreateTask(
+                    task_id,
+                    node.id,
+                    inner.type,
+                    TaskState.PENDING,
+                    input=item_input,
+                    item=index,
+                    waits=index >= first,
+                )
+            )
+            if index < first:
+                self._emit(DispatchTask(task_id, node.id, inner.type, queue, self._now, item=index))
+        return []
+
+    def _on_item_report(self, event: NodeCompleted | NodeFailed, state: MapState) -> None:
+        """A worker's report on one item of a MAP: complete, retry or fail the item, then
+        send the next one, or finish the MAP."""
+        node_id = event.node_id
+        index = state.find(event.task_id)
+        item = None if index is None else state.items.get(index)
+        if (
+            index is None
+            or item is None
+            or not item.matches(event.task_id, event.attempt)
+            or not item.state.is_with_worker
+        ):
+            what = "completion" if isinstance(event, NodeCompleted) else "failure"
+            self._ignore(f"stale or duplicate {what} of {node_id} item attempt {event.attempt}")
+            return
+        node = self._dag.node(node_id)
+        assert node is not None  # a MAP of the run's own version
+        self._touched.add(node_id)
+        if isinstance(event, NodeCompleted):
+            self._emit(
+                CompleteTask(event.task_id, node_id, event.attempt, event.output, item=index)
+            )
+            self._produced[(node_id, index)] = event.output
+        else:
+            next_attempt = event.attempt + 1
+            policy = self._dag.retry_policy(node_id)
+            if not event.permanent and next_attempt < policy.max_attempts:
+                self._emit(
+                    RetryTask(
+                        task_id=event.task_id,
+                        node_id=node_id,
+                        node_type=self._item_type(node),
+                        attempt=event.attempt,
+                        error=event.error,
+                        queue=self._queue(node),
+                        not_before=self._now + dt.timedelta(seconds=policy.delay(next_attempt)),
+                        error_code=event.error_code,
+                        item=index,
+                    )
+                )
+                return
+            self._emit(
+                FailTask(
+                    event.task_id, node_id, event.attempt, event.error, event.error_code, item=index
+                )
+            )
+            self._produced[(node_id, index)] = None
+            if fails_fast(node):
+                reason = f"item {index} of {node_id} failed"
+                self._emit(CancelItems(node_id, reason))
+                self._emit(
+                    ResolveWait(
+                        self._run.nodes[node_id].task_id,
+                        node_id,
+                        TaskState.FAILED,
+                        error=f"item {index} failed: {event.error}",
+                    )
+                )
+                return
+        self._map_go_on(node)
+
+    def _item_type(self, node: Node) -> NodeType:
+        inner = self._dag.worker_node(node.id)
+        assert inner is not None
+        return inner.type
+
+    def _map_go_on(self, node: Node) -> None:
+        """Send waiting items while the MAP has places; complete it once all finished."""
+        state = self._run.nodes[node.id]
+        if state.state is not TaskState.WAITING or state.map is None:
+            return
+        limit = max_parallel_of(node)
+        progress = state.map.progress
+        while progress.next < progress.total and len(progress.in_flight) < limit:
+            waiting = state.map.items.get(progress.next)
+            if waiting is None:
+                raise _Needs(Missing(items=frozenset({(node.id, progress.next)})))
+            self._emit(
+                StartItem(
+                    waiting.task_id,
+                    node.id,
+                    self._item_type(node),
+                    progress.next,
+                    self._queue(node),
+                )
+            )
+            state = self._run.nodes[node.id]
+            assert state.map is not None
+            progress = state.map.progress
+        if progress.finished < progress.total:
+            return
+        loaded = self._run.item_outputs.get(node.id)
+        if loaded is None:
+            raise _Needs(Missing(item_outputs=frozenset({node.id})))
+        output: list[Json] = [
+            self._produced.get((node.id, i), value) for i, value in enumerate(loaded)
+        ]
+        self._emit(ResolveWait(state.task_id, node.id, TaskState.COMPLETED, output=output))
+        self._advance_from(node.id, output)
 
     # -- templates and outputs -----------------------------------------------
 

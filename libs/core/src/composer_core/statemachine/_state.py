@@ -12,10 +12,71 @@ Everything here is frozen; a decision builds a new snapshot (``Transition.run``)
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from composer_core.model import RunStatus, TaskState
 from composer_core.templates import Json
+
+
+@dataclass(frozen=True, slots=True)
+class MapProgress:
+    """How far a MAP node's items are (stored on the MAP's own task row, V021): what an
+    event needs to go on, so that it never loads all items (docs/architecture.md §2)."""
+
+    total: int
+    #: Items [0, next) were sent to their queue; the others wait for a place.
+    next: int = 0
+    completed: int = 0
+    failed: int = 0
+    #: The indexes of the items sent and not finished, in the order they went.
+    in_flight: tuple[int, ...] = ()
+
+    @property
+    def finished(self) -> int:
+        return self.completed + self.failed
+
+    def as_json(self) -> dict[str, Json]:
+        return {
+            "total": self.total,
+            "next": self.next,
+            "completed": self.completed,
+            "failed": self.failed,
+            "in_flight": list(self.in_flight),
+        }
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Json]) -> MapProgress:
+        def count(key: str) -> int:
+            v = value.get(key, 0)
+            return v if isinstance(v, int) else 0
+
+        in_flight = value.get("in_flight") or []
+        return cls(
+            count("total"),
+            count("next"),
+            count("completed"),
+            count("failed"),
+            tuple(i for i in in_flight if isinstance(i, int))
+            if isinstance(in_flight, list)
+            else (),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class MapState:
+    """A MAP node's items as an event sees them: its progress, and the item tasks it
+    loaded (those in flight and the next to go, by index) — never all of them."""
+
+    progress: MapProgress
+    items: Mapping[int, NodeState] = field(default_factory=dict)
+
+    def find(self, task_id: str) -> int | None:
+        """The index of the item in flight whose task is ``task_id`` (None: none)."""
+        for index in self.progress.in_flight:
+            item = self.items.get(index)
+            if item is not None and item.task_id == task_id:
+                return index
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +91,8 @@ class NodeState:
     #: The signal a WAITING WAIT_FOR_EVENT node waits for.
     awaited_signal: str | None = None
     error: str | None = None
+    #: A MAP node: its items' progress and the items loaded (None: not a MAP).
+    map: MapState | None = None
 
     def matches(self, task_id: str, attempt: int) -> bool:
         """The fencing check: a report counts only for the current task attempt."""
@@ -61,6 +124,10 @@ class Run:
     #: The buffered, unconsumed signals, oldest first; None when the caller did not
     #: load them (the machine then asks, if it needs them). ``()`` means none.
     signals: tuple[Signal, ...] | None = None
+    #: The outputs of every item of the MAP nodes asked for (node id → one per item, in
+    #: order: None for an item that failed), loaded when the machine asks (once, as the
+    #: MAP completes).
+    item_outputs: Mapping[str, tuple[Json, ...]] = field(default_factory=dict)
 
     @property
     def is_terminal(self) -> bool:
@@ -74,9 +141,23 @@ class Run:
         return _failed(self.nodes)
 
     def with_data(
-        self, outputs: Mapping[str, Json] | None = None, signals: tuple[Signal, ...] | None = None
+        self,
+        outputs: Mapping[str, Json] | None = None,
+        signals: tuple[Signal, ...] | None = None,
+        *,
+        items: Mapping[str, Mapping[int, NodeState]] | None = None,
+        item_outputs: Mapping[str, tuple[Json, ...]] | None = None,
     ) -> Run:
-        """This snapshot with more loaded outputs and (when given) the buffered signals."""
+        """This snapshot with more loaded outputs, (when given) the buffered signals, more
+        loaded MAP items (node id → index → state) and MAP item outputs."""
+        nodes = self.nodes
+        if items:
+            nodes = dict(nodes)
+            for node_id, loaded in items.items():
+                old = nodes[node_id]
+                if old.map is not None:
+                    merged = MapState(old.map.progress, {**old.map.items, **loaded})
+                    nodes[node_id] = replace(old, map=merged)
         return Run(
             self.run_id,
             self.workflow_id,
@@ -84,9 +165,10 @@ class Run:
             self.status,
             self.input,
             self.config,
-            self.nodes,
+            nodes,
             {**self.outputs, **outputs} if outputs else self.outputs,
             self.signals if signals is None else signals,
+            {**self.item_outputs, **item_outputs} if item_outputs else self.item_outputs,
         )
 
 
@@ -99,6 +181,10 @@ class Missing:
     outputs: frozenset[str] = frozenset()
     #: The run's buffered signals (``Run.signals`` was None).
     signals: bool = False
+    #: MAP items whose task states a decision needs (node id, index): the next to go.
+    items: frozenset[tuple[str, int]] = frozenset()
+    #: MAP nodes whose items' outputs the MAP's completion collects.
+    item_outputs: frozenset[str] = frozenset()
 
 
 #: Final states a run cannot succeed with. CANCELLED counts: a node a cancel stopped that

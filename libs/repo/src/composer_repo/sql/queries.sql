@@ -136,10 +136,22 @@ SELECT s.workflow_id, s.version, s.status, s.input, s.config, s.data_key, s.cont
            FOR UPDATE) s;
 
 -- name: load_task_states
--- What routing needs from each reached node: no inputs, no outputs.
-SELECT node_id, id, state, attempt, branches, awaited_signal, error
+-- What routing needs from each reached node: no inputs, no outputs. Of a MAP
+-- node's items (V021), only those its progress names: in flight, and the next to
+-- go (never all: an event costs the same at item 1 and item 1,000).
+SELECT node_id, id, state, attempt, branches, awaited_signal, error, NULL::int AS item,
+       map_progress
   FROM task_instances
- WHERE run_id = $1;
+ WHERE run_id = $1 AND item IS NULL
+UNION ALL
+SELECT i.node_id, i.id, i.state, i.attempt, NULL, NULL, i.error, i.item, NULL
+  FROM task_instances m
+ CROSS JOIN LATERAL jsonb_array_elements_text(
+           (m.map_progress -> 'in_flight') || jsonb_build_array(m.map_progress -> 'next')) l(item)
+  JOIN task_instances i
+    ON i.run_id = m.run_id AND i.node_id = m.node_id AND i.item = l.item::int
+ WHERE m.run_id = $1 AND m.item IS NULL AND m.map_progress IS NOT NULL
+   AND m.state = 'WAITING';
 
 -- name: lock_runs
 -- The lock query of a batch of events (the coordinator's group commit): every
@@ -165,9 +177,63 @@ SELECT l.id, l.workflow_id, l.version, l.status, l.input, l.config, l.data_key, 
 -- load_task_states for a batch of runs, with the token and queue of each RUNNING
 -- attempt's lease (a report counts only with the lease's token).
 SELECT run_id, node_id, id, state, attempt, branches, awaited_signal, error, queue,
-       CASE WHEN state = 'RUNNING' THEN lease_token END AS lease_token
+       CASE WHEN state = 'RUNNING' THEN lease_token END AS lease_token, NULL::int AS item,
+       map_progress
   FROM task_instances
- WHERE run_id = ANY($1::text[]);
+ WHERE run_id = ANY($1::text[]) AND item IS NULL
+UNION ALL
+SELECT i.run_id, i.node_id, i.id, i.state, i.attempt, NULL, NULL, i.error, i.queue,
+       CASE WHEN i.state = 'RUNNING' THEN i.lease_token END, i.item, NULL
+  FROM task_instances m
+ CROSS JOIN LATERAL jsonb_array_elements_text(
+           (m.map_progress -> 'in_flight') || jsonb_build_array(m.map_progress -> 'next')) l(item)
+  JOIN task_instances i
+    ON i.run_id = m.run_id AND i.node_id = m.node_id AND i.item = l.item::int
+ WHERE m.run_id = ANY($1::text[]) AND m.item IS NULL AND m.map_progress IS NOT NULL
+   AND m.state = 'WAITING';
+
+-- name: load_items
+-- Items of one MAP node by index ($3): those a decision asks for (the next to go).
+SELECT item, id, state, attempt, error
+  FROM task_instances
+ WHERE run_id = $1 AND node_id = $2 AND item = ANY($3::int[]);
+
+-- name: load_item_outputs
+-- Every item's output of one MAP node, in item order (NULL: it did not complete):
+-- read once, as the MAP completes.
+SELECT item, CASE WHEN state = 'COMPLETED' THEN output END AS output
+  FROM task_instances
+ WHERE run_id = $1 AND node_id = $2 AND item IS NOT NULL
+ ORDER BY item;
+
+-- name: start_items
+-- MAP items that waited for a place go: due for dispatch from now (their outbox
+-- rows are written after). Only one still waiting.
+UPDATE task_instances t
+   SET dispatched_at = composer_now(), updated_at = composer_now()
+  FROM unnest($1::text[], $2::text[]) AS u(run_id, id)
+ WHERE t.run_id = u.run_id AND t.id = u.id AND t.state = 'PENDING'
+   AND t.dispatched_at IS NULL AND t.held_reason IS NULL AND t.item IS NOT NULL
+RETURNING t.id;
+
+-- name: set_map_progress
+-- The progress of MAP nodes (their own rows), as the transaction's events left it.
+UPDATE task_instances t
+   SET map_progress = u.progress
+  FROM unnest($1::text[], $2::text[], $3::jsonb[]) AS u(run_id, id, progress)
+ WHERE t.run_id = u.run_id AND t.id = u.id AND t.item IS NULL
+RETURNING t.id;
+
+-- name: cancel_items
+-- Every item of a MAP node that has not finished (sent or still waiting), with
+-- the reason as its error, taken off every loop.
+UPDATE task_instances
+   SET state = 'CANCELLED', error = $3, finished_at = composer_now(), updated_at = composer_now(),
+       dispatched_at = NULL, held_reason = NULL, lease_owner = NULL, lease_expires_at = NULL,
+       lease_token = NULL, lease_claim = NULL
+ WHERE run_id = $1 AND node_id = $2 AND item IS NOT NULL
+   AND state IN ('PENDING', 'QUEUED', 'RUNNING')
+RETURNING id, queue;
 
 -- name: load_outputs
 SELECT node_id, output
@@ -212,12 +278,34 @@ UPDATE workflow_runs SET cancelled_by = $2 WHERE id = $1 RETURNING 1;
 UPDATE workflow_runs SET retried_by = $2 WHERE id = $1 RETURNING 1;
 
 -- name: get_run_tasks
+-- The run's own tasks; a MAP's with how many items it has and how many are in each
+-- state (its items are listed apart: get_map_items).
+SELECT t.id, t.node_id, t.node_type, t.state, t.attempt, t.max_attempts, t.input, t.output,
+       t.error, t.error_code, t.branches, t.wake_at, t.awaited_signal, t.queue, t.lease_owner,
+       t.lease_expires_at, t.created_at, t.updated_at, t.started_at, t.finished_at,
+       t.held_reason, NULL::int AS item,
+       CASE WHEN t.map_progress IS NOT NULL THEN
+           (SELECT jsonb_object_agg(c.state, c.n)
+              FROM (SELECT i.state, count(*) AS n
+                      FROM task_instances i
+                     WHERE i.run_id = $1 AND i.node_id = t.node_id AND i.item IS NOT NULL
+                     GROUP BY i.state) c)
+       END AS item_counts,
+       (t.map_progress ->> 'total')::int AS items_total
+  FROM task_instances t
+ WHERE t.run_id = $1 AND t.item IS NULL
+ ORDER BY t.id;
+
+-- name: get_map_items
+-- A page of one MAP node's items, in item order from index $3.
 SELECT id, node_id, node_type, state, attempt, max_attempts, input, output, error, error_code,
        branches, wake_at, awaited_signal, queue, lease_owner, lease_expires_at,
-       created_at, updated_at, started_at, finished_at, held_reason
+       created_at, updated_at, started_at, finished_at, held_reason, item,
+       NULL::jsonb AS item_counts, NULL::int AS items_total
   FROM task_instances
- WHERE run_id = $1
- ORDER BY id;
+ WHERE run_id = $1 AND node_id = $2 AND item IS NOT NULL AND item >= $3
+ ORDER BY item
+ LIMIT $4;
 
 -- name: insert_task_logs
 -- The log lines of the attempts a transaction's reports carried (the group
@@ -338,7 +426,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, composer_no
         CASE WHEN $5 = 'PENDING' THEN composer_now() END,
         CASE WHEN $5 IN ('WAITING', 'COMPLETED', 'FAILED') THEN composer_now() END,
         CASE WHEN $5 IN ('COMPLETED', 'FAILED', 'SKIPPED') THEN composer_now() END)
-ON CONFLICT (run_id, node_id) DO NOTHING
+ON CONFLICT (run_id, node_id, item) DO NOTHING
 RETURNING 1;
 
 -- name: insert_tasks
@@ -346,33 +434,38 @@ RETURNING 1;
 -- statement; returns the ids inserted (a node that already had its task is
 -- left out: the caller's snapshot was stale). No recorded branches here: a task
 -- created with them goes through insert_task.
+-- Documents go as JSON texts ($6, $7, $13): a jsonb[] parameter would take a
+-- list value for a dimension of the array (a list output flattened, or refused).
+-- A MAP's item ($15: its index) that waits for a place ($17) gets no dispatch
+-- time until it goes (start_items); a MAP's own task carries its progress ($16).
 INSERT INTO task_instances
        (id, run_id, node_id, node_type, state, input, output, error, error_code, wake_at,
-        awaited_signal, queue, max_attempts, context, created_at, updated_at, dispatched_at,
-        started_at, finished_at)
-SELECT u.id, u.run_id, u.node_id, u.node_type, u.state, u.input, u.output, u.error,
-       u.error_code, u.wake_at, u.awaited_signal, u.queue, u.max_attempts, u.context,
-       composer_now(), composer_now(),
-       CASE WHEN u.state = 'PENDING' THEN composer_now() END,
+        awaited_signal, queue, max_attempts, context, item, map_progress, created_at,
+        updated_at, dispatched_at, started_at, finished_at)
+SELECT u.id, u.run_id, u.node_id, u.node_type, u.state, u.input::jsonb, u.output::jsonb, u.error,
+       u.error_code, u.wake_at, u.awaited_signal, u.queue, u.max_attempts, u.context::jsonb,
+       u.item, u.map_progress, composer_now(), composer_now(),
+       CASE WHEN u.state = 'PENDING' AND NOT u.waits THEN composer_now() END,
        CASE WHEN u.state IN ('WAITING', 'COMPLETED', 'FAILED') THEN composer_now() END,
        CASE WHEN u.state IN ('COMPLETED', 'FAILED', 'SKIPPED') THEN composer_now() END
-  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[],
-              $7::jsonb[], $8::text[], $9::timestamptz[], $10::text[], $11::text[], $12::int[],
-              $13::jsonb[], $14::text[])
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+              $7::text[], $8::text[], $9::timestamptz[], $10::text[], $11::text[], $12::int[],
+              $13::text[], $14::text[], $15::int[], $16::jsonb[], $17::bool[])
            AS u(id, run_id, node_id, node_type, state, input, output, error, wake_at,
-                awaited_signal, queue, max_attempts, context, error_code)
-ON CONFLICT (run_id, node_id) DO NOTHING
+                awaited_signal, queue, max_attempts, context, error_code, item, map_progress,
+                waits)
+ON CONFLICT (run_id, node_id, item) DO NOTHING
 RETURNING id;
 
 -- name: complete_tasks
 -- complete_task for many attempts of one transaction, in one statement. An
 -- earlier attempt's error goes: a COMPLETED task shows no error.
 UPDATE task_instances t
-   SET state = 'COMPLETED', output = u.output, error = NULL, error_code = NULL,
+   SET state = 'COMPLETED', output = u.output::jsonb, error = NULL, error_code = NULL,
        finished_at = composer_now(),
        updated_at = composer_now(), dispatched_at = NULL, lease_owner = NULL,
        lease_expires_at = NULL, lease_token = NULL, lease_claim = NULL
-  FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::jsonb[])
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[])
            AS u(run_id, id, node_id, attempt, output)
  WHERE t.run_id = u.run_id AND t.id = u.id AND t.node_id = u.node_id AND t.attempt = u.attempt
    AND t.state IN ('PENDING', 'QUEUED', 'RUNNING')
@@ -1149,6 +1242,9 @@ WITH held AS (
      WHERE t.run_id = $1 AND t.state IN ('PENDING', 'QUEUED')
        AND ($2::text[] IS NULL OR t.id = ANY($2::text[]))
        AND t.held_reason IS DISTINCT FROM $3
+       -- a MAP item still waiting for a place is not sent at the resume either: its
+       -- MAP sends it when one frees (V021)
+       AND NOT (t.item IS NOT NULL AND t.dispatched_at IS NULL AND t.held_reason IS NULL)
     RETURNING t.id, t.node_id, t.attempt, t.queue
 ), unsent AS (
     DELETE FROM outbox o
