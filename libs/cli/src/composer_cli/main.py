@@ -316,6 +316,27 @@ def retry(client: ApiClient, a: argparse.Namespace) -> None:
         exit_unless_succeeded(follow(client, a.run))
 
 
+# -- a MAP node's items ----------------------------------------------------------
+
+
+def items(client: ApiClient, a: argparse.Namespace) -> None:
+    """List a MAP node's item tasks in item order: state, attempt, duration, error."""
+    params = {"start": str(a.start), "limit": str(a.limit)}
+    answer = client.call("GET", f"/v1/runs/{a.run}/tasks/{a.node}/items", params=params)
+    if a.as_json:
+        print_json(answer.body)
+        return
+    from composer_cli.render import items_table
+
+    body = answer.shown
+    if not body["items"]:
+        echo(f"no items of {a.node} from {a.start}")
+        return
+    echo_lines(items_table(body["items"]))
+    if body.get("next_start") is not None:
+        echo(f"more: composer items {a.run} {a.node} --start {body['next_start']}")
+
+
 # -- task logs -----------------------------------------------------------------
 
 
@@ -670,6 +691,13 @@ def parser() -> argparse.ArgumentParser:
         default=False,
         help="show progress until the run ends",
     )
+
+    sub = command(items)
+    sub.add_argument("run", help="the run id")
+    sub.add_argument("node", help="the MAP node's id")
+    sub.add_argument("--start", type=int, default=0, help="the first item's index (default 0)")
+    sub.add_argument("--limit", type=_limit, default=100, help="1 to 1000 (default 100)")
+    as_json(sub)
 
     sub = command(logs)
     sub.add_argument("run", help="the run id")

@@ -211,13 +211,14 @@ def run_view(run: dict[str, Any]) -> Group:
             task["node_id"],
             task["type"],
             styled(task["state"]),
-            attempt_text(task),
+            items_text(task) or attempt_text(task),
             duration(task.get("started_at") or task.get("created_at"), task.get("finished_at")),
             Text(
                 summary(_failed_error(task, task["state"] in ("FAILED", "CANCELLED"))), style="red"
             ),
         )
     lines.append(tasks)
+    lines.extend(items_lines(run))
     lines.extend(waiting_hints(run))
     if run.get("signals"):
         lines.append(Text("signals", style="bold"))
@@ -272,6 +273,31 @@ def workers_table(workers: list[dict[str, Any]], *, width: int | None = None) ->
     )
 
 
+def items_table(items: list[dict[str, Any]], *, width: int | None = None) -> list[str]:
+    """A MAP node's items (GET /v1/runs/{id}/tasks/{node}/items): index, state, attempt,
+    duration and the first line of an error. At 80 columns the error is cut first."""
+    return table(
+        (
+            Column("item", right=True),
+            Column("state"),
+            Column("attempt"),
+            Column("duration", keep=2, right=True),
+            Column("error", flex=True),
+        ),
+        [
+            (
+                str(t["item"]),
+                (t["state"], _STYLES.get(t["state"], "")),
+                attempt_text(t),
+                duration(t.get("started_at"), t.get("finished_at")) if t.get("started_at") else "-",
+                summary(_failed_error(t, t["state"] in ("FAILED", "CANCELLED"))) or "",
+            )
+            for t in items
+        ],
+        columns_wide=width,
+    )
+
+
 def limits_table(limits: list[dict[str, Any]], *, width: int | None = None) -> list[str]:
     """The keys of the limits holding runs back (GET /v1/limits): the workflow, the key,
     slots in use out of the limit, and how many runs wait."""
@@ -311,6 +337,35 @@ def ago(seconds: float) -> str:
         hours, minutes = divmod(s // 60, 60)
         return f"{hours}h{minutes:02d}m" if minutes else f"{hours}h"
     return f"{s // 86400}d"
+
+
+def items_text(task: dict[str, Any]) -> str | None:
+    """A MAP node's progress, its items finished of all ("37 / 100"); None for others."""
+    items = task.get("items")
+    if not items:
+        return None
+    return f"{items['finished']} / {items['total']}"
+
+
+def items_lines(run: dict[str, Any]) -> list[Text]:
+    """Under the tasks: each MAP node's items by state, and where to list them."""
+    from rich.text import Text
+
+    lines = []
+    for task in run.get("tasks", []):
+        items = task.get("items")
+        if not items:
+            continue
+        counts = ", ".join(f"{n} {state}" for state, n in sorted(items["counts"].items()))
+        lines.append(
+            Text(
+                f"{task['node_id']} items: {items_text(task)}"
+                + (f" ({counts})" if counts else "")
+                + f" — composer items {run['run_id']} {task['node_id']}",
+                style="dim",
+            )
+        )
+    return lines
 
 
 def attempt_text(task: dict[str, Any]) -> str:
@@ -388,12 +443,17 @@ def workflows_table(workflows: list[dict[str, Any]], *, width: int | None = None
 
 def changes(before: dict[str, Any] | None, after: dict[str, Any]) -> list[str]:
     """Plain progress lines for what changed between two reads of a run (for logs, not terminals)."""
-    old = {t["node_id"]: (t["state"], t["attempt"]) for t in (before or {}).get("tasks", [])}
+    old = {
+        t["node_id"]: (t["state"], t["attempt"], items_text(t))
+        for t in (before or {}).get("tasks", [])
+    }
     lines = []
     for task in after.get("tasks", []):
-        now = (task["state"], task["attempt"])
+        now = (task["state"], task["attempt"], items_text(task))
         if old.get(task["node_id"]) != now:
             attempt = f" (attempt {attempt_text(task)})" if task["attempt"] else ""
+            if items_text(task):
+                attempt = f" ({items_text(task)} items)"
             stopped = task["state"] in ("FAILED", "CANCELLED")
             error = f": {summary(str(task['error']))}" if task.get("error") and stopped else ""
             lines.append(f"{task['node_id']} {task['state']}{attempt}{error}")

@@ -248,6 +248,29 @@ class Reads:
 
         return await self._shell.in_tx(read)
 
+    async def map_items(
+        self, run_id: str, node_id: str, *, full_access: bool, start: int = 0, limit: int = 100
+    ) -> tuple[list[repo.TaskRecord], bool]:
+        """A page of MAP ``node_id``'s item tasks in item order, and whether their
+        documents were redacted. NotFound when the run has no such node's task."""
+
+        async def read(tx: Tx) -> tuple[list[repo.TaskRecord], bool]:
+            r = await repo.get_run(tx.conn, run_id)
+            items = await repo.get_map_items(tx.conn, run_id, node_id, start=start, limit=limit)
+            if not items and not any(
+                t.node_id == node_id and t.items_total is not None
+                for t in await repo.get_run_tasks(tx.conn, run_id)
+            ):
+                raise repo.NotFound(f"run {run_id} has no MAP node {node_id!r} that started")
+            if await self._shows(tx, full_access, r.workflow_id, r.version):
+                sealer = self._shell.sealer
+                return [opened.task_record(sealer, run_id, t) for t in items], False
+            return [
+                dataclasses.replace(t, input=None, output=None, error=None) for t in items
+            ], True
+
+        return await self._shell.in_tx(read)
+
     async def run_limits(self, *, full_access: bool) -> list[LimitView]:
         """The keys of run limits with runs going or waiting (docs/architecture.md
         §4.13), each with its deployed limit, then the node concurrency keys with

@@ -157,6 +157,19 @@ class RunStarted(Response):
     created: bool = Field(description="false when an earlier start with the key is returned")
 
 
+class MapProgress(Response):
+    """A MAP node's items: how many, how many finished, and how many in each state
+    (list them at GET /v1/runs/{run_id}/tasks/{node_id}/items)."""
+
+    total: int = Field(description="the items of its list")
+    finished: int = Field(description="items COMPLETED, FAILED or CANCELLED")
+    counts: dict[str, int] = Field(
+        description="items by state (PENDING: waiting for a place among max_parallel or "
+        "for a worker; QUEUED, RUNNING, COMPLETED, FAILED, CANCELLED); a state no item is "
+        "in is left out"
+    )
+
+
 class Task(Response):
     task_id: str
     node_id: str
@@ -191,6 +204,12 @@ class Task(Response):
         description="PENDING or QUEUED: why it waits — held by the admission step (its "
         "queue at its COMPOSER_QUEUE_CONCURRENCY limit), or no live worker serves its queue "
         "(none seen within COMPOSER_WORKER_LIVE_SECONDS): since when, and what to do",
+    )
+    item: int | None = Field(
+        default=None, description="a MAP node's item task: its index in the list, from 0"
+    )
+    items: MapProgress | None = Field(
+        default=None, description="a MAP node's own task: its items' progress"
     )
 
 
@@ -430,6 +449,23 @@ class HistoryQuery(Request):
 
 
 # -- task logs -------------------------------------------------------------------
+
+
+class MapItemsQuery(Request):
+    start: int = Field(default=0, ge=0, description="the first item's index")
+    limit: int = Field(default=100, ge=1, le=1000, description="at most this many items")
+
+
+class MapItems(Response):
+    """A page of a MAP node's item tasks, in item order."""
+
+    run_id: str
+    node_id: str
+    items: list[Task]
+    next_start: int | None = Field(
+        default=None, description="pass as ?start= for the next page; null: no more"
+    )
+    redacted: bool = _redacted("input, output, error")
 
 
 class TaskLogsQuery(Request):

@@ -25,6 +25,8 @@ from composer_api_gateway.models import (
     HistoryQuery,
     Identity,
     LimitList,
+    MapItems,
+    MapItemsQuery,
     PauseRun,
     ResultQuery,
     RetryRun,
@@ -297,6 +299,21 @@ ROUTES: tuple[Route, ...] = (
         description="The node and everything after it run again. A run with active tasks "
         "answers 409. A new `input` is held to the version's `input_schema` as a start's is "
         "(400 `input-invalid` with `problems`).",
+    ),
+    Route(
+        "GET",
+        "/v1/runs/{run_id}/tasks/{node_id}/items",
+        runs.map_items,
+        "The item tasks of a MAP node",
+        "runs",
+        Role.VIEWER,
+        {200: MapItems},
+        query=MapItemsQuery,
+        errors=(400, 404, 503),
+        description="A page of a MAP node's items in item order, each a task as the run "
+        "shows its own (attempts, error, times); the MAP's own task in GET /v1/runs/{run_id} "
+        "carries `items` (total, finished, counts by state). Pass next_start as ?start= for "
+        "the next page. 404 when the run has no MAP node of that id that started." + REDACTED,
     ),
     Route(
         "GET",

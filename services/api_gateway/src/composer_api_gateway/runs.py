@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Mapping
 
 from aiohttp import web
 
@@ -29,6 +30,9 @@ from composer_api_gateway.models import (
     AttemptLog,
     CallingContext,
     CancelRun,
+    MapItems,
+    MapItemsQuery,
+    MapProgress,
     PauseRun,
     ResultQuery,
     RetryRun,
@@ -49,6 +53,7 @@ from composer_api_gateway.state import CALLER, CONFIG, ENGINE, WAITERS
 from composer_common import caller as calling
 from composer_common import labels as run_labels
 from composer_core.model import TaskState
+from composer_engine.records import TaskRecord
 
 #: The status a long-poll answers when the run is still going: "ask again".
 STILL_RUNNING = 202
@@ -56,6 +61,8 @@ _CURSOR_PREFIX = "r1:"
 BAD_CURSOR = "cursor is not one this API gave out: pass the next_cursor of the previous page"
 #: The task states that wait for a worker to take them (a waiting_hint may say none will).
 _WAITING = frozenset({TaskState.PENDING, TaskState.QUEUED})
+#: A MAP item in one of these is finished (its progress counts it).
+_FINISHED = frozenset({TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELLED})
 
 
 def encode_cursor(value: str | None, prefix: str = _CURSOR_PREFIX) -> str | None:
@@ -137,32 +144,73 @@ async def load(request: web.Request, run_id: str) -> Run:
             )
             for s in signals
         ],
-        tasks=[
-            Task(
-                task_id=t.task_id,
-                node_id=t.node_id,
-                type=t.node_type,
-                state=t.state,
-                attempt=t.attempt,
-                max_attempts=t.max_attempts,
-                input=t.input,
-                output=t.output,
-                error=t.error,
-                error_code=t.error_code,
-                queue=t.queue,
-                branches=None if t.branches is None else list(t.branches),
-                wake_at=t.wake_at,
-                awaited_signal=t.awaited_signal,
-                created_at=t.created_at,
-                updated_at=t.updated_at,
-                started_at=t.started_at,
-                finished_at=t.finished_at,
-                redacted=hidden,
-                waiting_hint=t.held_reason
-                or (hints.get(t.queue or "") if t.state in _WAITING else None),
-            )
-            for t in tasks
-        ],
+        tasks=[_task(t, hidden, hints) for t in tasks],
+    )
+
+
+def _task(t: TaskRecord, hidden: bool, hints: Mapping[str, str]) -> Task:
+    waiting = t.held_reason or (hints.get(t.queue or "") if t.state in _WAITING else None)
+    if (
+        waiting is None
+        and t.item is not None
+        and t.state is TaskState.PENDING
+        and t.started_at is None
+    ):
+        waiting = "waiting for a place: its MAP runs at most max_parallel items at once"
+    return Task(
+        task_id=t.task_id,
+        node_id=t.node_id,
+        type=t.node_type,
+        state=t.state,
+        attempt=t.attempt,
+        max_attempts=t.max_attempts,
+        input=t.input,
+        output=t.output,
+        error=t.error,
+        error_code=t.error_code,
+        queue=t.queue,
+        branches=None if t.branches is None else list(t.branches),
+        wake_at=t.wake_at,
+        awaited_signal=t.awaited_signal,
+        created_at=t.created_at,
+        updated_at=t.updated_at,
+        started_at=t.started_at,
+        finished_at=t.finished_at,
+        redacted=hidden,
+        waiting_hint=waiting,
+        item=t.item,
+        items=None
+        if t.items_total is None
+        else MapProgress(
+            total=t.items_total,
+            finished=sum(n for state, n in (t.item_counts or {}).items() if state in _FINISHED),
+            counts=dict(t.item_counts or {}),
+        ),
+    )
+
+
+async def map_items(request: web.Request) -> web.Response:
+    """A page of a MAP node's items, in item order, redacted as the run's tasks are."""
+    run_id = bodies.run_id_param(request)
+    node_id = request.match_info["node_id"]
+    query = bodies.read_query(request, MapItemsQuery)
+    items, hidden = await request.app[ENGINE].reads.map_items(
+        run_id,
+        node_id,
+        full_access=full_access(request[CALLER]),
+        start=query.start,
+        limit=query.limit + 1,
+    )
+    more = len(items) > query.limit
+    shown = items[: query.limit]
+    return json_response(
+        MapItems(
+            run_id=run_id,
+            node_id=node_id,
+            items=[_task(t, hidden, {}) for t in shown],
+            next_start=(shown[-1].item or 0) + 1 if more and shown else None,
+            redacted=hidden,
+        )
     )
 
 
