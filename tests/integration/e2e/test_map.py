@@ -12,6 +12,7 @@ import composer_repo as repo
 from composer_core.model import RunStatus, TaskState
 from composer_sdk import PermanentError, TaskContext
 from tests.integration.e2e.conftest import Stack
+from tests.integration.waits import until
 
 
 def mapped(
@@ -167,3 +168,39 @@ async def test_an_empty_list_completes_the_map_at_once(stack: Stack) -> None:
     assert run.status is RunStatus.SUCCEEDED, run.error
     assert run.output == {"lines": []}
     assert await items_of(stack, started.run_id) == []
+
+
+async def test_a_paused_map_sends_no_waiting_item_and_keeps_max_parallel_at_its_resume(
+    stack: Stack,
+) -> None:
+    await stack.deploy(mapped("map-paused", max_parallel=2))
+    gate = asyncio.Event()
+    running = 0
+    most = 0
+
+    async def line(ctx: TaskContext, input: dict[str, Any]) -> Any:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await gate.wait()
+        running -= 1
+        return input["at"]
+
+    stack.worker({"lines": line, "total": echo_total}, concurrency=8)
+    started = await stack.engine.start("map-paused", input={"lines": [{"sku": "a"}] * 6})
+    await until(lambda: asyncio.sleep(0, running == 2), what="two items running")
+    assert await stack.engine.pauses.pause(started.run_id, "look")
+    gate.set()  # the two running finish while the run is paused; nothing new goes
+
+    async def two_done() -> bool:
+        items = await items_of(stack, started.run_id)
+        return sum(t.state is TaskState.COMPLETED for t in items) == 2
+
+    await until(two_done, what="the running items finished while paused")
+    items = await items_of(stack, started.run_id)
+    assert all(t.started_at is None for t in items[2:])  # none of the waiting ones went
+    assert await stack.engine.pauses.resume(started.run_id)
+    run = await stack.wait_run(started.run_id)
+    assert run.status is RunStatus.SUCCEEDED, run.error
+    assert run.output == {"lines": [0, 1, 2, 3, 4, 5]}
+    assert most <= 2
