@@ -21,6 +21,7 @@ from aiohttp import web
 
 from composer_api_gateway import GatewayConfig, create_app
 from composer_service import EngineConfig, RuntimeConfig, serving
+from composer_service.engines import DEFAULT_MAX_CHILD_DEPTH
 from tests.integration.e2e.conftest import Stack, open_stack
 
 TOKENS = {"admin": "adm-secret", "operator": "op-secret", "viewer": "view-secret"}
@@ -95,6 +96,7 @@ async def open_gateway(
         redis_prefix=prefix,
         encryption_keys=settings.pop("encryption_keys", ""),
         queue_concurrency=settings.pop("queue_concurrency", ""),
+        max_child_depth=settings.pop("max_child_depth", DEFAULT_MAX_CHILD_DEPTH),
     )
     runtime = RuntimeConfig(
         "api-gateway",

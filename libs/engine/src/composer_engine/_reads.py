@@ -45,6 +45,8 @@ class RunView:
     #: Why a PENDING run has not started: it waits for a slot of its key
     #: (docs/architecture.md §4.13); None: it does not wait.
     waiting: str | None = None
+    #: The runs its SUB_WORKFLOW nodes started, oldest first (§4.15).
+    children: list[repo.ChildSummary] = dataclasses.field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +120,9 @@ class Reads:
             )
             shown = await self._shows(tx, full_access, r.workflow_id, r.version)
             view = self._run_view(r, tasks, signals, unserved, shown)
+            children = await repo.run_children(tx.conn, run_id)  # the small parent index
+            if children:
+                view = dataclasses.replace(view, children=children)
             if r.status is RunStatus.PENDING:
                 waiting = await repo.run_waiting(tx.conn, run_id)
                 if waiting is not None:

@@ -240,6 +240,29 @@ class CallingContext(Response):
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
 
 
+class RunParent(Response):
+    """The node attempt of another run that started this one (a SUB_WORKFLOW's)."""
+
+    run_id: str
+    node_id: str
+    task_id: str
+    attempt: int = Field(description="0-based: the parent node's attempt that started it")
+
+
+class RunChild(Response):
+    """A run one of this run's nodes started (a SUB_WORKFLOW's child), oldest first."""
+
+    run_id: str
+    workflow_id: str
+    version: int
+    status: RunStatus
+    node_id: str = Field(description="the node that started it")
+    attempt: int = Field(description="0-based: that node's attempt (a retry starts a new child)")
+    on_parent_cancel: str = Field(description="cancel or abandon (docs/nodes.md SUB_WORKFLOW)")
+    created_at: dt.datetime
+    completed_at: dt.datetime | None = None
+
+
 class Run(Response):
     run_id: str
     workflow_id: str
@@ -284,6 +307,13 @@ class Run(Response):
     tasks: list[Task]
     signals: list[Signal] = Field(
         default_factory=list, description="every signal sent to the run, oldest first"
+    )
+    parent: RunParent | None = Field(
+        default=None, description="the SUB_WORKFLOW node attempt that started it; null: none"
+    )
+    children: list[RunChild] = Field(
+        default_factory=list,
+        description="the runs its SUB_WORKFLOW nodes started, oldest first (at most 1,000)",
     )
 
 

@@ -37,9 +37,11 @@ from composer_api_gateway.models import (
     ResultQuery,
     RetryRun,
     Run,
+    RunChild,
     RunList,
     RunListQuery,
     RunLogs,
+    RunParent,
     RunStarted,
     RunSummary,
     Signal,
@@ -131,6 +133,28 @@ async def load(request: web.Request, run_id: str) -> Run:
         context=_context(r.context),
         redacted=hidden,
         waiting_hint=view.waiting,
+        parent=None
+        if r.parent is None
+        else RunParent(
+            run_id=r.parent.run_id,
+            node_id=r.parent.node_id,
+            task_id=r.parent.task_id,
+            attempt=r.parent.attempt,
+        ),
+        children=[
+            RunChild(
+                run_id=c.run_id,
+                workflow_id=c.workflow_id,
+                version=c.version,
+                status=c.status,
+                node_id=c.node_id,
+                attempt=c.attempt,
+                on_parent_cancel="abandon" if c.detached else "cancel",
+                created_at=c.created_at,
+                completed_at=c.completed_at,
+            )
+            for c in view.children
+        ],
         signals=[
             Signal(
                 signal_id=s.signal_id,
