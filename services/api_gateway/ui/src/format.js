@@ -49,6 +49,11 @@ export function shortId(id) {
  * A task's attempt as people count it, from 1, with its node's allowance when
  * it has one ("2 of 3"): the API's `attempt` counts from 0; the CLI shows the same.
  */
+/** A MAP node's progress, its items finished of all ("37 / 100"); '' for other nodes. */
+export function itemsProgress(task) {
+  return task && task.items ? `${task.items.finished} / ${task.items.total}` : '';
+}
+
 export function attempt(task) {
   const shown = String(task.attempt + 1);
   return task.max_attempts ? `${shown} of ${task.max_attempts}` : shown;

@@ -13,7 +13,7 @@
 
 import { graphlib, layout } from '@dagrejs/dagre';
 import { h, mount, svg } from './dom.js';
-import { attempt } from './format.js';
+import { attempt, itemsProgress } from './format.js';
 
 export const STATES = ['PENDING', 'QUEUED', 'RUNNING', 'WAITING', 'COMPLETED', 'FAILED', 'SKIPPED', 'CANCELLED'];
 //: the sizes the CSS draws in (style.css, svg.graph): the smallest is the edge label's
@@ -100,7 +100,8 @@ export function wrap(text, max = LABEL_CHARS, lines = LABEL_LINES) {
 function nodeLines(node, task, preview) {
   const stateText = preview ? '' : task ? task.state.toLowerCase() : 'not reached';
   const lines = [node.type + (stateText ? ` · ${stateText}` : '')];
-  if (task && task.attempt > 0) lines.push(`attempt ${attempt(task)}`);
+  if (task && task.items) lines.push(`${itemsProgress(task)} items`);
+  else if (task && task.attempt > 0) lines.push(`attempt ${attempt(task)}`);
   return { stateText, lines };
 }
 

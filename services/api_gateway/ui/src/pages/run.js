@@ -4,7 +4,7 @@
 
 import { get, parseJsonInput, post, session } from '../api.js';
 import { h, mount } from '../dom.js';
-import { attempt, duration, json, when } from '../format.js';
+import { attempt, duration, itemsProgress, json, when } from '../format.js';
 import { drawGraph, graphViewer, legend, tasksByNode } from '../graph.js';
 import { notify } from '../message.js';
 import { attemptsBlock, timelineTable } from '../timeline.js';
@@ -95,6 +95,9 @@ function waitingHints(tasks, run) {
       h('strong', {}, t.node_id), ` waits: ${t.waiting_hint} `, link(t.waiting_hint))));
 }
 
+/** How many of a MAP node's items the node panel shows at once. */
+const ITEMS_PAGE = 50;
+
 export function runPage(main, runId) {
   let run = null;
   let spec = null;
@@ -106,6 +109,9 @@ export function runPage(main, runId) {
   let tab = 'graph';
   let logsKey = null;
   const logsPane = h('div', { class: 'node-logs', id: 'node-logs' });
+  const itemsPane = h('section', { class: 'block node-items', id: 'node-items' });
+  let itemsKey = null;
+  let itemsStart = 0;
 
   const head = h('div', { class: 'run-head' });
   const viewer = graphViewer('graph');
@@ -168,6 +174,7 @@ export function runPage(main, runId) {
   }
 
   function select(nodeId) {
+    if (nodeId !== selected) { itemsStart = 0; itemsKey = null; }
     selected = nodeId;
     draw();
   }
@@ -223,7 +230,7 @@ export function runPage(main, runId) {
       h('h2', { id: 'node-title' }, node.id, ' ', h('span', { class: 'muted' }, node.type)),
       h('dl', { class: 'facts' },
         field('state', h('span', { class: `badge state-${task.state.toLowerCase()}`, id: 'node-state' }, task.state.toLowerCase())),
-        field('attempt', attempt(task), 'attempts'),
+        task.items ? field('items', itemsProgress(task), 'items-progress') : field('attempt', attempt(task), 'attempts'),
         field('queue', task.queue),
         field('no worker', task.waiting_hint, 'waiting-hint-text'),
         field('chose', Array.isArray(task.branches) ? (task.branches.join(', ') || 'no branch') : null),
@@ -236,12 +243,43 @@ export function runPage(main, runId) {
       task.error ? h('section', { class: 'block' }, h('h3', {}, 'Error', task.error_code ? ` (${task.error_code})` : ''),
         h('pre', { class: 'error-text', id: 'node-error' }, task.error)) : null,
       task.redacted && ['FAILED', 'CANCELLED'].includes(task.state) ? redactedBlock(task.error_code ? `Error (${task.error_code})` : 'Error') : null,
+      task.items ? itemsPane : null,
       attemptsBlock(entries, selected),
       payload(task, 'Input', task.input),
       payload(task, 'Output', task.output),
       task.queue ? logsPane : null,
       h('details', {}, h('summary', {}, 'Definition'), h('pre', {}, json(node))));
     if (task.queue) refreshLogs(task);
+    if (task.items) refreshItems(task);
+  }
+
+  /** A MAP node's items, a page at a time, read again when its progress moved. */
+  async function refreshItems(task) {
+    const key = `${task.node_id}|${itemsProgress(task)}|${task.state}|${itemsStart}`;
+    if (key === itemsKey) return;
+    itemsKey = key;
+    try {
+      const page = await get(`/v1/runs/${encodeURIComponent(runId)}/tasks/${encodeURIComponent(task.node_id)}/items?start=${itemsStart}&limit=${ITEMS_PAGE}`);
+      if (stopped || itemsKey !== key) return;
+      const counts = Object.entries(task.items.counts).map(([state, n]) => `${n} ${state.toLowerCase()}`).join(', ');
+      mount(itemsPane,
+        h('h3', {}, `Items · ${itemsProgress(task)}`, h('span', { class: 'muted' }, counts ? ` (${counts})` : '')),
+        h('table', { class: 'items-table', id: 'items-table' },
+          h('thead', {}, h('tr', {}, h('th', {}, 'item'), h('th', {}, 'state'), h('th', {}, 'attempt'), h('th', {}, 'ran for'), h('th', {}, 'error'))),
+          h('tbody', {}, ...page.items.map((item) => h('tr', { dataset: { item: String(item.item) } },
+            h('td', {}, String(item.item)),
+            h('td', {}, h('span', { class: `badge state-${item.state.toLowerCase()}` }, item.state.toLowerCase())),
+            h('td', {}, attempt(item)),
+            h('td', {}, item.started_at ? duration(item.started_at, item.finished_at) : '–'),
+            h('td', { class: 'error-text' }, item.redacted && item.state === 'FAILED' ? 'redacted' : (item.error || '').split('\n')[0]))))),
+        h('p', {},
+          itemsStart > 0 ? h('button', { type: 'button', onclick: () => { itemsStart = Math.max(0, itemsStart - ITEMS_PAGE); itemsKey = null; draw(); } }, '← Previous') : null,
+          page.next_start !== null && page.next_start !== undefined
+            ? h('button', { type: 'button', id: 'items-next', onclick: () => { itemsStart = page.next_start; itemsKey = null; draw(); } }, 'Next →') : null));
+    } catch (err) {
+      if (itemsKey === key) itemsKey = null;
+      notify(err);
+    }
   }
 
   /** Read the selected node's logs again when its attempt or state moved (a report
