@@ -188,6 +188,7 @@ def run_view(run: dict[str, Any]) -> Group:
     audit = audit_line(run)
     if audit is not None:
         lines.append(audit)
+    lines.extend(family_lines(run))
     error = _failed_error(run, run["status"] in ("FAILED", "CANCELLED"))
     if error:
         lines.append(Text(f"error: {error}", style="red"))
@@ -224,6 +225,35 @@ def run_view(run: dict[str, Any]) -> Group:
         lines.append(Text("signals", style="bold"))
         lines.append(signals_table(run["signals"]))
     return Group(*lines)
+
+
+def family_lines(run: dict[str, Any]) -> list[Text]:
+    """The run's parent (the SUB_WORKFLOW node attempt that started it) and its
+    children, each with the run id to ``composer get`` next."""
+    from rich.text import Text
+
+    lines: list[Text] = []
+    parent = run.get("parent")
+    if parent:
+        lines.append(
+            Text(
+                f"parent: run {parent['run_id']} (node {parent['node_id']}, "
+                f"attempt {parent['attempt'] + 1})",
+                style="dim",
+            )
+        )
+    for child in run.get("children") or []:
+        abandoned = ", abandoned on cancel" if child.get("on_parent_cancel") == "abandon" else ""
+        lines.append(
+            Text.assemble(
+                ("child: ", "dim"),
+                f"run {child['run_id']} ",
+                styled(child["status"]),
+                f"  {child['workflow_id']} v{child['version']} (node {child['node_id']}, "
+                f"attempt {child['attempt'] + 1}{abandoned})",
+            )
+        )
+    return lines
 
 
 def waiting_hints(run: dict[str, Any]) -> list[Text]:
