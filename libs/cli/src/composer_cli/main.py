@@ -283,7 +283,13 @@ def signal(client: ApiClient, a: argparse.Namespace) -> None:
 
 
 def cancel(client: ApiClient, a: argparse.Namespace) -> None:
-    """Cancel a run."""
+    """Cancel a run, or every run the filters match (--workflow, --status, --label,
+    --created-after, --created-before) in the background: without --yes it says how
+    many and asks (or refuses when nobody can answer)."""
+    if a.run is None:
+        bulk(client, a, "cancel", {"reason": a.reason})
+        return
+    _no_filters(a, "cancel")
     body = client.call("POST", f"/v1/runs/{a.run}/cancel", json={"reason": a.reason}).shown
     echo(f"run {body['run_id']} {body['status']}")
 
@@ -300,8 +306,91 @@ def resume(client: ApiClient, a: argparse.Namespace) -> None:
     echo(f"run {body['run_id']} {body['status']}")
 
 
+#: Runs counted before asking: past it, "more than".
+_COUNT_LIMIT = 10_000
+
+
+def _filters(a: argparse.Namespace) -> dict[str, Any]:
+    """The listing's parameters the command's filter options give (empty: none)."""
+    found: dict[str, Any] = {}
+    if a.workflow:
+        found["workflow_id"] = a.workflow
+    if a.status:
+        found["status"] = a.status.upper()
+    if a.label:
+        found["label"] = [f"{key}:{value}" for key, value in a.label]
+    if a.created_after:
+        found["created_after"] = a.created_after
+    if a.created_before:
+        found["created_before"] = a.created_before
+    return found
+
+
+def _no_filters(a: argparse.Namespace, what: str) -> None:
+    if _filters(a):
+        raise CliError(f"give a run id or filters, not both: `composer {what} RUN` acts on one run")
+
+
+def bulk(client: ApiClient, a: argparse.Namespace, action: str, extra: dict[str, Any]) -> None:
+    """Cancel or retry every run the filters match, as one background operation;
+    follow it to the end."""
+    filters = _filters(a)
+    if not filters:
+        raise CliError(
+            f"say which runs: `composer {action} RUN`, or filters such as "
+            f"`--workflow X --status RUNNING` (see `composer {action} --help`)"
+        )
+    count, more = 0, True
+    params: dict[str, Any] = {**filters, "limit": 1000}
+    while more and count < _COUNT_LIMIT:
+        page = client.call("GET", "/v1/runs", params=params).body
+        count += len(page["runs"])
+        more = bool(page.get("next_cursor"))
+        params["cursor"] = page.get("next_cursor")
+    howmany = f"more than {count}" if more else str(count)
+    if count == 0:
+        echo(f"no runs match: nothing to {action}")
+        return
+    if not a.yes:
+        question = f"{action} {howmany} run(s)? [y/N] "
+        if not sys.stdin.isatty():
+            echo(f"this would {action} {howmany} run(s); add --yes to do it", error=True)
+            raise Exit(1)
+        sys.stdout.write(question)
+        sys.stdout.flush()
+        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+            echo("nothing done")
+            raise Exit(1)
+    started = client.call(
+        "POST", f"/v1/runs/bulk/{action}", json={"filter": filters, **extra}, ok=(200, 202)
+    ).shown
+    operation_id = started["operation_id"]
+    echo(f"operation {operation_id}: {action} {howmany} run(s) in the background")
+    while True:
+        op = client.call("GET", f"/v1/operations/{operation_id}").shown
+        if op["state"] == "DONE":
+            break
+        time.sleep(0.5)
+    echo(
+        f"operation {operation_id} done: {op['total']} run(s), {op['done']} "
+        f"{'cancelled' if action == 'cancel' else 'retried'}, {op['skipped']} skipped, "
+        f"{op['failed']} failed"
+    )
+    if op.get("last_error"):
+        echo(f"  last error: {op['last_error']}", error=True)
+    if op["failed"]:
+        raise Exit(1)
+
+
 def retry(client: ApiClient, a: argparse.Namespace) -> None:
-    """Run a finished run again from a node (it and every node after it)."""
+    """Run a finished run again from a node (it and every node after it), or every run
+    the filters match, each from --from or its first failed or cancelled node."""
+    if a.run is None:
+        bulk(client, a, "retry", {"from_node": a.from_node} if a.from_node else {})
+        return
+    _no_filters(a, "retry")
+    if not a.from_node:
+        raise CliError("say where to retry the run from: --from NODE")
     body: dict[str, Any] = {"from_node": a.from_node}
     for key, value in (
         ("version", a.version),
@@ -669,17 +758,36 @@ def parser() -> argparse.ArgumentParser:
         "--idempotency-key",
         help="sent again with the same key (after a lost answer), the signal changes nothing",
     )
+
+    def run_filters(sub: argparse.ArgumentParser, what: str) -> None:
+        sub.add_argument("--workflow", help=f"{what} the runs of this workflow")
+        sub.add_argument("--status", help="… with this status (RUNNING, FAILED, …)")
+        sub.add_argument(
+            "--label", type=_label, action="append", metavar="KEY=VALUE", help="… with this label"
+        )
+        sub.add_argument("--created-after", help="… created after this time (RFC 3339)")
+        sub.add_argument("--created-before", help="… created before this time (RFC 3339)")
+        sub.add_argument(
+            "--yes", action="store_true", help="do it without asking (scripts must say so)"
+        )
+
     sub = command(cancel)
-    sub.add_argument("run", help="the run id")
+    sub.add_argument("run", nargs="?", help="the run id (or filters instead)")
     sub.add_argument("--reason", default="", help="recorded as the run's error")
+    run_filters(sub, "cancel")
     sub = command(pause)
     sub.add_argument("run", help="the run id")
     sub.add_argument("--reason", default="", help="recorded in the run's history")
     sub = command(resume)
     sub.add_argument("run", help="the run id")
     sub = command(retry)
-    sub.add_argument("run", help="the run id")
-    sub.add_argument("--from", dest="from_node", required=True, help="the node to run again from")
+    sub.add_argument("run", nargs="?", help="the run id (or filters instead)")
+    sub.add_argument(
+        "--from",
+        dest="from_node",
+        help="the node to run again from (with filters: default each run's first failed node)",
+    )
+    run_filters(sub, "retry")
     sub.add_argument(
         "--version", type=int, help="0: the deployed version; N: version N; default: the run's"
     )

@@ -6,6 +6,7 @@ from composer_engine._definitions import DefinitionCache
 from composer_engine._engine import Engine
 from composer_engine._history import KINDS as HISTORY_KINDS
 from composer_engine._leases import LeaseGrant, Reporter, handler_node_types, new_token
+from composer_engine._operations import MAX_RUN_IDS, RunFilter
 from composer_engine._reads import ENDS_ATTEMPT as HISTORY_ENDS_ATTEMPT
 from composer_engine._reads import (
     HistoryPage,
@@ -55,6 +56,7 @@ __all__ = [
     "DEFAULT_MAX_CHILD_DEPTH",
     "HISTORY_ENDS_ATTEMPT",
     "HISTORY_KINDS",
+    "MAX_RUN_IDS",
     "Acknowledge",
     "AdmissionPolicy",
     "Applied",
@@ -88,6 +90,7 @@ __all__ = [
     "Redispatch",
     "Report",
     "Reporter",
+    "RunFilter",
     "RunListing",
     "RunView",
     "Started",

@@ -10,6 +10,7 @@ lock → decide → persist → commit in one transaction (docs/architecture.md 
     loop events    _loop_events.py  fire_timer, expire_lease, redispatch
     run events     _run_event_delivery.py  events one run sent another, applied once
     reads          _reads.py        a run, runs, history, logs, workers: payloads shown or not
+    operations     _operations.py   bulk cancel and retry, run in the background (§6.7)
     workflows      _workflows.py    definitions: create, apply, deploy, delete, read
     admission      _admission.py, _held.py  a policy that holds ready tasks; their release
     upkeep         _upkeep.py       what the loops read and keep: waits, leases, partitions, workers
@@ -40,6 +41,7 @@ from composer_engine._held import HeldTasks
 from composer_engine._leases import new_token
 from composer_engine._leasing import Leasing
 from composer_engine._loop_events import LoopEvents
+from composer_engine._operations import Operations
 from composer_engine._outbox import Outbox
 from composer_engine._pauses import RunPauses
 from composer_engine._reads import Reads
@@ -144,6 +146,7 @@ class Engine:
         shell.gate = Gate(admission, self.held.release_soon)
         shell.deliver = self.run_events.deliver_soon
         self.reads = Reads(shell)
+        self.operations = Operations(shell, self.runs)
         self.upkeep = Upkeep(shell)
         self.outbox = Outbox(shell)
         self.workflows = Workflows(pool, attempts=attempts)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 import composer_repo as repo
@@ -41,6 +41,9 @@ from composer_engine.errors import (
 from composer_engine.sealing import RunSeal, looks_sealed
 
 log = logging.getLogger("composer.engine")
+
+#: A write that goes in a command's transaction, after its event.
+Also = Callable[[Tx], Awaitable[object]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,11 +323,17 @@ class RunCommands:
             )
 
     async def cancel(
-        self, run_id: str, reason: str = "", *, cancelled_by: str | None = None
+        self,
+        run_id: str,
+        reason: str = "",
+        *,
+        cancelled_by: str | None = None,
+        then: Also | None = None,
     ) -> None:
         """Cancel a run that is still going (Conflict when it finished otherwise; a
         cancelled run answers as the first cancel did). ``cancelled_by``, the name of
-        the API token, is recorded with the cancel that took effect."""
+        the API token, is recorded with the cancel that took effect. ``then`` is
+        written in the cancel's transaction (a bulk operation's item: §6.7)."""
         if looks_sealed(reason):  # it is stored as the run's and its tasks' error
             raise BadRequest(
                 "the cancel reason starts with '$sealed:v1:', which Composer keeps for sealed "
@@ -341,6 +350,8 @@ class RunCommands:
             )
             if cancelled_by is not None and transition.ignored is None:
                 await repo.record_cancelled_by(tx.conn, run_id, cancelled_by)
+            if then is not None:
+                await then(tx)
             return transition
 
         await self._shell.in_tx(attempt)
@@ -354,13 +365,15 @@ class RunCommands:
         input: Json = None,
         config: Json = None,
         retried_by: str | None = None,
+        then: Also | None = None,
     ) -> None:
         """Restart a finished run from a node (refused while tasks are active).
 
         ``version`` None keeps the run's version, 0 moves it to the deployed
         one, a positive number to that version; ``input``/``config`` replace the run's.
         ``retried_by``, the name of the API token, is recorded as the run's last
-        retrier. The run keeps the calling context of its start.
+        retrier. The run keeps the calling context of its start. ``then`` is written
+        in the retry's transaction (a bulk operation's item: §6.7).
         """
 
         async def attempt(tx: Tx) -> Transition:
@@ -383,6 +396,8 @@ class RunCommands:
             )
             if retried_by is not None and transition.ignored is None:
                 await repo.record_retried_by(tx.conn, run_id, retried_by)
+            if then is not None:
+                await then(tx)
             return transition
 
         await self._shell.in_tx(attempt)

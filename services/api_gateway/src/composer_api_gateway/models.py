@@ -358,6 +358,77 @@ class RunListQuery(Request):
     limit: int = Field(default=50, ge=1, le=1000)
 
 
+class RunFilterFields(Request):
+    """The listing's filters (GET /v1/runs), as a bulk action's ``filter``."""
+
+    workflow_id: str | None = Field(default=None, max_length=64)
+    status: RunStatus | None = None
+    label: list[str] = Field(
+        default_factory=list,
+        max_length=16,
+        description="`key:value`; a run must carry every one",
+    )
+    created_after: dt.datetime | None = None
+    created_before: dt.datetime | None = None
+
+
+class BulkCancel(Request):
+    filter: RunFilterFields | None = Field(
+        default=None, description="the runs the listing would show with these parameters"
+    )
+    run_ids: list[str] | None = Field(
+        default=None, min_length=1, max_length=1000, description="or the runs, by id"
+    )
+    reason: str = Field(default="", max_length=2000)
+
+
+class BulkRetry(Request):
+    filter: RunFilterFields | None = Field(
+        default=None, description="the runs the listing would show with these parameters"
+    )
+    run_ids: list[str] | None = Field(
+        default=None, min_length=1, max_length=1000, description="or the runs, by id"
+    )
+    from_node: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="the node to retry each run from; default: each run's first failed or "
+        "cancelled node",
+    )
+
+
+class OperationStarted(Response):
+    operation_id: str
+    created: bool = Field(
+        description="false when an earlier request with the Idempotency-Key is returned"
+    )
+
+
+class Operation(Response):
+    operation_id: str
+    action: Literal["cancel", "retry"]
+    state: Literal["RUNNING", "DONE"]
+    filter: dict[str, JsonValue] | None = Field(
+        description="the filter it applies; null when the request named its runs"
+    )
+    collected: bool = Field(
+        description="every matching run is counted in total (false: still finding them)"
+    )
+    total: int = Field(description="the runs it applies to (found so far, until collected)")
+    done: int = Field(description="runs cancelled (or found cancelled) or retried")
+    skipped: int = Field(
+        description="runs with nothing to do: a cancel of a run that finished otherwise, a "
+        "retry of a run still going or with no failed node"
+    )
+    failed: int = Field(description="runs it could not touch; last_error says why")
+    last_error: str | None = None
+    requested_by: str | None = None
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    finished_at: dt.datetime | None = None
+
+
 class ResultQuery(Request):
     timeout: float = Field(
         default=30.0,

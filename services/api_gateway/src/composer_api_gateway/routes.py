@@ -14,9 +14,11 @@ from typing import Literal
 from aiohttp import web
 from pydantic import BaseModel
 
-from composer_api_gateway import definitions, history, limits, ops, runs, workers
+from composer_api_gateway import definitions, history, limits, operations, ops, runs, workers
 from composer_api_gateway.auth import Role
 from composer_api_gateway.models import (
+    BulkCancel,
+    BulkRetry,
     CancelRun,
     DefinitionCreated,
     DeployQuery,
@@ -27,6 +29,8 @@ from composer_api_gateway.models import (
     LimitList,
     MapItems,
     MapItemsQuery,
+    Operation,
+    OperationStarted,
     PauseRun,
     ResultQuery,
     RetryRun,
@@ -178,6 +182,54 @@ ROUTES: tuple[Route, ...] = (
         query=RunListQuery,
         errors=(400, 503),
         description="Pass the answer's next_cursor as ?cursor= for the next page." + REDACTED,
+    ),
+    # before /v1/runs/{run_id}/…: "bulk" is no run id
+    Route(
+        "POST",
+        "/v1/runs/bulk/cancel",
+        operations.bulk_cancel,
+        "Cancel many runs, in the background",
+        "runs",
+        Role.OPERATOR,
+        {202: OperationStarted, 200: OperationStarted},
+        body=BulkCancel,
+        errors=(400, 413, 503),
+        description="Give `filter` (the listing's parameters: workflow_id, status, label, "
+        "created_after, created_before; at least one) or `run_ids`. Answers 202 with an "
+        "`operation_id` at once; the runs are cancelled in the background at a bounded rate "
+        "(COMPOSER_OPERATIONS_RUNS_PER_SECOND), each once, surviving restarts; only runs that "
+        "exist when it starts are touched. Progress: GET /v1/operations/{operation_id}. A run "
+        "already cancelled counts as done, one that finished otherwise as skipped. With an "
+        "Idempotency-Key header, a request sent again answers 200 with the first operation.",
+        body_required=True,
+    ),
+    Route(
+        "POST",
+        "/v1/runs/bulk/retry",
+        operations.bulk_retry,
+        "Retry many finished runs, in the background",
+        "runs",
+        Role.OPERATOR,
+        {202: OperationStarted, 200: OperationStarted},
+        body=BulkRetry,
+        errors=(400, 413, 503),
+        description="As bulk cancel; each run is retried from `from_node`, or from its first "
+        "failed or cancelled node. A run still going, or with no failed node, is skipped; "
+        "a retried run is not retried again when the request is repeated with its "
+        "Idempotency-Key.",
+        body_required=True,
+    ),
+    Route(
+        "GET",
+        "/v1/operations/{operation_id}",
+        operations.show,
+        "A bulk action's progress",
+        "runs",
+        Role.VIEWER,
+        {200: Operation},
+        errors=(404, 503),
+        description="`state` is RUNNING until every run is settled, then DONE; "
+        "done + skipped + failed counts the runs settled, of `total`.",
     ),
     Route(
         "GET",

@@ -1,11 +1,14 @@
-"""``composer-lease-sweeper``: recover what is stuck, every few seconds, until SIGTERM."""
+"""``composer-lease-sweeper``: recover what is stuck, every few seconds, and run the
+bulk operations on runs, until SIGTERM."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 
 from composer_lease_sweeper.loop import Sweeper
+from composer_lease_sweeper.operations import OperationRunner
 from composer_lease_sweeper.settings import SweeperSettings
 from composer_service import run, serving
 
@@ -35,8 +38,20 @@ async def serve(settings: SweeperSettings) -> None:
             settings.sweeper_lost_after_seconds,
             settings.sweeper_max_deliveries,
         )
-        await sweeper.run(rt.stop)  # the runtime closes the engine, then the pool
-        log.info("stopped after %d sweep(s): %s", sweeper.sweeps, sweeper.totals)
+        operations = OperationRunner(
+            engine,
+            prefix=settings.redis_prefix,
+            runs_per_second=settings.operations_runs_per_second,
+            interval_seconds=settings.operations_interval_seconds,
+        )
+        # the runtime closes the engine, then the pool
+        await asyncio.gather(sweeper.run(rt.stop), operations.run(rt.stop))
+        log.info(
+            "stopped after %d sweep(s): %s; %d run(s) settled by bulk operations",
+            sweeper.sweeps,
+            sweeper.totals,
+            operations.settled,
+        )
 
 
 def main() -> int:

@@ -18,3 +18,8 @@ class SweeperSettings(ServiceSettings):
     sweeper_max_deliveries: int = 10
     #: Rows or entries handled per step of a sweep.
     sweeper_batch_size: int = 200
+    #: Bulk operations (POST /v1/runs/bulk/cancel, /bulk/retry): runs settled per
+    #: second at most, so a bulk action never crowds out the runs still going.
+    operations_runs_per_second: float = 20.0
+    #: Seconds between the bulk operations' ticks.
+    operations_interval_seconds: float = 1.0

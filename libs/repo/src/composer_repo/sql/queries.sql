@@ -1209,7 +1209,7 @@ SELECT workflow_id, key, coalesce(s.in_use, 0) AS in_use, coalesce(l.waiting, 0)
  ORDER BY workflow_id, key
  LIMIT $1;
 
--- =============================================================================
+-- ======================================================================
 -- Pause and resume (V018): a paused run's attempts wait for its resume
 -- =============================================================================
 
@@ -1316,6 +1316,7 @@ SELECT limit_key,
  ORDER BY limit_key
  LIMIT $1;
 
+<<<<<<< HEAD
 -- name: run_depth
 -- How deep a run is among child runs (V020): 0 for a run a client started.
 SELECT depth FROM workflow_runs WHERE id = $1;
@@ -1360,3 +1361,86 @@ SELECT id, workflow_id, version, status, parent_node_id, parent_task_id, parent_
  WHERE parent_run_id = $1
  ORDER BY id
  LIMIT $2;
+=======
+-- =============================================================================
+-- Bulk operations on runs (V022, docs/architecture.md §6.7)
+-- =============================================================================
+
+-- name: insert_operation
+-- A new operation; nothing when its idempotency key was used (the caller then
+-- reads the first one's id with operation_by_key).
+INSERT INTO run_operations (id, action, filter, reason, from_node, requested_by,
+                            idempotency_key, cursor)
+VALUES ($1, $2, $3, $4, $5, $6, $7, '~')
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING id;
+
+-- name: operation_by_key
+SELECT id, action FROM run_operations WHERE idempotency_key = $1;
+
+-- name: collect_operation_items
+-- One collected page of run ids, with where the next page starts ($3) and
+-- whether that was the last page ($4), in one statement: total counts what was
+-- inserted, so a page collected again adds nothing.
+WITH added AS (
+    INSERT INTO run_operation_items (operation_id, run_id)
+    SELECT $1, unnest($2::text[])
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+)
+UPDATE run_operations
+   SET cursor = $3, collected = $4, total = total + (SELECT count(*) FROM added),
+       updated_at = now()
+ WHERE id = $1
+RETURNING total;
+
+-- name: get_operation
+SELECT id, action, filter, reason, from_node, requested_by, cursor, collected, total, done,
+       skipped, failed, last_error, created_at, updated_at, finished_at
+  FROM run_operations
+ WHERE id = $1;
+
+-- name: going_operations
+-- The operations still going, oldest first.
+SELECT id, action, filter, reason, from_node, requested_by, cursor, collected, total, done,
+       skipped, failed, last_error, created_at, updated_at, finished_at
+  FROM run_operations
+ WHERE finished_at IS NULL
+ ORDER BY created_at
+ LIMIT $1;
+
+-- name: pending_operation_items
+SELECT run_id
+  FROM run_operation_items
+ WHERE operation_id = $1 AND outcome IS NULL
+ ORDER BY run_id
+ LIMIT $2;
+
+-- name: settle_operation_item
+-- An item's outcome and the operation's counts, once: an item already settled
+-- changes nothing (settled = 0).
+WITH settled AS (
+    UPDATE run_operation_items
+       SET outcome = $3, error = $4
+     WHERE operation_id = $1 AND run_id = $2 AND outcome IS NULL
+    RETURNING outcome
+)
+UPDATE run_operations
+   SET done = done + (SELECT count(*) FROM settled WHERE outcome = 'done'),
+       skipped = skipped + (SELECT count(*) FROM settled WHERE outcome = 'skipped'),
+       failed = failed + (SELECT count(*) FROM settled WHERE outcome = 'failed'),
+       last_error = CASE WHEN EXISTS (SELECT 1 FROM settled WHERE outcome = 'failed')
+                         THEN $4 ELSE last_error END,
+       updated_at = now()
+ WHERE id = $1
+RETURNING (SELECT count(*) FROM settled) AS settled;
+
+-- name: finish_operation
+-- DONE when every run is collected and settled.
+UPDATE run_operations
+   SET finished_at = now(), updated_at = now()
+ WHERE id = $1 AND finished_at IS NULL AND collected
+   AND NOT EXISTS (SELECT 1 FROM run_operation_items
+                    WHERE operation_id = $1 AND outcome IS NULL)
+RETURNING 1;
+>>>>>>> f6e6ee7 (bulk cancel and retry of runs, run in the background by the lease-sweeper (issue 27.7))

@@ -1,7 +1,9 @@
 // Runs: filters (workflow, status, labels, time range), pages through the API's
-// cursor, a status badge, the labels and the duration of each run, refreshed live.
+// cursor, a status badge, the labels and the duration of each run, refreshed live;
+// an operator can cancel or retry every run the filters match (a bulk operation,
+// carried out in the background: its progress is shown until it is done).
 
-import { get, query } from '../api.js';
+import { get, post, query, session } from '../api.js';
 import { h, mount } from '../dom.js';
 import { clock, duration, shortId, when } from '../format.js';
 import { notify } from '../message.js';
@@ -9,6 +11,9 @@ import { notify } from '../message.js';
 const STATUSES = ['PENDING', 'RUNNING', 'PAUSED', 'SUCCEEDED', 'FAILED', 'CANCELLED'];
 const PAGE_SIZE = 25;
 const REFRESH_MS = 3000;
+const PROGRESS_MS = 1000;
+// Runs counted before asking; past it, "more than".
+const COUNT_LIMIT = 10000;
 
 export function badge(status) {
   return h('span', { class: `badge status-${status.toLowerCase()}` }, status.toLowerCase());
@@ -58,6 +63,8 @@ export function runsPage(main, params) {
   const body = h('tbody');
   const pager = h('div', { class: 'pager' });
   const stamp = h('span', { class: 'muted', id: 'refreshed' });
+  const bulkBar = h('div', { class: 'bulk', id: 'bulk' });
+  let progressTimer = null;
 
   const form = h('form', { class: 'filters', id: 'run-filters' },
     h('label', {}, 'Workflow ', workflowSelect),
@@ -77,6 +84,7 @@ export function runsPage(main, params) {
     filters.created_before = isoOrEmpty(before.value);
     cursors.length = 1;
     page = 0;
+    drawBulk();
     load();
   });
   live.addEventListener('change', schedule);
@@ -84,6 +92,7 @@ export function runsPage(main, params) {
   mount(main,
     h('h1', {}, 'Runs'),
     form,
+    bulkBar,
     h('table', { class: 'runs', id: 'runs' },
       h('thead', {}, h('tr', {}, ['Run', 'Workflow', 'Status', 'Labels', 'Created', 'Duration', 'Error'].map((c) => h('th', {}, c)))),
       body),
@@ -106,6 +115,76 @@ export function runsPage(main, params) {
       if (!stopped) notify(err);
     }
     schedule();
+  }
+
+  /** The filters the API's bulk actions take: those the listing applies now. */
+  function bulkFilter() {
+    const f = {};
+    for (const [k, v] of Object.entries(filters)) if (Array.isArray(v) ? v.length : v) f[k] = v;
+    return f;
+  }
+
+  function drawBulk() {
+    if (!session.can('operator')) return mount(bulkBar);
+    const none = !Object.keys(bulkFilter()).length;
+    const why = none ? 'filter the runs first (workflow, status, labels or time)' : '';
+    return mount(bulkBar,
+      h('button', { type: 'button', id: 'bulk-cancel', disabled: none, title: why, onclick: () => ask('cancel') }, 'Cancel these…'),
+      h('button', { type: 'button', id: 'bulk-retry', disabled: none, title: why, onclick: () => ask('retry') }, 'Retry these…'));
+  }
+
+  async function count() {
+    let n = 0;
+    let cursor = null;
+    do {
+      const page = await get(`/v1/runs${query({ ...filters, cursor, limit: 1000 })}`);
+      n += page.runs.length;
+      cursor = page.next_cursor;
+    } while (cursor && n < COUNT_LIMIT);
+    return cursor ? `more than ${n}` : String(n);
+  }
+
+  async function ask(action) {
+    try {
+      const n = await count();
+      if (n === '0') return mount(bulkBar, h('span', { class: 'muted' }, `No runs match: nothing to ${action}.`), ' ', h('button', { type: 'button', onclick: drawBulk }, 'OK'));
+      const what = action === 'cancel' ? 'Cancel' : 'Retry';
+      return mount(bulkBar,
+        h('span', { id: 'bulk-question' }, `${what} the ${n} run(s) these filters match?`), ' ',
+        h('button', { type: 'button', id: 'bulk-yes', class: 'danger', onclick: () => act(action) }, `Yes, ${action} them`), ' ',
+        h('button', { type: 'button', id: 'bulk-no', onclick: drawBulk }, 'No'));
+    } catch (err) {
+      return notify(err);
+    }
+  }
+
+  async function act(action) {
+    try {
+      const started = await post(`/v1/runs/bulk/${action}`, { filter: bulkFilter() });
+      follow(started.operation_id);
+    } catch (err) {
+      notify(err);
+      drawBulk();
+    }
+  }
+
+  async function follow(operationId) {
+    clearTimeout(progressTimer);
+    if (stopped) return;
+    try {
+      const op = await get(`/v1/operations/${operationId}`);
+      const settled = op.done + op.skipped + op.failed;
+      const verb = op.action === 'cancel' ? 'cancelled' : 'retried';
+      mount(bulkBar, h('span', { id: 'bulk-progress', dataset: { state: op.state } },
+        `${op.action}: ${settled} / ${op.total}${op.collected ? '' : '+'} — ${op.done} ${verb}, ${op.skipped} skipped, ${op.failed} failed`,
+        op.state === 'DONE' ? ' (done)' : ' …'),
+      op.last_error ? h('span', { class: 'error-text' }, ` ${op.last_error}`) : null,
+      op.state === 'DONE' ? [' ', h('button', { type: 'button', onclick: drawBulk }, 'OK')] : null);
+      if (op.state === 'DONE') load();
+      else progressTimer = setTimeout(() => follow(operationId), PROGRESS_MS);
+    } catch (err) {
+      notify(err);
+    }
   }
 
   function schedule() {
@@ -131,9 +210,11 @@ export function runsPage(main, params) {
       h('button', { type: 'button', id: 'older', disabled: !cursors[page + 1], onclick: () => { page += 1; load(); } }, 'Older →'));
   }
 
+  drawBulk();
   load();
   return () => {
     stopped = true;
     clearTimeout(timer);
+    clearTimeout(progressTimer);
   };
 }
