@@ -1209,7 +1209,7 @@ SELECT workflow_id, key, coalesce(s.in_use, 0) AS in_use, coalesce(l.waiting, 0)
  ORDER BY workflow_id, key
  LIMIT $1;
 
--- ======================================================================
+-- =============================================================================
 -- Pause and resume (V018): a paused run's attempts wait for its resume
 -- =============================================================================
 
@@ -1316,7 +1316,6 @@ SELECT limit_key,
  ORDER BY limit_key
  LIMIT $1;
 
-<<<<<<< HEAD
 -- name: run_depth
 -- How deep a run is among child runs (V020): 0 for a run a client started.
 SELECT depth FROM workflow_runs WHERE id = $1;
@@ -1361,7 +1360,7 @@ SELECT id, workflow_id, version, status, parent_node_id, parent_task_id, parent_
  WHERE parent_run_id = $1
  ORDER BY id
  LIMIT $2;
-=======
+
 -- =============================================================================
 -- Bulk operations on runs (V022, docs/architecture.md §6.7)
 -- =============================================================================
@@ -1443,4 +1442,3 @@ UPDATE run_operations
    AND NOT EXISTS (SELECT 1 FROM run_operation_items
                     WHERE operation_id = $1 AND outcome IS NULL)
 RETURNING 1;
->>>>>>> f6e6ee7 (bulk cancel and retry of runs, run in the background by the lease-sweeper (issue 27.7))
