@@ -53,6 +53,12 @@ Workloads (sizes at ``--scale 1``):
   clients: ``w5_steps_per_s`` and ``w5_steps_per_s_of_w1`` (beside W1's, when
   both ran), ``w5_most_runs_of_a_key_at_once`` (from the runs' history: 2 at
   most) and ``w5_last_finish_spread_between_keys_s``;
+- **w6** 10 runs of one MAP node over 1,000 no-op TASK items, ``max_parallel``
+  100, all 10 in flight (1,000 items with a worker or on their way, as W2's 20
+  runs of 100 branches have 2,000): ``w6_tasks_per_s`` and, beside W2's from the
+  same run, ``w6_tasks_per_s_of_w2`` (1.0: a MAP item costs what a FORK branch
+  does; an event of a MAP loads its items in flight and the next, never all,
+  docs/architecture.md §2 "MAP");
 - **python** 2,000 runs of one one-attempt PYTHON node on the built-in workers,
   16 in flight: ``python_crashed`` (nodes killed by a signal: 0 expected),
   ``python_node_p50_ms`` (lease → report), ``python_run_p50_ms``,
@@ -174,7 +180,7 @@ ADMIN_URL = os.environ.get(
     "COMPOSER_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
 REDIS_URL = os.environ.get("COMPOSER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-WORKLOADS = ("idle", "w1", "ceiling", "w2", "w4", "w3", "sealing", "python", "w5")
+WORKLOADS = ("idle", "w1", "ceiling", "w2", "w6", "w4", "w3", "sealing", "python", "w5")
 #: Seconds of quiet before reading pg_stat_database (idle backends flush after ~10 s).
 SETTLE = 11.5
 #: Seconds over which the idle services' own commits are measured, before W1.
@@ -257,6 +263,28 @@ def fanout(width: int) -> dict[str, Any]:
             *({"from": b, "to": "join"} for b in branches),
         ],
     }
+
+
+def mapped(items: int) -> dict[str, Any]:
+    """One MAP node over ``items`` no-op TASK items (a literal list: runs start without
+    input), at most W6_PARALLEL at once."""
+    return {
+        "id": "bench-map",
+        "nodes": [
+            {
+                "id": "map",
+                "type": "MAP",
+                "spec": {
+                    "items": list(range(items)),
+                    "max_parallel": W6_PARALLEL,
+                    "node": {"type": "TASK", "queue": "bench", "spec": {"i": "{{ index }}"}},
+                },
+            }
+        ],
+    }
+
+
+W6_RUNS, W6_ITEMS, W6_PARALLEL = 10, 1000, 100
 
 
 def keyed_chain(steps: int) -> dict[str, Any]:
@@ -879,6 +907,32 @@ async def w2(b: Bench) -> None:
     }
 
 
+async def w6(b: Bench) -> None:
+    """W6: runs of one MAP of 1,000 no-op items, all in flight; per task beside W2."""
+    n = b.n(W6_RUNS)
+    loop = await b.drive("bench-map", n, in_flight=n)
+    details = await b.runs(loop.run_ids)
+    good = succeeded(details)
+    elapsed = elapsed_since(loop.first_start, details, loop)
+    for run, _ in good:
+        items = await repo.get_map_items(b.mon, run.run_id, "map", limit=1000)
+        assert len(items) == W6_ITEMS, f"run {run.run_id} has {len(items)} items"
+    tasks = len(good) * W6_ITEMS
+    b.figures |= {
+        "w6_runs": float(len(details)),
+        "w6_runs_failed": float(len(details) - len(good)),
+        "w6_items": float(W6_ITEMS),
+        "w6_max_parallel": float(W6_PARALLEL),
+        "w6_tasks": float(tasks),
+        "w6_elapsed_s": elapsed,
+        "w6_tasks_per_s": tasks / elapsed,
+    }
+    if "w2_tasks_per_s" in b.figures:
+        b.figures["w6_tasks_per_s_of_w2"] = (
+            b.figures["w6_tasks_per_s"] / b.figures["w2_tasks_per_s"]
+        )
+
+
 async def w3(b: Bench) -> None:
     n = b.n(5000)
     t0 = time.perf_counter()
@@ -1102,6 +1156,7 @@ async def main() -> dict[str, float]:
             for definition in (
                 chain(CHAIN_STEPS),
                 fanout(FANOUT),
+                mapped(W6_ITEMS),
                 ONE_NODE,
                 ONE_WAIT,
                 ONE_PYTHON,
@@ -1121,6 +1176,7 @@ async def main() -> dict[str, float]:
                 "w1": lambda: w1_with_commits(b),
                 "ceiling": lambda: ceiling(b, url),
                 "w2": lambda: w2(b),
+                "w6": lambda: w6(b),
                 "w4": lambda: w4(b),
                 "w3": lambda: w3(b),
                 "sealing": lambda: sealing(b),

@@ -146,13 +146,14 @@ class MemoryRun:
 
     def _stored(self, run: Run) -> Run:
         """The run as the database gives it back: a MAP with its stored progress and only
-        its items in flight and the next one (never all)."""
+        its items in flight and as many of the next (never all)."""
         nodes = dict(run.nodes)
         for node_id, state in run.nodes.items():
             if state.map is None:
                 continue
             progress = self.progress.get(node_id, state.map.progress)
-            wanted = (*progress.in_flight, progress.next)
+            ahead = range(progress.next, progress.next + len(progress.in_flight) + 1)
+            wanted = (*progress.in_flight, *ahead)
             loaded = {
                 i: self._item_state(self.items[(node_id, i)])
                 for i in wanted

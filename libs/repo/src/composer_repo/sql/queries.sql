@@ -137,8 +137,9 @@ SELECT s.workflow_id, s.version, s.status, s.input, s.config, s.data_key, s.cont
 
 -- name: load_task_states
 -- What routing needs from each reached node: no inputs, no outputs. Of a MAP
--- node's items (V021), only those its progress names: in flight, and the next to
--- go (never all: an event costs the same at item 1 and item 1,000).
+-- node's items (V021), only those its progress names: in flight, and as many of
+-- the next to go (a group commit's reports of one run each send one), never all:
+-- an event costs the same at item 1 and item 1,000.
 SELECT node_id, id, state, attempt, branches, awaited_signal, error, NULL::int AS item,
        map_progress
   FROM task_instances
@@ -146,10 +147,14 @@ SELECT node_id, id, state, attempt, branches, awaited_signal, error, NULL::int A
 UNION ALL
 SELECT i.node_id, i.id, i.state, i.attempt, NULL, NULL, i.error, i.item, NULL
   FROM task_instances m
- CROSS JOIN LATERAL jsonb_array_elements_text(
-           (m.map_progress -> 'in_flight') || jsonb_build_array(m.map_progress -> 'next')) l(item)
+ CROSS JOIN LATERAL (
+           SELECT f::int FROM jsonb_array_elements_text(m.map_progress -> 'in_flight') f
+           UNION ALL
+           SELECT generate_series((m.map_progress ->> 'next')::int,
+                                  (m.map_progress ->> 'next')::int
+                                  + jsonb_array_length(m.map_progress -> 'in_flight'))) l(item)
   JOIN task_instances i
-    ON i.run_id = m.run_id AND i.node_id = m.node_id AND i.item = l.item::int
+    ON i.run_id = m.run_id AND i.node_id = m.node_id AND i.item = l.item
  WHERE m.run_id = $1 AND m.item IS NULL AND m.map_progress IS NOT NULL
    AND m.state = 'WAITING';
 
@@ -185,10 +190,14 @@ UNION ALL
 SELECT i.run_id, i.node_id, i.id, i.state, i.attempt, NULL, NULL, i.error, i.queue,
        CASE WHEN i.state = 'RUNNING' THEN i.lease_token END, i.item, NULL
   FROM task_instances m
- CROSS JOIN LATERAL jsonb_array_elements_text(
-           (m.map_progress -> 'in_flight') || jsonb_build_array(m.map_progress -> 'next')) l(item)
+ CROSS JOIN LATERAL (
+           SELECT f::int FROM jsonb_array_elements_text(m.map_progress -> 'in_flight') f
+           UNION ALL
+           SELECT generate_series((m.map_progress ->> 'next')::int,
+                                  (m.map_progress ->> 'next')::int
+                                  + jsonb_array_length(m.map_progress -> 'in_flight'))) l(item)
   JOIN task_instances i
-    ON i.run_id = m.run_id AND i.node_id = m.node_id AND i.item = l.item::int
+    ON i.run_id = m.run_id AND i.node_id = m.node_id AND i.item = l.item
  WHERE m.run_id = ANY($1::text[]) AND m.item IS NULL AND m.map_progress IS NOT NULL
    AND m.state = 'WAITING';
 
