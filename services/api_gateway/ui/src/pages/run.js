@@ -28,6 +28,13 @@ function field(label, value, cls) {
     : [h('dt', {}, label), h('dd', { class: cls }, value)];
 }
 
+/** The runs this run's SUB_WORKFLOW nodes started: one link each, with its status. */
+function childLinks(children) {
+  return h('ul', { class: 'children', id: 'run-children' }, ...children.map((c) => h('li', {},
+    h('a', { href: `#/runs/${encodeURIComponent(c.run_id)}` }, c.run_id), ' ', badge(c.status),
+    ` ${c.workflow_id} v${c.version} (${c.node_id}, attempt ${c.attempt + 1}${c.on_parent_cancel === 'abandon' ? ', abandoned on cancel' : ''})`)));
+}
+
 function block(title, value, cls = '') {
   return value === undefined || value === null ? null
     : h('section', { class: 'block' }, h('h3', {}, title), h('pre', { class: cls }, json(value)));
@@ -190,6 +197,9 @@ export function runPage(main, runId) {
         field('finished', run.completed_at ? when(run.completed_at) : null),
         field('duration', duration(run.created_at, run.completed_at)),
         field('labels', Object.keys(run.labels || {}).length ? labelChips(run.labels) : null, 'labels'),
+        field('parent', run.parent ? h('a', { href: `#/runs/${encodeURIComponent(run.parent.run_id)}`, id: 'run-parent' },
+          `${run.parent.run_id} (${run.parent.node_id}, attempt ${run.parent.attempt + 1})`) : null),
+        field('children', (run.children || []).length ? childLinks(run.children) : null, 'children'),
         field('started by', run.started_by, 'started-by'),
         field('cancelled by', run.cancelled_by, 'cancelled-by'),
         field('retried by', run.retried_by, 'retried-by'),
