@@ -36,6 +36,7 @@ from composer_core.model import (
     Edge,
     Node,
     NodeConcurrency,
+    NodeRateLimit,
     NodeType,
     RetryPolicy,
     RunConcurrency,
@@ -309,6 +310,7 @@ def render_nodes() -> str:
         ("`RetryPolicy`: a worker node's `retry`", RetryPolicy),
         ("`RunConcurrency`: the workflow's `concurrency`", RunConcurrency),
         ("`NodeConcurrency`: a worker node's `concurrency`", NodeConcurrency),
+        ("`NodeRateLimit`: a worker node's `rate_limit`", NodeRateLimit),
     )
     for title, model in definition:
         parts += [f"### {title}", _fields_table(model)]

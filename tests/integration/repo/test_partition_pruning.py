@@ -110,6 +110,10 @@ WIDER = {
     "node_limit_keys": "GET /v1/limits: the small partial indexes of limited rows",
     "start_items": "a batch of (run id, task id) pairs (MAP items that go)",
     "set_map_progress": "a batch of (run id, task id) pairs (MAP progress)",
+    "rate_held_load": "a rate key's count: the small held partial index of rated rows",
+    "held_rate_tasks": "a release scans the small held partial index of rated rows",
+    "held_rate_keys": "the sweeper scans the small held partial index of rated rows",
+    "rate_limit_keys": "GET /v1/limits: per bucket, the small held partial index",
 }
 
 PARTITIONED = re.compile(r"\b(workflow_runs|task_instances|workflow_events|task_logs)\b")

@@ -145,3 +145,23 @@ def test_node_concurrency_is_refused_where_it_cannot_apply() -> None:
     assert "applies only to HTTP, PYTHON and TASK nodes" in problems["nodes[1].concurrency"]
     with pytest.raises(ValueError, match="greater than or equal to 1"):
         _node_spec({"id": "a", "type": "TASK", "queue": "q", "concurrency": {"key": "k", "max": 0}})
+
+
+def test_a_rate_limit_is_keyed_by_name_and_checked() -> None:
+    node = {
+        "id": "a",
+        "type": "HTTP",
+        "spec": {"url": "https://partner.example/x"},
+        "rate_limit": {"key": "partner", "limit": 100, "per_seconds": 60, "units": 2},
+    }
+    line = build_dag(_node_spec(node)).node_line("a")
+    assert line is not None and line.key is None and line.rate is not None
+    assert (line.rate.key, line.rate.limit, line.rate.per_seconds, line.rate.units) == (
+        "rate:partner",
+        100,
+        60,
+        2,
+    )
+    node["rate_limit"] = {"key": "partner", "limit": 1, "per_seconds": 1, "units": 2}
+    problems = {p.path: p.message for p in validate(_node_spec(node))}
+    assert "can never fit a bucket of 1" in problems["nodes[0].rate_limit.units"]

@@ -329,8 +329,9 @@ def items_table(items: list[dict[str, Any]], *, width: int | None = None) -> lis
 
 
 def limits_table(limits: list[dict[str, Any]], *, width: int | None = None) -> list[str]:
-    """The keys of the limits holding runs back (GET /v1/limits): the workflow, the key,
-    slots in use out of the limit, and how many runs wait."""
+    """The keys of the limits holding work back (GET /v1/limits): the workflow, the key,
+    what it limits (runs, attempts, or tokens per period for a rate limit), in use out
+    of the limit, and how many wait."""
     return table(
         (
             Column("workflow"),
@@ -343,7 +344,8 @@ def limits_table(limits: list[dict[str, Any]], *, width: int | None = None) -> l
             (
                 item["workflow_id"] or "(global)",
                 "(hidden)" if item.get("redacted") else (item["key"] or "(one key)"),
-                "runs" if item["kind"] == "run_concurrency" else "attempts",
+                _LIMIT_KINDS.get(item["kind"], item["kind"])
+                + (f" per {item['per_seconds']:g}s" if item.get("per_seconds") else ""),
                 f"{item['in_use']}/{'?' if item['limit'] is None else item['limit']}",
                 str(item["waiting"]),
             )
@@ -352,6 +354,12 @@ def limits_table(limits: list[dict[str, Any]], *, width: int | None = None) -> l
         columns_wide=width,
     )
 
+
+_LIMIT_KINDS = {
+    "run_concurrency": "runs",
+    "node_concurrency": "attempts",
+    "rate_limit": "tokens",
+}
 
 _WORKER_STYLES = {"SERVING": "green", "DRAINING": "yellow", "STOPPED": "dim", "LOST": "red"}
 

@@ -123,9 +123,11 @@ class Gate:
         self,
         policy: AdmissionPolicy | None,
         release_soon: Callable[[Collection[str]], None],
+        release_later: Callable[[str, float], None] | None = None,
     ) -> None:
         self.policy = policy
         self._release_soon = release_soon
+        self._release_later = release_later
 
     async def admit(
         self, conn: repo.Connection, asking: Sequence[tuple[repo.TaskRef, str]]
@@ -158,3 +160,8 @@ class Gate:
     def release_soon(self, names: Collection[str]) -> None:
         """Release on these queues and node concurrency keys after the commit."""
         self._release_soon(names)
+
+    def release_later(self, rate_key: str, seconds: float) -> None:
+        """Release on a rate key when its next token is due (``seconds`` from now)."""
+        if self._release_later is not None:
+            self._release_later(rate_key, seconds)

@@ -143,7 +143,7 @@ class Engine:
         self.run_events = RunEventDelivery(shell)
         self.held = HeldTasks(shell)
         # always a gate: node concurrency keys come with definitions, not settings
-        shell.gate = Gate(admission, self.held.release_soon)
+        shell.gate = Gate(admission, self.held.release_soon, self.held.release_later)
         shell.deliver = self.run_events.deliver_soon
         self.reads = Reads(shell)
         self.operations = Operations(shell, self.runs)
@@ -174,6 +174,7 @@ class Engine:
         self.deliver_run_event = self.run_events.deliver
         self.deliver_due_run_events = self.run_events.deliver_due
         self.release_held = self.held.release
+        self.set_rate_limit = self.held.set_rate_limit
 
     @property
     def redis_prefix(self) -> str:

@@ -18,10 +18,11 @@ from collections.abc import Collection
 
 import composer_repo as repo
 from composer_engine._admission import AdmissionPolicy
-from composer_engine._node_limits import release_line
+from composer_engine._node_limits import release_line, release_rate
 from composer_engine._persist import write_dispatch
 from composer_engine._shell import Shell
 from composer_engine._tx import Tx
+from composer_engine.errors import BadRequest
 
 log = logging.getLogger("composer.engine")
 
@@ -33,6 +34,8 @@ class HeldTasks:
         self._shell = shell
         self._asked: set[str] = set()
         self._releasing: asyncio.Task[None] | None = None
+        #: rate key → when (loop time) a release of it is already set for.
+        self._timers: dict[str, float] = {}
 
     async def release(self, queues: Collection[str] | None = None) -> int:
         """Release, on each of ``queues`` (queue names, and node concurrency keys, which
@@ -45,11 +48,17 @@ class HeldTasks:
         if queues is None:
 
             async def keys(tx: Tx) -> list[str]:
-                return await repo.held_limit_keys(tx.conn)
+                return [
+                    *await repo.held_limit_keys(tx.conn),
+                    *await repo.held_rate_keys(tx.conn),
+                ]
 
             queues = [*gate.queues(), *await self._shell.in_tx(keys)]
         released = 0
         for name in sorted(queues):
+            if name.startswith("rate:"):
+                released += await self._release_rate(name)
+                continue
             if ":" in name:
                 released += await self._release_key(name)
                 continue
@@ -82,6 +91,57 @@ class HeldTasks:
             return len(going)
 
         return await self._shell.in_tx(attempt)
+
+    async def _release_rate(self, key: str) -> int:
+        """Release the attempts waiting for a rate key's tokens that may go now; set a
+        release for when the next token the first one left needs is due."""
+
+        async def attempt(tx: Tx) -> tuple[int, float | None]:
+            going, wait = await release_rate(tx.conn, key)
+            for item in going:
+                await self._dispatch(tx, item.ref, item.queue)
+            return len(going), wait
+
+        released, wait = await self._shell.in_tx(attempt)
+        if wait is not None:
+            self.release_later(key, wait)
+        return released
+
+    async def set_rate_limit(
+        self, key: str, *, limit: int, per_seconds: float, set_by: str
+    ) -> None:
+        """PUT /v1/limits/{key}: the rate key's limit from now on, whatever the
+        definitions naming it say; attempts waiting for it are looked at again."""
+        if limit < 1 or not 0 < per_seconds <= 86400:
+            raise BadRequest(
+                f"rate limit {key!r}: limit must be a whole number of at least 1 and "
+                f"per_seconds in (0, 86400], not {limit} per {per_seconds}"
+            )
+
+        async def attempt(tx: Tx) -> None:
+            await repo.set_rate_limit(
+                tx.conn, f"rate:{key}", limit=limit, per_seconds=per_seconds, set_by=set_by
+            )
+
+        await self._shell.in_tx(attempt)
+        self.release_soon([f"rate:{key}"])
+
+    def release_later(self, rate_key: str, seconds: float) -> None:
+        """Release on ``rate_key`` ``seconds`` from now (its next token), unless a release
+        of it is set for sooner. A process that dies with it set leaves it to the
+        lease-sweeper's pass."""
+        loop = asyncio.get_running_loop()
+        at = loop.time() + max(0.0, seconds) + 0.005  # the token is whole by then
+        if self._timers.get(rate_key, float("inf")) <= at:
+            return
+        self._timers[rate_key] = at
+
+        def due() -> None:
+            if self._timers.get(rate_key) == at:
+                del self._timers[rate_key]
+                self.release_soon([rate_key])
+
+        loop.call_at(at, due)
 
     async def _dispatch(self, tx: Tx, ref: repo.TaskRef, queue: str) -> None:
         await write_dispatch(tx, ref, queue=queue, not_before=None, admit=False)

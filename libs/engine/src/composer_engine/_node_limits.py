@@ -1,40 +1,67 @@
-"""Node concurrency on the admission step: at most a key's max attempts of the worker
-nodes that name it with a worker or on their way to one (docs/architecture.md §4.12).
+"""Node concurrency and rate limits on the admission step (docs/architecture.md §4.12).
 
 A node's ``concurrency: {key, max, scope}`` is a line of its own, apart from its
 queue's: its attempts are counted by the key stored on their rows (V019), under the
 key's advisory lock, held oldest first, and released as the key's attempts finish.
-A node with a key goes through its key only; the queue's limit, if any, does not
-hold it again.
+A node's ``rate_limit: {key, limit, per_seconds, units}`` takes tokens from a bucket
+(V023, ``rate_buckets``, locked with FOR UPDATE), refilled by the time passed; an
+attempt without them is held in order, never dropped, and released as tokens come
+back: by a timer the holding process sets for when the next token is due, and by
+the lease-sweeper's pass. An attempt held for tokens is not in flight, so it holds
+no concurrency place meanwhile (a restart cannot deadlock a key on it).
+
+Every transaction takes concurrency keys before buckets, each kind in sorted order,
+so two never wait on each other. A node with a concurrency key goes through its key
+only, not through its queue's limit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import composer_repo as repo
-from composer_core.model import NodeLine
+from composer_core.model import NodeLine, NodeRate
 
 
 def reason(line: NodeLine) -> str:
-    name = line.key.partition(":")[2]
-    if line.key.startswith("workflow:"):
-        workflow_id, _, key = name.partition(":")
-        what = f"concurrency key {key!r} of workflow {workflow_id!r}"
+    key = line.key or ""
+    name = key.partition(":")[2]
+    if key.startswith("workflow:"):
+        workflow_id, _, short = name.partition(":")
+        what = f"concurrency key {short!r} of workflow {workflow_id!r}"
     else:
         what = f"global concurrency key {name!r}"
     return f"{what} is at its limit of {line.max} attempt(s) at once; it goes when one finishes"
 
 
+def rate_reason(bucket: repo.RateBucket, units: int) -> str:
+    period = f"{bucket.per_seconds:g} s"
+    return (
+        f"rate limit {bucket.key.partition(':')[2]!r} ({bucket.limit} per {period}) has no "
+        f"{'token' if units == 1 else f'{units} tokens'} left; it goes in order as tokens "
+        "come back"
+    )
+
+
+@dataclass
+class Admitted:
+    """What the lines decided for a batch: task id → why it is held, and for each rate
+    key with attempts held, the seconds until its next token."""
+
+    held: dict[str, str] = field(default_factory=dict)
+    wake: dict[str, float] = field(default_factory=dict)
+
+
 async def hold_on_lines(
     conn: repo.Connection, asking: Sequence[tuple[repo.TaskRef, NodeLine]]
-) -> dict[str, str]:
-    """The attempts of ``asking`` their keys hold: task id → reason. Keys are taken
-    in one order in every transaction (no deadlock between two)."""
+) -> Admitted:
+    """Which attempts of ``asking`` their concurrency keys or rate buckets hold."""
+    out = Admitted()
     by_key: dict[str, list[tuple[repo.TaskRef, NodeLine]]] = {}
     for ref, line in asking:
-        by_key.setdefault(line.key, []).append((ref, line))
-    held: dict[str, str] = {}
+        if line.key is not None:
+            by_key.setdefault(line.key, []).append((ref, line))
     for key in sorted(by_key):
         items = by_key[key]
         await repo.lock_limit_key(conn, key)
@@ -42,24 +69,85 @@ async def hold_on_lines(
         busy = load.in_flight
         for ref, line in items:
             if load.held or busy >= line.max:  # oldest first: behind those held
-                held[ref.task_id] = reason(line)
+                out.held[ref.task_id] = reason(line)
             else:
                 busy += 1
-    return held
+    by_rate: dict[str, list[tuple[repo.TaskRef, NodeRate]]] = {}
+    for ref, line in asking:
+        if line.rate is not None and ref.task_id not in out.held:
+            by_rate.setdefault(line.rate.key, []).append((ref, line.rate))
+    for key in sorted(by_rate):
+        rate_items = by_rate[key]
+        first = rate_items[0][1]
+        bucket = await repo.take_rate_bucket(
+            conn, key, limit=first.limit, per_seconds=first.per_seconds
+        )
+        behind = await repo.rate_held_load(conn, key) > 0  # in order: behind those waiting
+        for ref, rate in rate_items:
+            if behind or bucket.tokens < rate.units:
+                behind = True
+                out.held[ref.task_id] = rate_reason(bucket, rate.units)
+                out.wake.setdefault(key, bucket.seconds_for(rate.units))
+            else:
+                bucket.tokens -= rate.units
+        await repo.store_rate_bucket(conn, bucket)
+    return out
 
 
 async def release_line(conn: repo.Connection, key: str) -> list[repo.HeldLimited]:
-    """Take the held attempts of ``key`` that may go now, oldest first (the caller
-    dispatches them in this transaction)."""
+    """Take the held attempts of concurrency ``key`` that may go now, oldest first (the
+    caller dispatches them in this transaction). One that also waits for a rate
+    limit goes only with its tokens."""
     await repo.lock_limit_key(conn, key)
     load = await repo.limit_load(conn, key)
     held = await repo.held_limit_tasks(conn, key, 100)
+    buckets: dict[str, repo.RateBucket] = {}
+    for rate_key in sorted({h.rate_key for h in held if h.rate_key is not None}):
+        buckets[rate_key] = await repo.take_rate_bucket(conn, rate_key)
     going = []
     busy = load.in_flight
     for item in held:
         if busy >= item.max:
             break
+        bucket = buckets.get(item.rate_key) if item.rate_key is not None else None
+        if bucket is not None and bucket.tokens < item.units:
+            continue  # it waits for tokens: the rate release sends it
         if await repo.release_task(conn, item.ref):
+            if bucket is not None:
+                bucket.tokens -= item.units
             going.append(item)
             busy += 1
+    for bucket in buckets.values():
+        await repo.store_rate_bucket(conn, bucket)
     return going
+
+
+async def release_rate(
+    conn: repo.Connection, key: str
+) -> tuple[list[repo.HeldLimited], float | None]:
+    """Take the attempts waiting for rate ``key``'s tokens that may go now, in order,
+    and the seconds until the next token the first one left waiting needs (None: none
+    waits). One that also has a concurrency key goes only with a place there."""
+    held = await repo.held_rate_tasks(conn, key, 100)
+    if not held:
+        return [], None
+    loads: dict[str, int] = {}
+    for limit_key in sorted({h.limit_key for h in held if h.limit_key is not None}):
+        await repo.lock_limit_key(conn, limit_key)
+        loads[limit_key] = (await repo.limit_load(conn, limit_key)).in_flight
+    bucket = await repo.take_rate_bucket(conn, key)
+    going: list[repo.HeldLimited] = []
+    wait: float | None = None
+    for item in held:
+        if bucket.tokens < item.units:
+            wait = bucket.seconds_for(item.units)
+            break  # in order: nobody passes the head of the line
+        if item.limit_key is not None and loads[item.limit_key] >= item.max:
+            continue  # it waits for a place of its concurrency key, whose release sends it
+        if await repo.release_task(conn, item.ref):
+            bucket.tokens -= item.units
+            if item.limit_key is not None:
+                loads[item.limit_key] += 1
+            going.append(item)
+    await repo.store_rate_bucket(conn, bucket)
+    return going, wait

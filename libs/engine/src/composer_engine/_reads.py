@@ -53,8 +53,9 @@ class RunView:
 class LimitView:
     """One key of a limit, as a person reads it (GET /v1/limits)."""
 
-    #: What it limits: ``run_concurrency`` (a workflow's runs per key) or
-    #: ``node_concurrency`` (attempts of the worker nodes naming the key).
+    #: What it limits: ``run_concurrency`` (a workflow's runs per key),
+    #: ``node_concurrency`` (attempts of the worker nodes naming the key) or
+    #: ``rate_limit`` (attempts started per period, a token bucket).
     kind: str
     #: None: a global node concurrency key, shared by every workflow naming it.
     workflow_id: str | None
@@ -64,6 +65,11 @@ class LimitView:
     #: None: templated per run and no run waits.
     limit: int | None
     waiting: int
+    #: A rate limit's tokens in its bucket now, and its period (None: not a rate limit).
+    tokens: float | None = None
+    per_seconds: float | None = None
+    #: Who set a rate limit through the API (None: the definitions' values apply).
+    set_by: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,6 +318,20 @@ class Reads:
                 workflow_id, key = rest.split(":", 1) if scope == "workflow" else (None, rest)
                 views.append(
                     LimitView("node_concurrency", workflow_id, key, n.in_use, n.max, n.waiting)
+                )
+            for r in await repo.rate_limit_keys(tx.conn):
+                views.append(
+                    LimitView(
+                        "rate_limit",
+                        None,
+                        r.key.partition(":")[2],
+                        max(0, round(r.limit - r.tokens)),
+                        r.limit,
+                        r.waiting,
+                        tokens=round(r.tokens, 2),
+                        per_seconds=r.per_seconds,
+                        set_by=r.set_by,
+                    )
                 )
             return views
 

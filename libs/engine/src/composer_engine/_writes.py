@@ -163,11 +163,17 @@ class Writes:
             for t in tasks:
                 if t.task_id not in inserted:
                     raise StaleSnapshot(f"node {t.node_id} of run {t.run_id} already has a task")
-            if self.lines:  # tasks of limited nodes carry their key (V017)
+            if self.lines:  # tasks of limited nodes carry their keys (V019, V023)
                 await repo.set_task_limits(
                     conn,
                     [
-                        (repo.TaskRef(t.run_id, t.task_id, t.node_id, 0), line.key, line.max)
+                        repo.TaskLimits(
+                            repo.TaskRef(t.run_id, t.task_id, t.node_id, 0),
+                            line.key,
+                            line.max if line.key is not None else None,
+                            None if line.rate is None else line.rate.key,
+                            None if line.rate is None else line.rate.units,
+                        )
                         for t in tasks
                         if (line := self.lines.get(t.task_id)) is not None
                     ],
@@ -265,7 +271,12 @@ class Writes:
             if admit and ref.task_id in lines
         ]
         if limited:
-            held |= await hold_on_lines(tx.conn, limited)
+            decided = await hold_on_lines(tx.conn, limited)
+            held |= decided.held
+            for key, seconds in decided.wake.items():  # tokens come back: look again then
+                tx.after_commit(
+                    lambda key=key, seconds=seconds: gate.release_later(key, seconds)  # type: ignore[misc]
+                )
         if not held:
             return dispatches
         holding = [(ref, held[ref.task_id]) for _, ref, *_ in dispatches if ref.task_id in held]

@@ -677,21 +677,44 @@ class Worker(Response):
 
 
 class Limit(Response):
-    kind: Literal["run_concurrency"] = Field(
-        description="what it limits: run_concurrency, a workflow's runs per key (its `concurrency`)"
+    kind: Literal["run_concurrency", "node_concurrency", "rate_limit"] = Field(
+        description="what it limits: run_concurrency, a workflow's runs per key (its "
+        "`concurrency`); node_concurrency, the attempts of the worker nodes naming the "
+        "key (a node's `concurrency`); rate_limit, the attempts started per period (a "
+        "node's `rate_limit`, a token bucket)"
     )
-    workflow_id: str
+    workflow_id: str | None = Field(
+        description="the workflow whose key it is; null for a global node key and a rate limit"
+    )
     key: str | None = Field(
-        description='the key, rendered from run inputs ("" for a workflow with one key); '
-        "null when redacted"
+        description='the key: for runs, rendered from run inputs ("" for a workflow '
+        "with one key; null when redacted); for nodes and rate limits, the name they give"
     )
-    in_use: int = Field(description="runs of the key started and not finished")
+    in_use: int = Field(
+        description="runs of the key started and not finished; for a node key, attempts "
+        "with a worker or on their way to one; for a rate limit, the tokens taken (the "
+        "limit less those left)"
+    )
     limit: int | None = Field(
-        description="the deployed definition's max_runs; null when it is a template and "
-        "no run of the key waits"
+        description="the deployed definition's max_runs, the nodes' max, or the rate "
+        "limit's tokens per period; null when max_runs is a template and no run waits"
     )
-    waiting: int = Field(description="runs of the key waiting (PENDING) for a slot")
+    waiting: int = Field(description="runs (or attempts) of the key waiting for a place")
     redacted: bool = _redacted("key")
+    tokens: float | None = Field(
+        default=None, description="a rate limit's tokens in its bucket now; null for the others"
+    )
+    per_seconds: float | None = Field(default=None, description="a rate limit's period")
+    set_by: str | None = Field(
+        default=None,
+        description="who set a rate limit through PUT /v1/limits/{key} (null: the "
+        "definitions' values apply)",
+    )
+
+
+class SetRateLimit(Request):
+    limit: int = Field(ge=1, description="tokens per period, and the bucket's size")
+    per_seconds: float = Field(gt=0, le=86400, description="the period, in seconds")
 
 
 class LimitList(Response):

@@ -26,6 +26,7 @@ from composer_api_gateway.models import (
     History,
     HistoryQuery,
     Identity,
+    Limit,
     LimitList,
     MapItems,
     MapItemsQuery,
@@ -39,6 +40,7 @@ from composer_api_gateway.models import (
     RunListQuery,
     RunLogs,
     RunStarted,
+    SetRateLimit,
     SignalDelivered,
     StartRun,
     TaskLogsQuery,
@@ -411,6 +413,21 @@ ROUTES: tuple[Route, ...] = (
         "how many hold a slot (`in_use`), the limit, and how many wait. A key is "
         "rendered from run inputs, so a viewer token gets it as null with "
         "`redacted: true`, unless the workflow sets `viewers_see_payloads: true`.",
+    ),
+    Route(
+        "PUT",
+        "/v1/limits/{key}",
+        limits.set_rate_limit,
+        "Change a rate limit at run time",
+        "operations",
+        Role.OPERATOR,
+        {200: Limit},
+        body=SetRateLimit,
+        errors=(400, 503),
+        description="The rate limit key's `limit` per `per_seconds` from now on, whatever "
+        "the definitions naming it say (until set again); the bucket's tokens are capped "
+        "at the new limit, and attempts waiting for tokens are looked at again. The token's "
+        "name is recorded (`set_by`).",
     ),
     Route(
         "GET",

@@ -15,7 +15,7 @@ from composer_core.kinds.task import TaskSpec
 from composer_core.kinds.wait import WaitSpec
 from composer_core.kinds.wait_for_event import WaitForEventSpec
 from composer_core.model._build import build_dag, default_engine, validate
-from composer_core.model._dag import CompiledNode, NodeLine, WorkflowDAG
+from composer_core.model._dag import CompiledNode, NodeLine, NodeRate, WorkflowDAG
 from composer_core.model._flow import (
     DEFAULT_PRIORITY,
     CompiledFlow,
@@ -33,6 +33,7 @@ from composer_core.model._spec import (
     Edge,
     Node,
     NodeConcurrency,
+    NodeRateLimit,
     RetryPolicy,
     RunConcurrency,
     WorkflowSpec,
@@ -71,6 +72,8 @@ __all__ = [
     "Node",
     "NodeConcurrency",
     "NodeLine",
+    "NodeRate",
+    "NodeRateLimit",
     "NodeType",
     "PythonSpec",
     "RetryPolicy",

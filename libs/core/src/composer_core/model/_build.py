@@ -274,7 +274,7 @@ class _Builder:
                         "'-' or '.', at most 128 characters",
                     )
             else:
-                for field in ("queue", "timeout_seconds", "retry", "concurrency"):
+                for field in ("queue", "timeout_seconds", "retry", "concurrency", "rate_limit"):
                     if field == "retry" and kind.takes_retry:
                         continue
                     if getattr(node, field) is not None:
@@ -309,6 +309,19 @@ class _Builder:
             )
         elif node.queue is not None and not self.stored:
             self.check_reserved_queue(path, node, node.queue)
+        rate = node.rate_limit
+        if rate is not None and not _LIMIT_KEY.fullmatch(rate.key):
+            self.add(
+                f"{path}.rate_limit.key",
+                f"{rate.key!r} is not a key name: use letters, digits, '_', '-' or '.', at "
+                "most 128 characters",
+            )
+        elif rate is not None and rate.units > rate.limit:
+            self.add(
+                f"{path}.rate_limit.units",
+                f"{rate.units} units per attempt can never fit a bucket of {rate.limit}: at "
+                "most limit",
+            )
 
     def check_map_inner(self, i: int, node: Node) -> Node | None:
         """A MAP's inner node, checked as a worker node of its own (its id: the MAP's)."""
@@ -328,6 +341,12 @@ class _Builder:
             self.add(
                 f"{path}.concurrency",
                 "not for an inner node: the MAP's max_parallel bounds its items at once",
+            )
+        if inner.rate_limit is not None:
+            self.add(
+                f"{path}.rate_limit",
+                "not for an inner node yet: put the rate limit on a node of its own, or "
+                "bound the items with the MAP's max_parallel",
             )
         retry = inner.retry
         if retry is not None and retry.max_seconds < retry.initial_seconds:

@@ -16,7 +16,7 @@ from composer_core.kinds import Category, NodeType, kind_of
 from composer_core.kinds.map import inner_node_fields
 from composer_core.model._flow import CompiledFlow
 from composer_core.model._input_schema import InputSchema
-from composer_core.model._spec import Edge, Node, NodeConcurrency, RetryPolicy, WorkflowSpec
+from composer_core.model._spec import Edge, Node, RetryPolicy, WorkflowSpec
 from composer_core.templates import (
     CompiledValue,
     Expression,
@@ -29,18 +29,38 @@ _TEMPLATE = re.compile(r"\{\{.*?\}\}", re.DOTALL)
 
 
 @dataclass(frozen=True, slots=True)
-class NodeLine:
-    """A node concurrency limit as the admission step keys it (docs/architecture.md
-    §4.12): ``key`` names it in storage, ``global:<key>`` or ``workflow:<id>:<key>``."""
+class NodeRate:
+    """A node's rate limit as the admission step keys it: ``key`` names its bucket in
+    storage (``rate:<key>``)."""
 
     key: str
+    limit: int
+    per_seconds: float
+    units: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLine:
+    """The limits a worker node's attempts go through on the admission step
+    (docs/architecture.md §4.12): its concurrency key (``key``, ``global:<key>`` or
+    ``workflow:<id>:<key>``, with ``max``; None: none) and its rate limit (None: none)."""
+
+    key: str | None
     max: int
+    rate: NodeRate | None = None
 
     @classmethod
-    def of(cls, workflow_id: str, concurrency: NodeConcurrency) -> NodeLine:
+    def of(cls, workflow_id: str, node: Node) -> NodeLine:
+        rate = None
+        if node.rate_limit is not None:
+            r = node.rate_limit
+            rate = NodeRate(f"rate:{r.key}", r.limit, r.per_seconds, r.units)
+        concurrency = node.concurrency
+        if concurrency is None:
+            return cls(None, 0, rate)
         if concurrency.scope == "global":
-            return cls(f"global:{concurrency.key}", concurrency.max)
-        return cls(f"workflow:{workflow_id}:{concurrency.key}", concurrency.max)
+            return cls(f"global:{concurrency.key}", concurrency.max, rate)
+        return cls(f"workflow:{workflow_id}:{concurrency.key}", concurrency.max, rate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +122,9 @@ class WorkflowDAG:
         }
         self._compiled = compiled
         self._lines = {
-            n.id: NodeLine.of(spec.id, n.concurrency)
+            n.id: NodeLine.of(spec.id, n)
             for n in spec.nodes
-            if n.concurrency is not None
+            if n.concurrency is not None or n.rate_limit is not None
         }
         self._conditions = conditions
         self._output = output

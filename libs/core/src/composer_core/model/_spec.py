@@ -96,6 +96,19 @@ class NodeConcurrency(_Strict):
     )
 
 
+class NodeRateLimit(_Strict):
+    """How many attempts of the nodes naming a key start per period: a token bucket
+    (docs/architecture.md §4.12)."""
+
+    key: str = Field(
+        description="a name: letters, digits, '_', '-' or '.', at most 128 characters; "
+        "shared by every node, of any workflow, that names it"
+    )
+    limit: int = Field(ge=1, description="tokens per period, and the bucket's size (its burst)")
+    per_seconds: float = Field(gt=0, le=86400, description="the period, in seconds")
+    units: int = Field(default=1, ge=1, description="tokens one attempt takes")
+
+
 class Node(_Strict):
     """One step of a workflow; what ``spec`` takes depends on ``type`` (docs/nodes.md)."""
 
@@ -132,6 +145,12 @@ class Node(_Strict):
         default=None,
         description="HTTP, PYTHON, TASK: at most `max` attempts of its key with a worker "
         "or on their way to one; the others wait PENDING, oldest first",
+    )
+    rate_limit: NodeRateLimit | None = Field(
+        default=None,
+        description="HTTP, PYTHON, TASK: each attempt takes `units` tokens of its key's "
+        "bucket (`limit` per `per_seconds`, burst `limit`); without them it waits "
+        "PENDING, in order, never dropped, holding no concurrency place",
     )
 
     @property

@@ -1100,7 +1100,7 @@ SELECT pg_advisory_xact_lock(hashtextextended('composer.admission:' || $1, 0));
 SELECT count(*) FILTER (WHERE dispatched_at IS NOT NULL AND held_reason IS NULL
                           AND NOT (id = ANY($2::text[]))) AS in_flight,
        count(*) FILTER (WHERE held_reason IS NOT NULL AND held_reason <> $3
-                          AND limit_key IS NULL) AS held
+                          AND limit_key IS NULL AND rate_key IS NULL) AS held
   FROM task_instances
  WHERE queue = $1 AND state IN ('PENDING', 'QUEUED', 'RUNNING')
    AND (dispatched_at IS NOT NULL OR held_reason IS NOT NULL);
@@ -1120,7 +1120,7 @@ RETURNING t.id;
 SELECT run_id, id, node_id, attempt
   FROM task_instances
  WHERE held_reason IS NOT NULL AND held_reason <> $3 AND queue = $1 AND state = 'PENDING'
-   AND limit_key IS NULL  -- a limited node's attempt waits for its key (V019)
+   AND limit_key IS NULL AND rate_key IS NULL  -- a limited node's waits for its keys
  ORDER BY created_at, id
  LIMIT $2
    FOR UPDATE SKIP LOCKED;
@@ -1277,12 +1277,13 @@ RETURNING t.id, t.node_id, t.attempt, t.queue,
 -- Node concurrency (V019, docs/architecture.md §4.12) ---------------------------
 
 -- name: set_task_limits
--- The concurrency key and max of tasks of limited nodes, in the transaction
--- that inserted them (before their dispatch is admitted).
+-- The concurrency key and max, and the rate key and units, of tasks of limited
+-- nodes, in the transaction that inserted them (before their dispatch is admitted).
 UPDATE task_instances t
-   SET limit_key = u.limit_key, limit_max = u.limit_max
-  FROM unnest($1::text[], $2::text[], $3::text[], $4::int[])
-           AS u(run_id, id, limit_key, limit_max)
+   SET limit_key = u.limit_key, limit_max = u.limit_max,
+       rate_key = u.rate_key, rate_units = u.rate_units
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[])
+           AS u(run_id, id, limit_key, limit_max, rate_key, rate_units)
  WHERE t.run_id = u.run_id AND t.id = u.id;
 
 -- name: lock_limit_key
@@ -1300,7 +1301,7 @@ SELECT count(*) FILTER (WHERE dispatched_at IS NOT NULL AND held_reason IS NULL
 
 -- name: held_limit_tasks
 -- The oldest held attempts of a key, and the max each was declared under.
-SELECT run_id, id, node_id, attempt, queue, limit_max
+SELECT run_id, id, node_id, attempt, queue, limit_max, rate_key, rate_units
   FROM task_instances
  WHERE limit_key = $1 AND held_reason IS NOT NULL AND held_reason <> $3 AND state = 'PENDING'
  ORDER BY created_at, id
@@ -1451,3 +1452,64 @@ UPDATE run_operations
    AND NOT EXISTS (SELECT 1 FROM run_operation_items
                     WHERE operation_id = $1 AND outcome IS NULL)
 RETURNING 1;
+
+-- Rate limits (V023, docs/architecture.md §4.12) ---------------------------------
+
+-- name: make_rate_bucket
+-- A rate key's bucket at its first use: full.
+INSERT INTO rate_buckets (key, limit_per, per_seconds, tokens, refilled_at)
+VALUES ($1, $2::int, $3::float8, $2::int, clock_timestamp())
+ON CONFLICT (key) DO NOTHING;
+
+-- name: take_rate_bucket
+-- A rate key's bucket, locked until the transaction ends, with the seconds since
+-- it was last refilled.
+SELECT limit_per, per_seconds, tokens, set_by, clock_timestamp() AS now,
+       extract(epoch FROM clock_timestamp() - refilled_at) AS elapsed
+  FROM rate_buckets WHERE key = $1
+   FOR UPDATE;
+
+-- name: store_rate_bucket
+UPDATE rate_buckets
+   SET tokens = $2, refilled_at = $3, limit_per = $4, per_seconds = $5
+ WHERE key = $1;
+
+-- name: set_rate_limit
+-- PUT /v1/limits/{key}: the key's limit and period from now on, by the caller's
+-- name; its tokens capped at the new limit.
+INSERT INTO rate_buckets (key, limit_per, per_seconds, tokens, refilled_at, set_by)
+VALUES ($1, $2::int, $3::float8, $2::int, clock_timestamp(), $4)
+ON CONFLICT (key) DO UPDATE
+   SET limit_per = EXCLUDED.limit_per, per_seconds = EXCLUDED.per_seconds,
+       tokens = least(rate_buckets.tokens, EXCLUDED.limit_per), set_by = EXCLUDED.set_by
+RETURNING key;
+
+-- name: rate_held_load
+-- How many attempts wait for a rate key's tokens (not those of paused runs).
+SELECT count(*) FROM task_instances
+ WHERE rate_key = $1 AND held_reason IS NOT NULL AND held_reason <> $2 AND state = 'PENDING';
+
+-- name: held_rate_tasks
+-- The oldest attempts waiting for a rate key's tokens, with their units and queue.
+SELECT run_id, id, node_id, attempt, queue, rate_units, limit_key, limit_max
+  FROM task_instances
+ WHERE rate_key = $1 AND held_reason IS NOT NULL AND held_reason <> $3 AND state = 'PENDING'
+ ORDER BY created_at, id
+ LIMIT $2
+   FOR UPDATE SKIP LOCKED;
+
+-- name: held_rate_keys
+SELECT DISTINCT rate_key FROM task_instances
+ WHERE rate_key IS NOT NULL AND held_reason IS NOT NULL AND held_reason <> $1;
+
+-- name: rate_limit_keys
+-- Every bucket, with how many attempts wait for it: for GET /v1/limits.
+SELECT b.key, b.limit_per, b.per_seconds, b.set_by,
+       least(b.limit_per, b.tokens + extract(epoch FROM clock_timestamp() - b.refilled_at)
+                                     * b.limit_per / b.per_seconds) AS tokens,
+       (SELECT count(*) FROM task_instances t
+         WHERE t.rate_key = b.key AND t.held_reason IS NOT NULL AND t.state = 'PENDING')
+           AS waiting
+  FROM rate_buckets b
+ ORDER BY b.key
+ LIMIT $1;

@@ -42,7 +42,8 @@ export function limitsPage(main) {
         ? h('a', { href: `#/workflows/${encodeURIComponent(item.workflow_id)}` }, item.workflow_id)
         : h('span', { class: 'muted' }, 'global')),
       keyCell(item),
-      h('td', {}, item.kind === 'run_concurrency' ? 'runs' : 'attempts'),
+      h('td', {}, item.kind === 'run_concurrency' ? 'runs'
+        : item.kind === 'node_concurrency' ? 'attempts' : `tokens per ${item.per_seconds} s`),
       h('td', { class: 'in-use' }, `${item.in_use} / ${item.limit ?? '?'}`),
       h('td', { class: 'waiting' }, String(item.waiting))))
         : h('tr', {}, h('td', { colspan: 5, class: 'empty' }, 'No limited key has work going or waiting.')));

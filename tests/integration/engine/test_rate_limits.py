@@ -1,0 +1,140 @@
+"""Rate limits (docs/architecture.md §4.12): a worker node's ``rate_limit: {key, limit,
+per_seconds, units}`` is a token bucket shared by name; an attempt without its tokens
+waits PENDING, in order, never dropped, and goes as tokens come back — released by a
+timer the holding engine sets for the next token, or by the sweeper's pass. An attempt
+waiting for tokens holds no concurrency place."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+import composer_repo as repo
+from composer_engine import BadRequest, Engine, Workflows, validate_definition
+from tests.integration.waits import until
+
+RATED = {
+    "id": "rated",
+    "nodes": [
+        {
+            "id": "call",
+            "type": "TASK",
+            "queue": "partner-api",
+            "spec": {},
+            "rate_limit": {"key": "partner-api", "limit": 5, "per_seconds": 2},
+        }
+    ],
+}
+BOTH = {
+    "id": "rated-and-limited",
+    "nodes": [
+        {
+            "id": "call",
+            "type": "TASK",
+            "queue": "partner-api",
+            "spec": {},
+            "rate_limit": {"key": "partner-both", "limit": 1, "per_seconds": 3600},
+            "concurrency": {"key": "calls", "max": 1},
+        }
+    ],
+}
+
+
+@pytest.fixture
+async def engine(pool: repo.Pool) -> AsyncIterator[Engine]:
+    workflows = Workflows(pool)
+    for spec in (RATED, BOTH):
+        await workflows.create(validate_definition(spec), deploy=True)
+    async with repo.connection(pool) as conn:  # each test starts with full buckets
+        for table in ("workflow_runs", "outbox", "run_slots", "runs_waiting", "rate_buckets"):
+            await conn.execute(f"DELETE FROM {table}")
+    e = Engine(pool)
+    try:
+        yield e
+    finally:
+        await e.aclose()
+
+
+async def dispatched(pool: repo.Pool) -> list[tuple[str, dt.datetime]]:
+    """(run, when it went) of each attempt sent: at once, or by a release."""
+    async with repo.connection(pool) as conn:
+        rows = await conn.fetch(
+            "SELECT t.run_id, coalesce(min(h.at), t.created_at) AS went "
+            "  FROM task_instances t LEFT JOIN run_history h "
+            "    ON h.run_id = t.run_id AND h.kind = 'task.released' "
+            " WHERE t.held_reason IS NULL AND t.state = 'PENDING' "
+            " GROUP BY t.run_id, t.created_at ORDER BY went"
+        )
+    return [(r[0], r[1]) for r in rows]
+
+
+async def test_a_burst_then_tokens_as_they_come_back_in_order(
+    engine: Engine, pool: repo.Pool
+) -> None:
+    began = time.monotonic()
+    runs = [(await engine.start("rated")).run_id for _ in range(10)]
+    first = await dispatched(pool)
+    assert [r for r, _ in first] == runs[:5]  # the burst: the bucket's 5 tokens
+    async with repo.connection(pool) as conn:
+        reasons = {
+            r[0]: r[1]
+            for r in await conn.fetch(
+                "SELECT run_id, held_reason FROM task_instances WHERE held_reason IS NOT NULL"
+            )
+        }
+    assert set(reasons) == set(runs[5:])
+    assert all(
+        "rate limit 'partner-api' (5 per 2 s) has no token left" in r for r in reasons.values()
+    )
+
+    async def all_went() -> bool:
+        return len(await dispatched(pool)) == 10
+
+    await until(all_went, timeout=15, what="the held attempts sent as tokens came back")
+    elapsed = time.monotonic() - began
+    went = await dispatched(pool)
+    assert [r for r, _ in went] == runs  # in order, none dropped
+    # 5 more tokens take 2 s at 2.5 a second: never faster than the bucket allows
+    t0 = went[0][1]
+    for i, (_, at) in enumerate(went[5:], start=1):
+        assert (at - t0).total_seconds() >= i * 0.4 - 0.05, (i, at - t0)
+    assert elapsed < 6  # a timer releases them, not the sweeper's 5 s pass
+
+
+async def test_waiting_for_tokens_holds_no_concurrency_place(
+    engine: Engine, pool: repo.Pool
+) -> None:
+    runs = [(await engine.start("rated-and-limited")).run_id for _ in range(2)]
+    # the first took the only token and the only place; the second waits for both
+    assert [r for r, _ in await dispatched(pool)] == runs[:1]
+    async with repo.connection(pool) as conn:
+        (task,) = await repo.get_run_tasks(conn, runs[0])
+    assert await engine.report_completed(runs[0], task.task_id, task.node_id, task.attempt, {})
+    # its place is free, but no token for an hour: it waits for the token, and the key
+    # shows no attempt in flight
+    limits = {(v.kind, v.key): v for v in await engine.reads.run_limits(full_access=True)}
+    assert limits[("rate_limit", "partner-both")].waiting == 1
+    assert limits[("rate_limit", "partner-both")].tokens == pytest.approx(0, abs=0.01)
+    assert ("node_concurrency", "calls") not in limits or limits[
+        ("node_concurrency", "calls")
+    ].in_use == 0
+    assert await engine.release_held() == 0
+
+    # an operator raises the limit at run time: it goes
+    await engine.set_rate_limit("partner-both", limit=10, per_seconds=1, set_by="ops")
+
+    async def second_went() -> bool:
+        return [r for r, _ in await dispatched(pool)] == runs[1:]
+
+    await until(second_went, what="the waiting attempt sent once the limit was raised")
+    limits = {(v.kind, v.key): v for v in await engine.reads.run_limits(full_access=True)}
+    assert limits[("rate_limit", "partner-both")].set_by == "ops"
+    assert limits[("rate_limit", "partner-both")].limit == 10
+
+
+async def test_a_bad_limit_is_refused(engine: Engine) -> None:
+    with pytest.raises(BadRequest, match="limit must be a whole number of at least 1"):
+        await engine.set_rate_limit("partner-api", limit=0, per_seconds=1, set_by="ops")
