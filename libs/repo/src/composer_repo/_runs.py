@@ -29,14 +29,29 @@ from composer_repo._sql import q
 #: Sorts after every UUID text (hex digits and dashes): "no upper bound".
 _ABOVE_ALL_IDS = "~"
 
+
 #: The listing statement's suffix for each (workflow given, status given): one
 #: statement per combination, so each keeps a plan that uses its index.
-_LISTINGS = {
-    (False, False): "",
-    (True, False): "_by_workflow",
-    (False, True): "_by_status",
-    (True, True): "_by_workflow_status",
-}
+def _listing(by_workflow: bool, by_status: bool, labelled: bool) -> str:
+    """The listing statement for the filters given, one per combination (each named
+    in full, so the check that every statement is used finds them)."""
+    match (by_workflow, by_status, labelled):
+        case (False, False, False):
+            return q("list_runs")
+        case (True, False, False):
+            return q("list_runs_by_workflow")
+        case (False, True, False):
+            return q("list_runs_by_status")
+        case (True, True, False):
+            return q("list_runs_by_workflow_status")
+        case (False, False, True):
+            return q("list_runs_labelled")
+        case (True, False, True):
+            return q("list_runs_by_workflow_labelled")
+        case (False, True, True):
+            return q("list_runs_by_status_labelled")
+        case _:
+            return q("list_runs_by_workflow_status_labelled")
 
 
 @translated
@@ -379,8 +394,9 @@ async def list_runs(
     if labels:
         args.append(dict(labels))
         await conn.execute(q("plan_listing_per_value"))  # for this transaction only
-    name = "list_runs" + _LISTINGS[(workflow_id is not None, status is not None)]
-    rows = await conn.fetch(q(name + ("_labelled" if labels else "")), *args)
+    rows = await conn.fetch(
+        _listing(workflow_id is not None, status is not None, bool(labels)), *args
+    )
     runs = [
         RunSummary(
             run_id=r["id"],
