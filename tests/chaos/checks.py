@@ -12,7 +12,10 @@ promises (issue 10), each printed as a figure. Any violation fails the suite.
 4. every signal consumed exactly once, or reported undeliverable;
 5. the outbox empty and no stream entry pending for a finished task;
 6. how many tasks ran more than once, and why (allowed: at-least-once);
-7. no key of a limited workflow (run concurrency) ever had more runs going than its limit.
+7. no key of a limited workflow (run concurrency) ever had more runs going than its limit;
+8. one child run per SUB_WORKFLOW attempt, none lost or doubled, each finished, the node
+   ending as its child did;
+9. a MAP's items one task each, its output theirs in order.
 """
 
 from __future__ import annotations
@@ -40,6 +43,18 @@ class RunFacts:
     run: repo.RunRecord | None
     tasks: list[repo.TaskRecord]
     signals: list[repo.BufferedSignal]
+    #: The runs its SUB_WORKFLOW nodes started (chaos-parent's).
+    children: list[repo.ChildSummary] = field(default_factory=list)
+
+    @property
+    def node_tasks(self) -> dict[str, repo.TaskRecord]:
+        """Each node's own task (a MAP's items left out)."""
+        return {t.node_id: t for t in self.tasks if t.item is None}
+
+    @property
+    def items(self) -> list[repo.TaskRecord]:
+        """A MAP's item tasks, by index."""
+        return sorted((t for t in self.tasks if t.item is not None), key=lambda t: t.item or 0)
 
 
 @dataclass
@@ -63,8 +78,15 @@ async def gather_runs(pool: repo.Pool, driven: Iterable[DrivenRun]) -> list[RunF
                 facts.append(RunFacts(d, None, [], []))
                 continue
             tasks = await repo.get_run_tasks(conn, d.run_id)
+            if d.planned.workflow_id == "chaos-map":  # its items are listed apart
+                tasks += await repo.get_map_items(conn, d.run_id, "lines", limit=1000)
             signals = await repo.run_signals(conn, d.run_id)
-            facts.append(RunFacts(d, run, tasks, signals))
+            children = (
+                await repo.run_children(conn, d.run_id)
+                if d.planned.workflow_id == "chaos-parent"
+                else []
+            )
+            facts.append(RunFacts(d, run, tasks, signals, children))
     return facts
 
 
@@ -211,8 +233,81 @@ def check(facts: list[RunFacts], records: list[dict[str, Any]], streams_now: Str
     _check_signals(report, facts)
     _check_streams(report, facts, streams_now)
     _check_run_limits(report, facts)
+    _check_children(report, facts)
+    _check_maps(report, facts)
     _reexecutions(report, by_task, len(execs))
     return report
+
+
+def _check_children(report: Report, facts: list[RunFacts]) -> None:
+    """8. Sub-workflows: exactly one child run per attempt of a SUB_WORKFLOW node (none
+    lost, none doubled, whatever was killed), every child finished, and the node's end
+    the child's."""
+    parents = [f for f in facts if f.run is not None and f.run.workflow_id == "chaos-parent"]
+    children = doubled = lost = unfinished = wrong = 0
+    for f in parents:
+        assert f.run is not None
+        node = f.node_tasks.get("child")
+        by_attempt = collections.Counter(c.attempt for c in f.children)
+        children += len(f.children)
+        for attempt, n in by_attempt.items():
+            if n > 1:
+                doubled += 1
+                report.violation(f"run {f.run.run_id}: attempt {attempt} of child has {n} children")
+        if node is not None and node.state.value != "PENDING":
+            for attempt in range(node.attempt + 1):
+                if by_attempt[attempt] == 0:
+                    lost += 1
+                    report.violation(
+                        f"run {f.run.run_id}: attempt {attempt} of child has no child run"
+                    )
+        for c in f.children:
+            if not c.status.is_terminal:
+                unfinished += 1
+                report.violation(f"child run {c.run_id} of {f.run.run_id} is still {c.status}")
+        last = max(f.children, key=lambda c: c.attempt, default=None)
+        if node is not None and last is not None and node.state.value in ("COMPLETED", "FAILED"):
+            ok = (node.state.value == "COMPLETED") == (last.status.value == "SUCCEEDED")
+            if not ok:
+                wrong += 1
+                report.violation(
+                    f"run {f.run.run_id}: child is {node.state.value} but its child run "
+                    f"{last.run_id} is {last.status.value}"
+                )
+    report.figure("8. sub-workflow parents / child runs", f"{len(parents)} / {children}")
+    report.figure("8. node attempts with more than one child", doubled, ok=doubled == 0)
+    report.figure("8. node attempts with no child", lost, ok=lost == 0)
+    report.figure("8. child runs not finished", unfinished, ok=unfinished == 0)
+    report.figure("8. nodes whose end is not their child's", wrong, ok=wrong == 0)
+
+
+def _check_maps(report: Report, facts: list[RunFacts]) -> None:
+    """9. Maps: a succeeded MAP has one COMPLETED item task per item and its output is
+    the list of their outputs, in item order."""
+    maps = [f for f in facts if f.run is not None and f.run.workflow_id == "chaos-map"]
+    bad = items = 0
+    for f in maps:
+        assert f.run is not None
+        own = f.node_tasks.get("lines")
+        if own is None or own.state.value != "COMPLETED":
+            continue
+        expected = len(f.driven.planned.input["items"])
+        got = f.items
+        items += len(got)
+        problems = []
+        if [t.item for t in got] != list(range(expected)):
+            problems.append(f"items {[t.item for t in got]} for {expected}")
+        if any(t.state.value != "COMPLETED" for t in got):
+            problems.append("an item is not COMPLETED")
+        if not isinstance(own.output, list) or len(own.output) != expected:
+            problems.append(f"output is not a list of {expected}")
+        elif own.output != [t.output for t in got]:
+            problems.append("output is not the items' outputs in order")
+        if problems:
+            bad += 1
+            report.violation(f"run {f.run.run_id} (chaos-map): {'; '.join(problems)}")
+    report.figure("9. map runs / item tasks", f"{len(maps)} / {items}")
+    report.figure("9. maps whose items or output are wrong", bad, ok=bad == 0)
 
 
 def _check_run_limits(report: Report, facts: list[RunFacts]) -> None:
@@ -270,7 +365,7 @@ def _check_runs(
         problems = []
         if status != expect.status:
             problems.append(f"ended {status}, expected {expect.status} ({f.run.error})")
-        tasks = {t.node_id: t for t in f.tasks}
+        tasks = f.node_tasks
         for node in expect.completed:
             if node not in tasks or tasks[node].state.value != "COMPLETED":
                 problems.append(
@@ -333,11 +428,12 @@ def _check_task_rows(report: Report, facts: list[RunFacts]) -> None:
         if f.run is None:
             continue
         rows += len(f.tasks)
-        seen = collections.Counter(t.node_id for t in f.tasks)
-        for node, n in seen.items():
+        seen = collections.Counter((t.node_id, t.item) for t in f.tasks)
+        for (node, item), n in seen.items():
             if n > 1:
                 duplicates += 1
-                report.violation(f"run {f.run.run_id} has {n} tasks for node {node}")
+                what = node if item is None else f"item {item} of {node}"
+                report.violation(f"run {f.run.run_id} has {n} tasks for {what}")
         done = f.run.completed_at
         if done is None:
             continue

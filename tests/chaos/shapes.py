@@ -56,6 +56,44 @@ WORKFLOWS: dict[str, dict[str, Any]] = {
         "nodes": [_task(n) for n in ("a", "b")],
         "edges": _chain("a", "b"),
     },
+    # a SUB_WORKFLOW: a child run of chaos-chain per attempt, its plan the parent's
+    "chaos-parent": {
+        "id": "chaos-parent",
+        "nodes": [
+            _task("a"),
+            {
+                "id": "child",
+                "type": "SUB_WORKFLOW",
+                "spec": {"workflow": "chaos-chain", "input": {"plan": "{{input.child_plan}}"}},
+            },
+            _task("z"),
+        ],
+        "edges": _chain("a", "child", "z"),
+    },
+    # a MAP: one TASK per item, each item its own plan, at most 4 at once
+    "chaos-map": {
+        "id": "chaos-map",
+        "nodes": [
+            _task("a"),
+            {
+                "id": "lines",
+                "type": "MAP",
+                "spec": {
+                    "items": "{{input.items}}",
+                    "max_parallel": 4,
+                    "node": {
+                        "type": "TASK",
+                        "queue": QUEUE,
+                        "spec": {"plan": {"lines": "{{item}}"}},
+                        "timeout_seconds": 30,
+                        "retry": RETRY,
+                    },
+                },
+            },
+            _task("z"),
+        ],
+        "edges": _chain("a", "lines", "z"),
+    },
     "chaos-fork": {
         "id": "chaos-fork",
         "nodes": [
@@ -183,9 +221,36 @@ def plan_run(rng: random.Random) -> Planned:
             "doomed-chain",
             "doomed-fork",
             "limited",
+            "parent",
+            "doomed-parent",
+            "map",
         ],
-        weights=[20, 12, 15, 13, 15, 13, 6, 6, 12],
+        weights=[20, 12, 15, 13, 15, 13, 6, 6, 12, 10, 4, 10],
     )[0]
+    if kind in ("parent", "doomed-parent"):
+        plan = {n: _behaviour(rng) for n in ("a", "z")}
+        child_plan = {n: _behaviour(rng) for n in ("a", "b", "c", "d")}
+        if kind == "parent":
+            return Planned(
+                "chaos-parent",
+                {"plan": plan, "child_plan": child_plan},
+                Expect("SUCCEEDED", completed=["a", "child", "z"]),
+            )
+        bad = rng.choice(list(child_plan))
+        child_plan[bad] = child_plan[bad] | {"permanent": True}
+        return Planned(
+            "chaos-parent",
+            {"plan": plan, "child_plan": child_plan},
+            Expect("FAILED", completed=["a"], failed=["child"], not_run=["z"]),
+        )
+    if kind == "map":
+        plan = {n: _behaviour(rng) for n in ("a", "z")}
+        items = [_behaviour(rng, flaky=0.1) for _ in range(rng.randint(3, 12))]
+        return Planned(
+            "chaos-map",
+            {"plan": plan, "items": items},
+            Expect("SUCCEEDED", completed=["a", "lines", "z"]),
+        )
     if kind == "limited":
         plan = {n: _behaviour(rng) for n in ("a", "b")}
         customer = rng.choice(CUSTOMERS)

@@ -14,6 +14,7 @@ from composer_core.model import NodeType, RunStatus, TaskState
 from tests.chaos.checks import (
     Report,
     RunFacts,
+    _check_children,
     _check_run_limits,
     _check_task_rows,
     _check_time_order,
@@ -210,3 +211,29 @@ def test_a_limited_key_with_one_run_too_many_at_once_is_a_violation() -> None:
 
     assert report.figures["7. most runs of a limited key at once"] == {"acme": 2, "globex": 3}
     assert report.violations == ["key 'globex' of chaos-limited had 3 runs going at once"]
+
+
+def child(attempt: int, status: RunStatus, run_id: str) -> repo.ChildSummary:
+    return repo.ChildSummary(
+        run_id, "chaos-chain", 1, status, "child", "t-child", attempt, False, T0, at(1.0)
+    )
+
+
+def test_a_sub_workflow_attempt_with_two_children_or_none_is_a_violation() -> None:
+    facts = run_facts(5.0, ("child", 0.0, 0.5, 2.0))
+    assert facts.run is not None
+    parent = RunFacts(
+        DrivenRun("k", Planned("chaos-parent", {}, Expect("SUCCEEDED")), run_id="r"),
+        dataclasses.replace(facts.run, workflow_id="chaos-parent"),
+        [dataclasses.replace(facts.tasks[0], attempt=2)],
+        [],
+        [child(0, RunStatus.FAILED, "c0"), child(0, RunStatus.FAILED, "c0b"),
+         child(2, RunStatus.SUCCEEDED, "c2")],
+    )  # fmt: skip
+    report = Report()
+
+    _check_children(report, [parent])
+
+    assert report.figures["8. node attempts with more than one child"] == 1
+    assert report.figures["8. node attempts with no child"] == 1  # attempt 1's
+    assert report.figures["8. nodes whose end is not their child's"] == 0
