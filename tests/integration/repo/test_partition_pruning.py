@@ -93,6 +93,7 @@ WIDER = {
     "count_active_runs": "an id range: one month, by the partition-manager",
     "insert_task_logs": "INSERT: the rows are routed to their partitions",
     "active_children": "a parent's children may be of any month: the small parent index",
+    "active_children_of_tasks": "a parent's children may be of any month: the small parent index",
     "queue_load": "the admission step counts the small in-flight and held partial indexes",
     "held_tasks": "a release scans the small held partial index of every month",
     "hold_tasks": "a batch of (run id, task id) pairs",

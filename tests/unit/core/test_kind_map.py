@@ -15,6 +15,7 @@ from composer_core.statemachine import (
     DispatchTask,
     NodeCompleted,
     NodeFailed,
+    StartChild,
     StartItem,
 )
 from tests.unit.core.harness import Harness, edge, make_dag, node, of_type, task
@@ -160,9 +161,53 @@ def test_the_next_item_is_sent_as_one_finishes() -> None:
         ({"type": "TASK"}, "spec.node.queue"),
         ({"type": "HTTP", "spec": {"url": "http://x", "bogus": 1}}, "spec.node.spec.bogus"),
         ({"type": "TASK", "queue": "w", "spec": {"x": "{{nope}}"}}, "spec.node.spec.x"),
+        ({"type": "SUB_WORKFLOW", "spec": {}}, "spec.node.spec.workflow"),
+        ({"type": "SUB_WORKFLOW", "spec": {"workflow": "a b"}}, "spec.node.spec.workflow"),
+        ({"type": "SUB_WORKFLOW", "queue": "w", "spec": {"workflow": "c"}}, "spec.node.queue"),
+        (
+            {"type": "SUB_WORKFLOW", "spec": {"workflow": "c", "on_parent_cancel": "x"}},
+            "spec.node.spec.on_parent_cancel",
+        ),
+        ({"type": "SUB_WORKFLOW", "spec": {"workflow": "c", "bogus": 1}}, "spec.node.spec.bogus"),
     ],
 )
 def test_a_bad_inner_node_is_refused_with_its_path(inner: dict[str, Any], where: str) -> None:
     with pytest.raises(DefinitionInvalid) as exc:
         mapping(inner=inner)
     assert any(p.path.endswith(where) for p in exc.value.problems), exc.value.problems
+
+
+CHILD_INNER = {
+    "type": "SUB_WORKFLOW",
+    "spec": {"workflow": "line", "input": {"v": "{{item}}", "i": "{{index}}"}},
+}
+
+
+def test_a_sub_workflow_item_starts_one_child_per_attempt_at_most_max_parallel() -> None:
+    h = mapping(max_parallel=2, inner={**CHILD_INNER, "retry": {"max_attempts": 2}})
+    tr = h.start()
+    assert not of_type(tr, DispatchTask)  # no worker: children
+    first = of_type(tr, StartChild)
+    assert [(c.item, c.attempt, c.child.workflow_id) for c in first] == [
+        (0, 0, "line"),
+        (1, 0, "line"),
+    ]
+    assert h.mem.items[("m", 0)].input == {"workflow": "line", "input": {"v": "a", "i": 0}}
+    tr = report(h, 1, "B")
+    assert [(a.item, a.queue) for a in of_type(tr, StartItem)] == [(2, None)]
+    assert [c.item for c in of_type(tr, StartChild)] == [2]
+    tr = report(h, 0, error="child run x FAILED")  # its retry: a new child
+    (again,) = of_type(tr, StartChild)
+    assert (again.item, again.attempt) == (0, 1)
+    assert again.child_run_id != first[0].child_run_id
+    for index, output in ((0, "A"), (2, "C"), (3, "D"), (4, "E")):
+        report(h, index, output)
+    assert h.mem.tasks["m"].output == ["A", "B", "C", "D", "E"]
+
+
+def test_a_sub_workflow_item_has_no_retry_unless_given_one() -> None:
+    h = mapping(max_parallel=5, inner=CHILD_INNER, on_failure="continue")
+    h.start()
+    tr = report(h, 0, error="child run x FAILED")
+    assert not of_type(tr, StartChild)
+    assert h.mem.items[("m", 0)].state is TaskState.FAILED

@@ -175,6 +175,10 @@ class MemoryRun:
                     self._item(action.node_id, action.item).not_before = action.not_before
                 case StartItem():
                     self._item(action.node_id, action.item).not_before = self.now()
+                case StartChild() if action.item is not None:
+                    record = self._item(action.node_id, action.item)
+                    record.state, record.attempt = TaskState.RUNNING, action.attempt
+                    self.children.append(action)
                 case CompleteTask() if action.item is not None:
                     record = self._item(action.node_id, action.item)
                     record.state, record.output, record.error = (

@@ -15,7 +15,9 @@ event the parent sends itself (the decision is already made; the event applies
 the failure under the parent's lock after the commit, like a child's end).
 
 ``start_child`` serves any node that starts a child for one of its task's
-attempts (a map's item will too): the attempt is named by its ``ParentRef``.
+attempts, a SUB_WORKFLOW node's or a MAP item's (a MAP whose inner node is a
+SUB_WORKFLOW): the attempt is named by its ``ParentRef``, whose task is the item's
+own task, so the child's end finds its item.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ import datetime as dt
 from typing import Protocol
 
 import composer_repo as repo
-from composer_core.kinds import ChildRun
+from composer_core.kinds import ChildKind, ChildRun, kind_of
 from composer_core.model import WorkflowDAG
+from composer_core.templates import Json
 from composer_engine import _run_events
 from composer_engine._definitions import DefinitionCache
 from composer_engine._tx import Tx
@@ -146,3 +149,24 @@ async def _child_dag(
 
 def _refuse(tx: Tx, parent: repo.ParentRef, seal: RunSeal, error: str, code: str) -> None:
     tx.writes.run_events.append(_run_events.attempt_failed(parent, error, code, seal))
+
+
+def item_child(dag: WorkflowDAG, node_id: str, rendered: Json) -> ChildRun:
+    """The child a MAP item's attempt starts: from the item's stored input, the inner
+    SUB_WORKFLOW's spec rendered with ``item`` and ``index`` when the MAP began (a
+    retry of the item starts the same child again, as a worker's retry reuses its
+    input)."""
+    inner = dag.worker_node(node_id)
+    assert inner is not None
+    kind = kind_of(inner.type)
+    assert isinstance(kind, ChildKind)  # only a MAP over a SUB_WORKFLOW starts children
+    return kind.child_of(inner, rendered)
+
+
+async def cancel_item_children(
+    tx: Tx, run_id: str, task_ids: list[str], reason: str, seal: RunSeal
+) -> None:
+    """The children of MAP items just cancelled (fail_fast, or the run's cancel) are
+    cancelled too, by their on_parent_cancel: an abandoned one runs on."""
+    for child in await repo.active_children_of_tasks(tx.conn, run_id, task_ids):
+        tx.writes.run_events.append(_run_events.cancel_item_child(child, run_id, reason, seal))

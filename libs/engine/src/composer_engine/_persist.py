@@ -41,7 +41,7 @@ from composer_core.statemachine import (
     StartItem,
 )
 from composer_core.templates import Json
-from composer_engine._children import ChildHost, start_child
+from composer_engine._children import ChildHost, cancel_item_children, item_child, start_child
 from composer_engine._effects import Effects
 from composer_engine._metrics import instruments
 from composer_engine._tx import Tx
@@ -126,6 +126,8 @@ async def persist(
                     writes.free(tx, [line.key])
             case StartItem():
                 writes.starts.append((run_id, action.task_id))
+                if action.queue is None:  # an inner SUB_WORKFLOW's: StartChild follows
+                    continue
                 at_once = writes.dispatch(
                     tx,
                     repo.TaskRef(run_id, action.task_id, action.node_id, 0),
@@ -141,6 +143,10 @@ async def persist(
                     conn, run_id, action.node_id, reason=text(action.reason) or ""
                 )
                 writes.free(tx, [queue for _, queue in cancelled])
+                if cancelled and dag.queue(action.node_id) is None:  # a MAP of SUB_WORKFLOWs
+                    await cancel_item_children(
+                        tx, run_id, [task_id for task_id, _ in cancelled], action.reason, seal
+                    )
             case FinishRun():
                 writes.finishes.append((run, action, effects, seal))
                 if dag.flow is not None and dag.flow.max_runs is not None:
@@ -213,18 +219,22 @@ async def persist(
             case StartChild():
                 await writes.flush(tx)
                 parent = repo.ParentRef(run_id, action.node_id, action.task_id, action.attempt)
-                if not await repo.start_child_task(conn, parent):
+                started, stored = await repo.start_child_task(conn, parent)
+                if not started:
                     raise StaleSnapshot(
                         f"task {action.task_id} attempt {action.attempt} is not active"
                     )
                 if children is None:  # pragma: no cover - every engine's shell is one
                     raise AssertionError("a sub-workflow node ran where no child can start")
+                child = action.child
+                if action.item is not None:  # a MAP item's: its stored, rendered spec
+                    child = item_child(dag, action.node_id, children.sealer.open(run_id, stored))
                 await start_child(
                     tx,
                     children,
                     parent,
                     action.child_run_id,
-                    action.child,
+                    child,
                     parent_seal=seal,
                     not_before=action.not_before,
                 )

@@ -89,6 +89,17 @@ def cancel_child(
     )
 
 
+def cancel_item_child(
+    child_run_id: str, parent_run_id: str, reason: str, seal: RunSeal
+) -> repo.NewRunEvent:
+    """The event a MAP sends the child of each of its items it cancelled (fail_fast, or
+    its run's cancel)."""
+    text = f"its MAP item in run {parent_run_id} was cancelled" + (f": {reason}" if reason else "")
+    return repo.NewRunEvent(
+        child_run_id, None, RUN_CANCELLED, {"from": parent_run_id, "reason": seal.text(text)}
+    )
+
+
 def displaced(victim_run_id: str, new_run_id: str, text: str, seal: RunSeal) -> repo.NewRunEvent:
     """The cancel a run of a ``cancel_in_progress`` key sends the oldest running run of
     that key, whose slot it took."""

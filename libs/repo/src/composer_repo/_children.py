@@ -92,13 +92,13 @@ async def insert_child_run(
 
 
 @translated
-async def start_child_task(conn: Connection, parent: ParentRef) -> bool:
-    """The node attempt ``parent`` names is RUNNING, waiting for its child (False: the
-    attempt is no longer active)."""
-    done = await conn.fetchval(
+async def start_child_task(conn: Connection, parent: ParentRef) -> tuple[bool, Json]:
+    """The node attempt ``parent`` names is RUNNING, waiting for its child: (True, the
+    task's stored input), or (False, None) when the attempt is no longer active."""
+    row = await conn.fetchrow(
         q("start_child_task"), parent.run_id, parent.task_id, parent.node_id, parent.attempt
     )
-    return done is not None
+    return (False, None) if row is None else (True, row["input"])
 
 
 @translated

@@ -65,6 +65,16 @@ async def active_children(conn: Connection, run_id: str) -> list[str]:
 
 
 @translated
+async def active_children_of_tasks(
+    conn: Connection, run_id: str, task_ids: Sequence[str]
+) -> list[str]:
+    """The ids of the runs started for these tasks of ``run_id`` still going (not
+    abandoned): a MAP's cancelled items' children."""
+    rows = await conn.fetch(q("active_children_of_tasks"), run_id, list(task_ids))
+    return [r["id"] for r in rows]
+
+
+@translated
 async def enqueue_run_events(conn: Connection, events: Sequence[NewRunEvent]) -> list[int]:
     """Write events for other runs in one statement: their outbox ids, in order."""
     if not events:

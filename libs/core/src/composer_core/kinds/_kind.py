@@ -284,6 +284,11 @@ class ChildKind(NodeKind):
         InputTooLarge, TemplateError or ValueError (a message for the user)."""
         raise NotImplementedError
 
+    def child_of(self, node: Node, resolved: Json) -> ChildRun:
+        """The run an attempt of ``node`` starts, from its spec already rendered (a MAP
+        item's stored input); raises ValueError."""
+        raise NotImplementedError
+
 
 class WaitKind(NodeKind):
     """Parks WAITING (or completes at once when already satisfied); the timer or a

@@ -20,8 +20,9 @@ from composer_core.kinds._values import SpecModel, Template
 if TYPE_CHECKING:
     from composer_core.model import Node
 
-#: The kinds a MAP's inner node may be: those a worker runs.
-INNER_TYPES = ("HTTP", "PYTHON", "TASK")
+#: The kinds a MAP's inner node may be: those a worker runs, and a SUB_WORKFLOW (one
+#: child run per item attempt).
+INNER_TYPES = ("HTTP", "PYTHON", "TASK", "SUB_WORKFLOW")
 #: How many items a MAP takes when its spec does not say (a setting caps it:
 #: COMPOSER_MAP_MAX_ITEMS, passed to the machine).
 DEFAULT_MAX_ITEMS = 1000
@@ -40,6 +41,14 @@ class MapSpec(SpecModel):
     the items still going and fails the node; ``continue`` lets the others finish, and
     the failed item's entry in the output is null (its task keeps its error). An empty
     list completes the node at once with ``[]``.
+
+    The inner node may be a ``SUB_WORKFLOW``: each item then starts one child run per
+    attempt (its ``input`` rendered with ``item`` and ``index``), at most
+    ``max_parallel`` children at once, and the output is the children's outputs in
+    item order. Each child's ``parent`` names the MAP node and its item's task;
+    ``fail_fast`` cancels the other children still going (but those with
+    ``on_parent_cancel: abandon``); the item has no retry unless the inner node sets
+    ``retry`` (a retry starts a new child).
     """
 
     model_config = ConfigDict(
@@ -64,9 +73,10 @@ class MapSpec(SpecModel):
         description="a {{ template }} giving the list to map over (or a literal list)"
     )
     node: dict[str, Any] = Field(
-        description="the node run per item: `type` (HTTP, PYTHON or TASK), `spec`, and as "
-        "such a node takes, `queue`, `retry` and `timeout_seconds`; its templates may read "
-        "`item` and `index`"
+        description="the node run per item: `type` (HTTP, PYTHON, TASK or SUB_WORKFLOW), "
+        "`spec`, and as such a node takes, `queue`, `retry` and `timeout_seconds`; its "
+        "templates may read `item` and `index` (a SUB_WORKFLOW starts one child run per item "
+        "attempt)"
     )
     max_parallel: int = Field(
         default=DEFAULT_MAX_PARALLEL,
@@ -116,7 +126,8 @@ class Map(MapKind):
             if kind not in INNER_TYPES:
                 checks.add(
                     f"{path}.node.type",
-                    f"must be one of {', '.join(INNER_TYPES)} (a worker node), got {kind!r}",
+                    f"must be one of {', '.join(INNER_TYPES)} (a worker node or a "
+                    f"SUB_WORKFLOW), got {kind!r}",
                 )
             for key in ("id", "name", "description"):
                 if key in inner:

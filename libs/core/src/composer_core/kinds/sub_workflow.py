@@ -94,7 +94,11 @@ class SubWorkflow(ChildKind):
             )
 
     def child(self, node: Node, decision: Decision) -> ChildRun:
-        resolved = decision.resolve_input(node)
+        return self.child_of(node, decision.resolve_input(node))
+
+    def child_of(self, node: Node, resolved: Any) -> ChildRun:
+        """The child run of ``node`` whose spec rendered to ``resolved`` (a MAP item's
+        child: its stored input, the inner node's spec rendered with its item)."""
         if not isinstance(resolved, dict):  # pragma: no cover - a spec is a mapping
             raise ValueError(f"spec must resolve to a mapping, got {resolved!r}")
         version = resolved.get("version")

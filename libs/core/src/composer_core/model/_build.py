@@ -324,7 +324,8 @@ class _Builder:
             )
 
     def check_map_inner(self, i: int, node: Node) -> Node | None:
-        """A MAP's inner node, checked as a worker node of its own (its id: the MAP's)."""
+        """A MAP's inner node, checked as a node of its own (its id: the MAP's): a worker
+        node's fields, or a SUB_WORKFLOW's."""
         fields = inner_node_fields(node)
         if fields is None or fields.get("type") not in INNER_TYPES:
             return None  # the kind's check_spec said what is wrong
@@ -336,7 +337,15 @@ class _Builder:
                 where = ".".join(str(p) for p in error["loc"])
                 self.add(f"{path}.{where}", error["msg"])
             return None
-        self.check_worker_fields(path, inner)
+        if kind_of(inner.type).category is Category.WORKER:
+            self.check_worker_fields(path, inner)
+        else:  # a SUB_WORKFLOW: no worker runs it
+            for field in ("queue", "timeout_seconds"):
+                if getattr(inner, field) is not None:
+                    self.add(
+                        f"{path}.{field}",
+                        f"applies only to {_WORKER_TYPES} nodes, not {inner.type}",
+                    )
         if inner.concurrency is not None:
             self.add(
                 f"{path}.concurrency",

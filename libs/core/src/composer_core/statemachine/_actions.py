@@ -58,13 +58,14 @@ class DispatchTask:
 @dataclass(frozen=True, slots=True)
 class StartItem:
     """A MAP item that waited for a place goes: its task (PENDING since the MAP began)
-    is dispatched to ``queue`` now."""
+    is dispatched to ``queue`` now (None: an inner SUB_WORKFLOW's, whose item starts a
+    child run instead: a StartChild follows)."""
 
     task_id: str
     node_id: str
     node_type: NodeType
     item: int
-    queue: str
+    queue: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +143,10 @@ class StartChild:
     child_run_id: str
     child: ChildRun
     not_before: dt.datetime | None = None
+    #: The MAP item whose attempt this is (None: a SUB_WORKFLOW node's own task). An
+    #: item's child takes its input (and version) from the item's stored input, the
+    #: inner node's spec rendered with ``item`` and ``index`` when the MAP began.
+    item: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

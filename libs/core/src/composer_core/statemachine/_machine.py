@@ -247,6 +247,13 @@ class _Draft:
                 nodes[action.node_id] = NodeState(
                     old.task_id, TaskState.PENDING, action.next_attempt, old.branches
                 )
+            case StartChild() if action.item is not None:
+                item = self._map(action.node_id).items[action.item]
+                self._set_item(
+                    action.node_id,
+                    action.item,
+                    NodeState(item.task_id, TaskState.RUNNING, action.attempt),
+                )
             case StartChild():
                 old = nodes[action.node_id]
                 nodes[action.node_id] = NodeState(
@@ -895,7 +902,8 @@ class Machine:
                 map_progress=progress,
             )
         )
-        queue = self._queue(node)
+        child = self._item_child(node)
+        queue = None if child is not None else self._queue(node)
         for index, item_input in enumerate(inputs):
             task_id = self._deps.new_id()
             self._emit(
@@ -909,9 +917,28 @@ class Machine:
                     waits=index >= first,
                 )
             )
-            if index < first:
+            if index >= first:
+                continue
+            if child is not None:
+                self._emit(StartChild(task_id, node.id, 0, self._deps.new_id(), child, item=index))
+            else:
+                assert queue is not None
                 self._emit(DispatchTask(task_id, node.id, inner.type, queue, self._now, item=index))
         return []
+
+    def _item_child(self, node: Node) -> ChildRun | None:
+        """What each item of a MAP over a SUB_WORKFLOW starts (None: a worker's MAP): the
+        engine takes its input and version from the item's stored input."""
+        inner = self._dag.worker_node(node.id)
+        assert inner is not None
+        if not isinstance(kind_of(inner.type), ChildKind):
+            return None
+        return ChildRun(
+            workflow_id=str(inner.spec["workflow"]),
+            version=None,
+            input=None,
+            detached=inner.spec.get("on_parent_cancel") == "abandon",
+        )
 
     def _on_item_report(self, event: NodeCompleted | NodeFailed, state: MapState) -> None:
         """A worker's report on one item of a MAP: complete, retry or fail the item, then
@@ -939,7 +966,16 @@ class Machine:
         else:
             next_attempt = event.attempt + 1
             policy = self._dag.retry_policy(node_id)
-            if not event.permanent and next_attempt < policy.max_attempts:
+            inner = self._dag.worker_node(node_id)
+            assert inner is not None
+            attempts = (
+                inner.retry.max_attempts
+                if inner.retry is not None
+                else kind_of(inner.type).default_attempts
+            )
+            if not event.permanent and next_attempt < attempts:
+                child = self._item_child(node)
+                not_before = self._now + dt.timedelta(seconds=policy.delay(next_attempt))
                 self._emit(
                     RetryTask(
                         task_id=event.task_id,
@@ -947,12 +983,24 @@ class Machine:
                         node_type=self._item_type(node),
                         attempt=event.attempt,
                         error=event.error,
-                        queue=self._queue(node),
-                        not_before=self._now + dt.timedelta(seconds=policy.delay(next_attempt)),
+                        queue=None if child is not None else self._queue(node),
+                        not_before=not_before,
                         error_code=event.error_code,
                         item=index,
                     )
                 )
+                if child is not None:  # the item's next attempt: a new child
+                    self._emit(
+                        StartChild(
+                            event.task_id,
+                            node_id,
+                            next_attempt,
+                            self._deps.new_id(),
+                            child,
+                            not_before if not_before > self._now else None,
+                            item=index,
+                        )
+                    )
                 return
             self._emit(
                 FailTask(
@@ -986,19 +1034,25 @@ class Machine:
             return
         limit = max_parallel_of(node)
         progress = state.map.progress
+        child = self._item_child(node)
         while progress.next < progress.total and len(progress.in_flight) < limit:
             waiting = state.map.items.get(progress.next)
             if waiting is None:
                 raise _Needs(Missing(items=frozenset({(node.id, progress.next)})))
+            index = progress.next
             self._emit(
                 StartItem(
                     waiting.task_id,
                     node.id,
                     self._item_type(node),
-                    progress.next,
-                    self._queue(node),
+                    index,
+                    None if child is not None else self._queue(node),
                 )
             )
+            if child is not None:
+                self._emit(
+                    StartChild(waiting.task_id, node.id, 0, self._deps.new_id(), child, item=index)
+                )
             state = self._run.nodes[node.id]
             assert state.map is not None
             progress = state.map.progress

@@ -1039,6 +1039,15 @@ SELECT id
  WHERE parent_run_id = $1 AND status IN ('PENDING', 'RUNNING', 'PAUSED') AND NOT parent_detached
  ORDER BY id;
 
+-- name: active_children_of_tasks
+-- The children a MAP's cancelled items reach: those of these item tasks still
+-- going, but those started with on_parent_cancel: abandon.
+SELECT id
+  FROM workflow_runs
+ WHERE parent_run_id = $1 AND parent_task_id = ANY($2::text[])
+   AND status IN ('PENDING', 'RUNNING', 'PAUSED') AND NOT parent_detached
+ ORDER BY id;
+
 -- name: enqueue_run_events
 -- Events addressed to other runs, in the transaction of their cause: their ids.
 -- destination names the event; payload holds it (sealed parts under the sending
@@ -1354,13 +1363,14 @@ SELECT version
 -- name: start_child_task
 -- A SUB_WORKFLOW node's attempt is under way: RUNNING, with no worker and no
 -- dispatch (the sweeper and the lease statements look only at dispatched
--- attempts), until its child's end completes or fails it.
+-- attempts), until its child's end completes or fails it. Its stored input comes
+-- back: a MAP item's child is started from it.
 UPDATE task_instances
    SET state = 'RUNNING', dispatched_at = NULL, started_at = composer_now(),
        updated_at = composer_now()
  WHERE run_id = $1 AND id = $2 AND node_id = $3 AND attempt = $4
    AND state IN ('PENDING', 'RUNNING')
-RETURNING 1;
+RETURNING input;
 
 -- name: run_children
 -- The runs a run's nodes started, oldest first (GET /v1/runs/{id}).
