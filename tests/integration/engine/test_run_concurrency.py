@@ -236,3 +236,57 @@ async def test_a_start_whose_input_cannot_render_its_key_is_refused(engine: Engi
         await engine.start("charge", input={"nobody": 1})
     with pytest.raises(BadRequest, match=r"priority must be a whole number from 1 to 5"):
         await engine.start("one-at-a-time", input={"priority": 9})
+
+
+async def test_child_runs_of_a_limited_workflow_take_slots_too(
+    engine: Engine, pool: repo.Pool
+) -> None:
+    workflows = Workflows(pool)
+    await workflows.create(
+        validate_definition(
+            {
+                "id": "parent-of-one",
+                "nodes": [
+                    {
+                        "id": "child",
+                        "type": "SUB_WORKFLOW",
+                        "spec": {"workflow": "one-at-a-time", "input": {"priority": 3}},
+                    }
+                ],
+            }
+        ),
+        deploy=True,
+    )
+    parents = [(await engine.start("parent-of-one")).run_id for _ in range(3)]
+
+    async def children() -> list[tuple[str, RunStatus]]:
+        async with repo.connection(pool) as conn:
+            rows = await conn.fetch(
+                "SELECT id, status FROM workflow_runs WHERE parent_run_id = ANY($1::text[]) "
+                "ORDER BY id",
+                parents,
+            )
+        return [(r[0], RunStatus(r[1])) for r in rows]
+
+    async def one_runs_two_wait() -> bool:
+        found = [s for _, s in await children()]
+        return sorted(found) == sorted([RunStatus.RUNNING, RunStatus.PENDING, RunStatus.PENDING])
+
+    await until(one_runs_two_wait, what="one child started, two waiting for the slot")
+    for _ in range(3):
+        (running,) = [c for c, s in await children() if s is RunStatus.RUNNING]
+        await finish(engine, pool, running)
+
+        async def handed_on(done: str = running) -> bool:
+            found = dict(await children())
+            return found[done] is RunStatus.SUCCEEDED and (
+                RunStatus.PENDING not in found.values() or RunStatus.RUNNING in found.values()
+            )
+
+        await until(handed_on, what="the slot handed to the next child")
+    assert {s for _, s in await children()} == {RunStatus.SUCCEEDED}
+
+    async def parents_done() -> bool:
+        return await statuses(pool, parents) == [RunStatus.SUCCEEDED] * 3
+
+    await until(parents_done, what="every parent finished with its child")

@@ -12,9 +12,11 @@ from collections.abc import Sequence
 
 import composer_repo as repo
 from composer_common.logs import alert
-from composer_core.model import RunStatus
+from composer_core.model import FlowError, RunStatus, WorkflowDAG
 from composer_core.statemachine import RunCancelled, RunStarted
 from composer_engine import _history, _run_events
+from composer_engine import opened as _opened
+from composer_engine._run_admission import Outcome, admit_run
 from composer_engine._shell import Shell
 from composer_engine._tx import Tx
 from composer_engine.errors import EngineError, Unavailable
@@ -58,16 +60,20 @@ class RunEventDelivery:
             event = _run_events.decode(taken, shell.sealer)
             if isinstance(event, RunCancelled) and locked.run.status.is_terminal:
                 return False  # the child finished before its parent's cancel reached it
+            dag = await shell.definitions.get(tx.conn, locked.run.workflow_id, locked.run.version)
             if isinstance(event, RunStarted):
                 # handed its key's slot (§4.13), or a child its parent's node wrote
                 # (§4.15): PENDING → RUNNING, unless it was cancelled while the start
                 # was on its way (its end gave the slot on)
+                if locked.run.status is not RunStatus.PENDING:
+                    return False
+                if await self._held_back(tx, dag, locked, event):
+                    return True  # a child over its key's limit: it waits in line, or ended
                 if not await repo.start_waiting_run(tx.conn, locked.run.run_id):
                     return False
                 locked = dataclasses.replace(
                     locked, run=dataclasses.replace(locked.run, status=RunStatus.RUNNING)
                 )
-            dag = await shell.definitions.get(tx.conn, locked.run.workflow_id, locked.run.version)
             sender = _run_events.sender(taken)
             by = None if sender is None else f"run {sender}"
             transition = await shell.decide(tx, dag, locked, event, by=by)
@@ -78,6 +84,49 @@ class RunEventDelivery:
             return transition.ignored is None
 
         return await shell.in_tx(attempt)
+
+    async def _held_back(
+        self, tx: Tx, dag: WorkflowDAG, locked: repo.LockedRun, event: RunStarted
+    ) -> bool:
+        """A child run of a workflow with run concurrency takes a slot of its key as it
+        starts, like any start (§4.13): True when it does not go now — it waits in its
+        key's line, or ended CANCELLED (cancel_newest; its end tells its parent). A run
+        handed a slot holds it already."""
+        flow = dag.flow
+        run = locked.run
+        if flow is None or flow.max_runs is None:
+            return False
+        if await repo.holds_run_slot(tx.conn, run.run_id):
+            return False
+        shell = self._shell
+        seal = await shell.run_seal(tx, locked)
+        opened = _opened.snapshot(shell.sealer, run)
+        try:
+            rendered = flow.render(dag.engine, opened.input, opened.config)
+        except FlowError as exc:
+            await shell.decide(tx, dag, locked, RunCancelled(f"not started: {exc}"))
+            return True
+        admission = await admit_run(
+            tx.conn,
+            tx.writes.run_events,
+            run.workflow_id,
+            run.run_id,
+            rendered,
+            seal,
+            start_node=event.start_node,
+        )
+        if admission.outcome is Outcome.GO:
+            return False
+        if admission.outcome is Outcome.WAIT:
+            tx.writes.history.append(
+                repo.NewHistory(
+                    run.run_id, "run.queued", detail=seal.doc({"reason": admission.reason})
+                )
+            )
+            await tx.writes.flush(tx)
+            return True
+        await shell.decide(tx, dag, locked, RunCancelled(admission.reason or ""))
+        return True
 
     async def deliver_due(self, *, grace: float, limit: int = 100, retry_after: float = 5.0) -> int:
         """Deliver the events their committer did not, once they are ``grace`` seconds

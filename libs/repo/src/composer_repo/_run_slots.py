@@ -86,6 +86,12 @@ async def hand_run_slot(conn: Connection, workflow_id: str, key: str, run_id: st
 
 
 @translated
+async def holds_run_slot(conn: Connection, run_id: str) -> bool:
+    """Whether the run holds a slot of its key."""
+    return await conn.fetchval(q("holds_run_slot"), run_id) is not None
+
+
+@translated
 async def start_waiting_run(conn: Connection, run_id: str) -> bool:
     """A run handed a slot leaves PENDING for RUNNING; False when it is not PENDING
     (cancelled while its start was on its way)."""

@@ -1523,3 +1523,7 @@ SELECT b.key, b.limit_per, b.per_seconds, b.set_by,
   FROM rate_buckets b
  ORDER BY b.key
  LIMIT $1;
+
+-- name: holds_run_slot
+-- Whether a run holds a slot of its key (handed one, or took one at its start).
+SELECT 1 FROM run_slots WHERE run_id = $1;
