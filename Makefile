@@ -74,7 +74,7 @@ run: $(VENV_STAMP) bytecode sandbox-tools  ## the whole stack on this machine, s
 CLI := .venv/bin/composer
 # The API token: COMPOSER_API_TOKEN if set, else the one `make run` made (.state/tokens.env);
 # the API: COMPOSER_API_URL if set, else where `make run` listens (.state/stack.env), else 8080.
-demo: $(VENV_STAMP)  ## with `make run` going in another terminal: apply examples/, run hello and price-check to the end
+demo: $(VENV_STAMP)  ## with `make run` going in another terminal: apply examples/, run hello, price-check and order-fulfilment-lines to the end
 	@token=$${COMPOSER_API_TOKEN:-$$(sed -n 's/^COMPOSER_API_TOKEN=//p' .state/tokens.env 2>/dev/null)}; \
 	if [ -z "$$token" ]; then \
 		echo "no API token: start 'make run' first (it makes .state/tokens.env), or set COMPOSER_API_TOKEN" >&2; exit 1; \
@@ -82,9 +82,11 @@ demo: $(VENV_STAMP)  ## with `make run` going in another terminal: apply example
 	export COMPOSER_API_TOKEN=$$token; \
 	api=$${COMPOSER_API_URL:-$$(sed -n 's/^COMPOSER_API_URL=//p' .state/stack.env 2>/dev/null)}; \
 	export COMPOSER_API_URL=$${api:=http://127.0.0.1:8080}; \
-	$(CLI) apply -f examples/hello.yaml -f examples/payment.yaml -f examples/price-check.yaml -f examples/order-fulfilment.yaml --deploy && \
+	$(CLI) apply -f examples/hello.yaml -f examples/payment.yaml -f examples/price-check.yaml -f examples/order-fulfilment.yaml \
+		-f examples/fulfil-line.yaml -f examples/order-fulfilment-lines.yaml --deploy && \
 	$(CLI) start hello --input "{\"url\": \"$$api/healthz\", \"name\": \"$${USER:-you}\"}" --wait && \
-	$(CLI) start price-check --input "{\"url\": \"$$api/examples/shop/items/7\"}" --wait
+	$(CLI) start price-check --input "{\"url\": \"$$api/examples/shop/items/7\"}" --wait && \
+	$(CLI) start order-fulfilment-lines --input @examples/order-fulfilment-lines.input.json --wait
 
 simulate: $(VENV_STAMP)  ## drive examples/order-fulfilment.yaml through the state machine in memory
 	$(UV) run --no-sync python examples/simulate.py examples/order-fulfilment.yaml

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -50,3 +51,52 @@ async def test_without_the_setting_the_gateway_serves_no_shop(gateway: Gateway) 
     assert answer.status == 404
     spec = (await gateway.call("GET", "/openapi.json", role=None)).body
     assert not any(path.startswith("/examples") for path in spec["paths"])
+
+
+async def test_order_fulfilment_lines_fulfils_each_line_in_a_child_run_of_its_own(
+    database_url: str, redis_url: str
+) -> None:
+    """examples/order-fulfilment-lines.yaml as shipped, on the built-in workers: one
+    fulfil-line child per line, the lines in order, the total of those that shipped and
+    a failed line null (on_failure: continue)."""
+    async with (
+        open_stack(database_url, redis_url) as stack,
+        open_gateway(database_url, redis_url, prefix=stack.prefix) as gw,
+    ):
+        await stack.builtin_workers()
+        for name in ("fulfil-line.yaml", "order-fulfilment-lines.yaml"):
+            definition = yaml.safe_load((EXAMPLES / name).read_text())
+            stored = await gw.call("POST", "/v1/workflows?deploy=true", json=definition)
+            assert stored.status == 201, stored.body
+        order = json.loads((EXAMPLES / "order-fulfilment-lines.input.json").read_text())
+        order["lines"].insert(1, {"sku": "ghost", "qty": 0, "price": 1.0})  # cannot reserve
+        started = await gw.call(
+            "POST", "/v1/runs", json={"workflow_id": "order-fulfilment-lines", "input": order}
+        )
+        assert started.status == 201, started.body
+        run_id = started.body["run_id"]
+        run = await stack.wait_run(run_id, timeout=60)
+
+        assert run.status.value == "SUCCEEDED", run
+        output = run.output
+        assert isinstance(output, dict)
+        lines = output["lines"]
+        assert [line and line["sku"] for line in lines] == [
+            "lamp",
+            None,
+            "pencil",
+            "desk",
+            "chair",
+        ]
+        assert lines[0] == {
+            "line": 0,
+            "sku": "lamp",
+            "reservation": "o-1001-0-lamp",
+            "charged": 120.0,
+            "tracking": "TRK-O-1001-0-LAMP",
+        }
+        assert output["total"] == 120.0 + 6.0 + 340.0 + 171.0
+        assert output["failed"] == [1]
+        children = (await gw.call("GET", f"/v1/runs/{run_id}")).body["children"]
+        assert len(children) == 5 and {c["workflow_id"] for c in children} == {"fulfil-line"}
+        assert sorted(c["status"] for c in children) == ["FAILED"] + ["SUCCEEDED"] * 4
