@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from composer_sdk import TaskContext
 from tests.integration.api.conftest import Live, deploy
 from tests.integration.api.test_sub_workflows import get, result
@@ -179,3 +181,45 @@ async def test_under_continue_a_failed_child_is_null_in_the_output(live: Live) -
     }
     children = (await get(live, parent))["children"]
     assert sorted(c["status"] for c in children) == ["FAILED", "SUCCEEDED", "SUCCEEDED"]
+
+
+#: A child that waits for the signal ``go``: it runs until told, or cancelled.
+WAITING_LINE = {
+    "id": "ms-waiting-line",
+    "nodes": [{"id": "w", "type": "WAIT_FOR_EVENT", "spec": {"event": "go"}}],
+}
+
+
+@pytest.mark.parametrize("on_parent_cancel", ["cancel", "abandon"])
+async def test_a_run_s_cancel_reaches_its_map_s_children_by_their_on_parent_cancel(
+    live: Live, on_parent_cancel: str
+) -> None:
+    await deploy(live.gateway, WAITING_LINE)
+    definition = order("ms-cancelled", max_parallel=2)
+    inner = definition["nodes"][0]["spec"]["node"]
+    inner["spec"] = {"workflow": "ms-waiting-line", "on_parent_cancel": on_parent_cancel}
+    await deploy(live.gateway, definition)
+    parent = await start(live, "ms-cancelled", ["a", "b", "c"])
+
+    async def two_running() -> bool:
+        kids = (await get(live, parent))["children"]
+        statuses = [(await get(live, k["run_id"]))["status"] for k in kids]
+        return statuses == ["RUNNING", "RUNNING"]
+
+    await until(two_running, timeout=20, what="the first 2 children running")
+    answer = await live.gateway.call(
+        "POST", f"/v1/runs/{parent}/cancel", role="operator", json={"reason": "withdrawn"}
+    )
+    assert answer.status in (200, 202), answer.body
+
+    assert (await result(live, parent))["status"] == "CANCELLED"
+    children = (await get(live, parent))["children"]
+    assert len(children) == 2  # the third item never started one
+    for child in children:
+        if on_parent_cancel == "cancel":
+            done = await result(live, child["run_id"])
+            assert done["status"] == "CANCELLED", done
+            assert f"its parent run {parent} was cancelled: withdrawn" in done["error"]
+        else:
+            assert (await get(live, child["run_id"]))["status"] == "RUNNING"
+    assert [i["state"] for i in await items_of(live, parent)] == ["CANCELLED"] * 3

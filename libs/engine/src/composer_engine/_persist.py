@@ -143,7 +143,11 @@ async def persist(
                     conn, run_id, action.node_id, reason=text(action.reason) or ""
                 )
                 writes.free(tx, [queue for _, queue in cancelled])
-                if cancelled and dag.queue(action.node_id) is None:  # a MAP of SUB_WORKFLOWs
+                if (
+                    cancelled
+                    and dag.queue(action.node_id) is None  # a MAP of SUB_WORKFLOWs
+                    and not _cancels_run(actions)  # then the run's cancel reaches them
+                ):
                     await cancel_item_children(
                         tx, run_id, [task_id for task_id, _ in cancelled], action.reason, seal
                     )
@@ -369,3 +373,7 @@ def _record(effects: Effects) -> None:
         status = effects.finished.status.value
         m.runs_finished.add(1, {"status": status, "workflow_id": effects.finished_run.workflow_id})
         m.run_duration.record(effects.finished_run.duration.total_seconds(), {"status": status})
+
+
+def _cancels_run(actions: Sequence[Action]) -> bool:
+    return any(isinstance(a, FinishRun) and a.status is RunStatus.CANCELLED for a in actions)
