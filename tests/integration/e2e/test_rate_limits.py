@@ -1,12 +1,16 @@
 """A rate limit through the real services (docs/architecture.md §4.12): runs started
-through the API, their attempts run by an SDK worker through the coordinator; the
-worker's own clock says when each handler started. 5 per 2 s, measured over 20 s."""
+through the API, their attempts run by an SDK worker through the coordinator. 5 per
+2 s, measured over 20 s: when each attempt was sent to the workers (the database's
+times: the limit is kept there) never beats the bucket, and the worker's handlers
+start at the bucket's rate on average. (A worker that falls behind may start two
+sent attempts closer together than they were sent: the limit is on sending.)"""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
+import composer_repo as repo
 from composer_sdk import TaskContext
 from tests.integration.api.conftest import deploy, open_gateway
 from tests.integration.e2e.conftest import Stack
@@ -59,13 +63,21 @@ async def test_five_per_two_seconds_over_twenty_seconds(
             assert record.status.value == "SUCCEEDED", record.error
 
     assert len(starts) == runs  # none dropped
+    sent = []
+    async with repo.connection(stack.pool) as conn:
+        for run_id in run_ids:
+            history = await repo.run_history(conn, run_id)
+            released = [h.at for h in history if h.kind == "task.released"]
+            first = next(h.at for h in history if h.kind == "run.started")
+            sent.append((released[0] if released else first).timestamp())
+    sent.sort()
+    # never more sent than the bucket allows in any stretch: its size plus what refills
+    for i, a in enumerate(sent):
+        for j in range(i, len(sent)):
+            allowed = LIMIT + (sent[j] - a) * LIMIT / PER_SECONDS
+            assert j - i + 1 <= allowed + 1e-6 + 1, (i, j, sent[j] - a)
     t0 = starts[0]
     span = starts[-1] - t0
-    # never more than the bucket allows in any stretch: its size plus what refills
-    for i, a in enumerate(starts):
-        for j in range(i, len(starts)):
-            allowed = LIMIT + (starts[j] - a) * LIMIT / PER_SECONDS
-            assert j - i + 1 <= allowed + 1, (i, j, starts[j] - a)
     # and not much less: after the burst, the rate the bucket refills at
     after_burst = (len(starts) - LIMIT) / (starts[-1] - starts[LIMIT - 1])
     print(
