@@ -34,6 +34,25 @@ PARENT = {
         }
     ],
 }
+#: A MAP of 3 SUB_WORKFLOW items, 2 at once: each item's attempt starts one sw-child.
+MAP_PARENT = {
+    "id": "sw-map-parent",
+    "output": {"children": "{{tasks.lines.output}}"},
+    "nodes": [
+        {
+            "id": "lines",
+            "type": "MAP",
+            "spec": {
+                "items": "{{input.ns}}",
+                "max_parallel": 2,
+                "node": {
+                    "type": "SUB_WORKFLOW",
+                    "spec": {"workflow": "sw-child", "input": {"n": "{{item}}"}},
+                },
+            },
+        }
+    ],
+}
 CHILD = {
     "id": "sw-child",
     "output": {"doubled": "{{tasks.work.output.doubled}}"},
@@ -44,7 +63,7 @@ CHILD = {
 @pytest.fixture
 async def engine(pool: repo.Pool) -> AsyncIterator[Engine]:
     workflows = Workflows(pool)
-    for spec in (CHILD, PARENT):
+    for spec in (CHILD, PARENT, MAP_PARENT):
         await workflows.create(validate_definition(spec), deploy=True)
     e = Engine(pool)
     try:
@@ -151,3 +170,74 @@ async def test_a_parent_killed_after_its_commit_has_exactly_one_child(
             child.run_id,
         )
     assert started == 1
+
+
+async def test_a_map_parent_killed_after_its_commit_has_exactly_one_child_per_item(
+    engine: Engine, pool: repo.Pool, database_url: str, redis_url: str
+) -> None:
+    """The same kill for a MAP of SUB_WORKFLOWs: its first 2 items' children are written
+    with the MAP's commit and the process dies before it starts them; the enqueuer
+    starts each once, the third item's child follows as a place frees, and the MAP's
+    output is theirs in item order — 3 children in all, each started once."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(START_PARENT),
+        database_url,
+        "sw-map-parent",
+        stdout=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), 30)
+        assert line.startswith(b"committed "), line
+        parent = line.split()[1].decode()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+    first = await children(pool, parent)
+    assert [c.status for c in first] == [RunStatus.PENDING] * 2  # written, not started
+
+    queue = cq.connect(redis_url)
+    stop = asyncio.Event()
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    fallback = Engine(pool, redis=queue, redis_prefix=prefix)
+    enqueuer = Enqueuer(
+        fallback, queue, prefix=prefix, grace=0.2, poll_seconds=0.05, run_events=True
+    )
+    loop = asyncio.create_task(enqueuer.run(stop))
+    try:
+        done: set[str] = set()
+
+        async def finish_started() -> bool:
+            for child in await children(pool, parent):
+                if child.run_id in done or child.status is not RunStatus.RUNNING:
+                    continue
+                async with repo.connection(pool) as conn:
+                    n = (await repo.get_run(conn, child.run_id)).input["n"]
+                await finish_work(engine, pool, child.run_id, {"doubled": 2 * n})
+                done.add(child.run_id)
+            return await _status(pool, parent, RunStatus.SUCCEEDED)
+
+        await until(finish_started, timeout=30, what="every child finished, the parent succeeded")
+    finally:
+        stop.set()
+        await loop
+        await fallback.aclose()
+        await queue.close()
+    final = await run(pool, parent)
+    assert final.output == {"children": [{"doubled": 2}, {"doubled": 4}, {"doubled": 6}]}
+    kids = await children(pool, parent)
+    assert len(kids) == 3 and {k.attempt for k in kids} == {0}
+    assert {k.run_id for k in first} <= {k.run_id for k in kids}
+    async with repo.connection(pool) as conn:
+        started = await conn.fetchval(
+            "SELECT count(*) FROM run_history WHERE run_id = ANY($1::text[]) "
+            "AND kind = 'run.started'",
+            [k.run_id for k in kids],
+        )
+        item_tasks = await conn.fetchval(
+            "SELECT count(DISTINCT parent_task_id) FROM workflow_runs WHERE parent_run_id = $1",
+            parent,
+        )
+    assert started == 3
+    assert item_tasks == 3  # each child's parent ref names its own item's task
