@@ -9,7 +9,8 @@ from typing import Any
 
 import yaml
 
-from tests.integration.api.conftest import Gateway, open_gateway
+from tests.integration.api.conftest import Gateway, Live, open_gateway
+from tests.integration.api.test_cli import composer
 from tests.integration.e2e.conftest import open_stack
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -100,3 +101,37 @@ async def test_order_fulfilment_lines_fulfils_each_line_in_a_child_run_of_its_ow
         children = (await gw.call("GET", f"/v1/runs/{run_id}")).body["children"]
         assert len(children) == 5 and {c["workflow_id"] for c in children} == {"fulfil-line"}
         assert sorted(c["status"] for c in children) == ["FAILED"] + ["SUCCEEDED"] * 4
+
+
+async def test_the_demo_s_commands_run_order_fulfilment_lines(
+    database_url: str, redis_url: str
+) -> None:
+    """What `make demo` does for it: one apply of both files, a start with the input
+    file, waited for; every line ships."""
+    async with (
+        open_stack(database_url, redis_url) as stack,
+        open_gateway(database_url, redis_url, prefix=stack.prefix) as gw,
+    ):
+        await stack.builtin_workers()
+        live = Live(gw, stack)
+        applied = await composer(
+            live,
+            "apply",
+            "-f",
+            str(EXAMPLES / "fulfil-line.yaml"),
+            "-f",
+            str(EXAMPLES / "order-fulfilment-lines.yaml"),
+            "--deploy",
+        )
+        assert applied.exit_code == 0, applied.output
+        started = await composer(
+            live,
+            "start",
+            "order-fulfilment-lines",
+            "--input",
+            f"@{EXAMPLES / 'order-fulfilment-lines.input.json'}",
+            "--wait",
+        )
+        assert started.exit_code == 0, started.output
+        assert "SUCCEEDED" in started.output
+        assert "lines items: 4 / 4 (4 COMPLETED)" in started.output  # every line shipped
