@@ -223,3 +223,15 @@ async def test_a_run_s_cancel_reaches_its_map_s_children_by_their_on_parent_canc
         else:
             assert (await get(live, child["run_id"]))["status"] == "RUNNING"
     assert [i["state"] for i in await items_of(live, parent)] == ["CANCELLED"] * 3
+
+
+async def test_a_child_that_cannot_start_fails_its_item_saying_why(live: Live) -> None:
+    definition = order("ms-lost")
+    definition["nodes"][0]["spec"]["node"]["spec"]["workflow"] = "ms-nowhere"
+    await deploy(live.gateway, definition)
+
+    done = await result(live, await start(live, "ms-lost", ["a", "b"]))
+
+    assert done["status"] == "FAILED", done
+    assert "workflow 'ms-nowhere' does not exist or has no deployed version" in done["error"]
+    assert (await get(live, done["run_id"]))["children"] == []
