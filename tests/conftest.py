@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -14,6 +15,14 @@ from composer_executors import Sandbox, SandboxPolicy
 # its grammar is built. Build it once before any test, so that hypothesis does
 # not see the limit change in the middle of an example.
 default_engine().compile("1")
+
+# A suite started as a background job of a non-interactive shell (`cmd &`, nohup)
+# inherits SIGINT ignored, and so would every process it starts: the tests of
+# Ctrl-C (a worker drains on SIGINT, and leaves an ignored signal alone, as a
+# program it runs inside should) would then see nothing happen. Ctrl-C is the
+# default here, whatever launched the suite.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 #: The suite's own settings (which servers to test against, where screenshots go):
 #: they choose where the tests run, not what the code under test reads.
