@@ -17,8 +17,20 @@ import pytest
 import composer_queue as cq
 from composer_queue.testing import FakeQueue
 
+#: redis-py's cluster client can leave sockets to the cluster's nodes behind for the
+#: garbage collector (a ResourceWarning raised in whichever test runs when it collects:
+#: seen once in CI, in this module's cluster tests). Tolerated for them until the leak is
+#: found; the single-server and fake variants stay strict.
+_CLUSTER = pytest.param(
+    "cluster",
+    marks=[
+        pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+        pytest.mark.filterwarnings("ignore::ResourceWarning"),
+    ],
+)
 
-@pytest.fixture(params=["redis", "cluster", "fake"])
+
+@pytest.fixture(params=["redis", _CLUSTER, "fake"])
 def backend(request: pytest.FixtureRequest) -> tuple[str, bool] | None:
     """The Redis URL to test against and whether it is a cluster's, or None for the fake."""
     if request.param == "redis":
