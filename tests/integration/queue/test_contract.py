@@ -9,6 +9,7 @@ cannot drift from Redis without one of these failing.
 from __future__ import annotations
 
 import asyncio
+import gc
 import uuid
 from collections.abc import AsyncIterator
 
@@ -50,6 +51,10 @@ async def queue(backend: tuple[str, bool] | None, prefix: str) -> AsyncIterator[
     yield client
     await client.drop(prefix)
     await client.close()
+    if cluster:
+        # collect what the cluster client left now, in the test whose marks tolerate it,
+        # not in whichever strict test runs when the collector next goes
+        gc.collect()
 
 
 @pytest.fixture

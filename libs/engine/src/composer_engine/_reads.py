@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import composer_repo as repo
-from composer_core.model import RunStatus
+from composer_core.model import RunStatus, WorkflowDAG
 from composer_core.templates import Json
 from composer_engine import opened
 from composer_engine._shell import Shell
@@ -291,13 +291,18 @@ class Reads:
 
         async def read(tx: Tx) -> list[LimitView]:
             views = []
+            deployed: dict[str, WorkflowDAG | None] = {}  # one read per workflow
             for k in await repo.run_limit_keys(tx.conn):
                 limit: int | None = k.waiting_max_runs
                 shown = full_access
-                try:
-                    dag = await self._shell.definitions.deployed(tx.conn, k.workflow_id)
-                except repo.NotFound:
-                    dag = None
+                if k.workflow_id not in deployed:
+                    try:
+                        deployed[k.workflow_id] = await self._shell.definitions.deployed(
+                            tx.conn, k.workflow_id
+                        )
+                    except repo.NotFound:
+                        deployed[k.workflow_id] = None
+                dag = deployed[k.workflow_id]
                 if dag is not None:
                     concurrency = dag.spec.concurrency
                     if concurrency is not None and isinstance(concurrency.max_runs, int):

@@ -16,7 +16,7 @@ from composer_core.model import FlowError, RunStatus, WorkflowDAG
 from composer_core.statemachine import RunCancelled, RunStarted
 from composer_engine import _history, _run_events
 from composer_engine import opened as _opened
-from composer_engine._run_admission import Outcome, admit_run
+from composer_engine._run_starts import admit_start
 from composer_engine._shell import Shell
 from composer_engine._tx import Tx
 from composer_engine.errors import EngineError, Unavailable
@@ -67,10 +67,8 @@ class RunEventDelivery:
                 # was on its way (its end gave the slot on)
                 if locked.run.status is not RunStatus.PENDING:
                     return False
-                if await self._held_back(tx, dag, locked, event):
+                if await self._start_pending(tx, dag, locked, event) is not RunStatus.RUNNING:
                     return True  # a child over its key's limit: it waits in line, or ended
-                if not await repo.start_waiting_run(tx.conn, locked.run.run_id):
-                    return False
                 locked = dataclasses.replace(
                     locked, run=dataclasses.replace(locked.run, status=RunStatus.RUNNING)
                 )
@@ -85,48 +83,29 @@ class RunEventDelivery:
 
         return await shell.in_tx(attempt)
 
-    async def _held_back(
+    async def _start_pending(
         self, tx: Tx, dag: WorkflowDAG, locked: repo.LockedRun, event: RunStarted
-    ) -> bool:
-        """A child run of a workflow with run concurrency takes a slot of its key as it
-        starts, like any start (§4.13): True when it does not go now — it waits in its
-        key's line, or ended CANCELLED (cancel_newest; its end tells its parent). A run
-        handed a slot holds it already."""
+    ) -> RunStatus:
+        """PENDING → RUNNING for a run handed its key's slot, or one without limits; a
+        child run of a workflow with run concurrency takes a slot of its key as it
+        starts, like any start (§4.13), or waits in its key's line, or ends CANCELLED
+        (cancel_newest, or limits its input cannot render; its end tells its parent)."""
         flow = dag.flow
         run = locked.run
-        if flow is None or flow.max_runs is None:
-            return False
-        if await repo.holds_run_slot(tx.conn, run.run_id):
-            return False
+        if flow is None or flow.max_runs is None or await repo.holds_run_slot(tx.conn, run.run_id):
+            await repo.start_waiting_run(tx.conn, run.run_id)  # PENDING under its lock
+            return RunStatus.RUNNING
         shell = self._shell
-        seal = await shell.run_seal(tx, locked)
         opened = _opened.snapshot(shell.sealer, run)
         try:
             rendered = flow.render(dag.engine, opened.input, opened.config)
         except FlowError as exc:
             await shell.decide(tx, dag, locked, RunCancelled(f"not started: {exc}"))
-            return True
-        admission = await admit_run(
-            tx.conn,
-            tx.writes.run_events,
-            run.workflow_id,
-            run.run_id,
-            rendered,
-            seal,
-            start_node=event.start_node,
+            return RunStatus.CANCELLED
+        seal = await shell.run_seal(tx, locked)
+        return await admit_start(
+            shell, tx, dag, locked, rendered, seal, start_node=event.start_node, by=None
         )
-        if admission.outcome is Outcome.GO:
-            return False
-        if admission.outcome is Outcome.WAIT:
-            tx.writes.history.append(
-                repo.NewHistory(
-                    run.run_id, "run.queued", detail=seal.doc({"reason": admission.reason})
-                )
-            )
-            await tx.writes.flush(tx)
-            return True
-        await shell.decide(tx, dag, locked, RunCancelled(admission.reason or ""))
-        return True
 
     async def deliver_due(self, *, grace: float, limit: int = 100, retry_after: float = 5.0) -> int:
         """Deliver the events their committer did not, once they are ``grace`` seconds

@@ -28,7 +28,7 @@ from composer_core.statemachine import (
 from composer_core.templates import Json
 from composer_engine._metrics import instruments
 from composer_engine._requests import start_digest
-from composer_engine._run_admission import Admission, Outcome, admit_run
+from composer_engine._run_starts import admit_start
 from composer_engine._shell import Shell
 from composer_engine._tx import Tx
 from composer_engine.errors import (
@@ -38,7 +38,7 @@ from composer_engine.errors import (
     InputInvalid,
     UnknownSignal,
 )
-from composer_engine.sealing import RunSeal, looks_sealed
+from composer_engine.sealing import looks_sealed
 
 log = logging.getLogger("composer.engine")
 
@@ -172,24 +172,17 @@ class RunCommands:
                 signals=(),
             )
             if flow is not None and flow.limit is not None:
-                admission = await admit_run(
-                    tx.conn,
-                    tx.writes.run_events,
-                    workflow_id,
-                    new_run_id,
-                    flow,
-                    seal,
-                    start_node=start_node,
+                pending = repo.LockedRun(
+                    dataclasses.replace(run, status=RunStatus.PENDING),
+                    started.now,
+                    data_key=data_key,
+                    context=sealed_context,
                 )
-                if admission.outcome is not Outcome.GO:
-                    locked = repo.LockedRun(
-                        dataclasses.replace(run, status=RunStatus.PENDING),
-                        started.now,
-                        data_key=data_key,
-                        context=sealed_context,
-                    )
-                    return await self._not_started(tx, dag, locked, seal, admission, by)
-                await repo.start_waiting_run(tx.conn, new_run_id)
+                status = await admit_start(
+                    self._shell, tx, dag, pending, flow, seal, start_node=start_node, by=by
+                )
+                if status is not RunStatus.RUNNING:
+                    return Started(new_run_id, status, created=True)
             await self._shell.decide(
                 tx,
                 dag,
@@ -203,40 +196,6 @@ class RunCommands:
             return Started(new_run_id, run.status, created=True)
 
         return await self._shell.in_tx(attempt)
-
-    async def _not_started(
-        self,
-        tx: Tx,
-        dag: WorkflowDAG,
-        locked: repo.LockedRun,
-        seal: RunSeal,
-        admission: Admission,
-        by: str | None,
-    ) -> Started:
-        """A limited run that does not go now: it waits PENDING in its key's line (a
-        ``run.queued`` history row says why), or, for ``cancel_newest``, ends CANCELLED."""
-        run = locked.run
-        if admission.outcome is Outcome.WAIT:
-            tx.writes.history.append(
-                repo.NewHistory(
-                    run.run_id,
-                    "run.queued",
-                    actor=by,
-                    detail=seal.doc({"reason": admission.reason}),
-                )
-            )
-            await tx.writes.flush(tx)
-            tx.after_commit(
-                lambda: log.info(
-                    "run %s of %s v%d is waiting for a slot of its key",
-                    run.run_id,
-                    run.workflow_id,
-                    run.version,
-                )
-            )
-            return Started(run.run_id, RunStatus.PENDING, created=True)
-        await self._shell.decide(tx, dag, locked, RunCancelled(admission.reason or ""), by=by)
-        return Started(run.run_id, RunStatus.CANCELLED, created=True)
 
     async def signal(
         self,

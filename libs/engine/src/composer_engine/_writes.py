@@ -12,6 +12,7 @@ history's rows. A write that matches no row is a stale snapshot.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -155,7 +156,8 @@ class Writes:
                 if task is None:
                     raise StaleSnapshot(f"task {ref.task_id} attempt {ref.attempt} is not active")
                 effects.completed.append((task.node_type.value, _seconds(task)))
-            if tx.gate is not None:
+            if tx.gate is not None and tx.gate.policy is not None:
+                # a watched queue's place (node keys are freed with their completion)
                 self.free(tx, [task.queue for task in done.values()])
         if self.tasks:
             tasks, self.tasks = self.tasks, []
@@ -274,9 +276,7 @@ class Writes:
             decided = await hold_on_lines(tx.conn, limited)
             held |= decided.held
             for key, seconds in decided.wake.items():  # tokens come back: look again then
-                tx.after_commit(
-                    lambda key=key, seconds=seconds: gate.release_later(key, seconds)  # type: ignore[misc]
-                )
+                tx.after_commit(functools.partial(gate.release_later, key, seconds))
         if not held:
             return dispatches
         holding = [(ref, held[ref.task_id]) for _, ref, *_ in dispatches if ref.task_id in held]

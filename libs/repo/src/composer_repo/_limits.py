@@ -9,6 +9,8 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import asyncpg
+
 from composer_repo._admission import QueueLoad
 from composer_repo._db import Connection, translated
 from composer_repo._pauses import PAUSED_HOLD
@@ -76,17 +78,20 @@ class HeldLimited:
 @translated
 async def held_limit_tasks(conn: Connection, key: str, limit: int) -> list[HeldLimited]:
     """The oldest held attempts of the key, at most ``limit``, locked (SKIP LOCKED)."""
-    rows = await conn.fetch(q("held_limit_tasks"), key, limit, PAUSED_HOLD)
-    return [
-        HeldLimited(
-            TaskRef(r["run_id"], r["id"], r["node_id"], r["attempt"]),
-            r["queue"],
-            r["limit_max"],
-            rate_key=r["rate_key"],
-            units=r["rate_units"] or 0,
-        )
-        for r in rows
-    ]
+    return [_held(r) for r in await conn.fetch(q("held_limit_tasks"), key, limit, PAUSED_HOLD)]
+
+
+def _held(r: asyncpg.Record) -> HeldLimited:
+    """A held attempt's row (either look-up selects the same columns)."""
+    rate_key = r["rate_key"]
+    return HeldLimited(
+        TaskRef(r["run_id"], r["id"], r["node_id"], r["attempt"]),
+        r["queue"],
+        r["limit_max"] or 0,
+        rate_key=rate_key,
+        units=(r["rate_units"] or 1) if rate_key is not None else 0,
+        limit_key=r["limit_key"],
+    )
 
 
 @translated
@@ -182,18 +187,7 @@ async def rate_held_load(conn: Connection, key: str) -> int:
 @translated
 async def held_rate_tasks(conn: Connection, key: str, limit: int) -> list[HeldLimited]:
     """The oldest attempts waiting for the key's tokens, locked (SKIP LOCKED)."""
-    rows = await conn.fetch(q("held_rate_tasks"), key, limit, PAUSED_HOLD)
-    return [
-        HeldLimited(
-            TaskRef(r["run_id"], r["id"], r["node_id"], r["attempt"]),
-            r["queue"],
-            r["limit_max"] or 0,
-            rate_key=key,
-            units=r["rate_units"] or 1,
-            limit_key=r["limit_key"],
-        )
-        for r in rows
-    ]
+    return [_held(r) for r in await conn.fetch(q("held_rate_tasks"), key, limit, PAUSED_HOLD)]
 
 
 @translated

@@ -1310,7 +1310,7 @@ SELECT count(*) FILTER (WHERE dispatched_at IS NOT NULL AND held_reason IS NULL
 
 -- name: held_limit_tasks
 -- The oldest held attempts of a key, and the max each was declared under.
-SELECT run_id, id, node_id, attempt, queue, limit_max, rate_key, rate_units
+SELECT run_id, id, node_id, attempt, queue, limit_key, limit_max, rate_key, rate_units
   FROM task_instances
  WHERE limit_key = $1 AND held_reason IS NOT NULL AND held_reason <> $3 AND state = 'PENDING'
  ORDER BY created_at, id
@@ -1501,7 +1501,7 @@ SELECT count(*) FROM task_instances
 
 -- name: held_rate_tasks
 -- The oldest attempts waiting for a rate key's tokens, with their units and queue.
-SELECT run_id, id, node_id, attempt, queue, rate_units, limit_key, limit_max
+SELECT run_id, id, node_id, attempt, queue, limit_key, limit_max, rate_key, rate_units
   FROM task_instances
  WHERE rate_key = $1 AND held_reason IS NOT NULL AND held_reason <> $3 AND state = 'PENDING'
  ORDER BY created_at, id
