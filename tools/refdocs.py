@@ -42,6 +42,7 @@ from composer_core.model import (
     RunConcurrency,
     WorkflowSpec,
 )
+from composer_core.schedules import ScheduleSpec
 from composer_executors import ErrorCode, HttpPolicy, HttpStatusError
 from composer_service import ServerSettings, ServiceSettings
 
@@ -311,6 +312,7 @@ def render_nodes() -> str:
         ("`RunConcurrency`: the workflow's `concurrency`", RunConcurrency),
         ("`NodeConcurrency`: a worker node's `concurrency`", NodeConcurrency),
         ("`NodeRateLimit`: a worker node's `rate_limit`", NodeRateLimit),
+        ("`ScheduleSpec`: each of `schedules` (and `POST /v1/schedules`)", ScheduleSpec),
     )
     for title, model in definition:
         parts += [f"### {title}", _fields_table(model)]

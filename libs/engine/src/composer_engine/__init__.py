@@ -35,6 +35,7 @@ from composer_engine._recovery import (
 )
 from composer_engine._reported import AttemptLog, Report
 from composer_engine._runs import Started
+from composer_engine._schedules import Fired, FirePass, Schedules, ScheduleView, parse_spec
 from composer_engine._shell import utcnow
 from composer_engine._workflows import Applied, ValidDefinition, Workflows, validate_definition
 from composer_engine.errors import (
@@ -69,6 +70,8 @@ __all__ = [
     "Engine",
     "EngineError",
     "EntryDecision",
+    "FirePass",
+    "Fired",
     "Forbidden",
     "GiveBack",
     "GiveUp",
@@ -93,6 +96,8 @@ __all__ = [
     "RunFilter",
     "RunListing",
     "RunView",
+    "ScheduleView",
+    "Schedules",
     "Started",
     "Unavailable",
     "UnknownSignal",
@@ -104,6 +109,7 @@ __all__ = [
     "lost_dispatch",
     "new_token",
     "parse_queue_concurrency",
+    "parse_spec",
     "settle_entry",
     "utcnow",
     "validate_definition",

@@ -48,6 +48,7 @@ from composer_engine._reads import Reads
 from composer_engine._reports import Reports
 from composer_engine._run_event_delivery import RunEventDelivery
 from composer_engine._runs import RunCommands
+from composer_engine._schedules import Schedules
 from composer_engine._shell import Shell, utcnow
 from composer_engine._transaction import DEFAULT_ATTEMPTS
 from composer_engine._upkeep import Upkeep
@@ -147,6 +148,7 @@ class Engine:
         shell.deliver = self.run_events.deliver_soon
         self.reads = Reads(shell)
         self.operations = Operations(shell, self.runs)
+        self.schedules = Schedules(shell, self.runs)
         self.upkeep = Upkeep(shell)
         self.outbox = Outbox(shell)
         self.workflows = Workflows(pool, attempts=attempts)

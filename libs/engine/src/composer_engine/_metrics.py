@@ -42,6 +42,11 @@ class _Instruments:
             unit="s",
             description="A task attempt's lease start to its report",
         )
+        self.schedule_fires: Counter = m.create_counter(
+            "composer_schedule_fires",
+            description="Schedule fire times, by outcome: started, skipped (overlap or "
+            "refused), missed (older than the catch-up window)",
+        )
         self.events: Counter = m.create_counter(
             "composer_events", description="Events applied, by type and outcome"
         )

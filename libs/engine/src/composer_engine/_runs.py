@@ -6,6 +6,7 @@ through the event shell (``_shell``) in one transaction.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -73,6 +74,7 @@ class RunCommands:
         caller: Caller | None = None,
         parent: repo.ParentRef | None = None,
         labels: Mapping[str, str] | None = None,
+        schedule: tuple[str, dt.datetime] | None = None,
     ) -> Started:
         """Insert a run and apply RunStarted in one transaction.
 
@@ -86,7 +88,8 @@ class RunCommands:
         node's handler gets with its lease (None: the run has none).
         ``parent``, a node attempt of another run, hears of this run's end: completed
         with its output, or failed (docs/architecture.md §4.10); the parent's cancel
-        cancels it. ``labels`` (``composer_common.labels``: at most 16, text) are
+        cancels it. ``schedule`` (its id, the fire time) marks a run a schedule
+        started (§6.8). ``labels`` (``composer_common.labels``: at most 16, text) are
         stored in plain text, never sealed, for finding the run; bad ones are a
         BadRequest naming each problem.
         """
@@ -160,6 +163,8 @@ class RunCommands:
             _check_input(dag, input if input is not None else {}, workflow_id)
             if parent is not None:
                 await repo.set_run_parent(tx.conn, new_run_id, parent)
+            if schedule is not None:
+                await repo.set_run_schedule(tx.conn, new_run_id, *schedule)
             tx.after_commit(lambda: instruments().runs_started.add(1, {"workflow_id": workflow_id}))
             by = None if caller is None else caller.name
             run = Run(

@@ -18,6 +18,7 @@ import composer_repo as repo
 from composer_core.errors import DefinitionInvalid
 from composer_core.model import WorkflowSpec, build_dag, parse_definition
 from composer_core.templates import Json
+from composer_engine._schedules import sync_schedules
 from composer_engine._transaction import DEFAULT_ATTEMPTS, in_transaction
 from composer_engine._tx import Tx
 
@@ -83,7 +84,7 @@ class Workflows:
         spec = definition.spec
 
         async def attempt(tx: Tx) -> repo.Definition:
-            return await repo.create_definition(
+            created = await repo.create_definition(
                 tx.conn,
                 spec.id,
                 name=spec.name or spec.id,
@@ -92,6 +93,9 @@ class Workflows:
                 created_by=created_by,
                 deploy=deploy,
             )
+            if deploy:
+                await sync_schedules(tx, spec)
+            return created
 
         return await in_transaction(self.pool, attempt, attempts=self._attempts)
 
@@ -111,6 +115,7 @@ class Workflows:
             if latest is not None and definition.same_as(latest.spec):
                 if deploy and not latest.deployed:
                     latest = await repo.deploy_definition(tx.conn, spec.id, latest.version)
+                    await sync_schedules(tx, spec)
                 return Applied(latest, unchanged=True)
             created = await repo.create_definition(
                 tx.conn,
@@ -121,6 +126,8 @@ class Workflows:
                 created_by=created_by,
                 deploy=deploy,
             )
+            if deploy:
+                await sync_schedules(tx, spec)
             return Applied(created, unchanged=False)
 
         return await in_transaction(self.pool, attempt, attempts=self._attempts)
@@ -130,14 +137,19 @@ class Workflows:
         BadRequest for a deleted one."""
 
         async def attempt(tx: Tx) -> repo.Definition:
-            return await repo.deploy_definition(tx.conn, workflow_id, version)
+            deployed = await repo.deploy_definition(tx.conn, workflow_id, version)
+            await sync_schedules(tx, parse_definition(deployed.spec))
+            return deployed
 
         return await in_transaction(self.pool, attempt, attempts=self._attempts)
 
     async def delete(self, workflow_id: str) -> list[int]:
-        """Soft-delete every version (runs already started finish); the versions deleted."""
+        """Soft-delete every version (runs already started finish) and the workflow's
+        schedules; the versions deleted."""
 
         async def attempt(tx: Tx) -> list[int]:
+            for schedule in await repo.list_schedules(tx.conn, workflow_id=workflow_id):
+                await repo.delete_schedule(tx.conn, schedule.schedule_id)
             return await repo.delete_definition(tx.conn, workflow_id)
 
         return await in_transaction(self.pool, attempt, attempts=self._attempts)

@@ -231,6 +231,9 @@ class RunRecord:
     labels: Mapping[str, str] = field(default_factory=dict)
     #: The node attempt of another run that started it (a SUB_WORKFLOW's); None: none.
     parent: ParentRef | None = None
+    #: The schedule that started it (V024) and the fire time it was started for.
+    schedule_id: str | None = None
+    scheduled_for: dt.datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -337,6 +337,8 @@ async def get_run(conn: Connection, run_id: str) -> RunRecord:
         cancelled_by=r["cancelled_by"],
         retried_by=r["retried_by"],
         labels=r["labels"] or {},
+        schedule_id=r["schedule_id"],
+        scheduled_for=r["scheduled_for"],
         parent=None
         if r["parent_run_id"] is None
         else ParentRef(
@@ -371,11 +373,12 @@ async def list_runs(
     labels: Mapping[str, str] | None = None,
     created_after: dt.datetime | None = None,
     created_before: dt.datetime | None = None,
+    schedule_id: str | None = None,
     cursor: str | None = None,
     limit: int = 50,
 ) -> RunPage:
     """Runs newest first, filtered by workflow, status, labels (each must match)
-    and creation time, in any combination.
+    and creation time, in any combination; or by the schedule that started them.
 
     ``cursor`` is the ``next_cursor`` of the previous page (the last run id it
     showed); pages stay stable while new runs arrive, since ids grow with time.
@@ -387,6 +390,13 @@ async def list_runs(
         upper = min(upper, cursor)
     lower = "" if created_after is None else uuid7_bound(created_after)
     args: list[Any] = [upper, lower, limit + 1]
+    if schedule_id is not None:  # its own small index; with a status at most
+        if workflow_id is not None or labels:
+            raise Invalid("schedule_id combines with status and the creation times only")
+        rows = await conn.fetch(
+            q("list_runs_by_schedule"), *args, schedule_id, None if status is None else status.value
+        )
+        return _page(rows, limit)
     if workflow_id is not None:
         args.append(workflow_id)
     if status is not None:
@@ -397,6 +407,10 @@ async def list_runs(
     rows = await conn.fetch(
         _listing(workflow_id is not None, status is not None, bool(labels)), *args
     )
+    return _page(rows, limit)
+
+
+def _page(rows: Sequence[Any], limit: int) -> RunPage:
     runs = [
         RunSummary(
             run_id=r["id"],

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 
 from composer_service import run, serving
 from composer_timer.loop import Timer
+from composer_timer.schedules import ScheduleFirer
 from composer_timer.settings import TimerSettings
 
 log = logging.getLogger("composer.timer")
@@ -15,7 +17,7 @@ log = logging.getLogger("composer.timer")
 async def serve(settings: TimerSettings) -> None:
     async with serving(
         settings.runtime(
-            "timer", pool_size=settings.timer_concurrency + 2, engine=settings.engine_config()
+            "timer", pool_size=settings.timer_concurrency + 4, engine=settings.engine_config()
         )
     ) as rt:
         engine = rt.engine
@@ -33,8 +35,20 @@ async def serve(settings: TimerSettings) -> None:
             settings.timer_batch_size,
             settings.timer_concurrency,
         )
-        await timer.run(rt.stop)  # the runtime closes the engine, then the pool
-        log.info("stopped after firing %d timer(s)", timer.fired)
+        firer = ScheduleFirer(
+            engine,
+            rt.queue,
+            prefix=settings.redis_prefix,
+            batch_size=settings.schedule_batch_size,
+            poll_seconds=settings.schedule_poll_seconds,
+        )
+        # the runtime closes the engine, then the pool
+        await asyncio.gather(timer.run(rt.stop), firer.run(rt.stop))
+        log.info(
+            "stopped after firing %d timer(s) and starting %d scheduled run(s)",
+            timer.fired,
+            firer.started,
+        )
 
 
 def main() -> int:

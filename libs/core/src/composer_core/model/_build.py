@@ -191,6 +191,7 @@ class _Builder:
         self.check_header()
         self.flow = self.compile_flow()
         self.check_nodes()
+        self.check_schedules()
         self.check_edges()
         order = self.topological_order()
         start = self.check_start(order)
@@ -244,6 +245,16 @@ class _Builder:
             self.add("nodes", f"{len(spec.nodes)} nodes; the limit is {limits.max_nodes}")
         if len(spec.edges) > limits.max_edges:
             self.add("edges", f"{len(spec.edges)} edges; the limit is {limits.max_edges}")
+
+    def check_schedules(self) -> None:
+        seen: dict[str, int] = {}
+        for i, schedule in enumerate(self.spec.schedules):
+            if schedule.id in seen:
+                self.add(
+                    f"schedules[{i}].id",
+                    f"duplicate schedule id {schedule.id!r} (first at schedules[{seen[schedule.id]}])",
+                )
+            seen.setdefault(schedule.id, i)
 
     def check_nodes(self) -> None:
         for i, node in enumerate(self.spec.nodes):

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from composer_core.kinds import NodeType
 from composer_core.model._limits import MAX_SECONDS
+from composer_core.schedules import ScheduleSpec
 
 #: What the API and the logs show in place of a webhook_url's ``user:password``.
 HIDDEN_CREDENTIALS = "***"
@@ -227,6 +228,12 @@ class WorkflowSpec(_Strict):
         "fails it answers 400 input-invalid, listing every problem at its JSON path). "
         "`$ref` points inside the schema only (nothing is fetched); `format` is an "
         "annotation, not checked. None: any input",
+    )
+    schedules: list[ScheduleSpec] = Field(
+        default_factory=list,
+        description="schedules that start runs of this workflow (docs/architecture.md §6.8): "
+        "written when a version is deployed, removed when a deployed version no longer "
+        "lists them",
     )
     concurrency: RunConcurrency | None = Field(
         default=None,

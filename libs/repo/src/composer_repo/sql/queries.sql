@@ -274,7 +274,8 @@ RETURNING workflow_id, version, created_at, completed_at,
 -- name: get_run
 SELECT id, workflow_id, version, status, input, config, output, error, idempotency_key,
        created_at, updated_at, completed_at, context, started_by, cancelled_by, retried_by,
-       labels, parent_run_id, parent_node_id, parent_task_id, parent_attempt
+       labels, parent_run_id, parent_node_id, parent_task_id, parent_attempt, schedule_id,
+       scheduled_for
   FROM workflow_runs
  WHERE id = $1;
 
@@ -1527,3 +1528,165 @@ SELECT b.key, b.limit_per, b.per_seconds, b.set_by,
 -- name: holds_run_slot
 -- Whether a run holds a slot of its key (handed one, or took one at its start).
 SELECT 1 FROM run_slots WHERE run_id = $1;
+
+-- =============================================================================
+-- Schedules (V024, docs/architecture.md §6.8)
+-- =============================================================================
+
+-- name: insert_schedule
+-- A new schedule; nothing when its id is taken.
+INSERT INTO schedules (id, workflow_id, spec, source, paused, next_fire_at, due_at, created_by)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (id) DO NOTHING
+RETURNING 1;
+
+-- name: lock_schedule
+SELECT id, workflow_id, spec, source, paused, revision, next_fire_at, due_at, buffered_for,
+       last_run_id, last_fired_for, fired, skipped, missed, claimed_by, claimed_until,
+       created_by, created_at, updated_at
+  FROM schedules WHERE id = $1 FOR UPDATE;
+
+-- name: get_schedule
+SELECT id, workflow_id, spec, source, paused, revision, next_fire_at, due_at, buffered_for,
+       last_run_id, last_fired_for, fired, skipped, missed, claimed_by, claimed_until,
+       created_by, created_at, updated_at
+  FROM schedules WHERE id = $1;
+
+-- name: list_schedules
+SELECT id, workflow_id, spec, source, paused, revision, next_fire_at, due_at, buffered_for,
+       last_run_id, last_fired_for, fired, skipped, missed, claimed_by, claimed_until,
+       created_by, created_at, updated_at
+  FROM schedules
+ WHERE ($1::text IS NULL OR workflow_id = $1)
+ ORDER BY id;
+
+-- name: workflow_schedules
+-- The schedules a workflow's deployed definition wrote, locked (a deploy replaces them).
+SELECT id, workflow_id, spec, source, paused, revision, next_fire_at, due_at, buffered_for,
+       last_run_id, last_fired_for, fired, skipped, missed, claimed_by, claimed_until,
+       created_by, created_at, updated_at
+  FROM schedules WHERE workflow_id = $1 AND source = 'definition' ORDER BY id FOR UPDATE;
+
+-- name: replace_schedule_spec
+-- A changed spec (a deploy): a new revision, fire times from now on.
+UPDATE schedules
+   SET spec = $2, paused = $3, next_fire_at = $4, due_at = $5, buffered_for = NULL,
+       revision = revision + 1, updated_at = now()
+ WHERE id = $1;
+
+-- name: delete_schedule
+DELETE FROM schedules WHERE id = $1 RETURNING 1;
+
+-- name: set_schedule_paused
+-- Pause or resume: a new revision (a claim's write-back leaves it be); a resume
+-- fires from the next fire time after now.
+UPDATE schedules
+   SET paused = $2, next_fire_at = coalesce($3, next_fire_at), due_at = coalesce($4, due_at),
+       revision = revision + 1, updated_at = now()
+ WHERE id = $1
+RETURNING 1;
+
+-- name: claim_due_schedules
+-- Due schedules no live claim holds, soonest first, claimed by $2 until $3.
+UPDATE schedules s
+   SET claimed_by = $2, claimed_until = $3
+  FROM (SELECT id FROM schedules
+         WHERE NOT paused AND due_at <= $1 AND (claimed_until IS NULL OR claimed_until < $1)
+         ORDER BY due_at
+         LIMIT $4
+           FOR UPDATE SKIP LOCKED) due
+ WHERE s.id = due.id
+RETURNING s.id, s.workflow_id, s.spec, s.source, s.paused, s.revision, s.next_fire_at, s.due_at,
+          s.buffered_for, s.last_run_id, s.last_fired_for, s.fired, s.skipped, s.missed,
+          s.claimed_by, s.claimed_until, s.created_by, s.created_at, s.updated_at;
+
+-- name: finish_schedule_claim
+-- A pass's outcome for one schedule, fenced by its claim. The counts add up
+-- whatever the revision; next_fire_at and the buffer only when no change came
+-- in meanwhile (a deploy or a resume set them). last_run_id keeps the newest run
+-- (ids grow with time), whoever started it: a trigger may have meanwhile.
+UPDATE schedules
+   SET next_fire_at = CASE WHEN revision = $3 THEN $4 ELSE next_fire_at END,
+       due_at = CASE WHEN revision = $3 THEN $5 ELSE due_at END,
+       buffered_for = CASE WHEN revision = $3 THEN $6 ELSE buffered_for END,
+       last_run_id = CASE WHEN last_run_id IS NULL OR $7::text > last_run_id THEN $7
+                          ELSE last_run_id END,
+       last_fired_for = greatest(last_fired_for, $8),
+       fired = fired + $9, skipped = skipped + $10, missed = missed + $11,
+       claimed_by = NULL, claimed_until = NULL, updated_at = now()
+ WHERE id = $1 AND claimed_by = $2
+RETURNING 1;
+
+-- name: note_schedule_run
+-- A trigger's run: the schedule's newest, counted as fired.
+UPDATE schedules
+   SET last_run_id = CASE WHEN last_run_id IS NULL OR $2::text > last_run_id THEN $2
+                          ELSE last_run_id END,
+       fired = fired + 1, updated_at = now()
+ WHERE id = $1;
+
+-- name: next_schedule_due
+SELECT min(due_at) FROM schedules WHERE NOT paused;
+
+-- name: insert_schedule_events
+INSERT INTO schedule_events (schedule_id, kind, scheduled_for, run_id, detail, actor)
+SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::text[], $6::text[]);
+
+-- name: schedule_events
+SELECT id, schedule_id, at, kind, scheduled_for, run_id, detail, actor
+  FROM schedule_events WHERE schedule_id = $1 ORDER BY id DESC LIMIT $2;
+
+-- name: delete_schedule_events
+DELETE FROM schedule_events WHERE schedule_id = $1;
+
+-- name: run_status
+-- A run's status (a schedule's overlap policy asks whether its last run goes).
+SELECT status FROM workflow_runs WHERE id = $1;
+
+-- name: set_run_schedule
+-- The schedule and fire time a run was started for, in its start's transaction.
+UPDATE workflow_runs SET schedule_id = $2, scheduled_for = $3 WHERE id = $1 RETURNING 1;
+
+-- name: list_runs_by_schedule
+SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at,
+       started_by, labels
+  FROM workflow_runs
+ WHERE id < $1 AND id >= $2 AND schedule_id = $4 AND ($5::text IS NULL OR status = $5)
+ ORDER BY id DESC
+ LIMIT $3;
+
+-- name: insert_backfill
+INSERT INTO schedule_backfills (id, schedule_id, start_at, end_at, overlap, total, requested_by)
+VALUES ($1, $2, $3, $4, $5, $6, $7);
+
+-- name: claim_backfills
+-- Backfills going that no live claim holds, oldest first, claimed by $2 until $3.
+UPDATE schedule_backfills b
+   SET claimed_by = $2, claimed_until = $3
+  FROM (SELECT id FROM schedule_backfills
+         WHERE finished_at IS NULL AND (claimed_until IS NULL OR claimed_until < $1)
+         ORDER BY created_at
+         LIMIT $4
+           FOR UPDATE SKIP LOCKED) going
+ WHERE b.id = going.id
+RETURNING b.id, b.schedule_id, b.start_at, b.end_at, b.overlap, b.cursor, b.total, b.started,
+          b.skipped, b.last_run_id, b.requested_by, b.created_at, b.finished_at;
+
+-- name: finish_backfill_claim
+UPDATE schedule_backfills
+   SET cursor = $3, started = started + $4, skipped = skipped + $5,
+       last_run_id = coalesce($6, last_run_id),
+       finished_at = CASE WHEN $7 THEN now() END,
+       claimed_by = NULL, claimed_until = NULL
+ WHERE id = $1 AND claimed_by = $2
+RETURNING 1;
+
+-- name: schedule_backfills
+SELECT id, schedule_id, start_at, end_at, overlap, cursor, total, started, skipped, last_run_id,
+       requested_by, created_at, finished_at
+  FROM schedule_backfills WHERE schedule_id = $1 ORDER BY created_at DESC LIMIT $2;
+
+-- name: get_backfill
+SELECT id, schedule_id, start_at, end_at, overlap, cursor, total, started, skipped, last_run_id,
+       requested_by, created_at, finished_at
+  FROM schedule_backfills WHERE id = $1;
