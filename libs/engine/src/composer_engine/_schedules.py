@@ -55,8 +55,10 @@ from composer_engine.errors import (
 
 log = logging.getLogger("composer.schedules")
 
-#: How long a pass's claim on a schedule holds before another replica may take it.
-CLAIM_SECONDS = 60.0
+#: How long a pass's claim on a schedule holds before another replica may take it: how
+#: late a fire can be after the replica that claimed it died. A pass that outlasts its
+#: claim is safe (a second replica's starts find the same runs), only wasted work.
+CLAIM_SECONDS = 5.0
 #: A schedule with a fire kept for its last run's end (buffer_one) is looked at again
 #: this soon.
 RECHECK_SECONDS = 1.0

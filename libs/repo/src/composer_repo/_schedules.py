@@ -95,7 +95,10 @@ async def insert_schedule(
 @translated
 async def get_schedule(conn: Connection, schedule_id: str, *, lock: bool = False) -> ScheduleRecord:
     """The schedule (locked FOR UPDATE with ``lock``); NotFound when there is none."""
-    r = await conn.fetchrow(q("lock_schedule" if lock else "get_schedule"), schedule_id)
+    if lock:
+        r = await conn.fetchrow(q("lock_schedule"), schedule_id)
+    else:
+        r = await conn.fetchrow(q("get_schedule"), schedule_id)
     if r is None:
         raise NotFound(f"no schedule {schedule_id!r}")
     return _schedule(r)

@@ -3,7 +3,7 @@
 Each pass claims the schedules whose due time came (``Engine.schedules.fire_due``)
 and starts one run per fire time under a key made of the schedule and the time,
 so any number of replicas, a restart or a crash mid-pass never start a fire
-twice; a replica that dies with a claim lets it run out (a minute) and the next
+twice; a replica that dies with a claim lets it run out (5 s) and the next
 pass repeats its starts, which find their runs. Between passes it sleeps until
 the soonest due time, at most ``poll_seconds``; a TIMER hint (a schedule created,
 resumed, triggered or backfilled) cuts the sleep short.
