@@ -10,6 +10,9 @@ Timer lag (fire - due, the commit of TimerFired minus the wait's wake_at):
 - ``light``: 100 one-second waits started at 100 per second: the lag of the
   mechanism itself (sleep until due, one transaction) when nothing queues.
 
+Schedule fire lag (docs/architecture.md §6.8): 1,000 schedules due at the same
+instant; lag = each run's start minus its fire time (``schedule_lag_*``).
+
 The timer runs as in production, a process of its own with its default
 settings (8 waits at once), beside the in-process stack of the end-to-end
 tests that starts the runs. Both times are the database's.
@@ -47,6 +50,7 @@ ADMIN_URL = os.environ.get(
 )
 REDIS_URL = os.environ.get("COMPOSER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 WAITS = 1000
+SCHEDULES = 1000
 LEASE_TTL = 2.0
 SWEEP_INTERVAL = 0.5
 TRIALS = 3
@@ -103,6 +107,50 @@ async def _timer_lag(
         f"{label}_lag_p50_ms": statistics.median(lags),
         f"{label}_lag_p99_ms": percentile(lags, 0.99),
         f"{label}_lag_max_ms": max(lags),
+    }
+
+
+async def _schedule_lag(stack: Stack, n: int = SCHEDULES) -> dict[str, float]:
+    """``n`` schedules of ``every_seconds: 20``, all due at the same instant (made
+    paused, then let go together for a fire time at least 3 s ahead): lag = each run's start (its
+    row's created_at, the start transaction's time) minus its fire time, both the
+    database's clock. The timer process fires them with its default settings."""
+    from composer_core.schedules import ScheduleSpec
+
+    await stack.deploy(
+        {
+            "id": "bench-scheduled",
+            "nodes": [{"id": "go", "type": "TASK", "queue": "unserved", "spec": {}}],
+        }
+    )
+    for i in range(n):  # made paused, then all let go at once for the same fire time
+        spec = ScheduleSpec(id=f"bench-{i}", every_seconds=20, paused=True)
+        await stack.engine.schedules.create("bench-scheduled", spec)
+    async with repo.connection(stack.pool) as conn:
+        fire = await conn.fetchval(
+            "SELECT to_timestamp(ceil((extract(epoch FROM now()) + 3) / 20) * 20)"
+        )
+        await conn.execute(
+            "UPDATE schedules SET paused = false, next_fire_at = $1, due_at = $1", fire
+        )
+        deadline = time.monotonic() + 90
+        while True:
+            rows = await conn.fetch(
+                "SELECT extract(epoch FROM created_at - scheduled_for) AS lag FROM workflow_runs "
+                "WHERE workflow_id = 'bench-scheduled' AND scheduled_for = $1",
+                fire,
+            )
+            if len(rows) >= n or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.5)
+        await conn.execute("DELETE FROM schedules")
+    lags = [float(r["lag"]) * 1000 for r in rows]
+    assert len(lags) == n, f"{len(lags)} of {n} schedules fired at {fire}"
+    return {
+        "schedules": float(n),
+        "schedule_lag_p50_ms": statistics.median(lags),
+        "schedule_lag_p99_ms": percentile(lags, 0.99),
+        "schedule_lag_max_ms": max(lags),
     }
 
 
@@ -214,6 +262,7 @@ async def main() -> dict[str, float]:
                 lead = max(5.0, 2 * figures["spread_starts_s"] + 2)
                 due = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=lead)
                 figures |= await _timer_lag(stack, {"until": due.isoformat()}, "burst")
+                figures |= await _schedule_lag(stack)
             finally:
                 timer.send_signal(signal.SIGTERM)
                 await asyncio.wait_for(timer.wait(), 30)

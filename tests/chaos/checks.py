@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import datetime as dt
+import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from typing import Any
 import composer_queue
 import composer_repo as repo
 from tests.chaos.driver import DrivenRun
-from tests.chaos.shapes import LIMITED_MAX_RUNS
+from tests.chaos.shapes import LIMITED_MAX_RUNS, SCHEDULE_EVERY, SCHEDULE_ID
 
 ACTIVE = {"PENDING", "QUEUED", "RUNNING", "WAITING"}
 #: Below this, two intervals touching are clock rounding, not an overlap.
@@ -564,3 +565,31 @@ def _reexecutions(report: Report, by_task: dict[str, list[Execution]], total: in
 
 def utc(ts: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(ts, dt.UTC)
+
+
+async def check_schedule(pool: repo.Pool, report: Report) -> None:
+    """Check 10: the chaos schedule (paused first) started each of its fire times from
+    the first to the last exactly once, whatever was killed meanwhile."""
+    async with repo.connection(pool) as conn:
+        await conn.execute("UPDATE schedules SET paused = true WHERE id = $1", SCHEDULE_ID)
+        rows = await conn.fetch(
+            "SELECT scheduled_for FROM workflow_runs WHERE schedule_id = $1 ORDER BY scheduled_for",
+            SCHEDULE_ID,
+        )
+    times = [r[0] for r in rows]
+    step = dt.timedelta(seconds=SCHEDULE_EVERY)
+    doubled = sum(1 for a, b in itertools.pairwise(times) if a == b)
+    distinct = sorted(set(times))
+    missing = sum(round((b - a) / step) - 1 for a, b in itertools.pairwise(distinct))
+    ok = bool(times) and not doubled and not missing
+    report.figure(
+        "schedule fires (every 2 s): started, doubled, missing",
+        f"{len(times)}, {doubled}, {missing}",
+        ok=ok,
+    )
+    if not times:
+        report.violation(f"schedule {SCHEDULE_ID} started no run")
+    if doubled or missing:
+        report.violation(
+            f"schedule {SCHEDULE_ID}: {doubled} fire time(s) started twice, {missing} missing"
+        )

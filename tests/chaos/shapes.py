@@ -43,7 +43,17 @@ BRANCHES = [f"b{i:02d}" for i in range(FORK_WIDTH)]
 LIMITED_MAX_RUNS = 2
 CUSTOMERS = ("acme", "globex", "initech", "umbrella")
 
+#: A schedule of its own, fired by the timer through every fault (check 10: each fire
+#: time from the first to the last started once).
+SCHEDULE_ID = "chaos-every2"
+SCHEDULE_EVERY = 2
+
 WORKFLOWS: dict[str, dict[str, Any]] = {
+    "chaos-scheduled": {
+        "id": "chaos-scheduled",
+        "schedules": [{"id": SCHEDULE_ID, "every_seconds": SCHEDULE_EVERY, "overlap": "allow_all"}],
+        "nodes": [{"id": "nap", "type": "WAIT", "spec": {"duration_seconds": 0.1}}],
+    },
     "chaos-chain": {
         "id": "chaos-chain",
         "nodes": [_task(n) for n in ("a", "b", "c", "d")],

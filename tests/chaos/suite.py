@@ -20,7 +20,7 @@ from pathlib import Path
 
 import composer_queue
 import composer_repo as repo
-from tests.chaos.checks import Report, check, gather_runs, gather_streams
+from tests.chaos.checks import Report, check, check_schedule, gather_runs, gather_streams
 from tests.chaos.cluster import PREFIX, Cluster, Timings
 from tests.chaos.driver import Driver
 from tests.chaos.faults import Injector
@@ -122,10 +122,11 @@ async def run_suite(cfg: Config) -> Outcome:
         try:
             facts = await gather_runs(pool, driver.driven)
             now = await gather_streams(pool, redis, PREFIX)
+            report = check(facts, read_ledger(cluster.ledger_dir), now)
+            await check_schedule(pool, report)
         finally:
             await redis.close()
             await pool.close()
-        report = check(facts, read_ledger(cluster.ledger_dir), now)
         report.figure("seed", seed)
         report.figure("faults injected", injector.counts())
         report.figure(

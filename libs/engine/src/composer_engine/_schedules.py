@@ -13,6 +13,7 @@ a pause, resume or deploy in between keeps its own fire times.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
@@ -357,9 +358,15 @@ class Schedules:
         return await self._shell.in_tx(lambda tx: repo.next_schedule_due(tx.conn), attempts=1)
 
     async def fire_due(
-        self, *, token: str, now: dt.datetime | None = None, limit: int = 100
+        self,
+        *,
+        token: str,
+        now: dt.datetime | None = None,
+        limit: int = 100,
+        concurrency: int = 8,
     ) -> FirePass:
-        """Claim the due schedules (at most ``limit``) and start their fires: one pass.
+        """Claim the due schedules (at most ``limit``) and start their fires, the
+        schedules ``concurrency`` at a time (each schedule's fires in order): one pass.
         ``token`` names this replica's claims."""
         now = now or utcnow()
         until = now + dt.timedelta(seconds=CLAIM_SECONDS)
@@ -367,8 +374,16 @@ class Schedules:
             lambda tx: repo.claim_due_schedules(tx.conn, now, token, until, limit), attempts=1
         )
         out = FirePass(schedules=len(claimed))
-        for record in claimed:
-            await self._fire(record, token, now, out)
+        slots = asyncio.Semaphore(concurrency)
+
+        async def fire(record: repo.ScheduleRecord) -> None:
+            async with slots:
+                await self._fire(record, token, now, out)
+
+        results = await asyncio.gather(*(fire(r) for r in claimed), return_exceptions=True)
+        failure = next((r for r in results if isinstance(r, BaseException)), None)
+        if failure is not None:  # the others' outcomes are written; theirs runs out
+            raise failure
         backfills = await self._shell.in_tx(
             lambda tx: repo.claim_backfills(tx.conn, now, token, until, 10), attempts=1
         )

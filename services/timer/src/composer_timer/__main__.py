@@ -40,6 +40,7 @@ async def serve(settings: TimerSettings) -> None:
             rt.queue,
             prefix=settings.redis_prefix,
             batch_size=settings.schedule_batch_size,
+            concurrency=settings.timer_concurrency,
             poll_seconds=settings.schedule_poll_seconds,
         )
         # the runtime closes the engine, then the pool

@@ -44,6 +44,8 @@ class ScheduleFirer:
     redis: cq.Queue
     prefix: str = "composer"
     batch_size: int = 100
+    #: Schedules fired at once (each start is a transaction of its own).
+    concurrency: int = 8
     poll_seconds: float = 1.0
     clock: Callable[[], dt.datetime] = utcnow
     token: str = field(default_factory=_token)
@@ -86,7 +88,7 @@ class ScheduleFirer:
     async def fire_due(self) -> bool:
         """One pass; True when it claimed a full batch (look again at once)."""
         done = await self.engine.schedules.fire_due(
-            token=self.token, now=self.clock(), limit=self.batch_size
+            token=self.token, now=self.clock(), limit=self.batch_size, concurrency=self.concurrency
         )
         self.started += done.started
         self.skipped += done.skipped
