@@ -8,6 +8,7 @@ Redis prefix, for tests that need runs to finish.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import uuid
 from collections.abc import AsyncIterator
@@ -22,6 +23,7 @@ from aiohttp import web
 from composer_api_gateway import GatewayConfig, create_app
 from composer_service import EngineConfig, RuntimeConfig, serving
 from composer_service.engines import DEFAULT_MAX_CHILD_DEPTH
+from composer_timer.schedules import ScheduleFirer
 from tests.integration.e2e.conftest import Stack, open_stack
 
 TOKENS = {"admin": "adm-secret", "operator": "op-secret", "viewer": "view-secret"}
@@ -148,6 +150,19 @@ async def live(database_url: str, redis_url: str) -> AsyncIterator[Live]:
         open_stack(database_url, redis_url) as stack,
         open_gateway(database_url, redis_url, prefix=stack.prefix) as gw,
     ):
+        yield Live(gw, stack)
+
+
+@pytest.fixture
+async def scheduled(database_url: str, redis_url: str) -> AsyncIterator[Live]:
+    """``live`` with the timer service's schedule firer running on the stack's prefix
+    (as services/timer runs it), so schedules fire and backfills advance."""
+    async with (
+        open_stack(database_url, redis_url) as stack,
+        open_gateway(database_url, redis_url, prefix=stack.prefix) as gw,
+    ):
+        firer = ScheduleFirer(stack.engine, stack.redis, prefix=stack.prefix, poll_seconds=0.2)
+        stack.tasks.append(asyncio.create_task(firer.run(stack.stop), name="schedule-firer"))
         yield Live(gw, stack)
 
 

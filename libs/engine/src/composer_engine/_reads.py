@@ -173,11 +173,14 @@ class Reads:
         labels: Mapping[str, str] | None = None,
         created_after: dt.datetime | None = None,
         created_before: dt.datetime | None = None,
+        schedule_id: str | None = None,
         cursor: str | None = None,
         limit: int = 50,
     ) -> RunListing:
         """A page of runs, newest first (``cursor``: the previous page's ``next_cursor``),
-        of those that match every filter given (``labels``: each must match)."""
+        of those that match every filter given (``labels``: each must match);
+        ``schedule_id`` (the runs a schedule started) combines with ``status`` and the
+        creation times only."""
 
         async def read(tx: Tx) -> RunListing:
             page = await repo.list_runs(
@@ -187,6 +190,7 @@ class Reads:
                 labels=labels,
                 created_after=created_after,
                 created_before=created_before,
+                schedule_id=schedule_id,
                 cursor=cursor,
                 limit=limit,
             )

@@ -8,6 +8,7 @@ redacted), so naming them here adds no copy.
 from __future__ import annotations
 
 from composer_repo import (
+    BackfillRecord,
     Definition,
     DefinitionVersion,
     Dropped,
@@ -18,6 +19,8 @@ from composer_repo import (
     LostDispatch,
     OperationRecord,
     OutboxMessage,
+    ScheduleEvent,
+    ScheduleRecord,
     TaskAttempt,
     TaskLogRecord,
     TaskRecord,
@@ -30,6 +33,7 @@ from composer_repo import (
 )
 
 __all__ = [
+    "BackfillRecord",
     "Definition",
     "DefinitionVersion",
     "Dropped",
@@ -40,6 +44,8 @@ __all__ = [
     "LostDispatch",
     "OperationRecord",
     "OutboxMessage",
+    "ScheduleEvent",
+    "ScheduleRecord",
     "TaskAttempt",
     "TaskLogRecord",
     "TaskRecord",

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from composer_core.kinds import KINDS, Category, NodeKind, NodeType
 from composer_core.model import Node, RunStatus, TaskState, WorkflowSpec
+from composer_core.schedules import Overlap, ScheduleSpec
 from composer_engine import HISTORY_KINDS
 
 #: Any JSON value (inputs, outputs, payloads).
@@ -315,6 +316,16 @@ class Run(Response):
         default_factory=list,
         description="the runs its SUB_WORKFLOW nodes started, oldest first (at most 1,000)",
     )
+    schedule_id: str | None = Field(
+        default=None,
+        description="the schedule that started it (GET /v1/schedules/{schedule_id}); null: "
+        "none. Its started_by is then `schedule <id>`",
+    )
+    scheduled_for: dt.datetime | None = Field(
+        default=None,
+        description="the fire time it was started for (a trigger's: when it was triggered; "
+        "a backfill's: the past fire time); null when no schedule started it",
+    )
 
 
 class RunSummary(Response):
@@ -354,6 +365,14 @@ class RunListQuery(Request):
     )
     created_after: dt.datetime | None = None
     created_before: dt.datetime | None = None
+    schedule_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=64,
+        description="only the runs this schedule started (its fires, triggers and "
+        "backfills); combines with status, created_after and created_before, not with "
+        "workflow_id or label",
+    )
     cursor: str | None = Field(default=None, max_length=200)
     limit: int = Field(default=50, ge=1, le=1000)
 
@@ -730,4 +749,154 @@ class WorkerList(Response):
     )
     live_seconds: float = Field(
         description="COMPOSER_WORKER_LIVE_SECONDS: a worker not seen for longer is LOST"
+    )
+
+
+# -- schedules -----------------------------------------------------------------------
+
+_SCHEDULE_INPUT = (
+    "the input of every run it starts; stored in plain text, never sealed (whatever "
+    "COMPOSER_ENCRYPTION_KEYS says): put no secrets in it"
+)
+
+
+class NewSchedule(ScheduleSpec):
+    """A schedule to store: the fields of a definition's ``schedules:`` entry
+    (docs/nodes.md, ScheduleSpec), and the workflow whose runs it starts."""
+
+    workflow_id: str = Field(
+        min_length=1,
+        max_length=64,
+        description="the workflow it starts runs of (its deployed version at each fire)",
+    )
+
+
+class ScheduleEventView(Response):
+    """One thing that happened to a schedule."""
+
+    kind: str = Field(
+        description="created, deployed (written by a definition), paused, resumed, fired "
+        "(a fire started its run), triggered, skipped (the overlap policy held a fire back), "
+        "buffered (kept for the last run's end), missed (fires older than the catch-up "
+        "window, not started), failed (the run could not start), backfill"
+    )
+    at: dt.datetime = Field(description="when it was recorded")
+    scheduled_for: dt.datetime | None = Field(
+        default=None, description="the fire time it concerns (missed: the first one)"
+    )
+    run_id: str | None = Field(default=None, description="the run it started, if any")
+    detail: str | None = None
+    actor: str | None = Field(
+        default=None, description="the API token that did it (pause, resume, trigger…)"
+    )
+
+
+class BackfillView(Response):
+    """A backfill: the schedule's fire times over [start, end], started in the background."""
+
+    id: str
+    start: dt.datetime
+    end: dt.datetime
+    overlap: Literal["allow_all", "skip", "buffer_all"]
+    total: int = Field(description="the fire times in the range")
+    started: int = Field(description="runs started (or found started) so far")
+    skipped: int = Field(description="fire times skipped (overlap skip, or a refused start)")
+    done: bool = Field(description="every fire time of the range is handled")
+    last_run_id: str | None = None
+    requested_by: str | None = None
+    created_at: dt.datetime
+    finished_at: dt.datetime | None = None
+
+
+class Schedule(Response):
+    """A schedule: its spec, where it came from, when it fires next and what it did."""
+
+    id: str
+    workflow_id: str
+    source: Literal["definition", "api"] = Field(
+        description="definition: a deployed version's `schedules:` wrote it (deploy a "
+        "version without it to remove it); api: POST /v1/schedules"
+    )
+    paused: bool
+    cron: str | None = None
+    every_seconds: int | None = None
+    timezone: str
+    input: dict[str, JsonValue] | None = Field(
+        default=None, description=_SCHEDULE_INPUT + "; null when redacted"
+    )
+    overlap: Overlap
+    catchup_window_seconds: int
+    jitter_seconds: int
+    next_fire_at: dt.datetime | None = Field(
+        description="its next fire time (before jitter); null while paused"
+    )
+    next_fires: list[dt.datetime] | None = Field(
+        default=None,
+        description="GET /v1/schedules/{schedule_id}: its next five fire times (empty "
+        "while paused); absent from the listing",
+    )
+    last_run_id: str | None = Field(description="the run its last fire or trigger started")
+    last_fired_for: dt.datetime | None = Field(description="the last fire time it handled")
+    buffered_for: dt.datetime | None = Field(
+        description="overlap buffer_one: the fire time that waits for the last run's end"
+    )
+    fired: int = Field(description="fires that started a run")
+    skipped: int = Field(description="fires the overlap policy skipped (or whose start failed)")
+    missed: int = Field(description="fires older than the catch-up window, not started")
+    created_by: str | None = Field(
+        description="the API token that created it; null for one a definition wrote"
+    )
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    redacted: bool = _redacted("input")
+    events: list[ScheduleEventView] | None = Field(
+        default=None,
+        description="GET /v1/schedules/{schedule_id}: its last 50 events, newest first",
+    )
+    backfills: list[BackfillView] | None = Field(
+        default=None,
+        description="GET /v1/schedules/{schedule_id}: its last 20 backfills, newest first",
+    )
+
+
+class ScheduleList(Response):
+    schedules: list[Schedule] = Field(description="by id")
+
+
+class ScheduleListQuery(Request):
+    workflow_id: str | None = Field(
+        default=None, max_length=64, description="only the schedules of this workflow"
+    )
+
+
+class ScheduleDeleted(Response):
+    id: str
+    deleted: bool = True
+
+
+class TriggerSchedule(Request):
+    overlap: Overlap | None = Field(
+        default=None,
+        description="the overlap policy for this fire; default: the schedule's own",
+    )
+
+
+class ScheduleTriggered(Response):
+    schedule_id: str
+    started: bool = Field(
+        description="true: a run was started (or, with a repeated Idempotency-Key, found); "
+        "false: the overlap policy held it back (its last run still goes)"
+    )
+    run_id: str | None = Field(description="the run; null when not started")
+    detail: str = Field(description="what the overlap policy did, for a person")
+
+
+class BackfillSchedule(Request):
+    start: dt.datetime = Field(description="the first fire time to consider (with a time zone)")
+    end: dt.datetime = Field(description="the last (with a time zone); at most 10,000 fires")
+    overlap: Literal["allow_all", "skip", "buffer_all"] = Field(
+        default="allow_all",
+        description="allow_all: every fire time starts its run at once; skip: a fire time "
+        "while the backfill's last run still goes is skipped; buffer_all: each waits for "
+        "the one before to end",
     )

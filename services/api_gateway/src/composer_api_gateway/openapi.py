@@ -29,6 +29,7 @@ _PARAM_SCHEMAS: dict[str, dict[str, Any]] = {
     "workflow_id": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"},
     "version": {"type": "integer", "minimum": 1},
     "name": {"type": "string", "minLength": 1, "maxLength": 200},
+    "schedule_id": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"},
 }
 
 
@@ -141,6 +142,10 @@ def build_spec(routes: tuple[Route, ...] = ROUTES, *, version: str = "0.1.0") ->
         "tags": [
             {"name": "workflows", "description": "Workflow definitions and their versions"},
             {"name": "runs", "description": "Runs of workflows"},
+            {
+                "name": "schedules",
+                "description": "Schedules that start runs at cron or interval fire times",
+            },
             {"name": "operations", "description": "Liveness, the caller's role and this document"},
         ],
         "paths": paths,

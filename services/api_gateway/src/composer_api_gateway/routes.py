@@ -14,9 +14,20 @@ from typing import Literal
 from aiohttp import web
 from pydantic import BaseModel
 
-from composer_api_gateway import definitions, history, limits, operations, ops, runs, workers
+from composer_api_gateway import (
+    definitions,
+    history,
+    limits,
+    operations,
+    ops,
+    runs,
+    schedules,
+    workers,
+)
 from composer_api_gateway.auth import Role
 from composer_api_gateway.models import (
+    BackfillSchedule,
+    BackfillView,
     BulkCancel,
     BulkRetry,
     CancelRun,
@@ -30,6 +41,7 @@ from composer_api_gateway.models import (
     LimitList,
     MapItems,
     MapItemsQuery,
+    NewSchedule,
     Operation,
     OperationStarted,
     PauseRun,
@@ -40,15 +52,28 @@ from composer_api_gateway.models import (
     RunListQuery,
     RunLogs,
     RunStarted,
+    Schedule,
+    ScheduleDeleted,
+    ScheduleList,
+    ScheduleListQuery,
+    ScheduleTriggered,
     SetRateLimit,
     SignalDelivered,
     StartRun,
     TaskLogsQuery,
+    TriggerSchedule,
     VersionDetail,
     WorkerList,
     WorkflowDeleted,
     WorkflowDetail,
     WorkflowList,
+)
+
+#: What every answer with a schedule says about its input.
+SCHEDULE_INPUT = (
+    " A schedule's `input` is never sealed. For a viewer token it is null with "
+    "`redacted: true`, unless its workflow's deployed version sets "
+    "`viewers_see_payloads: true`."
 )
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -183,7 +208,10 @@ ROUTES: tuple[Route, ...] = (
         {200: RunList},
         query=RunListQuery,
         errors=(400, 503),
-        description="Pass the answer's next_cursor as ?cursor= for the next page." + REDACTED,
+        description="Pass the answer's next_cursor as ?cursor= for the next page. "
+        "`?schedule_id=` lists the runs a schedule started (its fires, triggers and "
+        "backfills); it combines with status and the creation times, not with workflow_id "
+        "or label (400)." + REDACTED,
     ),
     # before /v1/runs/{run_id}/…: "bulk" is no run id
     Route(
@@ -385,6 +413,126 @@ ROUTES: tuple[Route, ...] = (
         "marker line counts what was dropped). `?node=` keeps one node's attempts. For a "
         "viewer token the lines are null with `redacted: true`, unless the run's workflow "
         "sets `viewers_see_payloads: true`.",
+    ),
+    Route(
+        "POST",
+        "/v1/schedules",
+        schedules.create,
+        "Create a schedule",
+        "schedules",
+        Role.OPERATOR,
+        {201: Schedule},
+        body=NewSchedule,
+        errors=(400, 404, 409, 413, 503),
+        description="The fields of a definition's `schedules:` entry (docs/nodes.md, "
+        "ScheduleSpec) and `workflow_id`, the workflow whose deployed version each fire "
+        "starts (404 when it has none). Every problem (a cron expression or a time zone "
+        "that does not parse, both or neither of cron and every_seconds) answers 400 "
+        "naming its field. An id in use answers 409. The answer is the schedule with its "
+        "next five fire times. The `input` is stored in plain text and never sealed; it is "
+        "held to COMPOSER_MAX_RUN_INPUT_BYTES (413), and each fire's start checks it "
+        "against the version's input_schema (a refused start is recorded as a `failed` "
+        "event). The timer service fires schedules." + SCHEDULE_INPUT,
+    ),
+    Route(
+        "GET",
+        "/v1/schedules",
+        schedules.list_schedules,
+        "List schedules",
+        "schedules",
+        Role.VIEWER,
+        {200: ScheduleList},
+        query=ScheduleListQuery,
+        errors=(400, 503),
+        description="Every schedule, by id, made through the API or by a deployed "
+        "definition's `schedules:` (`source`), with its next fire time and counts of fires "
+        "started, skipped and missed." + SCHEDULE_INPUT,
+    ),
+    Route(
+        "GET",
+        "/v1/schedules/{schedule_id}",
+        schedules.show,
+        "One schedule with its next fires, events and backfills",
+        "schedules",
+        Role.VIEWER,
+        {200: Schedule},
+        errors=(404, 503),
+        description="With `next_fires` (the next five fire times, before jitter; empty "
+        "while paused), `events` (newest first: fires started, skipped by the overlap "
+        "policy, missed while the timer was down, buffered, failed starts, pauses, "
+        "triggers, backfills, with who did them) and `backfills`. Its runs: "
+        "GET /v1/runs?schedule_id=." + SCHEDULE_INPUT,
+    ),
+    Route(
+        "DELETE",
+        "/v1/schedules/{schedule_id}",
+        schedules.delete,
+        "Delete a schedule",
+        "schedules",
+        Role.OPERATOR,
+        {200: ScheduleDeleted},
+        errors=(404, 409, 503),
+        description="It fires no more; its runs stay (and keep their schedule_id), its "
+        "events and backfills go. A schedule a definition wrote (`source: definition`) "
+        "answers 409: deploy a version without it, or pause it.",
+    ),
+    Route(
+        "POST",
+        "/v1/schedules/{schedule_id}/pause",
+        schedules.pause,
+        "Pause a schedule",
+        "schedules",
+        Role.OPERATOR,
+        {200: Schedule},
+        errors=(404, 503),
+        description="It fires no more until resumed; its runs go on. Pausing a paused "
+        "schedule changes nothing. Recorded as a `paused` event with the token's name.",
+    ),
+    Route(
+        "POST",
+        "/v1/schedules/{schedule_id}/resume",
+        schedules.resume,
+        "Resume a paused schedule",
+        "schedules",
+        Role.OPERATOR,
+        {200: Schedule},
+        errors=(404, 503),
+        description="It fires again from its next fire time after now: the fire times "
+        "that fell while it was paused are not made up (a backfill starts them). Resuming "
+        "a schedule that is not paused changes nothing.",
+    ),
+    Route(
+        "POST",
+        "/v1/schedules/{schedule_id}/trigger",
+        schedules.trigger,
+        "Fire a schedule now",
+        "schedules",
+        Role.OPERATOR,
+        {200: ScheduleTriggered},
+        body=TriggerSchedule,
+        errors=(400, 404, 413, 503),
+        description="Starts a run now, outside the schedule's fire times (paused or not), "
+        "under its overlap policy or the body's `overlap`: while its last run still goes, "
+        "skip and buffer_one answer `started: false` (recorded as `skipped`), cancel_other "
+        "cancels that run first. The run carries `schedule_id` and `scheduled_for` (now). "
+        "With an Idempotency-Key header, a request sent again (its answer lost) starts "
+        "no second run.",
+        body_required=False,
+    ),
+    Route(
+        "POST",
+        "/v1/schedules/{schedule_id}/backfill",
+        schedules.backfill,
+        "Start a schedule's past fire times",
+        "schedules",
+        Role.OPERATOR,
+        {202: BackfillView},
+        body=BackfillSchedule,
+        errors=(400, 404, 413, 503),
+        description="Answers 202 with the backfill at once; the timer service starts one "
+        "run per fire time in [start, end] in the background (at most 10,000; 400 past "
+        "that), each with `scheduled_for` that fire time. A fire time that already has "
+        "its run is not started again. Progress: the schedule's `backfills`.",
     ),
     Route(
         "GET",

@@ -141,6 +141,8 @@ async def load(request: web.Request, run_id: str) -> Run:
             task_id=r.parent.task_id,
             attempt=r.parent.attempt,
         ),
+        schedule_id=r.schedule_id,
+        scheduled_for=r.scheduled_for,
         children=[
             RunChild(
                 run_id=c.run_id,
@@ -290,6 +292,11 @@ async def list_runs(request: web.Request) -> web.Response:
         labels = run_labels.parse_filter(query.label)
     except ValueError as exc:
         raise bad_request(str(exc)) from exc
+    if query.schedule_id is not None and (query.workflow_id is not None or labels):
+        raise bad_request(
+            "schedule_id combines with status, created_after and created_before, not with "
+            "workflow_id or label"
+        )
     if labels is None:  # one key asked with two values: no run matches
         return json_response(RunList(runs=[], next_cursor=None))
     cursor = decode_cursor(query.cursor) if query.cursor else None
@@ -300,6 +307,7 @@ async def list_runs(request: web.Request) -> web.Response:
         labels=labels,
         created_after=query.created_after,
         created_before=query.created_before,
+        schedule_id=query.schedule_id,
         cursor=cursor,
         limit=query.limit,
     )
