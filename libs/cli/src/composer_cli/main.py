@@ -35,6 +35,8 @@ from composer_cli.render import (
     limits_table,
     printable_value,
     runs_table,
+    schedule_lines,
+    schedules_table,
     workers_table,
     workflows_table,
 )
@@ -240,6 +242,8 @@ def runs(client: ApiClient, a: argparse.Namespace) -> None:
         params["status"] = a.status.upper()
     if a.label:
         params["label"] = [f"{key}:{value}" for key, value in a.label]
+    if a.schedule:
+        params["schedule_id"] = a.schedule
     if a.cursor:
         params["cursor"] = a.cursor
     answer = client.call("GET", "/v1/runs", params=params)
@@ -252,6 +256,7 @@ def runs(client: ApiClient, a: argparse.Namespace) -> None:
             part
             for part in (
                 f"of workflow {a.workflow}" if a.workflow else "",
+                f"started by schedule {a.schedule}" if a.schedule else "",
                 f"with status {a.status.upper()}" if a.status else "",
                 " ".join(f"labelled {key}={value}" for key, value in a.label or ()),
             )
@@ -520,6 +525,174 @@ def limits(client: ApiClient, a: argparse.Namespace) -> None:
     echo_lines(limits_table(rows))
 
 
+# -- schedules -----------------------------------------------------------------
+
+
+def schedules_list(client: ApiClient, a: argparse.Namespace) -> None:
+    """List schedules: when each fires, its next fire, fires started, skipped, missed."""
+    params = {"workflow_id": a.workflow} if a.workflow else None
+    answer = client.call("GET", "/v1/schedules", params=params)
+    if a.as_json:
+        print_json(answer.body)
+        return
+    rows = answer.shown["schedules"]
+    if not rows:
+        which = f" of workflow {a.workflow}" if a.workflow else ""
+        echo(
+            f"no schedules{which}: add one with `composer schedules create` or a "
+            "definition's schedules:"
+        )
+        return
+    echo_lines(schedules_table(rows))
+
+
+def schedules_get(client: ApiClient, a: argparse.Namespace) -> None:
+    """Show a schedule: its next five fire times, its last runs, recent events (skipped
+    and missed fires among them) and backfills."""
+    answer = client.call("GET", f"/v1/schedules/{_path(a.id)}")
+    runs = client.call("GET", "/v1/runs", params={"schedule_id": a.id, "limit": a.runs})
+    if a.as_json:
+        print_json({**answer.body, "runs": runs.body["runs"]})
+        return
+    echo_lines(schedule_lines(answer.shown, runs.shown["runs"]))
+
+
+#: ``composer schedules create`` flags and the fields they set.
+_SCHEDULE_FLAGS = (
+    ("workflow", "workflow_id"),
+    ("id", "id"),
+    ("cron", "cron"),
+    ("every", "every_seconds"),
+    ("timezone", "timezone"),
+    ("overlap", "overlap"),
+    ("catchup", "catchup_window_seconds"),
+    ("jitter", "jitter_seconds"),
+)
+
+
+def schedules_create(client: ApiClient, a: argparse.Namespace) -> None:
+    """Create a schedule from a file (YAML or JSON: a definition's schedules: entry with
+    workflow_id) or from flags; flags given with a file override its fields."""
+    body: dict[str, Any] = {}
+    if a.file is not None:
+        body = _schedule_file(a.file)
+    for flag, field in _SCHEDULE_FLAGS:
+        value = getattr(a, flag)
+        if value is not None:
+            body[field] = value
+    if a.input is not None:
+        body["input"] = read_json(a.input, "--input")
+    if a.paused:
+        body["paused"] = True
+    for field, flag in (("workflow_id", "--workflow"), ("id", "--id")):
+        if not body.get(field):
+            raise CliError(f"say {field}: {flag}, or {field}: in the file")
+    if "cron" not in body and "every_seconds" not in body:
+        raise CliError('say when it fires: --cron "0 2 * * *" or --every SECONDS')
+    answer = client.call("POST", "/v1/schedules", json=body)
+    if a.as_json:
+        print_json(answer.body)
+        return
+    shown = answer.shown
+    echo(f"schedule {shown['id']} created: starts {shown['workflow_id']}, {_fires(shown)}")
+    for fire in shown.get("next_fires") or []:
+        echo(f"  next {_utc(fire)}")
+
+
+def _schedule_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror}") from exc
+    if path.suffix.lower() == ".json":
+        try:
+            document = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise CliError(f"{path} is not valid JSON: {exc}") from exc
+    else:
+        import yaml
+
+        try:
+            document = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise CliError(f"{path} is not valid YAML: {exc}") from exc
+    if not isinstance(document, dict):
+        raise CliError(f"{path} must hold one schedule, a mapping (id:, cron:, workflow_id: …)")
+    return document
+
+
+def _fires(schedule: dict[str, Any]) -> str:
+    from composer_cli.render import when_text
+
+    return when_text(schedule) + (" (paused)" if schedule["paused"] else "")
+
+
+def _utc(value: str | None) -> str:
+    from composer_cli.render import utc_text
+
+    return utc_text(value)
+
+
+def _path(schedule_id: str) -> str:
+    from urllib.parse import quote
+
+    return quote(schedule_id, safe="")
+
+
+def schedules_pause(client: ApiClient, a: argparse.Namespace) -> None:
+    """Pause a schedule: it fires no more until resumed (its runs go on)."""
+    shown = client.call("POST", f"/v1/schedules/{_path(a.id)}/pause").shown
+    echo(f"schedule {shown['id']} paused")
+
+
+def schedules_resume(client: ApiClient, a: argparse.Namespace) -> None:
+    """Resume a schedule from its next fire time (the fires it missed paused are not made up)."""
+    shown = client.call("POST", f"/v1/schedules/{_path(a.id)}/resume").shown
+    fires = shown.get("next_fires") or []
+    echo(f"schedule {shown['id']} resumed" + (f": next {_utc(fires[0])}" if fires else ""))
+
+
+def schedules_trigger(client: ApiClient, a: argparse.Namespace) -> None:
+    """Fire a schedule now, under its overlap policy (or --overlap); exit 1 when the
+    policy held the fire back."""
+    body = {"overlap": a.overlap} if a.overlap else {}
+    headers = {"Idempotency-Key": a.idempotency_key} if a.idempotency_key else None
+    answer = client.call("POST", f"/v1/schedules/{_path(a.id)}/trigger", json=body, headers=headers)
+    if a.as_json:
+        print_json(answer.body)
+    else:
+        shown = answer.shown
+        if shown["started"]:
+            echo(f"run {shown['run_id']} started by schedule {shown['schedule_id']}")
+        else:
+            echo(f"not started: {shown['detail']}", error=True)
+    if not answer.body["started"]:
+        raise Exit(1)
+
+
+def schedules_backfill(client: ApiClient, a: argparse.Namespace) -> None:
+    """Start a schedule's fire times from --start to --end (RFC 3339, with a time zone)
+    in the background; `composer schedules get ID` shows its progress."""
+    body = {"start": a.start, "end": a.end, "overlap": a.overlap}
+    answer = client.call("POST", f"/v1/schedules/{_path(a.id)}/backfill", json=body, ok=(202,))
+    if a.as_json:
+        print_json(answer.body)
+        return
+    shown = answer.shown
+    echo(
+        f"backfill {shown['id']}: {shown['total']} fire time(s) from {_utc(shown['start'])} "
+        f"to {_utc(shown['end'])} ({shown['overlap']}), started in the background; "
+        f"progress: composer schedules get {a.id}"
+    )
+
+
+def schedules_delete(client: ApiClient, a: argparse.Namespace) -> None:
+    """Delete a schedule made through the API (its runs stay); one a definition wrote
+    goes when a version without it is deployed."""
+    client.call("DELETE", f"/v1/schedules/{_path(a.id)}")
+    echo(f"schedule {a.id} deleted")
+
+
 # -- following a run -------------------------------------------------------------
 
 
@@ -746,6 +919,11 @@ def parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="only runs with this label; repeat for several (a run must have all)",
     )
+    sub.add_argument(
+        "--schedule",
+        metavar="ID",
+        help="only runs this schedule started (with --status at most)",
+    )
     sub.add_argument("--limit", type=_limit, default=20, help="1 to 1000 (default 20)")
     sub.add_argument("--cursor", help="the next page's cursor")
     as_json(sub)
@@ -828,6 +1006,82 @@ def parser() -> argparse.ArgumentParser:
     as_json(sub)
     sub = command(limits)
     as_json(sub)
+
+    sched = commands.add_parser(
+        "schedules",
+        help="List, create, pause, resume, trigger, backfill and delete schedules.",
+        description="Schedules start runs of a workflow at cron or interval fire times "
+        "(a definition's schedules:, or these commands). The timer service fires them.",
+    )
+    actions = sched.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    def action(fn: Callable[..., None], name: str) -> argparse.ArgumentParser:
+        doc = (fn.__doc__ or "").strip()
+        one = actions.add_parser(name, help=doc.splitlines()[0], description=doc)
+        one.set_defaults(handler=fn)
+        return one
+
+    one = action(schedules_list, "list")
+    one.add_argument("--workflow", help="only the schedules of this workflow")
+    as_json(one)
+    one = action(schedules_get, "get")
+    one.add_argument("id", help="the schedule id")
+    one.add_argument(
+        "--runs", type=_limit, default=5, help="how many of its last runs to show (default 5)"
+    )
+    as_json(one, "print the API's JSON (with its last runs as runs)")
+    one = action(schedules_create, "create")
+    one.add_argument(
+        "-f",
+        "--file",
+        type=Path,
+        help="the schedule as YAML or JSON (fields as in a "
+        "definition's schedules:, and workflow_id)",
+    )
+    one.add_argument("--workflow", help="the workflow it starts runs of")
+    one.add_argument("--id", help="the schedule's id")
+    one.add_argument("--cron", help='a cron expression, "0 2 * * *" (5 or 6 fields)')
+    one.add_argument("--every", type=int, metavar="SECONDS", help="or fire every so many seconds")
+    one.add_argument("--timezone", help="the cron expression's IANA time zone (default UTC)")
+    one.add_argument("--input", help="the input of its runs: " + JSON_HELP)
+    one.add_argument(
+        "--overlap",
+        choices=("skip", "buffer_one", "allow_all", "cancel_other"),
+        help="a fire while the last run still goes (default skip)",
+    )
+    one.add_argument(
+        "--catchup", type=int, metavar="SECONDS", help="how late a fire may still start (3600)"
+    )
+    one.add_argument("--jitter", type=int, metavar="SECONDS", help="delay fires by up to this")
+    one.add_argument("--paused", action="store_true", help="create it paused")
+    as_json(one)
+    for fn, name in ((schedules_pause, "pause"), (schedules_resume, "resume")):
+        one = action(fn, name)
+        one.add_argument("id", help="the schedule id")
+    one = action(schedules_trigger, "trigger")
+    one.add_argument("id", help="the schedule id")
+    one.add_argument(
+        "--overlap",
+        choices=("skip", "buffer_one", "allow_all", "cancel_other"),
+        help="this fire's overlap policy (default: the schedule's)",
+    )
+    one.add_argument(
+        "--idempotency-key", help="sent again with the same key, it starts no second run"
+    )
+    as_json(one)
+    one = action(schedules_backfill, "backfill")
+    one.add_argument("id", help="the schedule id")
+    one.add_argument("--start", required=True, help="the first time (2026-12-01T00:00:00Z)")
+    one.add_argument("--end", required=True, help="the last time, with a time zone")
+    one.add_argument(
+        "--overlap",
+        choices=("allow_all", "skip", "buffer_all"),
+        default="allow_all",
+        help="allow_all (default): every fire starts at once; skip; buffer_all: one at a time",
+    )
+    as_json(one)
+    one = action(schedules_delete, "delete")
+    one.add_argument("id", help="the schedule id")
     return top
 
 

@@ -135,6 +135,8 @@ def audit_line(run: dict[str, Any]) -> Text | None:
         )
         if run.get(key)
     ]
+    if run.get("schedule_id"):
+        parts.append(f"scheduled by {run['schedule_id']} for {utc_text(run.get('scheduled_for'))}")
     labels = run.get("labels") or {}
     if labels:
         parts.append("labels " + " ".join(f"{k}={labels[k]}" for k in sorted(labels)))
@@ -502,3 +504,139 @@ def changes(before: dict[str, Any] | None, after: dict[str, Any]) -> list[str]:
     if before is None or before["status"] != after["status"]:
         lines.append(f"run {after['status']}")
     return lines
+
+
+# -- schedules -----------------------------------------------------------------------
+
+
+def utc_text(value: str | None) -> str:
+    """A time from the API as ``2026-12-03 01:00:00 UTC`` ("-" for none)."""
+    at = parse_time(value)
+    if at is None:
+        return "-"
+    return at.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def local_text(value: str | None, timezone: str) -> str:
+    """The time in the schedule's time zone, ``02:00 Europe/Berlin`` ('' for UTC or none)."""
+    at = parse_time(value)
+    if at is None or timezone.upper() == "UTC":
+        return ""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        local = at.astimezone(ZoneInfo(timezone))
+    except (ZoneInfoNotFoundError, ValueError):
+        return ""
+    return local.strftime(f"%a %Y-%m-%d %H:%M:%S {timezone}")
+
+
+def when_text(schedule: dict[str, Any]) -> str:
+    """When it fires: ``cron 0 2 * * * (Europe/Berlin)`` or ``every 30s``."""
+    if schedule.get("cron"):
+        zone = schedule.get("timezone") or "UTC"
+        return f"cron {schedule['cron']}" + ("" if zone == "UTC" else f" ({zone})")
+    return f"every {schedule.get('every_seconds')}s"
+
+
+def schedules_table(schedules: list[dict[str, Any]], *, width: int | None = None) -> list[str]:
+    """One line per schedule: id, workflow, when it fires, paused or its next fire (UTC),
+    and its fires started / skipped / missed."""
+    return table(
+        (
+            Column("schedule"),
+            Column("workflow"),
+            Column("fires", flex=True, least=10),
+            Column("next (UTC)", keep=3),
+            Column("started", keep=2, right=True),
+            Column("skipped", keep=1, right=True),
+            Column("missed", keep=1, right=True),
+        ),
+        [
+            (
+                s["id"],
+                s["workflow_id"],
+                when_text(s),
+                ("paused", "yellow") if s["paused"] else utc_text(s.get("next_fire_at"))[:-4],
+                str(s["fired"]),
+                (str(s["skipped"]), "yellow" if s["skipped"] else ""),
+                (str(s["missed"]), "red" if s["missed"] else ""),
+            )
+            for s in schedules
+        ],
+        columns_wide=width,
+    )
+
+
+def schedule_lines(
+    schedule: dict[str, Any], runs: list[dict[str, Any]], *, width: int | None = None
+) -> list[str]:
+    """A schedule for a person: what it starts and when, its next five fire times (UTC
+    and its own time zone), its last runs, what happened lately (skipped and missed
+    fires included) and its backfills."""
+    s = schedule
+    state = "paused" if s["paused"] else "active"
+    lines = [
+        f"schedule {s['id']}  {state}  starts {s['workflow_id']}  {when_text(s)}",
+        f"  overlap {s['overlap']}  catch-up {s['catchup_window_seconds']}s  "
+        f"jitter {s['jitter_seconds']}s  source {s['source']}"
+        + (f"  created by {s['created_by']}" if s.get("created_by") else ""),
+        "  input " + (REDACTED if s.get("redacted") else compact(s.get("input") or {}, 200)),
+        f"  fires: {s['fired']} started, {s['skipped']} skipped, {s['missed']} missed"
+        + (f"; one buffered for {utc_text(s['buffered_for'])}" if s.get("buffered_for") else ""),
+        "",
+        "next fires" + ("" if s.get("next_fires") else ": none (paused)"),
+    ]
+    for fire in s.get("next_fires") or []:
+        local = local_text(fire, s.get("timezone") or "UTC")
+        lines.append(f"  {utc_text(fire)}" + (f"  ({local})" if local else ""))
+    lines += ["", "last runs" + ("" if runs else ": none yet")]
+    if runs:
+        lines += ["  " + line for line in runs_table(runs, width=(width or 120) - 2)]
+    events = s.get("events") or []
+    lines += ["", "events (newest first)" + ("" if events else ": none")]
+    if events:
+        lines += [
+            "  " + line
+            for line in table(
+                (
+                    Column("at (UTC)"),
+                    Column("event"),
+                    Column("for (UTC)", keep=2),
+                    Column("run", keep=1),
+                    Column("by", keep=3),
+                    Column("detail", flex=True),
+                ),
+                [
+                    (
+                        utc_text(e["at"])[:-4],
+                        (e["kind"], _EVENT_STYLES.get(e["kind"], "")),
+                        utc_text(e.get("scheduled_for"))[:-4] if e.get("scheduled_for") else "-",
+                        e.get("run_id") or "-",
+                        e.get("actor") or "-",
+                        summary(e.get("detail") or "", 200),
+                    )
+                    for e in events
+                ],
+                columns_wide=(width or 160) - 2,
+            )
+        ]
+    for b in s.get("backfills") or []:
+        state = "done" if b["done"] else "going"
+        lines.append(
+            f"backfill {b['id']}  {utc_text(b['start'])} to {utc_text(b['end'])}  "
+            f"{b['overlap']}  {state}: {b['started']} started, {b['skipped']} skipped "
+            f"of {b['total']}"
+        )
+    return lines
+
+
+_EVENT_STYLES = {
+    "fired": "green",
+    "triggered": "green",
+    "skipped": "yellow",
+    "buffered": "yellow",
+    "missed": "red",
+    "failed": "red",
+    "paused": "magenta",
+}
