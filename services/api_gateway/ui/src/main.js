@@ -1,5 +1,6 @@
 // The shell: sign-in, the navigation, the message bar and a hash router
-// (#/runs, #/runs/<id>, #/workflows, #/workflows/<id>, #/workers, #/limits). Each page is a
+// (#/runs, #/runs/<id>, #/workflows, #/workflows/<id>, #/schedules, #/schedules/<id>,
+// #/workers, #/limits). Each page is a
 // function that draws into the main element and returns a function that
 // stops whatever it left running (refresh timers).
 
@@ -10,6 +11,7 @@ import { runsPage } from './pages/runs.js';
 import { runPage } from './pages/run.js';
 import { workflowsPage, workflowPage } from './pages/workflows.js';
 import { limitsPage } from './pages/limits.js';
+import { schedulePage, schedulesPage } from './pages/schedules.js';
 import { workersPage } from './pages/workers.js';
 
 const main = document.getElementById('main');
@@ -64,11 +66,12 @@ function showSignIn(reason) {
 
 function drawNav() {
   nav.hidden = false;
-  const page = ['workflows', 'workers', 'limits'].find((p) => location.hash.startsWith(`#/${p}`)) || 'runs';
+  const page = ['workflows', 'schedules', 'workers', 'limits'].find((p) => location.hash.startsWith(`#/${p}`)) || 'runs';
   mount(nav,
     h('a', { class: 'brand', href: '#/runs' }, 'Composer'),
     h('a', { href: '#/runs', class: page === 'runs' ? 'active' : '' }, 'Runs'),
     h('a', { href: '#/workflows', class: page === 'workflows' ? 'active' : '' }, 'Workflows'),
+    h('a', { href: '#/schedules', class: page === 'schedules' ? 'active' : '' }, 'Schedules'),
     h('a', { href: '#/workers', class: page === 'workers' ? 'active' : '' }, 'Workers'),
     h('a', { href: '#/limits', class: page === 'limits' ? 'active' : '' }, 'Limits'),
     h('span', { class: 'spacer' }),
@@ -106,6 +109,8 @@ async function route(reason) {
   if (parts[0] === 'runs' && parts[1]) dispose = runPage(main, parts[1]);
   else if (parts[0] === 'workflows' && parts[1]) dispose = workflowPage(main, parts[1], params);
   else if (parts[0] === 'workflows') dispose = workflowsPage(main);
+  else if (parts[0] === 'schedules' && parts[1]) dispose = schedulePage(main, parts[1]);
+  else if (parts[0] === 'schedules') dispose = schedulesPage(main);
   else if (parts[0] === 'workers') dispose = workersPage(main);
   else if (parts[0] === 'limits') dispose = limitsPage(main);
   else dispose = runsPage(main, params);
