@@ -21,6 +21,7 @@ _VALUES = {
     "operation_id": "op",
     "key": "partner",
     "node_id": "n",
+    "schedule_id": "nightly",
 }
 
 

@@ -183,7 +183,12 @@ async def test_huge_and_deep_bodies_on_every_body_route(fuzz_gateway: tuple[Gate
     for route in ROUTES:
         if route.body is None:
             continue
-        path = route.path.replace("{run_id}", run_id).replace("{name}", "go").replace("{key}", "k")
+        path = (
+            route.path.replace("{run_id}", run_id)
+            .replace("{name}", "go")
+            .replace("{key}", "k")
+            .replace("{schedule_id}", "nightly")
+        )
         for body, expected in ((b"x" * (200 * 1024), {413}), (deep(30_000), {400, 422})):
             for chunked in (False, True):
                 data: Any = body
