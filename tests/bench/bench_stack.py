@@ -42,7 +42,9 @@ Workloads (sizes at ``--scale 1``):
   server has fsync on and synchronous_commit not off);
 - **w2** up to 150 runs of FORK → 100 no-op TASKs → JOIN, 20 in flight, same
   40 s limit on starting: tasks/s and join latency (the last branch's report →
-  the JOIN's completion);
+  the JOIN's completion); W2 and W6 also give the CPU per task of each process (the
+  services, the PostgreSQL backends, Redis) and of all of them
+  (``w2_cpu_postgres_ms_per_task``, …), to tell where a MAP item and a FORK branch differ;
 - **w4** 1,000 runs of one 1-second WAIT: firing lag (completion - due);
 - **w3** 5,000 starts of a 1-node workflow by 32 concurrent clients through
   POST /v1/runs: starts/s and start latency. Its TASK goes to a queue no worker
@@ -118,10 +120,11 @@ PostgreSQL backends of the scratch database and for the Redis server (with
 the machine used meanwhile (other test suites): the load these figures were
 taken under.
 
-``--profile`` runs W1 once more at the end with py-spy attached to the
-coordinator, the outbox-enqueuer, the api-gateway and a worker, and
-summarises where each spent its CPU (tests/bench/_profile.py); those figures
-are kept apart (``profile_*``) since sampling perturbs the run.
+``--profile`` runs W1 once more at the end (``--profile w2`` or ``--profile w6``:
+that workload) with py-spy attached to the coordinator, the outbox-enqueuer, the
+api-gateway and a worker, and summarises where each spent its CPU
+(tests/bench/_profile.py); those figures are kept apart (``profile_*``) since
+sampling perturbs the run.
 
 Options (``python -m tests.bench stack [options]``, or ``make bench BENCH_ARGS=…``):
 ``--only w1,ceiling`` (the ceiling needs w1), ``--scale 0.1`` (every size,
@@ -180,6 +183,8 @@ ADMIN_URL = os.environ.get(
     "COMPOSER_TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
 )
 REDIS_URL = os.environ.get("COMPOSER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+#: The workloads ``--profile`` may run again under py-spy.
+PROFILED = ("w1", "w2", "w6")
 WORKLOADS = ("idle", "w1", "ceiling", "w2", "w6", "w4", "w3", "sealing", "python", "w5")
 #: Seconds of quiet before reading pg_stat_database (idle backends flush after ~10 s).
 SETTLE = 11.5
@@ -209,7 +214,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--env", action="append", default=[], metavar="COMPOSER_X=V", help="a service setting"
     )
-    p.add_argument("--profile", action="store_true", help="profile a second W1 with py-spy")
+    p.add_argument(
+        "--profile",
+        nargs="?",
+        const="w1",
+        choices=PROFILED,
+        help="profile a second run of a workload with py-spy (w1 when none is named)",
+    )
     p.add_argument(
         "--redis",
         choices=("private", "shared"),
@@ -693,6 +704,25 @@ def cost(
     b.figures[f"{prefix}foreign_cores_w1"] = max(0.0, machine - ours) / seconds
 
 
+def task_cost(
+    b: Bench, workload: str, tasks: int, cpu0: dict[str, float], cpu1: dict[str, float]
+) -> None:
+    """CPU milliseconds per task of ``workload`` (W2, W6: a FORK branch beside a MAP
+    item) for each service process, the PostgreSQL backends, the Redis server and all
+    of them (the bench's own client left out)."""
+    per = 1000.0 / max(1, tasks)
+    delta = {k: max(0.0, v - cpu0.get(k, 0.0)) for k, v in cpu1.items() if k != "machine"}
+    postgres = sum(v for k, v in delta.items() if k.startswith("pg:"))
+    services = {k: v for k, v in delta.items() if not k.startswith("pg:")}
+    services.pop("bench", None)
+    for name, seconds in services.items():
+        b.figures[f"{workload}_cpu_{name.replace('-', '_')}_ms_per_task"] = seconds * per
+    b.figures |= {
+        f"{workload}_cpu_postgres_ms_per_task": postgres * per,
+        f"{workload}_cpu_total_ms_per_task": (sum(services.values()) + postgres) * per,
+    }
+
+
 async def sealing(b: Bench) -> None:
     """W1 with payloads sealed at rest and without, alternating (sealed, plain, sealed,
     plain), each on services restarted with (without) COMPOSER_ENCRYPTION_KEYS, in
@@ -880,9 +910,11 @@ async def ceiling(b: Bench, url: str) -> None:
 
 async def w2(b: Bench) -> None:
     in_flight = b.n(W2_IN_FLIGHT)
+    cpu0 = await b.cpu_snapshot()
     loop = await b.drive(
         "bench-fanout", b.n(W2_RUNS), in_flight=in_flight, seconds=STARTING_SECONDS * b.args.scale
     )
+    cpu1 = await b.cpu_snapshot()
     details = await b.runs(loop.run_ids)
     good = succeeded(details)
     elapsed = elapsed_since(loop.first_start, details, loop)
@@ -905,12 +937,15 @@ async def w2(b: Bench) -> None:
         "w2_join_latency_p50_ms": percentile(joins, 0.5),
         "w2_join_latency_max_ms": max(joins, default=float("nan")),
     }
+    task_cost(b, "w2", len(good) * FANOUT, cpu0, cpu1)
 
 
 async def w6(b: Bench) -> None:
     """W6: runs of one MAP of 1,000 no-op items, all in flight; per task beside W2."""
     n = b.n(W6_RUNS)
+    cpu0 = await b.cpu_snapshot()
     loop = await b.drive("bench-map", n, in_flight=n)
+    cpu1 = await b.cpu_snapshot()
     details = await b.runs(loop.run_ids)
     good = succeeded(details)
     elapsed = elapsed_since(loop.first_start, details, loop)
@@ -927,6 +962,7 @@ async def w6(b: Bench) -> None:
         "w6_elapsed_s": elapsed,
         "w6_tasks_per_s": tasks / elapsed,
     }
+    task_cost(b, "w6", tasks, cpu0, cpu1)
     if "w2_tasks_per_s" in b.figures:
         b.figures["w6_tasks_per_s_of_w2"] = (
             b.figures["w6_tasks_per_s"] / b.figures["w2_tasks_per_s"]
@@ -1070,7 +1106,9 @@ async def python_nodes(b: Bench) -> None:
         print(f"  python: {len(errors)} failed, e.g. {errors[0][:300]}", flush=True)
 
 
-async def profile(b: Bench) -> None:
+async def profile(b: Bench, workload: str) -> None:
+    """``workload`` (w1, w2 or w6) once more with py-spy attached; its steps (W2's, W6's
+    tasks) divide the CPU."""
     command = py_spy()
     if command is None:
         print("no py-spy (pip install py-spy, or install uv): no profile")
@@ -1080,14 +1118,35 @@ async def profile(b: Bench) -> None:
     for name in names:
         await profiler.attach(name, b.stack.pid(name))
     await asyncio.sleep(2.0)  # py-spy attaches
-    in_flight = b.n(W1_IN_FLIGHT)
-    loop, cpu0, cpu1 = await run_chains(
-        b, runs=b.n(W1_RUNS), in_flight=in_flight, seconds=STARTING_SECONDS * b.args.scale
+    if workload == "w1":
+        in_flight = b.n(W1_IN_FLIGHT)
+        loop, cpu0, cpu1 = await run_chains(
+            b, runs=b.n(W1_RUNS), in_flight=in_flight, seconds=STARTING_SECONDS * b.args.scale
+        )
+        outputs = await profiler.stop()
+        steps = await chain_figures(b, "profile_w1", loop, in_flight)
+        elapsed = b.figures["profile_w1_elapsed_s"]
+    else:
+        if workload == "w2":
+            definition, runs, in_flight, per_run = "bench-fanout", W2_RUNS, W2_IN_FLIGHT, FANOUT
+        else:
+            definition, runs, in_flight, per_run = "bench-map", W6_RUNS, W6_RUNS, W6_ITEMS
+        cpu0 = await b.cpu_snapshot()
+        loop = await b.drive(
+            definition,
+            b.n(runs),
+            in_flight=b.n(in_flight),
+            seconds=STARTING_SECONDS * b.args.scale,
+        )
+        cpu1 = await b.cpu_snapshot()
+        outputs = await profiler.stop()
+        details = await b.runs(loop.run_ids)
+        steps = float(len(succeeded(details)) * per_run)
+        elapsed = elapsed_since(loop.first_start, details, loop)
+        b.figures[f"profile_{workload}_tasks_per_s"] = steps / elapsed
+    print(
+        f"\nprofile of {workload.upper()} ({steps:.0f} steps in {elapsed:.1f} s, py-spy attached):"
     )
-    outputs = await profiler.stop()
-    steps = await chain_figures(b, "profile_w1", loop, in_flight)
-    elapsed = b.figures["profile_w1_elapsed_s"]
-    print(f"\nprofile of W1 ({steps:.0f} steps in {elapsed:.1f} s, py-spy attached):")
     for name, path in outputs.items():
         p = summarise(path)
         cpu_ms = (cpu1.get(name, 0.0) - cpu0.get(name, 0.0)) * 1000 / max(1.0, steps)
@@ -1189,7 +1248,7 @@ async def main() -> dict[str, float]:
                     await steps[workload]()
                     print(f"  {workload} done in {time.perf_counter() - t:.1f} s", flush=True)
             if args.profile:
-                await profile(b)
+                await profile(b, args.profile)
             b.figures["loadavg_1m_at_end"] = loadavg()[0]
             stack.sample_rss()
             for p in stack.procs:
