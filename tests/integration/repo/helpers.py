@@ -7,6 +7,7 @@ import os
 
 import composer_repo as repo
 from composer_core.model import NodeType, TaskState
+from composer_core.statemachine import MapProgress
 
 _last_ms = 0
 _seq = 0
@@ -77,3 +78,42 @@ async def new_worker_task(
         queue=queue,
     )
     return repo.TaskRef(run_id, task_id, node_id, 0)
+
+
+async def new_map_run(
+    conn: repo.Connection, *, items: int, in_flight: int, sent: TaskState = TaskState.RUNNING
+) -> tuple[str, list[str]]:
+    """A run with a WAITING MAP node "m" of ``items`` TASK items, the first ``in_flight``
+    sent (in state ``sent``), the others waiting for a place; returns the run id and the
+    items' task ids."""
+    run_id = await new_run(conn)
+    ids = [uuid7() for _ in range(items)]
+    progress = MapProgress(items, in_flight, 0, 0, tuple(range(in_flight)))
+    await repo.insert_tasks(
+        conn,
+        [
+            repo.NewTask(
+                uuid7(),
+                run_id,
+                "m",
+                NodeType.MAP,
+                TaskState.WAITING,
+                input={"items": list(range(items))},
+                map_progress=progress.as_json(),
+            ),
+            *(
+                repo.NewTask(
+                    task_id,
+                    run_id,
+                    "m",
+                    NodeType.TASK,
+                    sent if i < in_flight else TaskState.PENDING,
+                    queue="q",
+                    item=i,
+                    waits=i >= in_flight,
+                )
+                for i, task_id in enumerate(ids)
+            ),
+        ],
+    )
+    return run_id, ids

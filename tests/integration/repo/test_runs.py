@@ -10,7 +10,7 @@ import pytest
 import composer_repo as repo
 from composer_core.model import NodeType, RunStatus, TaskState
 
-from .helpers import ensure_definition, new_run, new_worker_task, uuid7
+from .helpers import ensure_definition, new_map_run, new_run, new_worker_task, uuid7
 
 UTC = dt.UTC
 
@@ -299,3 +299,41 @@ async def test_an_event_that_waited_for_the_lock_writes_times_after_the_one_it_w
         }
     assert b_began < times["a"]["finished_at"] <= locked.now
     assert times["j"]["created_at"] == times["j"]["finished_at"] == locked.now
+
+
+async def test_a_maps_own_output_is_read_never_an_items(conn: repo.Connection) -> None:
+    run_id, ids = await new_map_run(conn, items=3, in_flight=3)
+    own = (await repo.get_run_tasks(conn, run_id))[0]
+    await repo.resolve_wait(
+        conn, run_id, own.task_id, "m", state=TaskState.COMPLETED, output=[0, 1, 2]
+    )
+    # the items' rows written after the MAP's: a scan in table order meets them last
+    for i, task_id in enumerate(ids):
+        await repo.complete_task(conn, repo.TaskRef(run_id, task_id, "m", 0), {"item": i})
+
+    for scans in ("on", "off"):  # whatever plan reads the rows: an index's order, the table's
+        async with conn.transaction():
+            await conn.execute(
+                f"SET LOCAL enable_indexscan = {scans}; SET LOCAL enable_bitmapscan = {scans}"
+            )
+            assert await repo.load_outputs(conn, run_id, ["m"]) == {"m": [0, 1, 2]}
+
+
+async def test_a_batch_loads_the_items_its_reports_name_and_as_many_next(
+    conn: repo.Connection,
+) -> None:
+    run_id, ids = await new_map_run(conn, items=50, in_flight=20)
+    other, _ = await new_map_run(conn, items=5, in_flight=2)
+
+    async with conn.transaction():
+        # two reports on run_id's items 3 and 7, one on the other run's own MAP task
+        locked = await repo.lock_runs(conn, [(run_id, ids[3]), (run_id, ids[7]), (other, "x")])
+    state = locked.runs[run_id].nodes["m"].map
+    assert state is not None
+    assert state.progress.in_flight == tuple(range(20))
+    # the named items in flight, and the next two to go: never all 20 in flight
+    assert sorted(state.items) == [3, 7, 20, 21]
+    assert state.find(ids[7]) == 7 and state.find(ids[5]) is None
+    assert {key[1] for key in locked.leases} == {ids[3], ids[7]}
+    other_state = locked.runs[other].nodes["m"].map
+    assert other_state is not None and sorted(other_state.items) == [2]

@@ -150,7 +150,7 @@ class Reports:
         heavy: list[int] = []
 
         async def apply(tx: Tx) -> None:
-            locked = await repo.lock_runs(tx.conn, {r.run_id for r in reports})
+            locked = await repo.lock_runs(tx.conn, [(r.run_id, r.task_id) for r in reports])
             if locked.now is None:
                 return
             snapshots = dict(locked.runs)

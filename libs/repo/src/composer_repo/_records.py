@@ -160,7 +160,8 @@ class LockedRuns:
     runs: dict[str, Run]
     #: The transaction's clock, read after the last lock (None: nothing was locked).
     now: dt.datetime | None
-    #: (run id, task id, attempt) → its lease, for every RUNNING attempt of those runs.
+    #: (run id, task id, attempt) → its lease, for every RUNNING attempt loaded: the
+    #: runs' own tasks and the MAP items the batch's reports name.
     leases: dict[tuple[str, str, int], LeaseHolder]
     #: run id → its sealed data key (None: its documents are plain).
     data_keys: dict[str, str | None] = field(default_factory=dict)

@@ -139,7 +139,9 @@ SELECT s.workflow_id, s.version, s.status, s.input, s.config, s.data_key, s.cont
 -- What routing needs from each reached node: no inputs, no outputs. Of a MAP
 -- node's items (V021), only those its progress names: in flight, and as many of
 -- the next to go (a group commit's reports of one run each send one), never all:
--- an event costs the same at item 1 and item 1,000.
+-- an event costs the same at item 1 and item 1,000. Each item is one probe of the
+-- (run, node, item) index (LATERAL … LIMIT 1 keeps the planner from hashing every
+-- item of the node instead).
 SELECT node_id, id, state, attempt, branches, awaited_signal, error, NULL::int AS item,
        map_progress
   FROM task_instances
@@ -153,8 +155,11 @@ SELECT i.node_id, i.id, i.state, i.attempt, NULL, NULL, i.error, i.item, NULL
            SELECT generate_series((m.map_progress ->> 'next')::int,
                                   (m.map_progress ->> 'next')::int
                                   + jsonb_array_length(m.map_progress -> 'in_flight'))) l(item)
-  JOIN task_instances i
-    ON i.run_id = m.run_id AND i.node_id = m.node_id AND i.item = l.item
+ CROSS JOIN LATERAL (
+           SELECT i.node_id, i.id, i.state, i.attempt, i.error, i.item
+             FROM task_instances i
+            WHERE i.run_id = $1 AND i.node_id = m.node_id AND i.item = l.item
+            LIMIT 1) i
  WHERE m.run_id = $1 AND m.item IS NULL AND m.map_progress IS NOT NULL
    AND m.state = 'WAITING';
 
@@ -179,8 +184,14 @@ SELECT l.id, l.workflow_id, l.version, l.status, l.input, l.config, l.data_key, 
   FROM clock, locked l;
 
 -- name: load_task_states_of_runs
--- load_task_states for a batch of runs, with the token and queue of each RUNNING
--- attempt's lease (a report counts only with the lease's token).
+-- load_task_states for a batch of reports ($1: their runs), with the token and
+-- queue of each RUNNING attempt's lease (a report counts only with the lease's
+-- token). Of a MAP node's items, only those the reports name ($2, $3: each
+-- report's run id and task id) and as many of the next to go as its run has
+-- reports in the batch (a report frees one place at most): a batch reads what its
+-- reports touch, however many items are in flight. Each item is one probe of an
+-- index (LATERAL … LIMIT 1: never a hash of every item of the node); the one by
+-- task id is the primary key's.
 SELECT run_id, node_id, id, state, attempt, branches, awaited_signal, error, queue,
        CASE WHEN state = 'RUNNING' THEN lease_token END AS lease_token, NULL::int AS item,
        map_progress
@@ -191,13 +202,30 @@ SELECT i.run_id, i.node_id, i.id, i.state, i.attempt, NULL, NULL, i.error, i.que
        CASE WHEN i.state = 'RUNNING' THEN i.lease_token END, i.item, NULL
   FROM task_instances m
  CROSS JOIN LATERAL (
-           SELECT f::int FROM jsonb_array_elements_text(m.map_progress -> 'in_flight') f
-           UNION ALL
-           SELECT generate_series((m.map_progress ->> 'next')::int,
-                                  (m.map_progress ->> 'next')::int
-                                  + jsonb_array_length(m.map_progress -> 'in_flight'))) l(item)
-  JOIN task_instances i
-    ON i.run_id = m.run_id AND i.node_id = m.node_id AND i.item = l.item
+           SELECT r.id FROM unnest($2::text[], $3::text[]) AS r(run_id, id)
+            WHERE r.run_id = m.run_id) r
+ CROSS JOIN LATERAL (
+           SELECT i.run_id, i.node_id, i.id, i.state, i.attempt, i.error, i.queue,
+                  i.lease_token, i.item
+             FROM task_instances i
+            WHERE i.run_id = m.run_id AND i.id = r.id
+            LIMIT 1) i
+ WHERE m.run_id = ANY($1::text[]) AND m.item IS NULL AND m.map_progress IS NOT NULL
+   AND m.state = 'WAITING' AND i.node_id = m.node_id AND i.item IS NOT NULL
+UNION ALL
+SELECT i.run_id, i.node_id, i.id, i.state, i.attempt, NULL, NULL, i.error, i.queue,
+       CASE WHEN i.state = 'RUNNING' THEN i.lease_token END, i.item, NULL
+  FROM task_instances m
+ CROSS JOIN LATERAL generate_series(
+           (m.map_progress ->> 'next')::int,
+           (m.map_progress ->> 'next')::int
+           + cardinality(array_positions($2::text[], m.run_id)) - 1) l(item)
+ CROSS JOIN LATERAL (
+           SELECT i.run_id, i.node_id, i.id, i.state, i.attempt, i.error, i.queue,
+                  i.lease_token, i.item
+             FROM task_instances i
+            WHERE i.run_id = m.run_id AND i.node_id = m.node_id AND i.item = l.item
+            LIMIT 1) i
  WHERE m.run_id = ANY($1::text[]) AND m.item IS NULL AND m.map_progress IS NOT NULL
    AND m.state = 'WAITING';
 
@@ -245,9 +273,10 @@ UPDATE task_instances
 RETURNING id, queue;
 
 -- name: load_outputs
+-- The nodes' own tasks (item IS NULL): a MAP's items carry its node id too.
 SELECT node_id, output
   FROM task_instances
- WHERE run_id = $1 AND node_id = ANY($2::text[]) AND state = 'COMPLETED';
+ WHERE run_id = $1 AND node_id = ANY($2::text[]) AND item IS NULL AND state = 'COMPLETED';
 
 -- name: reopen_run
 -- A retry: the run is RUNNING again, possibly on another version and with
@@ -470,6 +499,10 @@ RETURNING id;
 -- name: complete_tasks
 -- complete_task for many attempts of one transaction, in one statement. An
 -- earlier attempt's error goes: a COMPLETED task shows no error.
+-- The node id is a fence, compared with IS NOT DISTINCT FROM (never an index
+-- condition; the column is NOT NULL): each row is found by its primary key,
+-- never by the (run, node, item) index, which for a MAP's item would walk every
+-- item of its node (the planner takes either when it cannot tell them apart).
 UPDATE task_instances t
    SET state = 'COMPLETED', output = u.output::jsonb, error = NULL, error_code = NULL,
        finished_at = composer_now(),
@@ -477,17 +510,18 @@ UPDATE task_instances t
        lease_expires_at = NULL, lease_token = NULL, lease_claim = NULL
   FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[])
            AS u(run_id, id, node_id, attempt, output)
- WHERE t.run_id = u.run_id AND t.id = u.id AND t.node_id = u.node_id AND t.attempt = u.attempt
-   AND t.state IN ('PENDING', 'QUEUED', 'RUNNING')
+ WHERE t.run_id = u.run_id AND t.id = u.id AND t.node_id IS NOT DISTINCT FROM u.node_id
+   AND t.attempt = u.attempt AND t.state IN ('PENDING', 'QUEUED', 'RUNNING')
 RETURNING t.id, t.node_type, t.started_at, t.finished_at, t.queue;
 
 -- name: fail_task
+-- The node id: a fence by primary key, as in complete_tasks.
 UPDATE task_instances
    SET state = 'FAILED', error = $5, error_code = $6, finished_at = composer_now(),
        updated_at = composer_now(),
        dispatched_at = NULL, lease_owner = NULL, lease_expires_at = NULL,
        lease_token = NULL, lease_claim = NULL
- WHERE run_id = $1 AND id = $2 AND node_id = $3 AND attempt = $4
+ WHERE run_id = $1 AND id = $2 AND node_id IS NOT DISTINCT FROM $3 AND attempt = $4
    AND state IN ('PENDING', 'QUEUED', 'RUNNING')
 RETURNING node_type, started_at, finished_at, queue;
 
@@ -495,11 +529,12 @@ RETURNING node_type, started_at, finished_at, queue;
 -- The next attempt of a failed execution: back to PENDING with attempt + 1,
 -- due for dispatch at $7. Returns the input stored when the task was created,
 -- which the next dispatch sends again.
+-- The node id: a fence by primary key, as in complete_tasks.
 UPDATE task_instances
    SET state = 'PENDING', attempt = attempt + 1, error = $5, error_code = $6,
        dispatched_at = $7, started_at = NULL, updated_at = composer_now(),
        lease_owner = NULL, lease_expires_at = NULL, lease_token = NULL, lease_claim = NULL
- WHERE run_id = $1 AND id = $2 AND node_id = $3 AND attempt = $4
+ WHERE run_id = $1 AND id = $2 AND node_id IS NOT DISTINCT FROM $3 AND attempt = $4
    AND state IN ('PENDING', 'QUEUED', 'RUNNING')
 RETURNING attempt, node_type, queue, input;
 
@@ -557,9 +592,8 @@ UPDATE task_instances t
        updated_at = now()
   FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::float8[], $6::text[],
               $7::text[], $8::text[], $9::text[], $10::text[])
-           AS u(run_id, id, attempt, owner, ttl, token, claim, queues, queue, node_types),
-       workflow_runs r
- WHERE t.run_id = u.run_id AND t.id = u.id AND t.attempt = u.attempt AND r.id = u.run_id
+           AS u(run_id, id, attempt, owner, ttl, token, claim, queues, queue, node_types)
+ WHERE t.run_id = u.run_id AND t.id = u.id AND t.attempt = u.attempt
    AND ((t.state IN ('PENDING', 'QUEUED') AND t.held_reason IS NULL
          AND (t.dispatched_at IS NULL OR t.dispatched_at <= statement_timestamp()))
         OR (t.state = 'RUNNING'
@@ -569,17 +603,18 @@ UPDATE task_instances t
    AND (u.queue IS NULL OR t.queue = u.queue)
    AND (u.node_types IS NULL OR t.node_type = ANY(string_to_array(u.node_types, '|')))
 RETURNING t.run_id, t.id, t.attempt, t.node_id, t.node_type, t.queue, t.input,
-          t.lease_expires_at, t.max_attempts, t.lease_token, r.workflow_id, r.version, t.context,
-          t.started_at, t.lease_owner
+          t.lease_expires_at, t.max_attempts, t.lease_token, t.context, t.started_at,
+          t.lease_owner
 ), leased AS (
 INSERT INTO run_history (run_id, at, kind, node_id, task_id, attempt, actor)
 SELECT g.run_id, g.started_at, 'task.leased', g.node_id, g.id, g.attempt, g.lease_owner
   FROM granted g
  WHERE g.started_at = now()
 )
-SELECT run_id, id, attempt, node_id, node_type, queue, input, lease_expires_at, max_attempts,
-       lease_token, workflow_id, version, context
-  FROM granted;
+SELECT g.run_id, g.id, g.attempt, g.node_id, g.node_type, g.queue, g.input,
+       g.lease_expires_at, g.max_attempts, g.lease_token, r.workflow_id, r.version, g.context
+  FROM granted g
+  JOIN workflow_runs r ON r.id = g.run_id;
 
 -- name: task_routing
 -- Where each of these tasks belongs, and when its waiting attempt is due if that is
@@ -1366,10 +1401,11 @@ SELECT version
 -- dispatch (the sweeper and the lease statements look only at dispatched
 -- attempts), until its child's end completes or fails it. Its stored input comes
 -- back: a MAP item's child is started from it.
+-- The node id: a fence by primary key, as in complete_tasks.
 UPDATE task_instances
    SET state = 'RUNNING', dispatched_at = NULL, started_at = composer_now(),
        updated_at = composer_now()
- WHERE run_id = $1 AND id = $2 AND node_id = $3 AND attempt = $4
+ WHERE run_id = $1 AND id = $2 AND node_id IS NOT DISTINCT FROM $3 AND attempt = $4
    AND state IN ('PENDING', 'RUNNING')
 RETURNING input;
 

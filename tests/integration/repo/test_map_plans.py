@@ -1,0 +1,127 @@
+"""A MAP item's statements read its own row, never its run's other items.
+
+A MAP of n items is a run of n + 1 task rows. Each statement that touches items by
+(run id, task id) — a batch of leases, of completions, of items that go, the group
+commit's snapshot — must take its rows by the primary key (or by item index), one
+probe each: an index scan on the run id alone would read all n rows for every item,
+which the planner chooses as soon as its statistics say runs are small (most are),
+so a MAP's item would cost n times a FORK branch (docs/architecture.md §2, "MAP").
+
+Each statement runs here under EXPLAIN ANALYZE (in a transaction rolled back) on a
+database whose statistics were taken over many one-task runs, with a MAP of ``ITEMS``
+items beside them; the rows its task_instances scans read (kept or filtered out) must
+stay within a few per item it touches.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import composer_repo as repo
+from composer_core.model import NodeType, TaskState
+from composer_repo._sql import QUERIES
+
+from .helpers import new_map_run, new_run, uuid7
+
+ITEMS = 300
+BATCH = 20
+SMALL_RUNS = 2000
+
+
+def scans(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    if "Scan" in plan["Node Type"] and plan.get("Relation Name", "").startswith("task_instances"):
+        yield plan
+    for child in plan.get("Plans", []):
+        yield from scans(child)
+
+
+async def rows_read(conn: repo.Connection, name: str, *args: Any) -> int:
+    """The rows the task_instances scans of statement ``name`` read (kept or filtered
+    out), run under EXPLAIN ANALYZE in a transaction rolled back."""
+    tx = conn.transaction()
+    await tx.start()
+    try:
+        # as on a table too big to scan whole: the choice left is between indexes
+        await conn.execute(
+            "SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off;"
+            " SET LOCAL enable_mergejoin = off"
+        )
+        (row,) = await conn.fetch("EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES[name], *args)
+    finally:
+        await tx.rollback()
+    value = row[0]
+    plan = (json.loads(value) if isinstance(value, str) else value)[0]["Plan"]
+    return sum(
+        (
+            s.get("Actual Rows", 0)
+            + s.get("Rows Removed by Filter", 0)
+            + s.get("Rows Removed by Index Recheck", 0)
+        )
+        * s.get("Actual Loops", 1)
+        for s in scans(plan)
+    )
+
+
+@pytest.fixture
+async def small_runs(conn: repo.Connection) -> None:
+    """Statistics taken over many runs of one task each: the planner thinks a run small
+    (and the table is too big for a scan of it to be cheaper than probes)."""
+    runs = [await new_run(conn) for _ in range(SMALL_RUNS)]
+    await repo.insert_tasks(
+        conn,
+        [
+            repo.NewTask(uuid7(), run_id, "a", NodeType.TASK, TaskState.COMPLETED, queue="q")
+            for run_id in runs
+        ],
+    )
+    await conn.execute("ANALYZE task_instances")
+
+
+async def test_leasing_and_completing_items_read_one_row_each(
+    conn: repo.Connection, small_runs: None
+) -> None:
+    run_id, ids = await new_map_run(conn, items=ITEMS, in_flight=ITEMS, sent=TaskState.QUEUED)
+    batch = ids[100 : 100 + BATCH]
+    runs = [run_id] * BATCH
+    lease = await rows_read(
+        conn,
+        "acquire_leases",
+        runs,
+        batch,
+        [0] * BATCH,
+        ["w"] * BATCH,
+        [30.0] * BATCH,
+        [secrets.token_hex(8) for _ in batch],
+        [""] * BATCH,
+        [None] * BATCH,
+        [None] * BATCH,
+        [None] * BATCH,
+    )
+    complete = await rows_read(
+        conn, "complete_tasks", runs, batch, ["m"] * BATCH, [0] * BATCH, ["{}"] * BATCH
+    )
+
+    assert (lease, complete) == (BATCH, BATCH)
+
+
+async def test_items_that_go_and_the_group_commits_snapshot_read_what_they_name(
+    conn: repo.Connection, small_runs: None
+) -> None:
+    run_id, ids = await new_map_run(conn, items=ITEMS, in_flight=100)
+    waiting = ids[100 : 100 + BATCH]
+    reported = ids[:BATCH]
+
+    start = await rows_read(conn, "start_items", [run_id] * BATCH, waiting)
+    snapshot = await rows_read(
+        conn, "load_task_states_of_runs", [run_id], [run_id] * BATCH, reported
+    )
+
+    assert start == BATCH
+    # the MAP's own row, the reported items and as many of the next (each read twice
+    # at most: once by the run's MAP row, once by its own probe)
+    assert snapshot <= 2 * (1 + 2 * BATCH)
