@@ -40,12 +40,24 @@ BOTH = {
         }
     ],
 }
+PER_PARTNER = {
+    "id": "rated-per-partner",
+    "nodes": [
+        {
+            "id": "call",
+            "type": "TASK",
+            "queue": "partner-api",
+            "spec": {},
+            "rate_limit": {"key": "per-{{input.partner}}", "limit": 2, "per_seconds": 3600},
+        }
+    ],
+}
 
 
 @pytest.fixture
 async def engine(pool: repo.Pool) -> AsyncIterator[Engine]:
     workflows = Workflows(pool)
-    for spec in (RATED, BOTH):
+    for spec in (RATED, BOTH, PER_PARTNER):
         await workflows.create(validate_definition(spec), deploy=True)
     async with repo.connection(pool) as conn:  # each test starts with full buckets
         for table in ("workflow_runs", "outbox", "run_slots", "runs_waiting", "rate_buckets"):
@@ -134,3 +146,44 @@ async def test_waiting_for_tokens_holds_no_concurrency_place(
 async def test_a_bad_limit_is_refused(engine: Engine) -> None:
     with pytest.raises(BadRequest, match="limit must be a whole number of at least 1"):
         await engine.set_rate_limit("partner-api", limit=0, per_seconds=1, set_by="ops")
+
+
+async def test_a_templated_key_gives_each_rendered_key_its_own_bucket(
+    engine: Engine, pool: repo.Pool
+) -> None:
+    partners = ["a", "b", "a", "a", "b", "b", "c"]
+    runs = [
+        (await engine.start("rated-per-partner", input={"partner": p})).run_id for p in partners
+    ]
+    # 2 tokens an hour per partner: a and b each send their first two, c its one
+    went = [r for r, _ in await dispatched(pool)]
+    assert went == [runs[i] for i in (0, 1, 2, 4, 6)]
+    async with repo.connection(pool) as conn:
+        rows = await conn.fetch(
+            "SELECT run_id, rate_key, held_reason FROM task_instances ORDER BY created_at, id"
+        )
+    assert [r["rate_key"] for r in rows] == [f"rate:per-{p}" for p in partners]
+    reasons = {r["run_id"]: r["held_reason"] for r in rows if r["held_reason"] is not None}
+    assert set(reasons) == {runs[3], runs[5]}
+    assert "rate limit 'per-a' (2 per 3600 s) has no token left" in reasons[runs[3]]
+    assert "rate limit 'per-b' (2 per 3600 s)" in reasons[runs[5]]
+    limits = {(v.kind, v.key): v for v in await engine.reads.run_limits(full_access=True)}
+    assert {k for kind, k in limits if kind == "rate_limit" and k and k.startswith("per-")} == {
+        "per-a",
+        "per-b",
+        "per-c",
+    }
+    assert (limits[("rate_limit", "per-a")].limit, limits[("rate_limit", "per-a")].waiting) == (
+        2,
+        1,
+    )
+    # PUT on a rendered key sets that key's bucket only: b's waiting attempt goes, a's
+    # stays behind its own bucket
+    await engine.set_rate_limit("per-b", limit=10, per_seconds=1, set_by="ops")
+
+    async def b_went() -> bool:
+        return runs[5] in [r for r, _ in await dispatched(pool)]
+
+    await until(b_went, what="partner b's attempt sent once its key was raised")
+    assert runs[3] not in [r for r, _ in await dispatched(pool)]
+    assert await engine.release_held() == 0

@@ -110,6 +110,9 @@ async def persist(
                 if action.wake_at is not None:
                     effects.wake_timer = True
                 effects.created.append((action.node_type.value, action.state.value))
+                if worker and (line := dag.node_line(action.node_id)) is not None:
+                    # its keys go on its row as it is inserted (a waiting MAP item's too)
+                    writes.lines[action.task_id] = line.with_keys(action.keys)
             case DispatchTask():
                 at_once = writes.dispatch(
                     tx,
@@ -121,9 +124,8 @@ async def persist(
                 effects.wake_enqueuer |= not at_once
             case CompleteTask():
                 ref = repo.TaskRef(run_id, action.task_id, action.node_id, action.attempt)
+                # the row's concurrency key is freed as it completes (Writes.flush)
                 writes.completions.append((ref, doc(action.output), effects))
-                if (line := dag.node_line(action.node_id)) is not None:
-                    writes.free(tx, [line.key])
             case StartItem():
                 writes.starts.append((run_id, action.task_id))
                 if action.queue is None:  # an inner SUB_WORKFLOW's: StartChild follows
@@ -133,6 +135,7 @@ async def persist(
                     repo.TaskRef(run_id, action.task_id, action.node_id, 0),
                     queue=action.queue,
                     not_before=None,
+                    line=dag.node_line(action.node_id),
                 )
                 effects.wake_enqueuer |= not at_once
             case MapProgressed():
@@ -142,7 +145,12 @@ async def persist(
                 cancelled = await repo.cancel_items(
                     conn, run_id, action.node_id, reason=text(action.reason) or ""
                 )
-                writes.free(tx, [queue for _, queue in cancelled])
+                line = dag.node_line(action.node_id)
+                writes.free(
+                    tx,
+                    [queue for _, queue in cancelled]
+                    + ([line.key] if line is not None and not line.templated else []),
+                )
                 if (
                     cancelled
                     and dag.queue(action.node_id) is None  # a MAP of SUB_WORKFLOWs
@@ -191,8 +199,7 @@ async def persist(
                         f"task {action.task_id} attempt {action.attempt} is not active"
                     )
                 effects.failed.append(done.node_type.value)
-                line = dag.node_line(action.node_id)
-                writes.free(tx, [done.queue] if line is None else [done.queue, line.key])
+                writes.free(tx, [done.queue, done.limit_key])
             case RetryTask():
                 await writes.flush(tx)
                 ref = repo.TaskRef(run_id, action.task_id, action.node_id, action.attempt)
@@ -217,8 +224,8 @@ async def persist(
                     not_before=action.not_before,
                     line=dag.node_line(action.node_id),
                 )
-                if (line := dag.node_line(action.node_id)) is not None:
-                    writes.free(tx, [line.key])  # the failed attempt's place: next in line
+                if requeued.limit_key is not None:  # the failed attempt's place: next in line
+                    writes.free(tx, [requeued.limit_key])
                 effects.wake_enqueuer |= not at_once
             case StartChild():
                 await writes.flush(tx)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 import composer_queue as cq
 import composer_repo as repo
 from composer_common.telemetry import inject
-from composer_core.model import NodeLine, RunStatus
+from composer_core.model import NodeLine, RenderedKeys, RunStatus
 from composer_core.statemachine import FinishRun, NodeCompleted, NodeFailed, Run
 from composer_core.templates import Json
 from composer_engine import _run_events
@@ -78,7 +78,9 @@ class Writes:
     #: Runs of the transaction that are paused: their dispatches are held until their
     #: resume, not sent (docs/architecture.md §4.14).
     paused: set[str] = field(default_factory=set)
-    #: task id → the node concurrency key its dispatch goes through (§4.12).
+    #: task id → the node limits its dispatch goes through (§4.12): a task created in
+    #: the transaction, with its rendered keys (a MAP item that waits for its place
+    #: too, whose row carries them); one dispatched again, with its node's line.
     lines: dict[str, NodeLine] = field(default_factory=dict)
     #: MAP items that waited for a place and go now: (run id, task id).
     starts: list[tuple[str, str]] = field(default_factory=list)
@@ -117,7 +119,8 @@ class Writes:
         admission step, which may hold it (False: it was admitted before, and is only
         sent again); ``line``: through its node's concurrency key, not its queue's."""
         if line is not None and admit:
-            self.lines[ref.task_id] = line
+            # a task created in this transaction has its line with its keys rendered
+            self.lines.setdefault(ref.task_id, line)
         fields = task_message(ref).fields()
         at_once = not_before is None or (tx.now is not None and not_before <= tx.now)
         self.dispatches.append(
@@ -156,8 +159,9 @@ class Writes:
                 if task is None:
                     raise StaleSnapshot(f"task {ref.task_id} attempt {ref.attempt} is not active")
                 effects.completed.append((task.node_type.value, _seconds(task)))
+            # a node concurrency key's place, as the row names it; a watched queue's
+            self.free(tx, [task.limit_key for task in done.values() if task.limit_key])
             if tx.gate is not None and tx.gate.policy is not None:
-                # a watched queue's place (node keys are freed with their completion)
                 self.free(tx, [task.queue for task in done.values()])
         if self.tasks:
             tasks, self.tasks = self.tasks, []
@@ -261,6 +265,16 @@ class Writes:
         """The admission step (docs/architecture.md §4.12): the dispatches that go; those
         the policy holds stay PENDING with its reason, and their history says so."""
         lines = self.lines
+        templated = [
+            ref
+            for _, ref, _, _, admit in dispatches
+            if admit and (line := lines.get(ref.task_id)) is not None and line.templated
+        ]
+        if templated:  # dispatched again: its keys, rendered at its creation, are on its row
+            stored = await repo.task_limit_keys(tx.conn, templated)
+            for ref in templated:
+                limit_key, rate_key = stored.get(ref.task_id, (None, None))
+                lines[ref.task_id] = lines[ref.task_id].with_keys(RenderedKeys(limit_key, rate_key))
         asking = [
             (ref, row.queue)
             for row, ref, _, _, admit in dispatches

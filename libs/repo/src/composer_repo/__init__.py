@@ -85,6 +85,7 @@ from composer_repo._limits import (
     set_task_limits,
     store_rate_bucket,
     take_rate_bucket,
+    task_limit_keys,
 )
 from composer_repo._locks import singleton
 from composer_repo._logs import NewTaskLog, TaskLogRecord, get_task_logs, insert_task_logs
@@ -543,6 +544,7 @@ __all__ = [
     "take_run_event",
     "take_run_slot",
     "task_attempts",
+    "task_limit_keys",
     "task_routing",
     "tracked_transaction",
     "transaction",

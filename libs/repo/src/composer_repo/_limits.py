@@ -48,6 +48,19 @@ async def set_task_limits(conn: Connection, limited: Sequence[TaskLimits]) -> No
 
 
 @translated
+async def task_limit_keys(
+    conn: Connection, refs: Sequence[TaskRef]
+) -> dict[str, tuple[str | None, str | None]]:
+    """Task id → the concurrency key and rate key its row carries."""
+    if not refs:
+        return {}
+    rows = await conn.fetch(
+        q("task_limit_keys"), [r.run_id for r in refs], [r.task_id for r in refs]
+    )
+    return {r["id"]: (r["limit_key"], r["rate_key"]) for r in rows}
+
+
+@translated
 async def lock_limit_key(conn: Connection, key: str) -> None:
     """Take the key's admission lock until the transaction ends."""
     await conn.execute(q("lock_limit_key"), key)

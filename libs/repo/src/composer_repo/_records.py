@@ -309,6 +309,9 @@ class FinishedTask:
     finished_at: dt.datetime
     #: The queue of a worker task (None for others): its finish frees a place there.
     queue: str | None = None
+    #: Its node concurrency key, as its row carries it (None: none): its finish frees
+    #: a place there.
+    limit_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +322,8 @@ class Requeued:
     node_type: NodeType
     queue: str | None
     input: Json
+    #: Its node concurrency key (None: none): the failed attempt's place frees.
+    limit_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -234,6 +234,7 @@ async def requeue_task(
         node_type=NodeType(row["node_type"]),
         queue=row["queue"],
         input=row["input"],
+        limit_key=row["limit_key"],
     )
 
 
@@ -483,6 +484,7 @@ def _finished(row: Any) -> FinishedTask:
         started_at=row["started_at"],
         finished_at=row["finished_at"],
         queue=row.get("queue"),
+        limit_key=row.get("limit_key"),
     )
 
 

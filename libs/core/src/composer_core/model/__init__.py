@@ -15,7 +15,13 @@ from composer_core.kinds.task import TaskSpec
 from composer_core.kinds.wait import WaitSpec
 from composer_core.kinds.wait_for_event import WaitForEventSpec
 from composer_core.model._build import build_dag, default_engine, validate
-from composer_core.model._dag import CompiledNode, NodeLine, NodeRate, WorkflowDAG
+from composer_core.model._dag import (
+    CompiledNode,
+    NodeLine,
+    NodeRate,
+    RenderedKeys,
+    WorkflowDAG,
+)
 from composer_core.model._flow import (
     DEFAULT_PRIORITY,
     CompiledFlow,
@@ -76,6 +82,7 @@ __all__ = [
     "NodeRateLimit",
     "NodeType",
     "PythonSpec",
+    "RenderedKeys",
     "RetryPolicy",
     "RunConcurrency",
     "RunFlow",

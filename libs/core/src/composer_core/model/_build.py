@@ -278,12 +278,6 @@ class _Builder:
                 pass  # which fields apply depends on the type, which is unknown
             elif kind.category is Category.WORKER:
                 self.check_worker_fields(path, node)
-                if node.concurrency is not None and not _LIMIT_KEY.fullmatch(node.concurrency.key):
-                    self.add(
-                        f"{path}.concurrency.key",
-                        f"{node.concurrency.key!r} is not a key name: use letters, digits, '_', "
-                        "'-' or '.', at most 128 characters",
-                    )
             else:
                 for field in ("queue", "timeout_seconds", "retry", "concurrency", "rate_limit"):
                     if field == "retry" and kind.takes_retry:
@@ -320,12 +314,19 @@ class _Builder:
             )
         elif node.queue is not None and not self.stored:
             self.check_reserved_queue(path, node, node.queue)
+        concurrency = node.concurrency
+        if concurrency is not None and not _key_or_template(concurrency.key):
+            self.add(
+                f"{path}.concurrency.key",
+                f"{concurrency.key!r} is not a key name: use letters, digits, '_', "
+                "'-' or '.', at most 128 characters, or a {{ template }}",
+            )
         rate = node.rate_limit
-        if rate is not None and not _LIMIT_KEY.fullmatch(rate.key):
+        if rate is not None and not _key_or_template(rate.key):
             self.add(
                 f"{path}.rate_limit.key",
                 f"{rate.key!r} is not a key name: use letters, digits, '_', '-' or '.', at "
-                "most 128 characters",
+                "most 128 characters, or a {{ template }}",
             )
         elif rate is not None and rate.units > rate.limit:
             self.add(
@@ -351,23 +352,12 @@ class _Builder:
         if kind_of(inner.type).category is Category.WORKER:
             self.check_worker_fields(path, inner)
         else:  # a SUB_WORKFLOW: no worker runs it
-            for field in ("queue", "timeout_seconds"):
+            for field in ("queue", "timeout_seconds", "concurrency", "rate_limit"):
                 if getattr(inner, field) is not None:
                     self.add(
                         f"{path}.{field}",
                         f"applies only to {_WORKER_TYPES} nodes, not {inner.type}",
                     )
-        if inner.concurrency is not None:
-            self.add(
-                f"{path}.concurrency",
-                "not for an inner node: the MAP's max_parallel bounds its items at once",
-            )
-        if inner.rate_limit is not None:
-            self.add(
-                f"{path}.rate_limit",
-                "not for an inner node yet: put the rate limit on a node of its own, or "
-                "bound the items with the MAP's max_parallel",
-            )
         retry = inner.retry
         if retry is not None and retry.max_seconds < retry.initial_seconds:
             self.add(f"{path}.retry.max_seconds", "must be at least initial_seconds")
@@ -614,8 +604,50 @@ class _Builder:
                         more_roots=ITEM_ROOTS,
                     )
                     refs = None if refs is None or item_refs is None else refs | item_refs
-            compiled[node.id] = CompiledNode(value, refs, item)
+                    worker = inner
+                else:
+                    worker = None
+            elif kind.category is Category.WORKER and i not in self.untyped:
+                worker = node
+            else:
+                worker = None
+            concurrency_key = rate_key = None
+            if worker is not None:
+                key_roots = ITEM_ROOTS if worker is not node else frozenset()
+                where = f"nodes[{i}]" if worker is node else f"nodes[{i}].spec.node"
+                if worker.concurrency is not None:
+                    concurrency_key, key_refs = self.compile_key(
+                        worker.concurrency.key, f"{where}.concurrency.key", node.id, key_roots
+                    )
+                    refs = None if refs is None or key_refs is None else refs | key_refs
+                if worker.rate_limit is not None:
+                    rate_key, key_refs = self.compile_key(
+                        worker.rate_limit.key, f"{where}.rate_limit.key", node.id, key_roots
+                    )
+                    refs = None if refs is None or key_refs is None else refs | key_refs
+            compiled[node.id] = CompiledNode(value, refs, item, concurrency_key, rate_key)
         return compiled
+
+    def compile_key(
+        self, key: str, path: str, reader: str, more_roots: frozenset[str]
+    ) -> tuple[CompiledValue | None, frozenset[str] | None]:
+        """A limit key that is a template, compiled (None: a plain name), and the task
+        outputs it reads; rendered when each task is created."""
+        if not templated(key):
+            return None, frozenset()
+        before = len(self.problems)
+        value = compile_value(key, self.engine, path=path, on_error=self.template_error)
+        if len(self.problems) != before:
+            return None, frozenset()
+        for where, reference in value.located_secrets(path):
+            self.add(where, f"{reference.text}: a limit key cannot hold a secret")
+        refs = self.check_references(
+            value.located(path),
+            reader,
+            secret_refused="a limit key cannot hold a secret",
+            more_roots=more_roots,
+        )
+        return value, refs
 
     def compile_conditions(self) -> dict[tuple[str, str], Expression]:
         conditions: dict[tuple[str, str], Expression] = {}
@@ -752,6 +784,11 @@ class _Builder:
             if task_ids is not None:
                 task_ids |= refs.task_ids
         return None if task_ids is None else frozenset(task_ids)
+
+
+def _key_or_template(key: str) -> bool:
+    """A limit key as written: a name, or a template rendered per task."""
+    return bool(_LIMIT_KEY.fullmatch(key)) or (templated(key) and bool(key.strip()))
 
 
 def _quote(source: str, limit: int = 80) -> str:

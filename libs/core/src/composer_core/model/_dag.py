@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-from composer_core.errors import InvalidRequest
+from composer_core.errors import InvalidRequest, TemplateError
 from composer_core.kinds import Category, NodeType, kind_of
 from composer_core.kinds.map import inner_node_fields
 from composer_core.model._flow import CompiledFlow
@@ -39,28 +39,92 @@ class NodeRate:
     units: int
 
 
+#: The longest a rendered key may be (as a run's concurrency key).
+MAX_RENDERED_KEY = 128
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedKeys:
+    """A task's limit keys rendered from its node's templates when the task is created,
+    as stored on its row (``global:…``/``workflow:…:…`` and ``rate:…``); None: that key
+    is a plain name (or absent), the node's own applies."""
+
+    concurrency: str | None = None
+    rate: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class NodeLine:
     """The limits a worker node's attempts go through on the admission step
     (docs/architecture.md §4.12): its concurrency key (``key``, ``global:<key>`` or
-    ``workflow:<id>:<key>``, with ``max``; None: none) and its rate limit (None: none)."""
+    ``workflow:<id>:<key>``, with ``max``; None: none) and its rate limit (None: none).
+    ``templated``: a key is a template, rendered per task (``with_keys``); such a line's
+    keys are the templates' text until then, and name no stored key."""
 
     key: str | None
     max: int
     rate: NodeRate | None = None
+    templated: bool = False
 
     @classmethod
     def of(cls, workflow_id: str, node: Node) -> NodeLine:
         rate = None
+        templated = False
         if node.rate_limit is not None:
             r = node.rate_limit
             rate = NodeRate(f"rate:{r.key}", r.limit, r.per_seconds, r.units)
+            templated = _is_template(r.key)
         concurrency = node.concurrency
         if concurrency is None:
-            return cls(None, 0, rate)
-        if concurrency.scope == "global":
-            return cls(f"global:{concurrency.key}", concurrency.max, rate)
-        return cls(f"workflow:{workflow_id}:{concurrency.key}", concurrency.max, rate)
+            return cls(None, 0, rate, templated)
+        templated = templated or _is_template(concurrency.key)
+        return cls(
+            concurrency_prefix(workflow_id, node) + concurrency.key,
+            concurrency.max,
+            rate,
+            templated,
+        )
+
+    def with_keys(self, keys: RenderedKeys | None) -> NodeLine:
+        """This line with one task's rendered keys in place of its templates."""
+        if keys is None or not self.templated:
+            return self
+        rate = self.rate
+        if rate is not None and keys.rate is not None:
+            rate = replace(rate, key=keys.rate)
+        key = keys.concurrency if keys.concurrency is not None else self.key
+        return NodeLine(key, self.max, rate, False)
+
+
+def _is_template(key: str) -> bool:
+    return "{{" in key
+
+
+def concurrency_prefix(workflow_id: str, node: Node) -> str:
+    """What a node's concurrency key is stored under: ``global:`` or ``workflow:<id>:``."""
+    assert node.concurrency is not None
+    return "global:" if node.concurrency.scope == "global" else f"workflow:{workflow_id}:"
+
+
+def render_key(value: CompiledValue, activation: Mapping[str, object], what: str) -> str:
+    """A limit key's template rendered: a non-empty string or number of at most
+    ``MAX_RENDERED_KEY`` characters; TemplateError naming ``what`` otherwise."""
+    try:
+        rendered = value.evaluate(activation)
+    except TemplateError as exc:
+        if type(exc) is not TemplateError:  # a budget spent: as any template's
+            raise
+        raise TemplateError(f"{what}: {exc}") from exc
+    if isinstance(rendered, bool) or not isinstance(rendered, (str, int, float)):
+        raise TemplateError(f"{what} must render to a string or a number, not {rendered!r}")
+    key = str(rendered)
+    if not key:
+        raise TemplateError(f"{what} rendered empty")
+    if len(key) > MAX_RENDERED_KEY:
+        raise TemplateError(
+            f"{what} rendered {len(key)} characters; the limit is {MAX_RENDERED_KEY}"
+        )
+    return key
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +136,10 @@ class CompiledNode:
     task_refs: frozenset[str] | None
     #: A MAP: its inner node's spec, rendered per item (with ``item`` and ``index``).
     item: CompiledValue | None = None
+    #: Its worker node's (a MAP's: its inner node's) templated ``concurrency.key`` and
+    #: ``rate_limit.key`` (None: a plain name, or no such limit).
+    concurrency_key: CompiledValue | None = None
+    rate_key: CompiledValue | None = None
 
 
 class WorkflowDAG:
@@ -121,10 +189,11 @@ class WorkflowDAG:
             k: tuple(self._nodes[e.target] for e in v) for k, v in self._outgoing.items()
         }
         self._compiled = compiled
+        #: A MAP's line is its inner node's, which its items go through.
         self._lines = {
-            n.id: NodeLine.of(spec.id, n)
+            n.id: NodeLine.of(spec.id, self._inner.get(n.id, n))
             for n in spec.nodes
-            if n.concurrency is not None or n.rate_limit is not None
+            if (w := self._inner.get(n.id, n)).concurrency is not None or w.rate_limit is not None
         }
         self._conditions = conditions
         self._output = output
@@ -238,6 +307,32 @@ class WorkflowDAG:
         kind_of(inner.type).finish_input(inner, value)
         return value
 
+    def render_keys(
+        self,
+        node_id: str,
+        activation: Mapping[str, object],
+        item: Json = None,
+        index: int | None = None,
+    ) -> RenderedKeys | None:
+        """A new task's limit keys rendered from its node's templates (a MAP item's, with
+        ``item`` and ``index``); None when its keys are plain names. Raises TemplateError
+        naming the field."""
+        line = self._lines.get(node_id)
+        if line is None or not line.templated:
+            return None
+        compiled = self._compiled[node_id]
+        worker = self._inner.get(node_id) or self._nodes[node_id]
+        seen = activation
+        if index is not None:
+            seen = {**activation, "item": self.engine.to_native(item), "index": index}
+        concurrency = rate = None
+        if compiled.concurrency_key is not None:
+            rendered = render_key(compiled.concurrency_key, seen, "concurrency.key")
+            concurrency = concurrency_prefix(self.workflow_id, worker) + rendered
+        if compiled.rate_key is not None:
+            rate = "rate:" + render_key(compiled.rate_key, seen, "rate_limit.key")
+        return RenderedKeys(concurrency, rate)
+
     def worker_node(self, node_id: str) -> Node | None:
         """The node a task of ``node_id`` runs as: a MAP's item tasks run as its inner node."""
         return self._inner.get(node_id) or self._nodes.get(node_id)
@@ -254,13 +349,15 @@ class WorkflowDAG:
         return self._output_refs
 
     def node_line(self, node_id: str) -> NodeLine | None:
-        """The concurrency limit a worker node's attempts go through (None: none)."""
+        """The limits a worker node's attempts go through (None: none); a MAP's: its
+        items'. A templated line names its keys once rendered per task (``with_keys``)."""
         return self._lines.get(node_id)
 
     @property
     def node_lines(self) -> tuple[NodeLine, ...]:
-        """Every node concurrency limit of this version, once each."""
-        return tuple(dict.fromkeys(self._lines.values()))
+        """Every node limit of this version with plain names, once each (a templated one
+        names its keys only on its tasks' rows)."""
+        return tuple(dict.fromkeys(v for v in self._lines.values() if not v.templated))
 
     def retry_policy(self, node_id: str) -> RetryPolicy:
         """The node's retry policy (a MAP's: its inner node's, which its items follow)."""

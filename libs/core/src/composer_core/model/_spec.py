@@ -85,7 +85,10 @@ class NodeConcurrency(_Strict):
     key: str = Field(
         description="a name: letters, digits, '_', '-' or '.', at most 128 characters; "
         "nodes naming the same key share its limit (within the workflow, or across "
-        "workflows with scope global)"
+        "workflows with scope global). Or a {{ template }} (over input, config, tasks; "
+        "a MAP's inner node: item and index too), rendered when each task is created "
+        "to a string or number of at most 128 characters: each rendered key has the "
+        "node's max"
     )
     max: int = Field(
         ge=1, description="attempts of the key with a worker or on their way to one, at most"
@@ -103,7 +106,9 @@ class NodeRateLimit(_Strict):
 
     key: str = Field(
         description="a name: letters, digits, '_', '-' or '.', at most 128 characters; "
-        "shared by every node, of any workflow, that names it"
+        "shared by every node, of any workflow, that names it. Or a {{ template }} "
+        "rendered when each task is created (as concurrency.key): each rendered key "
+        "has a bucket of its own, made with the node's limit and per_seconds"
     )
     limit: int = Field(ge=1, description="tokens per period, and the bucket's size (its burst)")
     per_seconds: float = Field(gt=0, le=86400, description="the period, in seconds")

@@ -8,7 +8,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from composer_core.kinds import ChildRun
-from composer_core.model import NodeType, RunStatus, TaskState
+from composer_core.model import NodeType, RenderedKeys, RunStatus, TaskState
 from composer_core.statemachine._state import MapProgress, Run
 from composer_core.templates import Json
 
@@ -39,6 +39,9 @@ class CreateTask:
     waits: bool = False
     #: The MAP node's own task: its items' progress.
     map_progress: MapProgress | None = None
+    #: A limited worker node's keys rendered from its templates (docs/architecture.md
+    #: §4.12), stored on the task: None when they are plain names (or it has none).
+    keys: RenderedKeys | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from composer_core.errors import (
 from composer_core.kinds import ChildKind, ChildRun, WaitKind, kind_of
 from composer_core.kinds.map import DEFAULT_MAX_ITEMS, fails_fast
 from composer_core.kinds.map import max_parallel as max_parallel_of
-from composer_core.model import Node, NodeType, RunStatus, TaskState, WorkflowDAG
+from composer_core.model import Node, NodeType, RenderedKeys, RunStatus, TaskState, WorkflowDAG
 from composer_core.statemachine._actions import (
     Action,
     BufferSignal,
@@ -735,8 +735,15 @@ class Machine:
         The input is resolved once, by its kind, and stored on the task: a retry reuses
         it, and a worker never sees a template.
         """
+        try:
+            keys = self._dag.render_keys(node.id, self.activation())
+        except TemplateError as exc:
+            self.fail(node, f"limit key of {node.id} could not be resolved: {exc}")
+            return
         task_id = self._deps.new_id()
-        self._emit(CreateTask(task_id, node.id, node.type, TaskState.PENDING, input=input))
+        self._emit(
+            CreateTask(task_id, node.id, node.type, TaskState.PENDING, input=input, keys=keys)
+        )
         self._emit(
             DispatchTask(
                 task_id=task_id,
@@ -872,6 +879,7 @@ class Machine:
         limit = self._deps.input_limit
         base = self.activation()
         inputs: list[Json] = []
+        keys: list[RenderedKeys | None] = []
         for index, item in enumerate(items):
             try:
                 inputs.append(
@@ -883,6 +891,7 @@ class Machine:
                         max_bytes=None if limit is None else limit.max_bytes,
                     )
                 )
+                keys.append(self._dag.render_keys(node.id, base, item, index))
             except InputTooLarge as exc:
                 assert limit is not None  # only a limit raises it
                 self.fail(node, f"item {index}: {limit.describe(exc.size, exc.exact)}", limit.code)
@@ -915,6 +924,7 @@ class Machine:
                     input=item_input,
                     item=index,
                     waits=index >= first,
+                    keys=keys[index],
                 )
             )
             if index >= first:

@@ -512,7 +512,7 @@ UPDATE task_instances t
            AS u(run_id, id, node_id, attempt, output)
  WHERE t.run_id = u.run_id AND t.id = u.id AND t.node_id IS NOT DISTINCT FROM u.node_id
    AND t.attempt = u.attempt AND t.state IN ('PENDING', 'QUEUED', 'RUNNING')
-RETURNING t.id, t.node_type, t.started_at, t.finished_at, t.queue;
+RETURNING t.id, t.node_type, t.started_at, t.finished_at, t.queue, t.limit_key;
 
 -- name: fail_task
 -- The node id: a fence by primary key, as in complete_tasks.
@@ -523,7 +523,7 @@ UPDATE task_instances
        lease_token = NULL, lease_claim = NULL
  WHERE run_id = $1 AND id = $2 AND node_id IS NOT DISTINCT FROM $3 AND attempt = $4
    AND state IN ('PENDING', 'QUEUED', 'RUNNING')
-RETURNING node_type, started_at, finished_at, queue;
+RETURNING node_type, started_at, finished_at, queue, limit_key;
 
 -- name: requeue_task
 -- The next attempt of a failed execution: back to PENDING with attempt + 1,
@@ -536,7 +536,7 @@ UPDATE task_instances
        lease_owner = NULL, lease_expires_at = NULL, lease_token = NULL, lease_claim = NULL
  WHERE run_id = $1 AND id = $2 AND node_id IS NOT DISTINCT FROM $3 AND attempt = $4
    AND state IN ('PENDING', 'QUEUED', 'RUNNING')
-RETURNING attempt, node_type, queue, input;
+RETURNING attempt, node_type, queue, input, limit_key;
 
 -- name: resolve_wait
 UPDATE task_instances
@@ -1330,6 +1330,14 @@ UPDATE task_instances t
   FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::text[], $6::int[])
            AS u(run_id, id, limit_key, limit_max, rate_key, rate_units)
  WHERE t.run_id = u.run_id AND t.id = u.id;
+
+-- name: task_limit_keys
+-- The keys stored on tasks (rendered from their nodes' templates when they were
+-- created): what a later dispatch of them (a retry, a MAP item, a resume) goes
+-- through.
+SELECT id, limit_key, rate_key
+  FROM task_instances
+  JOIN unnest($1::text[], $2::text[]) AS u(run_id, id) USING (run_id, id);
 
 -- name: lock_limit_key
 SELECT pg_advisory_xact_lock(hashtextextended('composer.limit:' || $1, 0));
