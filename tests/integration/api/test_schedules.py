@@ -152,7 +152,9 @@ async def test_trigger_starts_a_run_marked_with_its_schedule(scheduled: Live) ->
     assert run.body["scheduled_for"] is not None
     assert run.body["started_by"] == f"schedule {sid}"
     assert run.body["input"] == {"n": 1}
-    assert [r["run_id"] for r in await schedule_runs(gw, sid)] == [run_id]
+    listed = await schedule_runs(gw, sid)
+    assert [(r["run_id"], r["schedule_id"]) for r in listed] == [(run_id, sid)]
+    assert listed[0]["scheduled_for"] == run.body["scheduled_for"]
     assert [r["run_id"] for r in await schedule_runs(gw, sid, status="RUNNING")] == [run_id]
     assert await schedule_runs(gw, sid, status="SUCCEEDED") == []
     mixed = await gw.call(

@@ -32,6 +32,7 @@ from composer_outbox_enqueuer.loop import Enqueuer
 from composer_sdk import Worker, WorkerConfig
 from composer_service.telemetry import setup_telemetry
 from composer_timer.loop import Timer
+from composer_timer.schedules import ScheduleFirer
 from composer_workers.handlers import http_handler, python_handler
 
 TOKEN = "e2e-token"
@@ -130,6 +131,7 @@ class Stack:
     _closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     server: Any = None
     timer: Timer | None = None
+    firer: ScheduleFirer | None = None
     sweeper: Sweeper | None = None
 
 
@@ -181,6 +183,9 @@ async def open_stack(
     if timer:
         s.timer = Timer(engine, redis, prefix=prefix, poll_seconds=1.0)
         s.tasks.append(asyncio.create_task(s.timer.run(s.stop), name="timer"))
+        # the timer service's second loop, as services/timer runs it
+        s.firer = ScheduleFirer(engine, redis, prefix=prefix, poll_seconds=1.0)
+        s.tasks.append(asyncio.create_task(s.firer.run(s.stop), name="schedule-firer"))
     if sweeper:
         options = TEST_SWEEPER | (sweeper if isinstance(sweeper, dict) else {})
         s.sweeper = Sweeper(engine, redis, prefix=prefix, **options)

@@ -193,9 +193,14 @@ async def test_trigger_starts_a_run_now_under_the_overlap_policy(
     fired = await engine.schedules.trigger(sid, by="ops", request_id="r1", now=at(3))
     assert fired.run_id is not None
     again = await engine.schedules.trigger(sid, by="ops", request_id="r1", now=at(3))
-    assert again.run_id is None  # the first still goes: skipped (and no second run)
+    assert again.run_id == fired.run_id  # the same request: its run, found again
+    other = await engine.schedules.trigger(sid, by="ops", request_id="r2", now=at(4))
+    assert other.run_id is None  # another while the first still goes: skipped
     runs = await runs_of(pool, sid)
     assert [(r.run_id, r.scheduled_for) for r in runs] == [(fired.run_id, at(3))]
+    async with repo.connection(pool) as conn:
+        row = await repo.get_schedule(conn, sid)
+    assert (row.fired, row.skipped) == (1, 1)
 
 
 async def test_a_backfill_starts_each_fire_time_of_its_range_once(

@@ -19,7 +19,6 @@ import dataclasses
 import datetime as dt
 import logging
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -265,14 +264,26 @@ class Schedules:
         record = await self._shell.in_tx(lambda tx: self._record(tx, schedule_id))
         spec = _spec_of(record)
         policy = overlap or spec.overlap
+        key = f"schedule:{schedule_id}:trigger:{request_id or uuid.uuid4()}"
+        if request_id is not None:  # a repeat of a request that started its run
+            repeated = await self._shell.in_tx(
+                lambda tx: repo.idempotent_run_id(tx.conn, record.workflow_id, key)
+            )
+            if repeated is not None:
+                return Fired(repeated, Act.START, f"started run {repeated}")
         running = await self._running(record.last_run_id)
         act = on_fire(policy, running=running, buffered=record.buffered_for is not None)
-        key = f"schedule:{schedule_id}:trigger:{request_id or uuid.uuid4()}"
         if act in (Act.SKIP, Act.BUFFER):
             detail = f"not started: run {record.last_run_id} still goes (overlap {policy.value})"
-            await self._events(
-                [repo.NewScheduleEvent(schedule_id, "skipped", now, None, detail, by)]
-            )
+
+            async def skip(tx: Tx) -> None:
+                await repo.note_schedule_skip(tx.conn, schedule_id)
+                await repo.insert_schedule_events(
+                    tx.conn, [repo.NewScheduleEvent(schedule_id, "skipped", now, None, detail, by)]
+                )
+
+            await self._shell.in_tx(skip)
+            instruments().schedule_fires.add(1, {"outcome": "skipped"})
             return Fired(None, Act.SKIP, detail)
         if act is Act.CANCEL_AND_START and record.last_run_id is not None:
             await self._cancel_other(record.last_run_id, schedule_id, now)
@@ -595,9 +606,6 @@ class Schedules:
                 "(overlap cancel_other)",
                 cancelled_by=f"schedule {schedule_id}",
             )
-
-    async def _events(self, events: Sequence[repo.NewScheduleEvent]) -> None:
-        await self._shell.in_tx(lambda tx: repo.insert_schedule_events(tx.conn, events))
 
     async def _record(self, tx: Tx, schedule_id: str, *, lock: bool = False) -> repo.ScheduleRecord:
         try:

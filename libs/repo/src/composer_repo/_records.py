@@ -252,6 +252,9 @@ class RunSummary:
     completed_at: dt.datetime | None
     started_by: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: The schedule that started it and the fire time it was started for (V024).
+    schedule_id: str | None = None
+    scheduled_for: dt.datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

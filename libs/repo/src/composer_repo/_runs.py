@@ -432,11 +432,20 @@ def _page(rows: Sequence[Any], limit: int) -> RunPage:
             completed_at=r["completed_at"],
             started_by=r["started_by"],
             labels=r["labels"] or {},
+            schedule_id=r["schedule_id"],
+            scheduled_for=r["scheduled_for"],
         )
         for r in rows[:limit]
     ]
     next_cursor = runs[-1].run_id if len(rows) > limit else None
     return RunPage(runs, next_cursor)
+
+
+@translated
+async def idempotent_run_id(conn: Connection, workflow_id: str, idempotency_key: str) -> str | None:
+    """The run a start with this key started; None when none did."""
+    row = await conn.fetchrow(q("find_idempotent_run"), workflow_id, idempotency_key)
+    return None if row is None else str(row["id"])
 
 
 def uuid7_bound(ts: dt.datetime) -> str:

@@ -204,6 +204,11 @@ async def note_schedule_run(conn: Connection, schedule_id: str, run_id: str) -> 
 
 
 @translated
+async def note_schedule_skip(conn: Connection, schedule_id: str) -> None:
+    await conn.execute(q("note_schedule_skip"), schedule_id)
+
+
+@translated
 async def next_schedule_due(conn: Connection) -> dt.datetime | None:
     due: dt.datetime | None = await conn.fetchval(q("next_schedule_due"))
     return due

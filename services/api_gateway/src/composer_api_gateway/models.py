@@ -345,6 +345,12 @@ class RunSummary(Response):
         default_factory=dict,
         description="the labels its start gave it; plain text, never sealed nor redacted",
     )
+    schedule_id: str | None = Field(
+        default=None, description="the schedule that started it; null: none"
+    )
+    scheduled_for: dt.datetime | None = Field(
+        default=None, description="the fire time a schedule started it for; null: none"
+    )
     redacted: bool = _redacted("error")
 
 

@@ -326,6 +326,8 @@ async def list_runs(request: web.Request) -> web.Response:
                     completed_at=s.completed_at,
                     started_by=s.started_by,
                     labels=dict(s.labels),
+                    schedule_id=s.schedule_id,
+                    scheduled_for=s.scheduled_for,
                     redacted=redacted,
                 )
                 for s, redacted in listing.runs

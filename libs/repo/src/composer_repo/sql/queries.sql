@@ -372,7 +372,7 @@ SELECT task_id, node_id, attempt, lines, truncated, created_at
 
 -- name: list_runs
 SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at,
-       started_by, labels
+       started_by, labels, schedule_id, scheduled_for
   FROM workflow_runs
  WHERE id < $1 AND id >= $2
  ORDER BY id DESC
@@ -380,7 +380,7 @@ SELECT id, workflow_id, version, status, error, idempotency_key, created_at, upd
 
 -- name: list_runs_by_workflow
 SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at,
-       started_by, labels
+       started_by, labels, schedule_id, scheduled_for
   FROM workflow_runs
  WHERE id < $1 AND id >= $2 AND workflow_id = $4
  ORDER BY id DESC
@@ -388,7 +388,7 @@ SELECT id, workflow_id, version, status, error, idempotency_key, created_at, upd
 
 -- name: list_runs_by_status
 SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at,
-       started_by, labels
+       started_by, labels, schedule_id, scheduled_for
   FROM workflow_runs
  WHERE id < $1 AND id >= $2 AND status = $4
  ORDER BY id DESC
@@ -396,7 +396,7 @@ SELECT id, workflow_id, version, status, error, idempotency_key, created_at, upd
 
 -- name: list_runs_by_workflow_status
 SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at,
-       started_by, labels
+       started_by, labels, schedule_id, scheduled_for
   FROM workflow_runs
  WHERE id < $1 AND id >= $2 AND workflow_id = $4 AND status = $5
  ORDER BY id DESC
@@ -419,7 +419,7 @@ SELECT set_config('plan_cache_mode', 'force_custom_plan', true);
 
 -- name: list_runs_labelled
 SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at,
-       started_by, labels
+       started_by, labels, schedule_id, scheduled_for
   FROM workflow_runs
  WHERE id < $1 AND id >= $2 AND labels @> $4::jsonb
  ORDER BY id DESC
@@ -427,7 +427,7 @@ SELECT id, workflow_id, version, status, error, idempotency_key, created_at, upd
 
 -- name: list_runs_by_workflow_labelled
 SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at,
-       started_by, labels
+       started_by, labels, schedule_id, scheduled_for
   FROM workflow_runs
  WHERE id < $1 AND id >= $2 AND workflow_id = $4 AND labels @> $5::jsonb
  ORDER BY id DESC
@@ -435,7 +435,7 @@ SELECT id, workflow_id, version, status, error, idempotency_key, created_at, upd
 
 -- name: list_runs_by_status_labelled
 SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at,
-       started_by, labels
+       started_by, labels, schedule_id, scheduled_for
   FROM workflow_runs
  WHERE id < $1 AND id >= $2 AND status = $4 AND labels @> $5::jsonb
  ORDER BY id DESC
@@ -443,7 +443,7 @@ SELECT id, workflow_id, version, status, error, idempotency_key, created_at, upd
 
 -- name: list_runs_by_workflow_status_labelled
 SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at,
-       started_by, labels
+       started_by, labels, schedule_id, scheduled_for
   FROM workflow_runs
  WHERE id < $1 AND id >= $2 AND workflow_id = $4 AND status = $5 AND labels @> $6::jsonb
  ORDER BY id DESC
@@ -1669,6 +1669,10 @@ UPDATE schedules
        fired = fired + 1, updated_at = now()
  WHERE id = $1;
 
+-- name: note_schedule_skip
+-- A trigger the overlap policy held back: counted as skipped.
+UPDATE schedules SET skipped = skipped + 1, updated_at = now() WHERE id = $1;
+
 -- name: next_schedule_due
 SELECT min(due_at) FROM schedules WHERE NOT paused;
 
@@ -1693,7 +1697,7 @@ UPDATE workflow_runs SET schedule_id = $2, scheduled_for = $3 WHERE id = $1 RETU
 
 -- name: list_runs_by_schedule
 SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at,
-       started_by, labels
+       started_by, labels, schedule_id, scheduled_for
   FROM workflow_runs
  WHERE id < $1 AND id >= $2 AND schedule_id = $4 AND ($5::text IS NULL OR status = $5)
  ORDER BY id DESC
