@@ -490,3 +490,41 @@ async def test_a_refusal_that_is_not_optional_hardening_fails_the_check(tmp_path
     finally:
         box.close()
     assert box.weakened() == []
+
+
+@pytest.fixture
+def shared_mount(tmp_path: Path) -> Iterator[Path]:
+    """A mount of the host's inside a shared one, as podman's /run/netns/netns-* are in
+    /run/netns: the inner one is what must stay."""
+    if not ROOT:
+        pytest.fail("the mount test mounts a tmpfs: run it as root")
+    outer = tmp_path / "shared"
+    outer.mkdir()
+    tmpfs = ["mount", "-t", "tmpfs", "-o", "size=64k", "composer-test"]
+    subprocess.run([*tmpfs, str(outer)], check=True)
+    subprocess.run(["mount", "--make-shared", str(outer)], check=True)
+    inner = outer / "inner"
+    inner.mkdir()
+    subprocess.run([*tmpfs, str(inner)], check=True)
+    try:
+        yield inner
+    finally:
+        subprocess.run(["umount", str(inner)], check=False, capture_output=True)
+        subprocess.run(["umount", str(outer)], check=False, capture_output=True)
+
+
+def _mounted(point: Path) -> bool:
+    with open("/proc/self/mountinfo") as info:
+        return any(line.split()[4] == str(point) for line in info)
+
+
+async def test_an_outbound_sandbox_leaves_the_hosts_shared_mounts_alone(
+    sandbox: Sandbox, shared_mount: Path
+) -> None:
+    # slirp4netns --enable-sandbox, run as root, detached the host's mounts inside shared
+    # ones (podman's network namespaces went, and its containers' networks with them);
+    # it runs in a mount namespace of its own
+    assert _mounted(shared_mount)
+    out = await run(sandbox, "def main(input):\n    return 'ran'\n")
+    assert out == "ran"
+    assert _mounted(shared_mount), "the sandbox's network helper unmounted a host mount"

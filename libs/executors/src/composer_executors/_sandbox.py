@@ -526,6 +526,13 @@ async def _start_slirp(program: str, pid: int, cidr: str, privileged: bool) -> C
         pass_fds.append(owner)
         argv.append(f"--userns-path=/proc/self/fd/{owner}")
     argv += [str(pid), "tap0"]
+    if privileged:
+        # As root, slirp4netns's --enable-sandbox makes a mount namespace whose "/" it
+        # makes private but not its submounts, then detaches the old root: the unmounts
+        # of every shared submount reach the host (podman's /run/netns/* went, and with
+        # them its containers' networks). A namespace of its own, private throughout,
+        # keeps them there. (Unprivileged, its user namespace turns them into slaves.)
+        argv = ["unshare", "--mount", "--propagation", "private", "--", *argv]
     try:
         child = await spawn(argv, env={"PATH": os.defpath}, pass_fds=pass_fds, quiet=True)
     except OSError as exc:
