@@ -168,6 +168,11 @@ async def _timer_process(
         "COMPOSER_REDIS_URL": REDIS_URL,
         "COMPOSER_REDIS_PREFIX": prefix,
         "COMPOSER_LOG_FORMAT": "human",
+        **{
+            k: v
+            for k, v in os.environ.items()
+            if k.startswith(("COMPOSER_TIMER_", "COMPOSER_SCHEDULE_"))
+        },
     }
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "composer_timer", env=env, stderr=asyncio.subprocess.PIPE

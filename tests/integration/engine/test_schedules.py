@@ -251,3 +251,24 @@ async def test_a_deployed_definition_writes_and_removes_its_schedules(
     clash = {**SLOW, "schedules": [{"id": "every10", "every_seconds": 5}]}
     with pytest.raises(Conflict, match="made through the API"):
         await workflows.create(validate_definition(clash), deploy=True)
+
+
+async def test_a_fire_the_engine_refuses_does_not_hold_up_the_others(
+    engine: Engine, pool: repo.Pool
+) -> None:
+    strict = {**SLOW, "id": "strict", "input_schema": {"required": ["day"]}}
+    await Workflows(pool).create(validate_definition(strict), deploy=True)
+    bad = ScheduleSpec(id="bad", every_seconds=10, input={})  # no day: refused at start
+    await engine.schedules.create("strict", bad, now=at(-5))
+    for n in range(5):  # fired in the same pass, their starts in the same transaction
+        good = ScheduleSpec(id=f"good{n}", every_seconds=10, input={"day": "today"})
+        await engine.schedules.create("strict", good, now=at(-5))
+    done = await engine.schedules.fire_due(token="a", now=at(0.1))
+    assert (done.started, done.skipped) == (5, 1)
+    for n in range(5):
+        assert [r.scheduled_for for r in await runs_of(pool, f"good{n}")] == [at(0)]
+    failed = [e for e in await events_of(pool, "bad") if e.kind == "failed"]
+    assert len(failed) == 1 and failed[0].detail is not None
+    assert "input" in failed[0].detail and failed[0].scheduled_for == at(0)
+    async with repo.connection(pool) as conn:
+        assert (await repo.get_schedule(conn, "bad")).next_fire_at == at(10)  # it goes on

@@ -64,7 +64,6 @@ PRUNED: dict[str, tuple[Any, ...]] = {
     "load_item_outputs": ("m",),
     "cancel_items": ("m", "r"),
     "get_map_items": ("m", 0, 100),
-    "run_status": (),
     "set_run_schedule": ("nightly", NOW),
 }
 
@@ -86,6 +85,7 @@ WIDER = {
     "list_runs_by_workflow": "an id range",
     "list_runs_by_status": "an id range",
     "list_runs_by_schedule": "an id range, on the schedule's partial index",
+    "run_statuses": "a batch of run ids (schedules' last runs)",
     "list_runs_by_workflow_status": "an id range",
     "due_waits": "the timer scans the small wake_at partial index of every month",
     "next_wake_at": "the timer scans the small wake_at partial index of every month",

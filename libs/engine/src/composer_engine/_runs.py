@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import composer_repo as repo
@@ -35,8 +35,10 @@ from composer_engine._tx import Tx
 from composer_engine.errors import (
     BadRequest,
     Conflict,
+    EngineError,
     IdempotencyKeyReused,
     InputInvalid,
+    Unavailable,
     UnknownSignal,
 )
 from composer_engine.sealing import looks_sealed
@@ -45,6 +47,8 @@ log = logging.getLogger("composer.engine")
 
 #: A write that goes in a command's transaction, after its event.
 Also = Callable[[Tx], Awaitable[object]]
+#: One start, to run inside a transaction (``RunCommands.prepare_start``).
+StartInTx = Callable[[Tx], Awaitable["Started"]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +80,65 @@ class RunCommands:
         labels: Mapping[str, str] | None = None,
         schedule: tuple[str, dt.datetime] | None = None,
     ) -> Started:
-        """Insert a run and apply RunStarted in one transaction.
+        """Insert a run and apply RunStarted in one transaction (``prepare_start`` says
+        what each argument does)."""
+        return await self._shell.in_tx(
+            self.prepare_start(
+                workflow_id,
+                version=version,
+                input=input,
+                config=config,
+                run_id=run_id,
+                idempotency_key=idempotency_key,
+                start_node=start_node,
+                caller=caller,
+                parent=parent,
+                labels=labels,
+                schedule=schedule,
+            )
+        )
+
+    async def start_many(self, starts: Sequence[StartInTx]) -> list[Started | EngineError]:
+        """Several starts (``prepare_start``'s) in one transaction: one commit for all,
+        as a timer firing a thousand schedules at once needs. When one is refused (its
+        input, its workflow) the transaction is rolled back and each goes alone, so the
+        others still start; each item is its Started or the error that refused it."""
+
+        async def together(tx: Tx) -> list[Started | EngineError]:
+            return [await start(tx) for start in starts]
+
+        try:
+            return await self._shell.in_tx(together)
+        except Unavailable:
+            raise
+        except EngineError:
+            pass
+        alone: list[Started | EngineError] = []
+        for start in starts:
+            try:
+                alone.append(await self._shell.in_tx(start))
+            except Unavailable:
+                raise
+            except EngineError as exc:
+                alone.append(exc)
+        return alone
+
+    def prepare_start(
+        self,
+        workflow_id: str,
+        *,
+        version: int | None = None,
+        input: Json = None,
+        config: Json = None,
+        run_id: str | None = None,
+        idempotency_key: str | None = None,
+        start_node: str | None = None,
+        caller: Caller | None = None,
+        parent: repo.ParentRef | None = None,
+        labels: Mapping[str, str] | None = None,
+        schedule: tuple[str, dt.datetime] | None = None,
+    ) -> StartInTx:
+        """What inserts a run and applies RunStarted inside a transaction.
 
         ``version`` None (or 0) is the deployed one. A client ``run_id`` must be
         a UUIDv7 from the last 24 h and at most 1 h ahead. A repeated
@@ -200,7 +262,7 @@ class RunCommands:
             )
             return Started(new_run_id, run.status, created=True)
 
-        return await self._shell.in_tx(attempt)
+        return attempt
 
     async def signal(
         self,

@@ -14,13 +14,15 @@ a pause, resume or deploy in between keeps its own fire times.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import dataclasses
 import datetime as dt
 import logging
 import uuid
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Generic, Literal, TypeVar
 
 from pydantic import ValidationError
 
@@ -41,7 +43,7 @@ from composer_core.schedules import (
     upcoming,
 )
 from composer_engine._metrics import instruments
-from composer_engine._runs import RunCommands
+from composer_engine._runs import RunCommands, Started, StartInTx
 from composer_engine._shell import Shell, utcnow
 from composer_engine._tx import Tx
 from composer_engine.errors import (
@@ -68,6 +70,8 @@ MAX_BACKFILL_FIRES = 10_000
 _ROLE = "schedule"
 
 BackfillOverlap = Literal["allow_all", "skip", "buffer_all"]
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +133,26 @@ class Schedules:
     def __init__(self, shell: Shell, runs: RunCommands) -> None:
         self._shell = shell
         self._runs = runs
+        # a start is a dozen statements: 4 connections with 10 starts a commit each
+        self._starts: _Gathered[StartInTx, Started | EngineError] = _Gathered(
+            runs.start_many, most=10, carriers=4
+        )
+        self._writes: _Gathered[Callable[[Tx], Awaitable[bool]], bool] = _Gathered(
+            self._write_all, most=100, carriers=2
+        )
+        self._statuses: _Gathered[str, RunStatus | None] = _Gathered(
+            self._read_statuses, most=500, carriers=1
+        )
+
+    async def _write_all(
+        self, writes: Sequence[Callable[[Tx], Awaitable[bool]]]
+    ) -> builtins.list[bool]:
+        """Several passes' write-backs in one transaction."""
+
+        async def together(tx: Tx) -> builtins.list[bool]:
+            return [await write(tx) for write in writes]
+
+        return await self._shell.in_tx(together)
 
     # --- a person's requests -------------------------------------------------
 
@@ -496,7 +520,7 @@ class Schedules:
             await repo.insert_schedule_events(tx.conn, events)
             return await repo.finish_schedule_claim(tx.conn, sid, token, outcome)
 
-        if not await self._shell.in_tx(write):
+        if not await self._writes.submit(write):
             log.warning("schedule %s: its claim ran out during the pass (the next repeats it)", sid)
         out.started += fired
         out.skipped += skipped
@@ -567,36 +591,45 @@ class Schedules:
         *,
         key: str | None = None,
     ) -> str:
-        """Start the run of one fire time (or find the one started for it)."""
+        """Start the run of one fire time (or find the one started for it). The starts
+        of fires going at once share a transaction (``_Gathered``)."""
         try:
-            started = await self._runs.start(
+            prepared = self._runs.prepare_start(
                 record.workflow_id,
                 input=spec.input,
                 idempotency_key=key or idempotency_key(spec.id, fire),
                 caller=Caller(f"schedule {spec.id}", _ROLE),
                 schedule=(spec.id, fire),
             )
-        except IdempotencyKeyReused as exc:  # its input changed since: that run stands
-            return str(exc.extensions["run_id"])
-        except Unavailable:
-            raise
-        except EngineError as exc:  # the workflow was deleted, the input no longer fits
+            started = await self._starts.submit(prepared)
+        except EngineError as exc:
+            started = exc
+        if isinstance(started, IdempotencyKeyReused):  # its input changed since: that run stands
+            return str(started.extensions["run_id"])
+        if isinstance(started, Unavailable):
+            raise started
+        if isinstance(started, EngineError):  # the workflow was deleted, the input no longer fits
             raise StartRefused(
-                f"run of workflow {record.workflow_id!r} not started: {exc}"
-            ) from exc
+                f"run of workflow {record.workflow_id!r} not started: {started}"
+            ) from started
         if started.created:
             log.info("schedule %s started run %s for %s", spec.id, started.run_id, fire.isoformat())
         return started.run_id
 
     async def _running(self, run_id: str | None) -> bool:
+        """Whether the run still goes (the reads of fires going at once share one
+        statement)."""
         if run_id is None:
             return False
-
-        async def read(tx: Tx) -> RunStatus | None:
-            return await repo.run_status(tx.conn, run_id)
-
-        status = await self._shell.in_tx(read)
+        status = await self._statuses.submit(run_id)
         return status is not None and not status.is_terminal
+
+    async def _read_statuses(self, run_ids: Sequence[str]) -> builtins.list[RunStatus | None]:
+        async def read(tx: Tx) -> dict[str, RunStatus]:
+            return await repo.run_statuses(tx.conn, run_ids)
+
+        found = await self._shell.in_tx(read)
+        return [found.get(run_id) for run_id in run_ids]
 
     async def _cancel_other(self, run_id: str, schedule_id: str, fire: dt.datetime) -> None:
         with contextlib.suppress(Conflict, NotFound):  # it ended meanwhile
@@ -684,6 +717,49 @@ async def sync_schedules(tx: Tx, spec: WorkflowSpec, now: dt.datetime | None = N
                 )
             ],
         )
+
+
+class _Gathered(Generic[T, R]):
+    """Requests made by coroutines going at once, carried out in batches: whoever asks
+    while ``carriers`` batches are under way goes in a next one (a group commit that
+    keeps a few connections busy at once). ``run`` takes a batch and answers one
+    result per request, in order."""
+
+    def __init__(
+        self, run: Callable[[list[T]], Awaitable[list[R]]], *, most: int, carriers: int
+    ) -> None:
+        self._run = run
+        self._most = most
+        self._carriers = carriers
+        self._waiting: list[tuple[T, asyncio.Future[R]]] = []
+        self._going: set[asyncio.Task[None]] = set()
+
+    async def submit(self, request: T) -> R:
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[R] = loop.create_future()
+        self._waiting.append((request, answer))
+        if len(self._going) < self._carriers:
+            carrier = loop.create_task(self._carry(), name="schedules-gathered")
+            self._going.add(carrier)
+            carrier.add_done_callback(self._going.discard)
+        return await answer
+
+    async def _carry(self) -> None:
+        await asyncio.sleep(0)  # the others going at once ask now
+        while self._waiting:
+            batch, self._waiting = self._waiting[: self._most], self._waiting[self._most :]
+            try:
+                results = await self._run([request for request, _ in batch])
+            except BaseException as exc:
+                for _, answer in batch:
+                    if not answer.done():
+                        answer.set_exception(exc)
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                continue
+            for (_, answer), result in zip(batch, results, strict=True):
+                if not answer.done():
+                    answer.set_result(result)
 
 
 class StartRefused(EngineError):

@@ -273,10 +273,10 @@ async def schedule_events(
 
 
 @translated
-async def run_status(conn: Connection, run_id: str) -> RunStatus | None:
-    """The run's status; None when it is gone."""
-    status = await conn.fetchval(q("run_status"), run_id)
-    return None if status is None else RunStatus(status)
+async def run_statuses(conn: Connection, run_ids: Sequence[str]) -> dict[str, RunStatus]:
+    """The runs' statuses (a run that is gone is left out)."""
+    rows = await conn.fetch(q("run_statuses"), list(run_ids))
+    return {r["id"]: RunStatus(r["status"]) for r in rows}
 
 
 @translated

@@ -26,7 +26,7 @@ async def serve(settings: TimerSettings) -> None:
             rt.queue,
             prefix=settings.redis_prefix,
             batch_size=settings.timer_batch_size,
-            concurrency=settings.timer_concurrency,
+            concurrency=settings.schedule_batch_size,
             poll_seconds=settings.timer_poll_seconds,
             busy_retry_seconds=settings.timer_busy_retry_seconds,
         )
@@ -40,7 +40,7 @@ async def serve(settings: TimerSettings) -> None:
             rt.queue,
             prefix=settings.redis_prefix,
             batch_size=settings.schedule_batch_size,
-            concurrency=settings.timer_concurrency,
+            concurrency=settings.schedule_batch_size,
             poll_seconds=settings.schedule_poll_seconds,
         )
         # the runtime closes the engine, then the pool

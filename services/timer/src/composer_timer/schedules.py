@@ -44,8 +44,9 @@ class ScheduleFirer:
     redis: cq.Queue
     prefix: str = "composer"
     batch_size: int = 100
-    #: Schedules fired at once (each start is a transaction of its own).
-    concurrency: int = 8
+    #: Schedules fired at once: their starts, reads and write-backs are gathered into
+    #: a few transactions (a group commit), so this is cheap.
+    concurrency: int = 100
     poll_seconds: float = 1.0
     clock: Callable[[], dt.datetime] = utcnow
     token: str = field(default_factory=_token)

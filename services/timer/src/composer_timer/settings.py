@@ -14,7 +14,7 @@ class TimerSettings(ServiceSettings):
     timer_poll_seconds: float = 5.0
     #: How soon to look again at a due wait whose run another transaction held.
     timer_busy_retry_seconds: float = 0.05
-    #: Due schedules claimed per pass (docs/architecture.md §6.8).
+    #: Due schedules claimed per pass, and fired at once (docs/architecture.md §6.8).
     schedule_batch_size: int = 100
     #: The longest sleep between schedule passes: how late a fire can be when its
     #: schedule was written without a hint reaching the timer (a deploy).

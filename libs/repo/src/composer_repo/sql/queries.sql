@@ -1687,9 +1687,9 @@ SELECT id, schedule_id, at, kind, scheduled_for, run_id, detail, actor
 -- name: delete_schedule_events
 DELETE FROM schedule_events WHERE schedule_id = $1;
 
--- name: run_status
--- A run's status (a schedule's overlap policy asks whether its last run goes).
-SELECT status FROM workflow_runs WHERE id = $1;
+-- name: run_statuses
+-- Runs' statuses (schedules' overlap policies ask whether their last runs go).
+SELECT id, status FROM workflow_runs WHERE id = ANY($1::text[]);
 
 -- name: set_run_schedule
 -- The schedule and fire time a run was started for, in its start's transaction.
