@@ -22,6 +22,7 @@ _VALUES = {
     "key": "partner",
     "node_id": "n",
     "schedule_id": "nightly",
+    "backfill_id": "019ad000-0000-7000-8000-000000000000",
 }
 
 

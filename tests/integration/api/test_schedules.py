@@ -229,6 +229,10 @@ async def test_the_timer_fires_a_schedule_and_delete_removes_it(scheduled: Live)
     assert len(await schedule_runs(gw, sid)) >= 2  # its runs stay
 
 
+def no_such_backfill() -> str:
+    return "019ad000-0000-7000-8000-000000000000"
+
+
 async def test_backfill_answers_202_and_starts_each_past_fire_time(scheduled: Live) -> None:
     gw = scheduled.gateway
     workflow_id = unique("backfill-wf")
@@ -260,12 +264,16 @@ async def test_backfill_answers_202_and_starts_each_past_fire_time(scheduled: Li
     assert answer.body["total"] == 4 and answer.body["overlap"] == "allow_all"
     backfill_id = answer.body["id"]
 
+    progress = answer.headers["Location"]
+    assert progress == f"/v1/schedules/{sid}/backfills/{backfill_id}"
+
     async def done() -> bool:
-        view = (await gw.call("GET", f"/v1/schedules/{sid}", role="viewer")).body
-        mine = next(b for b in view["backfills"] if b["id"] == backfill_id)
+        mine = (await gw.call("GET", progress, role="viewer")).body
         return bool(mine["done"])
 
     await until(done, 20.0, "the backfill finishing")
+    missing = await gw.call("GET", f"/v1/schedules/{sid}/backfills/{no_such_backfill()}")
+    assert missing.status == 404 and backfill_id not in missing.body["detail"]
     runs = await schedule_runs(gw, sid)
     assert len(runs) == 4
     fired_for = sorted(

@@ -386,6 +386,21 @@ class Schedules:
         await self._wake()
         return record
 
+    async def backfill_progress(self, schedule_id: str, backfill_id: str) -> repo.BackfillRecord:
+        """One backfill of the schedule: how far it got; NotFound naming either."""
+
+        async def read(tx: Tx) -> repo.BackfillRecord:
+            await self._record(tx, schedule_id)
+            try:
+                found = await repo.get_backfill(tx.conn, backfill_id)
+            except repo.NotFound:
+                found = None
+            if found is None or found.schedule_id != schedule_id:
+                raise NotFound(f"schedule {schedule_id!r} has no backfill {backfill_id!r}")
+            return found
+
+        return await self._shell.in_tx(read)
+
     # --- the timer's pass ----------------------------------------------------
 
     async def next_due(self) -> dt.datetime | None:

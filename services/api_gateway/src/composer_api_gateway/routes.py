@@ -532,7 +532,21 @@ ROUTES: tuple[Route, ...] = (
         description="Answers 202 with the backfill at once; the timer service starts one "
         "run per fire time in [start, end] in the background (at most 10,000; 400 past "
         "that), each with `scheduled_for` that fire time. A fire time that already has "
-        "its run is not started again. Progress: the schedule's `backfills`.",
+        "its run is not started again. Progress: the Location it answers "
+        "(GET /v1/schedules/{schedule_id}/backfills/{backfill_id}), and the schedule's "
+        "`backfills`.",
+    ),
+    Route(
+        "GET",
+        "/v1/schedules/{schedule_id}/backfills/{backfill_id}",
+        schedules.show_backfill,
+        "How far a backfill got",
+        "schedules",
+        Role.VIEWER,
+        {200: BackfillView},
+        errors=(404, 503),
+        description="`total` fire times in its range, `started` and `skipped` so far; "
+        "`finished_at` set once every fire time was handled.",
     ),
     Route(
         "GET",

@@ -206,4 +206,15 @@ async def backfill(request: web.Request) -> web.Response:
     record = await request.app[ENGINE].schedules.backfill(
         schedule_id, body.start, body.end, overlap=body.overlap, by=request[CALLER].name
     )
-    return json_response(_backfill(record), ACCEPTED, Location=f"/v1/schedules/{schedule_id}")
+    return json_response(
+        _backfill(record),
+        ACCEPTED,
+        Location=f"/v1/schedules/{schedule_id}/backfills/{record.backfill_id}",
+    )
+
+
+async def show_backfill(request: web.Request) -> web.Response:
+    schedule_id = schedule_id_param(request)
+    backfill_id = request.match_info["backfill_id"]
+    record = await request.app[ENGINE].schedules.backfill_progress(schedule_id, backfill_id)
+    return json_response(_backfill(record))
