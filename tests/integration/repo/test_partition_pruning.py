@@ -108,6 +108,7 @@ WIDER = {
     "list_runs_by_status_labelled": "an id range, with the labels' GIN index",
     "list_runs_by_workflow_status_labelled": "an id range, with the labels' GIN index",
     "set_task_limits": "a batch of (run id, task id) pairs",
+    "task_limit_keys": "a batch of (run id, task id) pairs (a templated node's tasks sent again)",
     "limit_load": "a key's count: the small in-flight and held partial indexes of limited rows",
     "held_limit_tasks": "a release scans the small held partial index of limited rows",
     "held_limit_keys": "the sweeper scans the small held partial index of limited rows",

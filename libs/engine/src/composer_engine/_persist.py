@@ -20,7 +20,7 @@ from typing import assert_never
 
 import composer_queue as cq
 import composer_repo as repo
-from composer_core.model import NodeLine, RunStatus, WorkflowDAG
+from composer_core.model import NodeLine, RunStatus, TaskState, WorkflowDAG
 from composer_core.statemachine import (
     Action,
     BufferSignal,
@@ -110,7 +110,11 @@ async def persist(
                 if action.wake_at is not None:
                     effects.wake_timer = True
                 effects.created.append((action.node_type.value, action.state.value))
-                if worker and (line := dag.node_line(action.node_id)) is not None:
+                if (
+                    worker
+                    and action.state is TaskState.PENDING
+                    and (line := dag.node_line(action.node_id)) is not None
+                ):
                     # its keys go on its row as it is inserted (a waiting MAP item's too)
                     writes.lines[action.task_id] = line.with_keys(action.keys)
             case DispatchTask():
