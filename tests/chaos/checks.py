@@ -15,7 +15,10 @@ promises (issue 10), each printed as a figure. Any violation fails the suite.
 7. no key of a limited workflow (run concurrency) ever had more runs going than its limit;
 8. one child run per SUB_WORKFLOW attempt, none lost or doubled, each finished, the node
    ending as its child did;
-9. a MAP's items one task each, its output theirs in order.
+9. a MAP's items one task each, its output theirs in order;
+11. no node concurrency key (chaos-keyed's, rendered per partner) ever had more than
+    its max of attempts executing under a valid lease at once; how many attempts its
+    key and its rate limit held (both limits exercised); its runs all ended as planned.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from typing import Any
 import composer_queue
 import composer_repo as repo
 from tests.chaos.driver import DrivenRun
-from tests.chaos.shapes import LIMITED_MAX_RUNS, SCHEDULE_EVERY, SCHEDULE_ID
+from tests.chaos.shapes import KEYED_MAX, LIMITED_MAX_RUNS, SCHEDULE_EVERY, SCHEDULE_ID
 
 ACTIVE = {"PENDING", "QUEUED", "RUNNING", "WAITING"}
 #: Below this, two intervals touching are clock rounding, not an overlap.
@@ -46,6 +49,8 @@ class RunFacts:
     signals: list[repo.BufferedSignal]
     #: The runs its SUB_WORKFLOW nodes started (chaos-parent's).
     children: list[repo.ChildSummary] = field(default_factory=list)
+    #: Its history (chaos-keyed's only: what was held, and why).
+    history: list[repo.HistoryEntry] = field(default_factory=list)
 
     @property
     def node_tasks(self) -> dict[str, repo.TaskRecord]:
@@ -87,7 +92,10 @@ async def gather_runs(pool: repo.Pool, driven: Iterable[DrivenRun]) -> list[RunF
                 if d.planned.workflow_id == "chaos-parent"
                 else []
             )
-            facts.append(RunFacts(d, run, tasks, signals, children))
+            history = []
+            if d.planned.workflow_id == "chaos-keyed":
+                history = await repo.run_history(conn, d.run_id, limit=1000)
+            facts.append(RunFacts(d, run, tasks, signals, children, history))
     return facts
 
 
@@ -236,6 +244,7 @@ def check(facts: list[RunFacts], records: list[dict[str, Any]], streams_now: Str
     _check_run_limits(report, facts)
     _check_children(report, facts)
     _check_maps(report, facts)
+    _check_node_keys(report, facts, execs)
     _reexecutions(report, by_task, len(execs))
     return report
 
@@ -340,6 +349,66 @@ def _check_run_limits(report: Report, facts: list[RunFacts]) -> None:
         dict(sorted(most.items())),
         ok=not over,
         note=f"limit {LIMITED_MAX_RUNS}",
+    )
+
+
+def _check_node_keys(report: Report, facts: list[RunFacts], execs: list[Execution]) -> None:
+    """11. Node concurrency (docs/architecture.md §4.12): no key of chaos-keyed's nodes
+    (global, rendered from the run's partner, shared by both nodes) ever had more than
+    its max of attempts executing at once. An execution counts while it held a valid
+    lease (check 2's stretches): a frozen worker running past its lease is no longer in
+    flight (its attempt failed and its place went on), which is what the limit counts.
+    Then how many attempts the key and the rate limit held, and that every run of the
+    shape ended as planned (nothing lost: check 1 says so too, per run)."""
+    partner_of = {
+        f.run.run_id: str(f.driven.planned.input["partner"])
+        for f in facts
+        if f.run is not None and f.run.workflow_id == "chaos-keyed"
+    }
+    spans: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
+    for e in execs:
+        partner = partner_of.get(e.run)
+        if partner is not None:
+            spans[f"partner-{partner}"].extend(e.valid)
+    most: dict[str, int] = {}
+    for key, intervals in spans.items():
+        current = 0
+        # at one instant an end goes before a start: the place was handed at the end
+        for _, step in sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals]):
+            current += step
+            most[key] = max(most.get(key, 0), current)
+    over = {k: n for k, n in most.items() if n > KEYED_MAX}
+    for key, n in over.items():
+        report.violation(f"node key {key!r} of chaos-keyed had {n} attempts executing at once")
+    report.figure(
+        "11. most attempts of a node key executing at once",
+        dict(sorted(most.items())),
+        ok=not over,
+        note=f"max {KEYED_MAX}",
+    )
+    held = collections.Counter(
+        "rate" if "rate limit" in str((h.detail or {}).get("reason", "")) else "key"
+        for f in facts
+        for h in f.history
+        if h.kind == "task.held" and isinstance(h.detail, dict)
+    )
+    report.figure(
+        "11. chaos-keyed attempts held for their key / for the rate limit",
+        f"{held['key']} / {held['rate']}",
+    )
+    keyed = [f for f in facts if f.driven.planned.workflow_id == "chaos-keyed"]
+    lost = [
+        f.driven.run_id or f.driven.key
+        for f in keyed
+        if f.run is None
+        or f.run.status.value != "SUCCEEDED"
+        or {n: t.state.value for n, t in f.node_tasks.items()}
+        != {"a": "COMPLETED", "b": "COMPLETED"}
+    ]
+    for run_id in lost:
+        report.violation(f"chaos-keyed run {run_id} did not end with both nodes COMPLETED")
+    report.figure(
+        "11. chaos-keyed runs / not ended as planned", f"{len(keyed)} / {len(lost)}", ok=not lost
     )
 
 

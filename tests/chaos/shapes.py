@@ -43,6 +43,13 @@ BRANCHES = [f"b{i:02d}" for i in range(FORK_WIDTH)]
 LIMITED_MAX_RUNS = 2
 CUSTOMERS = ("acme", "globex", "initech", "umbrella")
 
+#: chaos-keyed: each node's attempts go through a global concurrency key rendered from
+#: the run's partner (at most this many executing at once per partner, shared by both
+#: nodes) and a rate limit shared by every run (check 11).
+KEYED_MAX = 1
+PARTNERS = ("p1", "p2", "p3")
+KEYED_RATE = {"key": "chaos-rate", "limit": 6, "per_seconds": 1}
+
 #: A schedule of its own, fired by the timer through every fault (check 10: each fire
 #: time from the first to the last started once).
 SCHEDULE_ID = "chaos-every2"
@@ -64,6 +71,22 @@ WORKFLOWS: dict[str, dict[str, Any]] = {
         "concurrency": {"key": "{{input.customer}}", "max_runs": LIMITED_MAX_RUNS},
         "priority": "{{input.priority}}",
         "nodes": [_task(n) for n in ("a", "b")],
+        "edges": _chain("a", "b"),
+    },
+    "chaos-keyed": {
+        "id": "chaos-keyed",
+        "nodes": [
+            _task(n)
+            | {
+                "concurrency": {
+                    "key": "partner-{{input.partner}}",
+                    "max": KEYED_MAX,
+                    "scope": "global",
+                },
+                "rate_limit": KEYED_RATE,
+            }
+            for n in ("a", "b")
+        ],
         "edges": _chain("a", "b"),
     },
     # a SUB_WORKFLOW: a child run of chaos-chain per attempt, its plan the parent's
@@ -234,9 +257,17 @@ def plan_run(rng: random.Random) -> Planned:
             "parent",
             "doomed-parent",
             "map",
+            "keyed",
         ],
-        weights=[20, 12, 15, 13, 15, 13, 6, 6, 12, 10, 4, 10],
+        weights=[20, 12, 15, 13, 15, 13, 6, 6, 12, 10, 4, 10, 12],
     )[0]
+    if kind == "keyed":
+        plan = {n: _behaviour(rng) for n in ("a", "b")}
+        return Planned(
+            "chaos-keyed",
+            {"plan": plan, "partner": rng.choice(PARTNERS)},
+            Expect("SUCCEEDED", completed=["a", "b"]),
+        )
     if kind in ("parent", "doomed-parent"):
         plan = {n: _behaviour(rng) for n in ("a", "z")}
         child_plan = {n: _behaviour(rng) for n in ("a", "b", "c", "d")}

@@ -15,6 +15,7 @@ from tests.chaos.checks import (
     Report,
     RunFacts,
     _check_children,
+    _check_node_keys,
     _check_run_limits,
     _check_task_rows,
     _check_time_order,
@@ -237,3 +238,56 @@ def test_a_sub_workflow_attempt_with_two_children_or_none_is_a_violation() -> No
     assert report.figures["8. node attempts with more than one child"] == 1
     assert report.figures["8. node attempts with no child"] == 1  # attempt 1's
     assert report.figures["8. nodes whose end is not their child's"] == 0
+
+
+def keyed_run(run_id: str, partner: str) -> RunFacts:
+    facts = run_facts(9.0, ("a", 0.0, 0.1, 1.0), ("b", 1.0, 1.1, 2.0))
+    assert facts.run is not None
+    run = dataclasses.replace(facts.run, run_id=run_id, workflow_id="chaos-keyed")
+    driven = DrivenRun(
+        run_id,
+        Planned("chaos-keyed", {"partner": partner}, Expect("SUCCEEDED")),
+        run_id=run_id,
+    )
+    return RunFacts(driven, run, facts.tasks, [])
+
+
+def execution(
+    x: str, run_id: str, owner: str, start: float, end: float, lease_end: float
+) -> list[dict[str, Any]]:
+    task = f"task-{x}"
+    return [
+        {"k": "lease", "task": task, "attempt": 0, "owner": owner, "t0": start - 0.01,
+         "exp": lease_end, "ok": True},
+        {"k": "start", "x": x, "task": task, "run": run_id, "node": "a", "attempt": 0,
+         "owner": owner, "t": start},
+        {"k": "end", "x": x, "t": end, "outcome": "ok"},
+    ]  # fmt: skip
+
+
+def test_a_node_key_with_one_attempt_too_many_executing_is_a_violation() -> None:
+    facts = [keyed_run("r1", "p1"), keyed_run("r2", "p1"), keyed_run("r3", "p1")]
+    facts += [keyed_run("r4", "p2"), keyed_run("r5", "p2"), keyed_run("r6", "p2")]
+    records = [
+        # p1: a frozen worker runs on past its lease (ends at 2): two others go after it,
+        # which is no third attempt in flight
+        *execution("x1", "r1", "w1", 0.0, 9.0, 2.0),
+        *execution("x2", "r2", "w2", 1.0, 5.0, 30.0),
+        *execution("x3", "r3", "w3", 2.0, 5.0, 30.0),
+        # p2: three under valid leases for a second
+        *execution("x4", "r4", "w1", 0.0, 3.0, 30.0),
+        *execution("x5", "r5", "w2", 0.5, 3.0, 30.0),
+        *execution("x6", "r6", "w3", 2.0, 4.0, 30.0),
+    ]
+    report = Report()
+
+    _check_node_keys(report, facts, executions(records))
+
+    assert report.figures["11. most attempts of a node key executing at once"] == {
+        "partner-p1": 2,
+        "partner-p2": 3,
+    }
+    assert report.violations == [
+        "node key 'partner-p2' of chaos-keyed had 3 attempts executing at once"
+    ]
+    assert report.figures["11. chaos-keyed runs / not ended as planned"] == "6 / 0"
