@@ -490,3 +490,37 @@ def test_a_compiled_expression_is_reusable_across_activations() -> None:
 def test_mixed_int_and_double_division_is_an_error() -> None:
     with pytest.raises(TemplateError):
         evaluate("input.n / 2.0")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "input",
+        "input.n",
+        "input.f",
+        "input.z",
+        "input.m",
+        "input.m.nested.k",
+        "input.l",
+        "system.now",
+        "run.version",
+        "tasks.charge.output.id",
+        "input.missing",  # no such key
+        "input.n.more",  # not a map
+        "input.z.more",  # null
+        "nothing",  # no such variable
+        "tasks.absent.output",
+    ],
+)
+def test_a_template_that_names_a_value_is_what_the_interpreter_gives(path: str) -> None:
+    # "(path)" is the same expression, which the interpreter evaluates in full: a bare
+    # path is looked up directly, and falls back to it where the lookup finds nothing
+    tasks = {"charge": {"id": "ch_1"}}
+
+    def outcome(source: str) -> Any:
+        try:
+            return evaluate(source, tasks=tasks)
+        except TemplateError as exc:
+            return ("error", str(exc).replace(f"{source!r}:", "SOURCE:", 1))
+
+    assert outcome(path) == outcome(f"({path})")

@@ -113,9 +113,12 @@ class _Runner(celpy.InterpretedRunner):
     ) -> None:
         super().__init__(environment, ast, functions)
         self.costs = _comprehension_costs(ast)
+        # The environment's names and functions, loaded once: an evaluation binds its
+        # context onto a clone of it (Evaluator.set_activation), never onto it.
+        self._base = self.new_activation()
 
     def evaluate(self, context: Mapping[str, Any]) -> Any:
-        evaluator = _Evaluator(self.ast, self.new_activation(), self.costs)
+        evaluator = _Evaluator(self.ast, self._base, self.costs)
         return evaluator.evaluate(context)
 
 
@@ -249,13 +252,22 @@ def _environment() -> Any:
     return celpy.Environment(runner_class=_Runner)
 
 
+#: A template that only names a value: a variable, or a path of fields into it.
+_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+_ABSENT = object()
+
+
 class CelExpression:
-    __slots__ = ("_program", "_references", "_source")
+    __slots__ = ("_path", "_program", "_references", "_source")
 
     def __init__(self, source: str, program: Any, references: References) -> None:
         self._source = source
         self._program = program
         self._references = references
+        # `{{ index }}`, `{{ item.sku }}`, `{{ input.order.id }}`: looked up directly,
+        # without building an interpreter's activation for them (a MAP renders one per item)
+        text = source.strip()
+        self._path = tuple(text.split(".")) if _PATH.fullmatch(text) else None
 
     @property
     def source(self) -> str:
@@ -281,6 +293,10 @@ class CelExpression:
                 _budget.current.reset(token)
 
     def _evaluate(self, activation: Mapping[str, object]) -> Json:
+        if self._path is not None:
+            found = _follow(activation, self._path)
+            if found is not _ABSENT:
+                return to_json(found)  # charged and its errors named as the interpreter's
         try:
             result = self._program.evaluate(activation)
         except CELEvalError as exc:
@@ -293,6 +309,18 @@ class CelExpression:
 
     def __repr__(self) -> str:
         return f"CelExpression({self._source!r})"
+
+
+def _follow(activation: Mapping[str, object], path: tuple[str, ...]) -> Any:
+    """What a path of field selections names, selected from maps as CEL selects it;
+    _ABSENT where CEL would not simply find it (no such variable or key, not a map):
+    the interpreter then evaluates it, and says why it fails."""
+    value = activation.get(path[0], _ABSENT)
+    for name in path[1:]:
+        if not isinstance(value, dict) or name not in value:  # a CEL MapType is a dict
+            return _ABSENT
+        value = value[name]
+    return value
 
 
 class CelEngine:
