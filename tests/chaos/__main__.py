@@ -1,5 +1,8 @@
 """``make chaos``: python -m tests.chaos [--runs N] [--concurrency N] [--seed S] …
 
+``--replicas all=2`` (or ``coordinator=2,timer=2``…) starts that many of each service:
+every api-gateway on its own port, the load spread over them.
+
 Exits 0 when every check passes, 1 on any violation, 2 when it cannot run here.
 """
 
@@ -10,7 +13,7 @@ import asyncio
 import logging
 import sys
 
-from tests.chaos.cluster import Timings
+from tests.chaos.cluster import DEFAULT_REPLICAS, Timings, parse_replicas
 from tests.chaos.suite import Config, have_servers, run_suite
 
 
@@ -32,6 +35,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--short", action="store_true", help="the make-test variant: 100 runs, one round"
     )
+    p.add_argument(
+        "--replicas",
+        type=_replicas,
+        default=dict(DEFAULT_REPLICAS),
+        metavar="SERVICE=N,…",
+        help="replicas per service, over the defaults ("
+        + ",".join(f"{k}={n}" for k, n in DEFAULT_REPLICAS.items())
+        + "); all=N sets every one, later entries override it (all=2,api-gateway=1)",
+    )
     p.add_argument("--keep", action="store_true", help="keep logs and ledger even on success")
     args = p.parse_args(argv)
     missing = have_servers()
@@ -49,11 +61,19 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     cfg.seed = args.seed
+    cfg.replicas = args.replicas
     cfg.keep = args.keep
     cfg.timings = Timings(lease_ttl=args.lease_ttl, lost_after=args.lease_ttl)
     logging.basicConfig(level=logging.WARNING)
     outcome = asyncio.run(run_suite(cfg))
     return 1 if outcome.report.violations else 0
+
+
+def _replicas(text: str) -> dict[str, int]:
+    try:
+        return parse_replicas(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 if __name__ == "__main__":

@@ -5,6 +5,9 @@ fault. A signal has no such key: when its fate is unknown (the connection
 dropped, the gateway answered 5xx) the driver looks in the database whether
 it landed before sending it again, so each signal is sent to the engine once.
 Every run is awaited with the long-poll result endpoint.
+
+With several api-gateway replicas the calls are spread over them at random; a
+call that got no answer (its gateway killed) is retried on another one.
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ class DrivenRun:
 
 @dataclass
 class Driver:
-    api_url: str
+    #: Every gateway's URL; each call goes to one of them.
+    api_urls: list[str]
     database_url: str
     rng: random.Random
     runs: int
@@ -62,13 +66,17 @@ class Driver:
     started: int = 0
     finished: int = 0
     api_errors: int = 0
+    #: Calls each gateway answered (any status), by URL.
+    answered: dict[str, int] = field(default_factory=dict)
     pool: repo.Pool | None = None
+    #: Which gateway takes a call (apart from ``rng``, which plans the runs).
+    _picks: random.Random = field(default_factory=random.Random)
 
     async def deploy(self) -> None:
         async with self._session() as http:
             for definition in WORKFLOWS.values():
                 async with http.post(
-                    f"{self.api_url}/v1/workflows", params={"deploy": "true"}, json=definition
+                    f"{self.api_urls[0]}/v1/workflows", params={"deploy": "true"}, json=definition
                 ) as resp:
                     if resp.status != 201:
                         raise RuntimeError(
@@ -119,16 +127,26 @@ class Driver:
     async def _call(
         self, http: aiohttp.ClientSession, method: str, path: str, **kwargs: Any
     ) -> tuple[int, Any]:
-        """(status, JSON body); status 0 when no answer came (connection refused or cut)."""
-        try:
-            async with http.request(method, f"{self.api_url}{path}", **kwargs) as resp:
-                body = await resp.json(content_type=None) if resp.content_length != 0 else None
-                if resp.status >= 500:
-                    self.api_errors += 1
-                return resp.status, body
-        except (aiohttp.ClientError, TimeoutError, ValueError):
-            self.api_errors += 1
-            return 0, None
+        """(status, JSON body) from a gateway picked at random; status 0 when no answer
+        came (connection refused or cut), after trying every other gateway once."""
+        urls = self.api_urls[:]
+        self._picks.shuffle(urls)
+        for url in urls:
+            try:
+                async with http.request(method, f"{url}{path}", **kwargs) as resp:
+                    body = await resp.json(content_type=None) if resp.content_length != 0 else None
+                    self.answered[url] = self.answered.get(url, 0) + 1
+                    if resp.status >= 500:
+                        self.api_errors += 1
+                    return resp.status, body
+            except aiohttp.ClientConnectorError:
+                # no gateway there (refused): nothing was sent, so the next one; a call cut
+                # mid-way (its fate unknown) is left to the caller, who knows how to retry it
+                self.api_errors += 1
+            except (aiohttp.ClientError, TimeoutError, ValueError):
+                self.api_errors += 1
+                return 0, None
+        return 0, None
 
     async def _start(self, http: aiohttp.ClientSession, run: DrivenRun, deadline: float) -> None:
         body = {

@@ -21,7 +21,7 @@ from pathlib import Path
 import composer_queue
 import composer_repo as repo
 from tests.chaos.checks import Report, check, check_schedule, gather_runs, gather_streams
-from tests.chaos.cluster import PREFIX, Cluster, Timings
+from tests.chaos.cluster import DEFAULT_REPLICAS, PREFIX, Cluster, Timings
 from tests.chaos.driver import Driver
 from tests.chaos.faults import Injector
 from tests.chaos.ledger import read_ledger
@@ -41,6 +41,8 @@ class Config:
     #: Longest wait for any one run (it is reported stuck after that).
     run_deadline: float = 600.0
     timings: Timings = field(default_factory=Timings)
+    #: Replicas per service (``--replicas``).
+    replicas: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_REPLICAS))
     #: Keep the work folder (logs, ledger) even when every check passes.
     keep: bool = False
 
@@ -67,7 +69,7 @@ async def run_suite(cfg: Config) -> Outcome:
     os.chmod(workdir, 0o755)  # PostgreSQL runs as the postgres user when we are root
     began = time.monotonic()
     say(f"seed {seed}; work folder {workdir}")
-    cluster = Cluster(workdir, cfg.timings)
+    cluster = Cluster(workdir, cfg.timings, dict(cfg.replicas))
     report: Report | None = None
     try:
         await cluster.start()
@@ -76,7 +78,7 @@ async def run_suite(cfg: Config) -> Outcome:
             f"{', '.join(f'{r.name}' for r in cluster.services)}"
         )
         driver = Driver(
-            cluster.api_url,
+            cluster.api_urls,
             cluster.database_url,
             rng,
             cfg.runs,
@@ -128,6 +130,8 @@ async def run_suite(cfg: Config) -> Outcome:
             await redis.close()
             await pool.close()
         report.figure("seed", seed)
+        report.figure("replicas", dict(cfg.replicas))
+        report.figure("API calls each gateway answered", sorted(driver.answered.values()))
         report.figure("faults injected", injector.counts())
         report.figure(
             "unexpected service exits (restarted by the supervisor)",
