@@ -67,8 +67,8 @@ sandbox-tools:
 
 # No `uv run` in between: the stack watches make itself (--parent-pid), so killing make,
 # even with SIGKILL, stops every service. COMPOSER_PORT_BASE moves its ports (README).
-run: $(VENV_STAMP) bytecode sandbox-tools  ## the whole stack on this machine, supervised (Ctrl-C stops it); tokens in .state/tokens.env
-	exec .venv/bin/python -m composer_devstack --parent-pid $$PPID
+run: $(VENV_STAMP) bytecode sandbox-tools  ## the whole stack on this machine, supervised (Ctrl-C stops it); tokens in .state/tokens.env; REPLICAS="coordinator=2 timer=2"
+	exec .venv/bin/python -m composer_devstack --parent-pid $$PPID$(if $(REPLICAS), --replicas "$(REPLICAS)")
 
 # The CLI itself, not `uv run composer`: uv's own start would cost more than the command.
 CLI := .venv/bin/composer

@@ -143,8 +143,11 @@ def two_databases(pg_admin_url: str, pg_template: str) -> Iterator[tuple[str, st
         yield a, b
 
 
-async def run_hello(session: aiohttp.ClientSession, stack: Stack, n: int) -> dict[str, object]:
-    """Deploy a one-node PYTHON workflow on ``stack`` and run it to its end."""
+async def run_hello(
+    session: aiohttp.ClientSession, stack: Stack, n: int, *, result_api: str | None = None
+) -> dict[str, object]:
+    """Deploy a one-node PYTHON workflow on ``stack`` and run it to its end (its result
+    asked of ``result_api``, another gateway of the stack, if given)."""
     auth = {"Authorization": f"Bearer {saved_tokens(stack.state)['COMPOSER_API_TOKEN']}"}
     definition = {
         "id": "side-by-side",
@@ -172,7 +175,9 @@ async def run_hello(session: aiohttp.ClientSession, stack: Stack, n: int) -> dic
     ) as r:
         assert r.status == 201, await r.text()
         run_id = (await r.json())["run_id"]
-    async with session.get(f"{stack.api}/v1/runs/{run_id}/result?timeout=30", headers=auth) as r:
+    async with session.get(
+        f"{result_api or stack.api}/v1/runs/{run_id}/result?timeout=30", headers=auth
+    ) as r:
         result: dict[str, object] = await r.json()
     return result
 

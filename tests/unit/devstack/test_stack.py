@@ -22,6 +22,9 @@ from composer_devstack._stack import (
     layout_env,
     loaded_from_another_stack,
     parse_base,
+    parse_replicas,
+    replica_env,
+    replica_name,
     write_stack_file,
 )
 
@@ -179,3 +182,42 @@ def test_a_second_stack_on_the_same_redis_prefix_is_refused(tmp_path: Path) -> N
 
 def test_the_port_in_use_exit_code_is_the_services_one() -> None:
     assert EXIT_PORT_IN_USE == composer_service.EXIT_PORT_IN_USE
+
+
+def test_replicas_are_one_of_each_unless_asked() -> None:
+    names = [name for name, _ in SERVICES]
+    assert parse_replicas(None) == dict.fromkeys(names, 1)
+    assert parse_replicas("coordinator=2 timer=3")["coordinator"] == 2
+    assert parse_replicas("coordinator=2,timer=3")["timer"] == 3
+    both = parse_replicas("all=2,api-gateway=1")
+    assert both == dict.fromkeys(names, 2) | {"api-gateway": 1}
+    for bad, named in (
+        ("coordinater=2", "coordinater"),
+        ("timer=0", "timer=0"),
+        ("timer", "timer"),
+    ):
+        with pytest.raises(SetupError, match=named):
+            parse_replicas(bad)
+
+
+def test_each_replica_gets_ports_of_its_own() -> None:
+    assert replica_name("timer", 0, 1) == "timer"
+    assert [replica_name("timer", r, 2) for r in range(2)] == ["timer-1", "timer-2"]
+    coordinators = ["127.0.0.1:50051", "127.0.0.1:7001"]
+
+    gateways = replica_env("api-gateway", 2, 9106, coordinators)
+    assert gateways[0] == {"COMPOSER_ADMIN_PORT": "9106"}  # the stack's API port, from env
+    assert gateways[1]["COMPOSER_API_PORT"] not in ("8080", gateways[1]["COMPOSER_ADMIN_PORT"])
+    assert gateways[1]["COMPOSER_ADMIN_PORT"] != "9106"
+
+    second = replica_env("coordinator", 2, 9100, coordinators)[1]
+    assert second["COMPOSER_GRPC_ADDR"] == "127.0.0.1:7001"
+
+    # the built-in workers know every coordinator, each replica starting with another
+    workers = replica_env("workers", 2, 9105, coordinators)
+    assert [w["COMPOSER_GRPC_ADDR"] for w in workers] == [
+        "ipv4:127.0.0.1:50051,127.0.0.1:7001",
+        "ipv4:127.0.0.1:7001,127.0.0.1:50051",
+    ]
+    # one coordinator: the workers keep the stack's address
+    assert replica_env("workers", 2, 9105, coordinators[:1])[1].keys() == {"COMPOSER_ADMIN_PORT"}

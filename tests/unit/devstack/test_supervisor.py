@@ -78,6 +78,14 @@ def test_make_run_has_the_stack_watch_make_itself() -> None:
         check=True,
     ).stdout.splitlines()[-1]
     assert shown == "exec .venv/bin/python -m composer_devstack --parent-pid $PPID"
+    with_replicas = subprocess.run(
+        ["make", "--no-print-directory", "-n", "run", "REPLICAS=coordinator=2 timer=2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()[-1]
+    assert with_replicas == f'{shown} --replicas "coordinator=2 timer=2"'
 
 
 def test_a_stack_whose_parent_is_already_gone_does_not_start(tmp_path: Path) -> None:

@@ -23,6 +23,13 @@ prefix (``_stack.py``), so a second stack runs beside the first; where it
 listens goes to <state>/stack.env. A port another process holds stops the
 stack with one line naming the setting. The services stop with this process,
 even when it is SIGKILLed.
+
+Replicas: ``--replicas coordinator=2,timer=2`` (``make run REPLICAS="…"``) runs that
+many of a service, each supervised and logged as ``coordinator-1``,
+``coordinator-2``…; the first takes the ports above, the others spare ones,
+printed at the start (another gateway's API, another coordinator's gRPC
+address, which the built-in workers are given too, and their admin ports).
+Every service is safe with replicas (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from composer_devstack._embedded import (
     PrivatePostgres,
     PrivateRedis,
     SetupError,
+    free_port,
     host_of,
     postgres_answers,
     redis_answers,
@@ -68,10 +76,14 @@ from composer_devstack._stack import (
     Layout,
     claimed,
     database_name,
+    describe_replica,
     layout,
     layout_env,
     loaded_from_another_stack,
     parse_base,
+    parse_replicas,
+    replica_env,
+    replica_name,
     write_stack_file,
 )
 from composer_devstack._supervisor import Supervisor
@@ -136,6 +148,7 @@ async def up(args: argparse.Namespace, state: Path) -> int:
     )
     try:
         plan = layout(parse_base(args.port_base), args.admin_base)
+        counts = parse_replicas(args.replicas)
     except SetupError as exc:
         sup.say("devstack", f"cannot start: {exc}", 31)
         return 2
@@ -163,14 +176,20 @@ async def up(args: argparse.Namespace, state: Path) -> int:
                 sup.say("devstack", f"cannot start: {exc}", 31)
                 return 2
             missing = []
+            extras = []
+            coordinators = [env["COMPOSER_GRPC_ADDR"]] + [
+                f"127.0.0.1:{free_port()}" for _ in range(counts["coordinator"] - 1)
+            ]
             for i, (name, module) in enumerate(SERVICES):
                 if importlib.util.find_spec(module) is None:
                     missing.append(name)
                     continue
-                child_env = service_env(name, env) | {
-                    "COMPOSER_ADMIN_PORT": str(plan.admin_ports[i])
-                }
-                sup.add(name, [sys.executable, "-m", module], child_env)
+                replicas = replica_env(name, counts[name], plan.admin_ports[i], coordinators)
+                for r, own in enumerate(replicas):
+                    label = replica_name(name, r, counts[name])
+                    sup.add(label, [sys.executable, "-m", module], service_env(name, env) | own)
+                    if r:
+                        extras.append(f"{label} {describe_replica(own)}")
             if missing:
                 sup.say("devstack", f"not installed, not started: {', '.join(missing)}", 33)
             loop = asyncio.get_running_loop()
@@ -179,6 +198,8 @@ async def up(args: argparse.Namespace, state: Path) -> int:
                 loop.add_signal_handler(sig, sup.stop)
             write_stack_file(state, env, plan)
             banner(sup, env, state, plan)
+            if extras:
+                sup.say("devstack", f"replicas  {'; '.join(extras)}", 1)
             await sup.run()
             sup.say("devstack", "every service stopped")
     finally:
@@ -244,6 +265,15 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="admin ports (/healthz, /readyz, /metrics) are this + 0, 1, … in service order "
         f"(default: the port base + 2, or {STANDARD_ADMIN_BASE})",
+    )
+    parser.add_argument(
+        "--replicas",
+        default=None,
+        metavar="SERVICE=N,…",
+        help="replicas per service, e.g. coordinator=2,timer=2 (commas or spaces; all=2 for "
+        "every service, later entries override it); one of each by default. The first "
+        "replica takes the stack's ports, the others spare ones (printed at the start); "
+        '`make run REPLICAS="coordinator=2 timer=2"` passes it',
     )
     parser.add_argument(
         "--parent-pid",

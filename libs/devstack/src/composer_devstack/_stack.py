@@ -31,7 +31,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import composer_repo as repo
-from composer_devstack._embedded import SetupError
+from composer_devstack._embedded import SetupError, free_port
 
 #: (name, module): every service of docs/architecture.md §1, in start order.
 SERVICES = (
@@ -43,7 +43,8 @@ SERVICES = (
     ("workers", "composer_workers"),
     ("api-gateway", "composer_api_gateway"),
 )
-#: The API, gRPC and one admin port per service.
+#: The API, gRPC and one admin port per service (its first replica's: the others take
+#: spare ports, see ``replica_ports``).
 PORTS_PER_STACK = 2 + len(SERVICES)
 STANDARD_API_PORT = 8080
 STANDARD_GRPC_PORT = 50051
@@ -90,6 +91,63 @@ def parse_base(value: str | None) -> int | None:
             f"takes {PORTS_PER_STACK} ports from it"
         )
     return base
+
+
+def parse_replicas(text: str | None) -> dict[str, int]:
+    """``--replicas`` / ``make run REPLICAS=…``: ``coordinator=2,timer=2`` (commas or
+    spaces); ``all=N`` sets every service and later entries override it
+    (``all=2 api-gateway=1``); one of each otherwise. SetupError naming a bad entry."""
+    counts = dict.fromkeys((name for name, _ in SERVICES), 1)
+    for entry in (text or "").replace(",", " ").split():
+        name, sep, value = entry.partition("=")
+        if not sep or not value.isdigit() or int(value) < 1:
+            raise SetupError(f"replicas: {entry!r} is not <service>=<count of 1 or more>")
+        if name == "all":
+            counts = dict.fromkeys(counts, int(value))
+        elif name in counts:
+            counts[name] = int(value)
+        else:
+            raise SetupError(f"replicas: {name!r} is not a service (all, {', '.join(counts)})")
+    return counts
+
+
+def replica_name(service: str, index: int, count: int) -> str:
+    """What the supervisor prefixes a replica's lines with: the service's name alone, or
+    ``coordinator-1``, ``coordinator-2``… when it runs more than one."""
+    return service if count == 1 else f"{service}-{index + 1}"
+
+
+def replica_env(
+    service: str, count: int, admin_port: int, coordinators: list[str]
+) -> list[dict[str, str]]:
+    """What each of the ``count`` replicas of ``service`` gets of its own: the first one
+    the stack's ports (its admin port, the API port, the gRPC address), every other one
+    spare ports; with more than one coordinator, the built-in workers get every
+    coordinator's address, in a different order per replica (gRPC's pick_first takes the
+    first that answers and moves on when it goes)."""
+    own: list[dict[str, str]] = [
+        {"COMPOSER_ADMIN_PORT": str(admin_port if r == 0 else free_port())} for r in range(count)
+    ]
+    for r, extra in enumerate(own):
+        if service == "api-gateway" and r:
+            extra["COMPOSER_API_PORT"] = str(free_port())
+        elif service == "coordinator" and r:
+            extra["COMPOSER_GRPC_ADDR"] = coordinators[r]
+        elif service == "workers" and len(coordinators) > 1:
+            k = r % len(coordinators)
+            extra["COMPOSER_GRPC_ADDR"] = "ipv4:" + ",".join(coordinators[k:] + coordinators[:k])
+    return own
+
+
+def describe_replica(own: dict[str, str]) -> str:
+    """A replica's own ports, for the banner."""
+    parts = []
+    if "COMPOSER_API_PORT" in own:
+        parts.append(f"API http://127.0.0.1:{own['COMPOSER_API_PORT']}")
+    if "COMPOSER_GRPC_ADDR" in own and not own["COMPOSER_GRPC_ADDR"].startswith("ipv4:"):
+        parts.append(f"gRPC {own['COMPOSER_GRPC_ADDR']}")
+    parts.append(f"admin {own['COMPOSER_ADMIN_PORT']}")
+    return ", ".join(parts)
 
 
 def layout(base: int | None, admin_base: int | None = None) -> Layout:
