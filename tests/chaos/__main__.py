@@ -33,16 +33,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, help="rounds of faults (default: until every run started)")
     p.add_argument("--lease-ttl", type=float, default=3.0, help="workers' lease TTL in seconds (3)")
     p.add_argument(
-        "--short", action="store_true", help="the make-test variant: 100 runs, one round"
+        "--short",
+        action="store_true",
+        help="the make-test variant: 100 runs, one round, two of every service",
     )
     p.add_argument(
         "--replicas",
         type=_replicas,
-        default=dict(DEFAULT_REPLICAS),
+        default=None,
         metavar="SERVICE=N,…",
         help="replicas per service, over the defaults ("
         + ",".join(f"{k}={n}" for k, n in DEFAULT_REPLICAS.items())
-        + "); all=N sets every one, later entries override it (all=2,api-gateway=1)",
+        + "); all=N sets every one, later entries override it (all=2,api-gateway=1); "
+        "--short runs two of each",
     )
     p.add_argument("--keep", action="store_true", help="keep logs and ledger even on success")
     args = p.parse_args(argv)
@@ -61,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     cfg.seed = args.seed
-    cfg.replicas = args.replicas
+    if args.replicas is not None:
+        cfg.replicas = args.replicas
     cfg.keep = args.keep
     cfg.timings = Timings(lease_ttl=args.lease_ttl, lost_after=args.lease_ttl)
     logging.basicConfig(level=logging.WARNING)

@@ -1,5 +1,6 @@
 """The short chaos variant in ``make test``: about 100 runs, one fault of each kind,
-every check of the full suite (``make chaos``)."""
+two replicas of every service (two gateways, the load spread over them), every
+check of the full suite (``make chaos``)."""
 
 from __future__ import annotations
 
