@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 import composer_repo as repo
-from composer_engine import BadRequest, Engine, Workflows, validate_definition
+from composer_engine import BadRequest, Engine, Workflows, _held, _writes, validate_definition
 from tests.integration.waits import until
 
 RATED = {
@@ -187,3 +187,36 @@ async def test_a_templated_key_gives_each_rendered_key_its_own_bucket(
     await until(b_went, what="partner b's attempt sent once its key was raised")
     assert runs[3] not in [r for r, _ in await dispatched(pool)]
     assert await engine.release_held() == 0
+
+
+async def test_held_and_released_attempts_are_counted_by_kind_and_key(
+    engine: Engine, pool: repo.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counted: dict[tuple[str, str, str], int] = {}
+
+    class Counter:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def add(self, n: int, attributes: dict[str, str]) -> None:
+            key = (self.name, attributes["kind"], attributes["key"])
+            counted[key] = counted.get(key, 0) + n
+
+    class Instruments:
+        attempts_held = Counter("held")
+        attempts_released = Counter("released")
+
+    monkeypatch.setattr(_writes, "instruments", Instruments)
+    monkeypatch.setattr(_held, "instruments", Instruments)
+    runs = [(await engine.start("rated")).run_id for _ in range(8)]
+    assert counted == {("held", "rate_limit", "partner-api"): 3}
+
+    async def all_went() -> bool:
+        return len(await dispatched(pool)) == len(runs)
+
+    await until(all_went, timeout=15, what="the held attempts sent as tokens came back")
+
+    async def released() -> bool:
+        return counted.get(("released", "rate_limit", "partner-api")) == 3
+
+    await until(released, what="the releases counted after their commits")

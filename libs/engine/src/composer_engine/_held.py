@@ -18,6 +18,7 @@ from collections.abc import Collection
 
 import composer_repo as repo
 from composer_engine._admission import AdmissionPolicy
+from composer_engine._metrics import count_limits, instruments
 from composer_engine._node_limits import release_line, release_rate
 from composer_engine._persist import write_dispatch
 from composer_engine._shell import Shell
@@ -87,7 +88,7 @@ class HeldTasks:
         async def attempt(tx: Tx) -> int:
             going = await release_line(tx.conn, key)
             for item in going:
-                await self._dispatch(tx, item.ref, item.queue)
+                await self._dispatch(tx, item.ref, item.queue, key)
             return len(going)
 
         return await self._shell.in_tx(attempt)
@@ -99,7 +100,7 @@ class HeldTasks:
         async def attempt(tx: Tx) -> tuple[int, float | None]:
             going, wait = await release_rate(tx.conn, key)
             for item in going:
-                await self._dispatch(tx, item.ref, item.queue)
+                await self._dispatch(tx, item.ref, item.queue, key)
             return len(going), wait
 
         released, wait = await self._shell.in_tx(attempt)
@@ -143,8 +144,14 @@ class HeldTasks:
 
         loop.call_at(at, due)
 
-    async def _dispatch(self, tx: Tx, ref: repo.TaskRef, queue: str) -> None:
+    async def _dispatch(
+        self, tx: Tx, ref: repo.TaskRef, queue: str, limit: str | None = None
+    ) -> None:
+        """Send a released attempt; ``limit``: the queue or key that released it (its
+        queue when None), counted once the transaction commits."""
         await write_dispatch(tx, ref, queue=queue, not_before=None, admit=False)
+        name = queue if limit is None else limit
+        tx.after_commit(lambda: count_limits(instruments().attempts_released, [name]))
         tx.writes.history.append(
             repo.NewHistory(
                 ref.run_id,

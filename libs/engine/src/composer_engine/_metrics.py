@@ -6,6 +6,7 @@ Instruments come from the global meter (composer_common.telemetry): without
 
 from __future__ import annotations
 
+import threading
 from functools import cache
 
 from opentelemetry.metrics import Counter, Histogram
@@ -50,8 +51,75 @@ class _Instruments:
         self.events: Counter = m.create_counter(
             "composer_events", description="Events applied, by type and outcome"
         )
+        self.attempts_held: Counter = m.create_counter(
+            "composer_attempts_held",
+            description="Task attempts the admission step held, by limit kind (queue, "
+            "node_concurrency, rate_limit) and key (at most MAX_KEY_LABELS keys a "
+            "process, the others as 'other')",
+        )
+        self.attempts_released: Counter = m.create_counter(
+            "composer_attempts_released",
+            description="Held task attempts released, by limit kind and key (as "
+            "composer_attempts_held; held minus released, summed over processes: waiting)",
+        )
 
 
 @cache
 def instruments() -> _Instruments:
     return _Instruments()
+
+
+#: The most distinct keys a process labels a limit metric with; the keys after them
+#: (in the order the process first meets them) are counted under ``other``, so a
+#: template rendering a key per customer cannot grow the series without bound.
+MAX_KEY_LABELS = 100
+OTHER = "other"
+
+
+class KeyLabels:
+    """The label of each limit key: its own for the first ``cap`` keys met, then
+    ``other``."""
+
+    def __init__(self, cap: int = MAX_KEY_LABELS) -> None:
+        self._cap = cap
+        self._known: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, key: str) -> str:
+        if key in self._known:
+            return key
+        with self._lock:
+            if len(self._known) < self._cap:
+                self._known.add(key)
+                return key
+        return OTHER
+
+
+@cache
+def key_labels() -> KeyLabels:
+    return KeyLabels()
+
+
+def limit_of(name: str) -> tuple[str, str]:
+    """A held attempt's limit as metrics label it: (kind, key) from a queue name, a node
+    concurrency key (``global:…``, ``workflow:…:…``) or a rate key (``rate:…``)."""
+    if name.startswith("rate:"):
+        return "rate_limit", name.partition(":")[2]
+    if ":" in name:
+        return "node_concurrency", name
+    return "queue", name
+
+
+def count_limits(counter: Counter, names: list[str], labels: KeyLabels | None = None) -> None:
+    """Add one per name to ``counter``, labelled by its limit's kind and bounded key
+    (``labels``: the process's)."""
+    if not names:
+        return
+    labels = labels or key_labels()
+    tally: dict[tuple[str, str], int] = {}
+    for name in names:
+        kind, key = limit_of(name)
+        label = (kind, key if labels(f"{kind}|{key}") != OTHER else OTHER)
+        tally[label] = tally.get(label, 0) + 1
+    for (kind, key), n in tally.items():
+        counter.add(n, {"kind": kind, "key": key})

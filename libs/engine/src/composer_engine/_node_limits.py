@@ -51,6 +51,8 @@ class Admitted:
 
     held: dict[str, str] = field(default_factory=dict)
     wake: dict[str, float] = field(default_factory=dict)
+    #: task id → the key that held it (a concurrency key, or ``rate:<key>``).
+    by: dict[str, str] = field(default_factory=dict)
 
 
 async def hold_on_lines(
@@ -70,6 +72,7 @@ async def hold_on_lines(
         for ref, line in items:
             if load.held or busy >= line.max:  # oldest first: behind those held
                 out.held[ref.task_id] = reason(line)
+                out.by[ref.task_id] = key
             else:
                 busy += 1
     by_rate: dict[str, list[tuple[repo.TaskRef, NodeRate]]] = {}
@@ -87,6 +90,7 @@ async def hold_on_lines(
             if behind or bucket.tokens < rate.units:
                 behind = True
                 out.held[ref.task_id] = rate_reason(bucket, rate.units)
+                out.by[ref.task_id] = key
                 out.wake.setdefault(key, bucket.seconds_for(rate.units))
             else:
                 bucket.tokens -= rate.units

@@ -25,6 +25,7 @@ from composer_core.statemachine import FinishRun, NodeCompleted, NodeFailed, Run
 from composer_core.templates import Json
 from composer_engine import _run_events
 from composer_engine._effects import Effects
+from composer_engine._metrics import count_limits, instruments
 from composer_engine._node_limits import hold_on_lines
 from composer_engine._publish import Dispatched
 from composer_engine._reported import AttemptLog
@@ -281,6 +282,7 @@ class Writes:
             if admit and ref.task_id not in lines
         ]
         held = await gate.admit(tx.conn, asking) if asking else {}
+        held_by = {task_id: queue for (ref, queue) in asking if (task_id := ref.task_id) in held}
         limited = [
             (ref, lines[ref.task_id])
             for _, ref, _, _, admit in dispatches
@@ -289,10 +291,13 @@ class Writes:
         if limited:
             decided = await hold_on_lines(tx.conn, limited)
             held |= decided.held
+            held_by |= decided.by
             for key, seconds in decided.wake.items():  # tokens come back: look again then
                 tx.after_commit(functools.partial(gate.release_later, key, seconds))
         if not held:
             return dispatches
+        names = list(held_by.values())
+        tx.after_commit(lambda: count_limits(instruments().attempts_held, names))
         holding = [(ref, held[ref.task_id]) for _, ref, *_ in dispatches if ref.task_id in held]
         if len(await repo.hold_tasks(tx.conn, holding)) != len(holding):
             # a held attempt that is not PENDING would have neither an outbox row nor a hold
