@@ -55,6 +55,15 @@ Workloads (sizes at ``--scale 1``):
   clients: ``w5_steps_per_s`` and ``w5_steps_per_s_of_w1`` (beside W1's, when
   both ran), ``w5_most_runs_of_a_key_at_once`` (from the runs' history: 2 at
   most) and ``w5_last_finish_spread_between_keys_s``;
+- **w7** a rate limit of 100 per second (docs/architecture.md §4.12): 3,400 runs of
+  one TASK node with ``rate_limit: {limit: 100, per_seconds: 1}``, started with the
+  key set to 1 per day (PUT /v1/limits), so all but one wait for tokens; then the
+  key is set back to 100 per second and the backlog drains. ``w7_rate_per_s``
+  (goal: 95 to 100): the attempts sent over the 30 s after the drain's first second,
+  from each held attempt's first ``task.released`` row; ``w7_saturated`` (1: some
+  still waited when the window closed), ``w7_most_in_1s`` (a bucket allows a second's
+  100 tokens plus those left over, so at most 200; above 100 when a release
+  came late and sent what had come back meanwhile) and ``w7_runs_failed`` (0);
 - **w6** 10 runs of one MAP node over 1,000 no-op TASK items, ``max_parallel``
   100, all 10 in flight (1,000 items with a worker or on their way, as W2's 20
   runs of 100 branches have 2,000): ``w6_tasks_per_s`` and, beside W2's from the
@@ -185,7 +194,7 @@ ADMIN_URL = os.environ.get(
 REDIS_URL = os.environ.get("COMPOSER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 #: The workloads ``--profile`` may run again under py-spy.
 PROFILED = ("w1", "w2", "w6")
-WORKLOADS = ("idle", "w1", "ceiling", "w2", "w6", "w4", "w3", "sealing", "python", "w5")
+WORKLOADS = ("idle", "w1", "ceiling", "w2", "w6", "w4", "w3", "sealing", "python", "w5", "w7")
 #: Seconds of quiet before reading pg_stat_database (idle backends flush after ~10 s).
 SETTLE = 11.5
 #: Seconds over which the idle services' own commits are measured, before W1.
@@ -308,6 +317,23 @@ def keyed_chain(steps: int) -> dict[str, Any]:
 
 W5_RUNS, W5_KEYS, W5_MAX_RUNS = 2000, 20, 2
 
+#: W7: a rate limit of W7_RATE per second measured over W7_SECONDS, after W7_SKIP
+#: seconds (the bucket's burst spent); enough runs to keep it saturated past the end.
+W7_RATE, W7_SECONDS, W7_SKIP = 100, 30.0, 1.0
+W7_RUNS = 3400
+RATED = {
+    "id": "bench-rated",
+    "nodes": [
+        {
+            "id": "call",
+            "type": "TASK",
+            "queue": "bench",
+            "spec": {},
+            "rate_limit": {"key": "bench-rate", "limit": W7_RATE, "per_seconds": 1},
+        }
+    ],
+}
+
 ONE_NODE = {
     "id": "bench-one",
     "nodes": [{"id": "only", "type": "TASK", "queue": "bench-unserved", "spec": {}}],
@@ -385,6 +411,14 @@ class Bench:
             if r.status != 201:
                 raise RuntimeError(f"starting {workflow_id}: {r.status} {body}")
         return str(body["run_id"]), time.perf_counter() - t0
+
+    async def set_rate_limit(self, key: str, limit: int, per_seconds: float) -> None:
+        async with self.http.put(
+            f"{self.stack.api_url}/v1/limits/{key}",
+            json={"limit": limit, "per_seconds": per_seconds},
+        ) as r:
+            if r.status != 200:
+                raise RuntimeError(f"setting rate limit {key}: {r.status} {await r.text()}")
 
     async def start_many(self, workflow_id: str, n: int, clients: int) -> list[tuple[str, float]]:
         slots = asyncio.Semaphore(clients)
@@ -1065,6 +1099,67 @@ async def w5(b: Bench) -> None:
         )
 
 
+async def w7(b: Bench) -> None:
+    """W7: a rate limit of 100 per second, saturated. The runs are started first with
+    the key set to 1 per day (PUT /v1/limits), so all but one wait for tokens — how
+    fast the API starts runs does not bound what is measured — then the key is set to
+    the definition's 100 per second and the backlog drains. The rate is the attempts
+    sent over the 30 s after the first second of the drain, from the send times the
+    database recorded (each held attempt's first ``task.released`` row)."""
+    n = b.n(W7_RUNS)
+    await b.set_rate_limit("bench-rate", 1, 86400.0)
+    slots = asyncio.Semaphore(32)
+    since = dt.datetime.now(dt.UTC)
+    first_start = time.time()
+
+    async def one() -> str:
+        async with slots:
+            run_id, _ = await b.start("bench-rated")
+        return run_id
+
+    run_ids = list(await asyncio.gather(*(one() for _ in range(n))))
+    starts_s = time.time() - first_start
+    held = await b.mon.fetchval(
+        "SELECT count(*) FROM task_instances WHERE run_id = ANY($1::text[]) "
+        "AND held_reason IS NOT NULL",
+        run_ids,
+    )
+    drain = (await b.mon.fetchval("SELECT now()")).timestamp()
+    await b.set_rate_limit("bench-rate", W7_RATE, 1.0)
+    await b.wait_for(run_ids, since)
+    details = await b.runs(run_ids)
+    good = succeeded(details)
+    rows = await b.mon.fetch(
+        "SELECT min(h.at) AS sent FROM run_history h "
+        " WHERE h.run_id = ANY($1::text[]) AND h.kind = 'task.released' GROUP BY h.task_id",
+        run_ids,
+    )
+    sent = sorted(r["sent"].timestamp() for r in rows)
+    t0 = drain + W7_SKIP
+    window = [t for t in sent if t0 <= t < t0 + W7_SECONDS]
+    # the most sent in any one second of the window (the second ending at each send)
+    most = 0
+    j = 0
+    for i, t in enumerate(window):
+        while window[j] <= t - 1.0:
+            j += 1
+        most = max(most, i - j + 1)
+    b.figures |= {
+        "w7_runs": float(len(details)),
+        "w7_runs_failed": float(len(details) - len(good)),
+        "w7_starts_s": starts_s,
+        "w7_held_before_drain": float(held),
+        "w7_limit_per_s": float(W7_RATE),
+        "w7_window_s": W7_SECONDS,
+        # attempts still waiting when the window closed: the limit, not the backlog, set
+        # the pace throughout
+        "w7_saturated": 1.0 if sent and sent[-1] >= t0 + W7_SECONDS else 0.0,
+        "w7_rate_per_s": len(window) / W7_SECONDS,
+        "w7_most_in_1s": float(most),
+        "w7_drain_s": (sent[-1] - drain) if sent else float("nan"),
+    }
+
+
 async def python_nodes(b: Bench) -> None:
     """2,000 one-attempt PYTHON nodes, 16 at once, on the built-in workers (issue 25): none
     may crash; what one costs (the workers' CPU with their reaped children: the node's
@@ -1220,6 +1315,7 @@ async def main() -> dict[str, float]:
                 ONE_WAIT,
                 ONE_PYTHON,
                 keyed_chain(CHAIN_STEPS),
+                RATED,
             ):
                 await b.deploy(definition)
             b.figures |= {
@@ -1241,6 +1337,7 @@ async def main() -> dict[str, float]:
                 "sealing": lambda: sealing(b),
                 "python": lambda: python_nodes(b),
                 "w5": lambda: w5(b),
+                "w7": lambda: w7(b),
             }
             for workload in WORKLOADS:
                 if workload in args.only:
