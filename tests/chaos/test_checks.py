@@ -25,7 +25,7 @@ from tests.chaos.checks import (
     why_again,
 )
 from tests.chaos.driver import DrivenRun
-from tests.chaos.shapes import Expect, Planned
+from tests.chaos.shapes import KEYED_MAX, Expect, Planned
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
@@ -266,28 +266,30 @@ def execution(
 
 
 def test_a_node_key_with_one_attempt_too_many_executing_is_a_violation() -> None:
-    facts = [keyed_run("r1", "p1"), keyed_run("r2", "p1"), keyed_run("r3", "p1")]
-    facts += [keyed_run("r4", "p2"), keyed_run("r5", "p2"), keyed_run("r6", "p2")]
+    over = KEYED_MAX + 1
+    facts = [keyed_run("r1", "p1"), keyed_run("r2", "p1")]
+    facts += [keyed_run(f"q{i}", "p2") for i in range(over)]
     records = [
-        # p1: a frozen worker runs on past its lease (ends at 2): two others go after it,
-        # which is no third attempt in flight
+        # p1: a frozen worker runs on past its lease (ends at 2): the next goes after it,
+        # which is no second attempt in flight
         *execution("x1", "r1", "w1", 0.0, 9.0, 2.0),
-        *execution("x2", "r2", "w2", 1.0, 5.0, 30.0),
-        *execution("x3", "r3", "w3", 2.0, 5.0, 30.0),
-        # p2: three under valid leases for a second
-        *execution("x4", "r4", "w1", 0.0, 3.0, 30.0),
-        *execution("x5", "r5", "w2", 0.5, 3.0, 30.0),
-        *execution("x6", "r6", "w3", 2.0, 4.0, 30.0),
+        *execution("x2", "r2", "w2", 2.5, 5.0, 30.0),
+        # p2: one more than its max under valid leases, for a second
+        *(
+            record
+            for i in range(over)
+            for record in execution(f"y{i}", f"q{i}", f"w{i}", i * 0.1, 3.0, 30.0)
+        ),
     ]
     report = Report()
 
     _check_node_keys(report, facts, executions(records))
 
     assert report.figures["11. most attempts of a node key executing at once"] == {
-        "partner-p1": 2,
-        "partner-p2": 3,
+        "partner-p1": 1,
+        "partner-p2": over,
     }
     assert report.violations == [
-        "node key 'partner-p2' of chaos-keyed had 3 attempts executing at once"
+        f"node key 'partner-p2' of chaos-keyed had {over} attempts executing at once"
     ]
-    assert report.figures["11. chaos-keyed runs / not ended as planned"] == "6 / 0"
+    assert report.figures["11. chaos-keyed runs / not ended as planned"] == f"{2 + over} / 0"
