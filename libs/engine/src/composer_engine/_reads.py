@@ -290,8 +290,8 @@ class Reads:
         """The keys of run limits with runs going or waiting (docs/architecture.md
         §4.13), each with its deployed limit, then the node concurrency keys with
         attempts in flight or held (§4.12). A run key is rendered from a run's input:
-        a caller who may not see the workflow's payloads gets it as None (a node key
-        is a name from the definition, always shown)."""
+        a caller who may not see the workflow's payloads gets it as None (a node key,
+        a name from the definition or what a templated key rendered, is always shown)."""
 
         async def read(tx: Tx) -> list[LimitView]:
             views = []

@@ -713,7 +713,8 @@ class Limit(Response):
     )
     key: str | None = Field(
         description='the key: for runs, rendered from run inputs ("" for a workflow '
-        "with one key; null when redacted); for nodes and rate limits, the name they give"
+        "with one key; null when redacted); for nodes and rate limits, the name they give, "
+        "or what a templated key rendered for a task (shown to every caller)"
     )
     in_use: int = Field(
         description="runs of the key started and not finished; for a node key, attempts "

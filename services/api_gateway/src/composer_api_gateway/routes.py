@@ -589,7 +589,8 @@ ROUTES: tuple[Route, ...] = (
         description="The rate limit key's `limit` per `per_seconds` from now on, whatever "
         "the definitions naming it say (until set again); the bucket's tokens are capped "
         "at the new limit, and attempts waiting for tokens are looked at again. The token's "
-        "name is recorded (`set_by`).",
+        "name is recorded (`set_by`). A key a template rendered (one partner's) is set "
+        "alone: the template's other keys keep the node's values.",
     ),
     Route(
         "GET",
