@@ -276,3 +276,27 @@ async def test_a_maps_items_go_through_their_inner_nodes_key(
     async with repo.connection(pool) as conn:
         run = await repo.get_run(conn, run_id)
     assert run.status is RunStatus.SUCCEEDED
+
+
+async def test_a_cancel_or_a_pause_frees_a_rendered_keys_place_at_once(
+    engine: Engine, pool: repo.Pool
+) -> None:
+    runs = [
+        (await engine.start("charge-per-customer", input={"customer": "acme"})).run_id
+        for _ in range(3)
+    ]
+    assert await flying(pool) == runs[:1]
+    # a cancel frees the key its row names: the next in line goes, with no sweeper
+    await engine.cancel(runs[0], "not needed")
+
+    async def second_goes() -> bool:
+        return await flying(pool) == [runs[1]]
+
+    await until(second_goes, what="the held attempt released after the cancel")
+    # a pause holds the attempt on its way to a worker and frees its place too
+    assert await engine.pause(runs[1], "later")
+
+    async def third_goes() -> bool:
+        return await flying(pool) == [runs[2]]
+
+    await until(third_goes, what="the held attempt released after the pause")

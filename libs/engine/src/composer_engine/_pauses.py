@@ -19,6 +19,7 @@ import composer_queue as cq
 import composer_repo as repo
 from composer_core.model import RunStatus
 from composer_core.statemachine import RunResumed
+from composer_engine._persist import stored_keys
 from composer_engine._shell import Shell
 from composer_engine._tx import Tx
 from composer_engine.errors import BadRequest, Conflict
@@ -87,6 +88,8 @@ class RunPauses:
                     tx.conn, locked.run.workflow_id, locked.run.version
                 )
                 tx.writes.free(tx, [line.key for line in dag.node_lines])
+                if dag.templated_keys:  # keys rendered per task: on their rows
+                    tx.writes.free(tx, await stored_keys(tx, run_id, [h.task_id for h in held]))
             return True
 
         return await self._shell.in_tx(attempt)

@@ -151,11 +151,10 @@ async def persist(
                     conn, run_id, action.node_id, reason=text(action.reason) or ""
                 )
                 line = dag.node_line(action.node_id)
-                writes.free(
-                    tx,
-                    [queue for _, queue in cancelled]
-                    + ([line.key] if line is not None and not line.templated else []),
-                )
+                keys: list[str | None] = [line.key] if line is not None else []
+                if line is not None and line.templated:
+                    keys = [*await stored_keys(tx, run_id, [t for t, _ in cancelled])]
+                writes.free(tx, [queue for _, queue in cancelled] + keys)
                 if (
                     cancelled
                     and dag.queue(action.node_id) is None  # a MAP of SUB_WORKFLOWs
@@ -291,14 +290,27 @@ async def persist(
             case CancelTasks():
                 await writes.flush(tx)
                 # the reason is each cancelled task's error: sealed as any error is
-                await repo.cancel_tasks(
+                cancelled_ids = await repo.cancel_tasks(
                     conn, run_id, action.task_ids, reason=text(action.reason) or ""
                 )
                 if tx.gate is not None:  # their queues are not known here: look at all
                     writes.free(tx, [*tx.gate.queues(), *(line.key for line in dag.node_lines)])
+                    if dag.templated_keys:
+                        writes.free(tx, await stored_keys(tx, run_id, cancelled_ids))
             case _:
                 assert_never(action)
     return effects
+
+
+async def stored_keys(tx: Tx, run_id: str, task_ids: list[str]) -> list[str]:
+    """The concurrency keys on these tasks' rows (rendered from their nodes' templates),
+    for a release after a cancel or a pause (nothing asked when there is no release)."""
+    if tx.gate is None or not task_ids:
+        return []
+    stored = await repo.task_limit_keys(
+        tx.conn, [repo.TaskRef(run_id, task_id, "", 0) for task_id in task_ids]
+    )
+    return sorted({key for key, _ in stored.values() if key is not None})
 
 
 async def write_dispatch(

@@ -359,6 +359,11 @@ class WorkflowDAG:
         names its keys only on its tasks' rows)."""
         return tuple(dict.fromkeys(v for v in self._lines.values() if not v.templated))
 
+    @property
+    def templated_keys(self) -> bool:
+        """Some node's limit key is a template: its tasks' keys are on their rows only."""
+        return any(line.templated for line in self._lines.values())
+
     def retry_policy(self, node_id: str) -> RetryPolicy:
         """The node's retry policy (a MAP's: its inner node's, which its items follow)."""
         node = self._inner.get(node_id) or self._nodes[node_id]
