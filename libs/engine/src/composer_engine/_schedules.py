@@ -133,9 +133,9 @@ class Schedules:
     def __init__(self, shell: Shell, runs: RunCommands) -> None:
         self._shell = shell
         self._runs = runs
-        # a start is a dozen statements: 4 connections with 10 starts a commit each
+        # a start is a dozen statements: 4 connections with 25 starts a commit each
         self._starts: _Gathered[StartInTx, Started | EngineError] = _Gathered(
-            runs.start_many, most=10, carriers=4
+            runs.start_many, most=25, carriers=4
         )
         self._writes: _Gathered[Callable[[Tx], Awaitable[bool]], bool] = _Gathered(
             self._write_all, most=100, carriers=2
