@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 
@@ -20,10 +21,13 @@ import composer_repo as repo
 from composer_engine import Engine
 from composer_service.admin import Check, serve_admin
 from composer_service.engines import EngineConfig, build_engine
+from composer_service.errors import StartupError
 from composer_service.hosts import LOOPBACK_HOSTS
 from composer_service.logs import setup_logging
 from composer_service.signals import stop_on_signals
 from composer_service.telemetry import setup_telemetry
+
+log = logging.getLogger("composer.service")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,8 @@ class RuntimeConfig:
     telemetry: bool = True
     #: The engine to build on the pool (and the Redis client, if any); None: none.
     engine: EngineConfig | None = None
+    #: How long to wait for an unreachable database at start before giving up.
+    startup_wait_seconds: float = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +104,8 @@ async def serving(
     service's own, served on /readyz beside the database's and Redis's.
 
     Raises ``repo.SchemaOutdated`` before serving when the database is behind this code,
-    StartupError for an engine whose COMPOSER_ENCRYPTION_KEYS are malformed.
+    StartupError for an engine whose COMPOSER_ENCRYPTION_KEYS are malformed or for a
+    database that did not answer within ``startup_wait_seconds``.
     """
     if config.logs:
         setup_logging(config.name, config.log_level, json_lines=config.json_logs)
@@ -108,11 +115,8 @@ async def serving(
     async with contextlib.AsyncExitStack() as opened:
         pool: repo.Pool | None = None
         if config.database_url is not None:
-            pool = await repo.create_pool(
-                config.database_url, min_size=1, max_size=config.pool_size
-            )
+            pool = await _open_pool(config)
             opened.push_async_callback(pool.close)
-            await repo.check_ready(pool)
             ready["database"] = _database_check(pool)
         client: composer_queue.RedisQueue | None = None
         if config.redis_url is not None:
@@ -137,6 +141,47 @@ async def serving(
             )
         )
         yield Runtime(config.name, stop, port, pool, client, engine)
+
+
+async def _open_pool(config: RuntimeConfig) -> repo.Pool:
+    """The pool, once the database answers: a service started beside its database (a
+    deploy, a reboot, a PostgreSQL restart) waits for it, up to
+    ``startup_wait_seconds``, instead of exiting with a traceback for its supervisor to
+    restart. An outdated schema or bad credentials are not waited for."""
+    assert config.database_url is not None
+    deadline = asyncio.get_running_loop().time() + config.startup_wait_seconds
+    backoff = composer_queue.Backoff(0.2, 5.0)
+    while True:
+        try:
+            pool = await repo.create_pool(
+                config.database_url, min_size=1, max_size=config.pool_size
+            )
+        except (repo.Transient, OSError) as exc:
+            problem: Exception = exc
+        else:
+            try:
+                await repo.check_ready(pool)
+                return pool
+            except (repo.Transient, OSError) as exc:
+                await pool.close()
+                problem = exc
+            except BaseException:
+                await pool.close()
+                raise
+        wait = min(backoff.next(), deadline - asyncio.get_running_loop().time())
+        if wait <= 0:
+            raise StartupError(
+                f"{config.name}: the database did not answer within "
+                f"{config.startup_wait_seconds:g}s ({problem}): check COMPOSER_DATABASE_URL "
+                "and that PostgreSQL is up"
+            ) from problem
+        log.warning(
+            "%s: the database does not answer yet (%s); trying again in %.1fs",
+            config.name,
+            problem,
+            wait,
+        )
+        await asyncio.sleep(wait)
 
 
 def _database_check(pool: repo.Pool) -> Check:

@@ -28,6 +28,9 @@ class ServiceSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="COMPOSER_", extra="ignore")
 
     database_url: str = "postgresql://postgres@127.0.0.1:5432/composer"
+    #: How long a service that starts before its database waits for it to answer (a
+    #: warning each try) before it exits naming COMPOSER_DATABASE_URL.
+    startup_wait_seconds: float = 60.0
     redis_url: str = "redis://127.0.0.1:6379/0"
     #: COMPOSER_REDIS_CLUSTER: COMPOSER_REDIS_URL is any node of a Redis Cluster (the
     #: client finds the others; docs/architecture.md §6 "Redis Cluster"). Every service
@@ -161,6 +164,7 @@ class ServiceSettings(BaseSettings):
             json_logs=self.json_logs,
             otlp_endpoint=self.otlp_endpoint,
             engine=engine,
+            startup_wait_seconds=self.startup_wait_seconds,
         )
 
 
