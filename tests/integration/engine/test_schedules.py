@@ -65,7 +65,8 @@ async def test_each_fire_time_starts_one_run_marked_with_it(
     assert (await engine.schedules.fire_due(token="a", now=at(-1))).started == 0  # not yet
     done = await engine.schedules.fire_due(token="a", now=at(0.2))
     assert done.started == 1
-    assert done.lags == [pytest.approx(0.2)]
+    [lag] = done.lags  # its due time to its start, in the pass's time
+    assert 0.2 <= lag < 5
     again = await engine.schedules.fire_due(token="a", now=at(0.3))
     assert again.started == 0  # the same fire time is not due twice
     await engine.schedules.fire_due(token="a", now=at(20.5))  # :10 and :20

@@ -19,16 +19,18 @@ import contextlib
 import dataclasses
 import datetime as dt
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, Literal, TypeVar
+from typing import Literal
 
 from pydantic import ValidationError
 
 import composer_queue as cq
 import composer_repo as repo
 from composer_common import ids
+from composer_common.batching import Batcher
 from composer_common.caller import Caller
 from composer_core.model import RunStatus, WorkflowSpec
 from composer_core.schedules import (
@@ -70,8 +72,6 @@ MAX_BACKFILL_FIRES = 10_000
 _ROLE = "schedule"
 
 BackfillOverlap = Literal["allow_all", "skip", "buffer_all"]
-T = TypeVar("T")
-R = TypeVar("R")
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,15 +133,16 @@ class Schedules:
     def __init__(self, shell: Shell, runs: RunCommands) -> None:
         self._shell = shell
         self._runs = runs
-        # a start is a dozen statements: 4 connections with 25 starts a commit each
-        self._starts: _Gathered[StartInTx, Started | EngineError] = _Gathered(
-            runs.start_many, most=25, carriers=4
+        # What the fires of a pass ask of the database, gathered (a group commit): a
+        # start is a dozen statements, so 4 connections with 25 starts a commit each.
+        self._starts: Batcher[StartInTx, Started] = Batcher(
+            runs.start_many, max_size=25, max_in_flight=4, name="schedule-starts"
         )
-        self._writes: _Gathered[Callable[[Tx], Awaitable[bool]], bool] = _Gathered(
-            self._write_all, most=100, carriers=2
+        self._writes: Batcher[Callable[[Tx], Awaitable[bool]], bool] = Batcher(
+            self._write_all, max_size=100, max_in_flight=2, name="schedule-writes"
         )
-        self._statuses: _Gathered[str, RunStatus | None] = _Gathered(
-            self._read_statuses, most=500, carriers=1
+        self._statuses: Batcher[str, RunStatus | None] = Batcher(
+            self._read_statuses, max_size=500, max_in_flight=1, name="schedule-statuses"
         )
 
     async def _write_all(
@@ -419,6 +420,7 @@ class Schedules:
         schedules ``concurrency`` at a time (each schedule's fires in order): one pass.
         ``token`` names this replica's claims."""
         now = now or utcnow()
+        began = time.monotonic()
         until = now + dt.timedelta(seconds=CLAIM_SECONDS)
         claimed = await self._shell.in_tx(
             lambda tx: repo.claim_due_schedules(tx.conn, now, token, until, limit), attempts=1
@@ -428,7 +430,7 @@ class Schedules:
 
         async def fire(record: repo.ScheduleRecord) -> None:
             async with slots:
-                await self._fire(record, token, now, out)
+                await self._fire(record, token, now, began, out)
 
         results = await asyncio.gather(*(fire(r) for r in claimed), return_exceptions=True)
         failure = next((r for r in results if isinstance(r, BaseException)), None)
@@ -442,7 +444,12 @@ class Schedules:
         return out
 
     async def _fire(
-        self, record: repo.ScheduleRecord, token: str, now: dt.datetime, out: FirePass
+        self,
+        record: repo.ScheduleRecord,
+        token: str,
+        now: dt.datetime,
+        began: float,
+        out: FirePass,
     ) -> None:
         sid = record.schedule_id
         try:
@@ -470,12 +477,14 @@ class Schedules:
             instruments().schedule_fires.add(m.count, {"outcome": "missed"})
         last_run = record.last_run_id
         last_fired = record.last_fired_for
-        running = await self._running(last_run)
         buffered = record.buffered_for
+        # allow_all starts whatever goes: its last run's status is read only for a buffer
+        asks = spec.overlap is not Overlap.ALLOW_ALL or buffered is not None
+        running = asks and await self._running(last_run)
         if buffered is not None and not running:  # the run it waited for ended
             last_run = await self._start(record, spec, buffered)
             events.append(repo.NewScheduleEvent(sid, "fired", buffered, last_run, "buffered"))
-            out.lags.append((now - due_at(spec, buffered)).total_seconds())
+            out.lags.append(_lag(now, began, due_at(spec, buffered)))
             fired, running, buffered = fired + 1, True, None
         for fire in due.fires:
             act = on_fire(spec.overlap, running=running, buffered=buffered is not None)
@@ -491,7 +500,7 @@ class Schedules:
                     skipped += 1
                     continue
                 events.append(repo.NewScheduleEvent(sid, "fired", fire, last_run))
-                out.lags.append((now - due_at(spec, fire)).total_seconds())
+                out.lags.append(_lag(now, began, due_at(spec, fire)))
                 fired, running = fired + 1, True
             elif act is Act.BUFFER:
                 buffered = fire
@@ -607,7 +616,7 @@ class Schedules:
         key: str | None = None,
     ) -> str:
         """Start the run of one fire time (or find the one started for it). The starts
-        of fires going at once share a transaction (``_Gathered``)."""
+        of fires going at once share a transaction (a ``Batcher``)."""
         try:
             prepared = self._runs.prepare_start(
                 record.workflow_id,
@@ -617,16 +626,14 @@ class Schedules:
                 schedule=(spec.id, fire),
             )
             started = await self._starts.submit(prepared)
-        except EngineError as exc:
-            started = exc
-        if isinstance(started, IdempotencyKeyReused):  # its input changed since: that run stands
-            return str(started.extensions["run_id"])
-        if isinstance(started, Unavailable):
-            raise started
-        if isinstance(started, EngineError):  # the workflow was deleted, the input no longer fits
+        except IdempotencyKeyReused as exc:  # its input changed since: that run stands
+            return str(exc.extensions["run_id"])
+        except Unavailable:
+            raise
+        except EngineError as exc:  # the workflow was deleted, the input no longer fits
             raise StartRefused(
-                f"run of workflow {record.workflow_id!r} not started: {started}"
-            ) from started
+                f"run of workflow {record.workflow_id!r} not started: {exc}"
+            ) from exc
         if started.created:
             log.info("schedule %s started run %s for %s", spec.id, started.run_id, fire.isoformat())
         return started.run_id
@@ -734,47 +741,10 @@ async def sync_schedules(tx: Tx, spec: WorkflowSpec, now: dt.datetime | None = N
         )
 
 
-class _Gathered(Generic[T, R]):
-    """Requests made by coroutines going at once, carried out in batches: whoever asks
-    while ``carriers`` batches are under way goes in a next one (a group commit that
-    keeps a few connections busy at once). ``run`` takes a batch and answers one
-    result per request, in order."""
-
-    def __init__(
-        self, run: Callable[[list[T]], Awaitable[list[R]]], *, most: int, carriers: int
-    ) -> None:
-        self._run = run
-        self._most = most
-        self._carriers = carriers
-        self._waiting: list[tuple[T, asyncio.Future[R]]] = []
-        self._going: set[asyncio.Task[None]] = set()
-
-    async def submit(self, request: T) -> R:
-        loop = asyncio.get_running_loop()
-        answer: asyncio.Future[R] = loop.create_future()
-        self._waiting.append((request, answer))
-        if len(self._going) < self._carriers:
-            carrier = loop.create_task(self._carry(), name="schedules-gathered")
-            self._going.add(carrier)
-            carrier.add_done_callback(self._going.discard)
-        return await answer
-
-    async def _carry(self) -> None:
-        await asyncio.sleep(0)  # the others going at once ask now
-        while self._waiting:
-            batch, self._waiting = self._waiting[: self._most], self._waiting[self._most :]
-            try:
-                results = await self._run([request for request, _ in batch])
-            except BaseException as exc:
-                for _, answer in batch:
-                    if not answer.done():
-                        answer.set_exception(exc)
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
-                continue
-            for (_, answer), result in zip(batch, results, strict=True):
-                if not answer.done():
-                    answer.set_result(result)
+def _lag(now: dt.datetime, began: float, due: dt.datetime) -> float:
+    """Seconds from a fire's due time to its start's return: the pass's ``now`` plus
+    the time the pass took so far (its own clock, so a test's fixed ``now`` holds)."""
+    return (now - due).total_seconds() + (time.monotonic() - began)
 
 
 class StartRefused(EngineError):
