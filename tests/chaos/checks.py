@@ -27,7 +27,7 @@ import collections
 import datetime as dt
 import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -334,13 +334,7 @@ def _check_run_limits(report: Report, facts: list[RunFacts]) -> None:
             spans[str(f.driven.planned.input["customer"])].append(
                 (min(created), f.run.completed_at)
             )
-    most: dict[str, int] = {}
-    for key, intervals in spans.items():
-        current = 0
-        # at one instant an end goes before a start: the slot was handed at the end
-        for _, step in sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals]):
-            current += step
-            most[key] = max(most.get(key, 0), current)
+    most = _most_at_once(spans)
     over = {k: n for k, n in most.items() if n > LIMITED_MAX_RUNS}
     for key, n in over.items():
         report.violation(f"key {key!r} of chaos-limited had {n} runs going at once")
@@ -350,6 +344,18 @@ def _check_run_limits(report: Report, facts: list[RunFacts]) -> None:
         ok=not over,
         note=f"limit {LIMITED_MAX_RUNS}",
     )
+
+
+def _most_at_once(spans: Mapping[str, list[tuple[Any, Any]]]) -> dict[str, int]:
+    """For each key, the most of its (start, end) intervals that overlap at one instant;
+    an end goes before a start at the same instant (the place was handed on at the end)."""
+    most: dict[str, int] = {}
+    for key, intervals in spans.items():
+        current = 0
+        for _, step in sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals]):
+            current += step
+            most[key] = max(most.get(key, 0), current)
+    return most
 
 
 def _check_node_keys(report: Report, facts: list[RunFacts], execs: list[Execution]) -> None:
@@ -370,13 +376,7 @@ def _check_node_keys(report: Report, facts: list[RunFacts], execs: list[Executio
         partner = partner_of.get(e.run)
         if partner is not None:
             spans[f"partner-{partner}"].extend(e.valid)
-    most: dict[str, int] = {}
-    for key, intervals in spans.items():
-        current = 0
-        # at one instant an end goes before a start: the place was handed at the end
-        for _, step in sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals]):
-            current += step
-            most[key] = max(most.get(key, 0), current)
+    most = _most_at_once(spans)
     over = {k: n for k, n in most.items() if n > KEYED_MAX}
     for key, n in over.items():
         report.violation(f"node key {key!r} of chaos-keyed had {n} attempts executing at once")

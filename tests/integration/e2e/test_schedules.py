@@ -54,7 +54,7 @@ async def test_a_killed_and_restarted_timer_neither_doubles_nor_loses_a_fire(
     env = service_env(database_url, redis_url, COMPOSER_REDIS_PREFIX="sched-e2e")
     proc = await start_timer(env)
     try:
-        for outage in range(2):
+        for _ in range(2):  # two outages
             seen = len(await fire_times(pool))
 
             async def fired_more(seen: int = seen) -> bool:
@@ -63,12 +63,10 @@ async def test_a_killed_and_restarted_timer_neither_doubles_nor_loses_a_fire(
             await until(fired_more, timeout=30, what="two more fires from the running timer")
             proc.kill()  # SIGKILL: no drain, a claim may be left to run out
             await proc.wait()
-            down_at = dt.datetime.now(dt.UTC)
             # stay down across at least one fire time: the restart must catch it up
             await asyncio.sleep(EVERY + 0.5)
             proc = await start_timer(env)
             back = dt.datetime.now(dt.UTC)
-            assert back - down_at >= dt.timedelta(seconds=EVERY), outage
 
         async def caught_up() -> bool:
             times = await fire_times(pool)

@@ -42,7 +42,7 @@ from composer_common.logs import alert
 from composer_common.telemetry import meter
 from composer_engine import Engine, Parked, Unavailable, utcnow
 from composer_engine.records import DueWait
-from composer_service import sleep_or_stop
+from composer_timer.passes import run_passes
 
 log = logging.getLogger("composer.timer")
 
@@ -81,27 +81,13 @@ class Timer:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Fire due waits until ``stop`` is set."""
-        backoff = cq.Backoff(0.1, 5.0)
-        async with cq.Waker(self.redis, self.prefix, cq.TIMER) as waker:
-            while not stop.is_set():
-                try:
-                    result = await self.fire_due()
-                    backoff.reset()
-                except (Unavailable, OSError) as exc:
-                    delay = backoff.next()
-                    log.warning("timers paused: %s; retrying in %.1fs", exc, delay)
-                    await sleep_or_stop(stop, delay)
-                    continue
-                except Exception as exc:  # a bug outside any one wait: keep the service up
-                    delay = backoff.next()
-                    alert(log, "a timer pass failed (%r); retrying in %.1fs", exc, delay)
-                    await sleep_or_stop(stop, delay)
-                    continue
-                if result.due >= self.batch_size and result.busy == 0:
-                    continue  # more is due
-                wait = self._sleep_for(result)
-                if wait > 0:
-                    await waker.wait_or_stop(stop, wait)
+        await run_passes(stop, self.redis, self.prefix, "timers", self._pass)
+
+    async def _pass(self) -> float:
+        result = await self.fire_due()
+        if result.due >= self.batch_size and result.busy == 0:
+            return 0.0  # more is due
+        return self._sleep_for(result)
 
     def _sleep_for(self, result: Pass) -> float:
         if result.busy:

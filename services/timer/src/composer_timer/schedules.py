@@ -25,10 +25,9 @@ from dataclasses import dataclass, field
 from opentelemetry.metrics import Histogram
 
 import composer_queue as cq
-from composer_common.logs import alert
 from composer_common.telemetry import meter
-from composer_engine import Engine, Unavailable, utcnow
-from composer_service import sleep_or_stop
+from composer_engine import Engine, utcnow
+from composer_timer.passes import run_passes
 
 log = logging.getLogger("composer.timer")
 
@@ -61,30 +60,15 @@ class ScheduleFirer:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Fire due schedules until ``stop`` is set."""
-        backoff = cq.Backoff(0.1, 5.0)
-        async with cq.Waker(self.redis, self.prefix, cq.TIMER) as waker:
-            while not stop.is_set():
-                try:
-                    busy = await self.fire_due()
-                    next_due = await self.engine.schedules.next_due()
-                    backoff.reset()
-                except (Unavailable, OSError) as exc:
-                    delay = backoff.next()
-                    log.warning("schedules paused: %s; retrying in %.1fs", exc, delay)
-                    await sleep_or_stop(stop, delay)
-                    continue
-                except Exception as exc:  # a bug: keep the service up
-                    delay = backoff.next()
-                    alert(log, "a schedule pass failed (%r); retrying in %.1fs", exc, delay)
-                    await sleep_or_stop(stop, delay)
-                    continue
-                if busy:
-                    continue  # a full batch: more may be due
-                wait = self.poll_seconds
-                if next_due is not None:
-                    wait = min(wait, max(0.0, (next_due - self.clock()).total_seconds()))
-                if wait > 0:
-                    await waker.wait_or_stop(stop, wait)
+        await run_passes(stop, self.redis, self.prefix, "schedules", self._pass)
+
+    async def _pass(self) -> float:
+        if await self.fire_due():
+            return 0.0  # a full batch: more may be due
+        next_due = await self.engine.schedules.next_due()
+        if next_due is None:
+            return self.poll_seconds
+        return min(self.poll_seconds, max(0.0, (next_due - self.clock()).total_seconds()))
 
     async def fire_due(self) -> bool:
         """One pass; True when it claimed a full batch (look again at once)."""
