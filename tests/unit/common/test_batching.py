@@ -130,3 +130,19 @@ async def test_items_of_one_key_are_never_in_two_batches_at_once() -> None:
     release.set()
     assert await asyncio.gather(first, *rest) == [1, 2, 1, 3]
     assert seen[2:] == [[("a", 2), ("a", 3)]]
+
+
+async def test_with_linger_requests_made_together_go_in_one_batch() -> None:
+    seen: list[list[int]] = []
+
+    async def run(items: Sequence[int]) -> list[int]:
+        seen.append(list(items))
+        return [i * 2 for i in items]
+
+    eager: Batcher[int, int] = Batcher(run, max_size=10, max_in_flight=4)
+    assert await asyncio.gather(*(eager.submit(i) for i in range(3))) == [0, 2, 4]
+    assert seen[0] == [0]  # without linger the first goes alone
+    seen.clear()
+    lingering: Batcher[int, int] = Batcher(run, max_size=10, max_in_flight=4, linger=True)
+    assert await asyncio.gather(*(lingering.submit(i) for i in range(3))) == [0, 2, 4]
+    assert seen == [[0, 1, 2]]

@@ -9,6 +9,9 @@ in the next, up to ``max_size`` of them (docs/architecture.md §3.1). Each
 request gets its own answer or its own error. The coordinator batches its
 transactions with it, the worker SDK its calls to the coordinator.
 
+With ``linger``, a batch starts one loop iteration after the request that asks for
+it, so requests made by tasks woken together go in one batch.
+
 With a ``key`` (the coordinator's reports: their run), an item whose key is in
 a batch in flight waits for that batch to end: two batches in flight never
 hold items of one key, so they never queue on each other's row locks, and the
@@ -35,6 +38,7 @@ class Batcher(Generic[I, R]):
         max_in_flight: int = 1,
         name: str = "batch",
         key: Callable[[I], Hashable] | None = None,
+        linger: bool = False,
     ) -> None:
         if max_size < 1 or max_in_flight < 1:
             raise ValueError(
@@ -51,6 +55,11 @@ class Batcher(Generic[I, R]):
         self._waiting: list[tuple[I, asyncio.Future[R]]] = []
         self._in_flight = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Start batches one loop iteration later, so that requests made by tasks
+        #: woken together (a pass firing a hundred schedules) go in one batch rather
+        #: than the first alone; a start is already asked for.
+        self._linger = linger
+        self._start_asked = False
         #: Batches run and items carried, for metrics and tests.
         self.batches = 0
         self.items = 0
@@ -63,6 +72,14 @@ class Batcher(Generic[I, R]):
         return await future
 
     def _start(self) -> None:
+        if not self._linger:
+            self._start_now()
+        elif not self._start_asked:
+            self._start_asked = True
+            asyncio.get_running_loop().call_soon(self._start_now)
+
+    def _start_now(self) -> None:
+        self._start_asked = False
         while self._waiting and self._in_flight < self._max_in_flight:
             batch = self._next_batch()
             if not batch:  # every waiting item's key is in flight: the end of one starts it

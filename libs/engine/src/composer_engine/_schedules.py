@@ -136,13 +136,17 @@ class Schedules:
         # What the fires of a pass ask of the database, gathered (a group commit): a
         # start is a dozen statements, so 4 connections with 25 starts a commit each.
         self._starts: Batcher[StartInTx, Started] = Batcher(
-            runs.start_many, max_size=25, max_in_flight=4, name="schedule-starts"
+            runs.start_many, max_size=25, max_in_flight=4, name="schedule-starts", linger=True
         )
         self._writes: Batcher[Callable[[Tx], Awaitable[bool]], bool] = Batcher(
-            self._write_all, max_size=100, max_in_flight=2, name="schedule-writes"
+            self._write_all, max_size=100, max_in_flight=2, name="schedule-writes", linger=True
         )
         self._statuses: Batcher[str, RunStatus | None] = Batcher(
-            self._read_statuses, max_size=500, max_in_flight=1, name="schedule-statuses"
+            self._read_statuses,
+            max_size=500,
+            max_in_flight=1,
+            name="schedule-statuses",
+            linger=True,
         )
 
     async def _write_all(
