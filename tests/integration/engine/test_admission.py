@@ -20,6 +20,26 @@ LIMITED = {
     "id": "charge",
     "nodes": [{"id": "charge", "type": "TASK", "queue": "payments", "spec": {}}],
 }
+#: The same queue, with the run's priority from its input (1 first … 5).
+RANKED = {
+    "id": "ranked-charge",
+    "priority": "{{input.priority}}",
+    "nodes": [{"id": "charge", "type": "TASK", "queue": "payments", "spec": {}}],
+}
+#: A node concurrency key (a line of its own), with the run's priority from its input.
+RANKED_KEY = {
+    "id": "ranked-partner",
+    "priority": "{{input.priority}}",
+    "nodes": [
+        {
+            "id": "call",
+            "type": "TASK",
+            "queue": "partner-calls",
+            "spec": {},
+            "concurrency": {"key": "ranked", "max": 1, "scope": "global"},
+        }
+    ],
+}
 FREE = {
     "id": "mail",
     "nodes": [{"id": "mail", "type": "TASK", "queue": "emails", "spec": {}}],
@@ -30,7 +50,7 @@ LIMIT = QueueConcurrency({"payments": 2})
 @pytest.fixture
 async def engine(pool: repo.Pool) -> AsyncIterator[Engine]:
     workflows = Workflows(pool)
-    for spec in (LIMITED, FREE):
+    for spec in (LIMITED, RANKED, RANKED_KEY, FREE):
         await workflows.create(validate_definition(spec), deploy=True)
     async with repo.connection(pool) as conn:  # each test starts from an empty queue
         await conn.execute("DELETE FROM workflow_runs")
@@ -148,3 +168,85 @@ async def test_a_release_nobody_asked_for_is_made_by_the_sweeper_s_call(
     assert await in_flight(pool) == runs[1:]
     assert await held(pool) == []
     assert await engine.release_held() == 0
+
+
+async def _start(engine: Engine, workflow: str, priority: int) -> str:
+    return (await engine.start(workflow, input={"priority": priority})).run_id
+
+
+async def _age(pool: repo.Pool, run_id: str, minutes: int) -> None:
+    """Make ``run_id``'s task ``minutes`` older, as if it had waited that long: the
+    database's clock judges the wait, so moving its creation back is the wait."""
+    async with repo.connection(pool) as conn:
+        await conn.execute(
+            "UPDATE task_instances SET created_at = created_at - make_interval(mins => $2) "
+            "WHERE run_id = $1",
+            run_id,
+            minutes,
+        )
+
+
+async def test_a_late_high_priority_run_goes_before_held_low_ones(
+    engine: Engine, pool: repo.Pool
+) -> None:
+    going = [await _start(engine, "ranked-charge", 3) for _ in range(2)]
+    low = [await _start(engine, "ranked-charge", 5) for _ in range(3)]
+    high = await _start(engine, "ranked-charge", 1)
+    assert await held(pool) == [*low, high]  # a new task waits behind those held
+
+    await finish(engine, pool, going[0])
+
+    await until(lambda: _flight_is(pool, [going[1], high]), what="the priority-1 task released")
+    assert await held(pool) == low
+    await finish(engine, pool, going[1])
+    await until(
+        lambda: _flight_is(pool, [low[0], high]),  # listed oldest first
+        what="then the oldest priority-5",
+    )
+
+
+async def test_a_held_task_gains_a_level_per_minute_so_nothing_starves(
+    engine: Engine, pool: repo.Pool
+) -> None:
+    going = [await _start(engine, "ranked-charge", 3) for _ in range(2)]
+    old_low = await _start(engine, "ranked-charge", 5)
+    fresh_high = await _start(engine, "ranked-charge", 2)
+    await _age(pool, old_low, 3)  # 5 less 3 levels: 2, as high as the fresh one, and older
+
+    await finish(engine, pool, going[0])
+
+    # listed oldest first, and it is the oldest now
+    await until(lambda: _flight_is(pool, [old_low, going[1]]), what="the aged task released")
+    assert await held(pool) == [fresh_high]
+
+
+async def test_a_node_concurrency_key_releases_by_priority_then_first_come(
+    engine: Engine, pool: repo.Pool
+) -> None:
+    first = await _start(engine, "ranked-partner", 3)
+    low = [await _start(engine, "ranked-partner", 4) for _ in range(2)]
+    high = await _start(engine, "ranked-partner", 2)
+
+    async def next_after(run_id: str) -> str:
+        async with repo.connection(pool) as conn:
+            (task,) = await repo.get_run_tasks(conn, run_id)
+        assert await engine.report_completed(run_id, task.task_id, task.node_id, task.attempt, {})
+        going: list[str] = []
+
+        async def one_going() -> bool:
+            async with repo.connection(pool) as conn:
+                going[:] = [
+                    r[0]
+                    for r in await conn.fetch(
+                        "SELECT run_id FROM task_instances WHERE limit_key = 'global:ranked' "
+                        "AND state IN ('PENDING', 'QUEUED') AND held_reason IS NULL"
+                    )
+                ]
+            return len(going) == 1
+
+        await until(one_going, what=f"the key's next attempt after {run_id} released")
+        return going[0]
+
+    assert await next_after(first) == high
+    assert await next_after(high) == low[0]
+    assert await next_after(low[0]) == low[1]

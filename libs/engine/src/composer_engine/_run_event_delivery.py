@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import composer_repo as repo
 from composer_common.logs import alert
-from composer_core.model import FlowError, RunStatus, WorkflowDAG
+from composer_core.model import DEFAULT_PRIORITY, FlowError, RunStatus, WorkflowDAG
 from composer_core.statemachine import RunCancelled, RunStarted
 from composer_engine import _history, _run_events
 from composer_engine import opened as _opened
@@ -92,16 +92,26 @@ class RunEventDelivery:
         (cancel_newest, or limits its input cannot render; its end tells its parent)."""
         flow = dag.flow
         run = locked.run
-        if flow is None or flow.max_runs is None or await repo.holds_run_slot(tx.conn, run.run_id):
+        shell = self._shell
+        if (
+            flow is None
+            or (flow.max_runs is None and flow.priority is None)
+            # handed its slot: its limit and priority were rendered as it joined the line
+            or (flow.max_runs is not None and await repo.holds_run_slot(tx.conn, run.run_id))
+        ):
             await repo.start_waiting_run(tx.conn, run.run_id)  # PENDING under its lock
             return RunStatus.RUNNING
-        shell = self._shell
         opened = _opened.snapshot(shell.sealer, run)
         try:
             rendered = flow.render(dag.engine, opened.input, opened.config)
         except FlowError as exc:
             await shell.decide(tx, dag, locked, RunCancelled(f"not started: {exc}"))
             return RunStatus.CANCELLED
+        if rendered.priority != DEFAULT_PRIORITY:  # its attempts wait by it (§4.16)
+            await repo.set_run_priority(tx.conn, run.run_id, rendered.priority)
+        if flow.max_runs is None:
+            await repo.start_waiting_run(tx.conn, run.run_id)
+            return RunStatus.RUNNING
         seal = await shell.run_seal(tx, locked)
         return await admit_start(
             shell, tx, dag, locked, rendered, seal, start_node=event.start_node, by=None

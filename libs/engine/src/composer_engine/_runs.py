@@ -15,7 +15,7 @@ import composer_repo as repo
 from composer_common import ids
 from composer_common import labels as run_labels
 from composer_common.caller import Caller
-from composer_core.model import FlowError, RunStatus, WorkflowDAG
+from composer_core.model import DEFAULT_PRIORITY, FlowError, RunStatus, WorkflowDAG
 from composer_core.statemachine import (
     BufferSignal,
     ResolveWait,
@@ -206,6 +206,10 @@ class RunCommands:
                 started_by=None if caller is None else caller.name,
                 context=sealed_context,
                 labels=labels,
+                # kept on the row: it orders the run's attempts wherever they wait (§4.16)
+                priority=None
+                if flow is None or flow.priority == DEFAULT_PRIORITY
+                else flow.priority,
             )
             if not started.created:
                 if started.request_digest is not None and digest is not None:

@@ -54,8 +54,10 @@ async def hold_tasks(conn: Connection, held: Sequence[tuple[TaskRef, str]]) -> s
 
 @translated
 async def held_tasks(conn: Connection, queue: str, limit: int) -> list[TaskRef]:
-    """The oldest held attempts of ``queue``, at most ``limit``, locked (SKIP LOCKED);
-    not those of paused runs, which go at their run's resume."""
+    """The held attempts of ``queue`` that go first, at most ``limit``, locked (SKIP
+    LOCKED): by their run's priority less a level per minute since the task was
+    created, then first come (§4.16); not those of paused runs, which go at their
+    run's resume."""
     rows = await conn.fetch(q("held_tasks"), queue, limit, PAUSED_HOLD)
     return [TaskRef(r["run_id"], r["id"], r["node_id"], r["attempt"]) for r in rows]
 

@@ -90,7 +90,8 @@ class HeldLimited:
 
 @translated
 async def held_limit_tasks(conn: Connection, key: str, limit: int) -> list[HeldLimited]:
-    """The oldest held attempts of the key, at most ``limit``, locked (SKIP LOCKED)."""
+    """The held attempts of the key that go first (their run's priority, aged a level a
+    minute, then first come: §4.16), at most ``limit``, locked (SKIP LOCKED)."""
     return [_held(r) for r in await conn.fetch(q("held_limit_tasks"), key, limit, PAUSED_HOLD)]
 
 
@@ -199,7 +200,8 @@ async def rate_held_load(conn: Connection, key: str) -> int:
 
 @translated
 async def held_rate_tasks(conn: Connection, key: str, limit: int) -> list[HeldLimited]:
-    """The oldest attempts waiting for the key's tokens, locked (SKIP LOCKED)."""
+    """The attempts waiting for the key's tokens that go first (as ``held_limit_tasks``),
+    locked (SKIP LOCKED)."""
     return [_held(r) for r in await conn.fetch(q("held_rate_tasks"), key, limit, PAUSED_HOLD)]
 
 

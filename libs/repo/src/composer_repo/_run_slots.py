@@ -86,6 +86,13 @@ async def hand_run_slot(conn: Connection, workflow_id: str, key: str, run_id: st
 
 
 @translated
+async def set_run_priority(conn: Connection, run_id: str, priority: int) -> None:
+    """Keep a child run's priority, rendered as its start is applied, on its row (V026):
+    its attempts wait by it wherever they wait (§4.16)."""
+    await conn.execute(q("set_run_priority"), run_id, priority)
+
+
+@translated
 async def holds_run_slot(conn: Connection, run_id: str) -> bool:
     """Whether the run holds a slot of its key."""
     return await conn.fetchval(q("holds_run_slot"), run_id) is not None

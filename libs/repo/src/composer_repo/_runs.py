@@ -70,13 +70,15 @@ async def insert_run(
     started_by: str | None = None,
     context: Json = None,
     labels: Mapping[str, str] | None = None,
+    priority: int | None = None,
 ) -> StartedRun:
     """Create a run of a definition version that exists and is not deleted.
 
     ``started_by`` is the name of the API token that started it; ``context`` its
     calling context document (``composer_common.caller``; None: none); ``labels``
     its labels, stored in plain text (None or empty: none, stored as NULL so the
-    label index holds no entry for it: V017).
+    label index holds no entry for it: V017); ``priority`` its rendered priority
+    (V026; None: the default, 3, stored as NULL).
 
     With an ``idempotency_key`` already used for this workflow, nothing is
     written and the existing run comes back (``created=False``) with the
@@ -123,6 +125,7 @@ async def insert_run(
         started_by,
         context,
         dict(labels) if labels else None,
+        priority,
     )
     if stored is None:
         raise RunAlreadyExists(run_id)

@@ -115,8 +115,8 @@ SELECT r.id, r.status, k.request_digest, now() AS now
 
 -- name: insert_run
 INSERT INTO workflow_runs (id, workflow_id, version, status, input, config, idempotency_key,
-                           data_key, started_by, context, labels)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                           data_key, started_by, context, labels, priority)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 ON CONFLICT (id) DO NOTHING
 RETURNING status, now() AS now;
 
@@ -1160,15 +1160,21 @@ UPDATE task_instances t
 RETURNING t.id;
 
 -- name: held_tasks
--- The oldest held attempts of a queue, locked for the release that takes them.
+-- The held attempts of a queue that go first, locked for the release that takes
+-- them: by their run's priority (V026, NULL: 3), less a level per whole minute
+-- since the task was created (nothing starves), then first come (§4.16). Only
+-- the task rows are locked (OF t): a run's row lock is its events'.
 -- A paused run's (held_reason $3) wait for its resume.
-SELECT run_id, id, node_id, attempt
-  FROM task_instances
- WHERE held_reason IS NOT NULL AND held_reason <> $3 AND queue = $1 AND state = 'PENDING'
-   AND limit_key IS NULL AND rate_key IS NULL  -- a limited node's waits for its keys
- ORDER BY created_at, id
+SELECT t.run_id, t.id, t.node_id, t.attempt
+  FROM task_instances t JOIN workflow_runs r ON r.id = t.run_id
+ WHERE t.held_reason IS NOT NULL AND t.held_reason <> $3 AND t.queue = $1
+   AND t.state = 'PENDING'
+   AND t.limit_key IS NULL AND t.rate_key IS NULL  -- a limited node's waits for its keys
+ ORDER BY greatest(1, coalesce(r.priority, 3)
+                     - floor(extract(epoch FROM now() - t.created_at) / 60)),
+          t.created_at, t.id
  LIMIT $2
-   FOR UPDATE SKIP LOCKED;
+   FOR UPDATE OF t SKIP LOCKED;
 
 -- name: release_task
 -- A held attempt goes: due for dispatch from now on.
@@ -1244,6 +1250,10 @@ SELECT me.key, me.max_runs, me.effective AS priority,
                 w.queued_at, w.run_id)
              < (me.effective, me.queued_at, $1)) AS ahead
   FROM me;
+
+-- name: set_run_priority
+-- A child run's priority, rendered as its start is applied (V026; NULL: 3).
+UPDATE workflow_runs SET priority = $2 WHERE id = $1;
 
 -- name: start_waiting_run
 -- A waiting run handed a slot starts: PENDING → RUNNING, under its lock.
@@ -1353,13 +1363,18 @@ SELECT count(*) FILTER (WHERE dispatched_at IS NOT NULL AND held_reason IS NULL
    AND (dispatched_at IS NOT NULL OR held_reason IS NOT NULL);
 
 -- name: held_limit_tasks
--- The oldest held attempts of a key, and the max each was declared under.
-SELECT run_id, id, node_id, attempt, queue, limit_key, limit_max, rate_key, rate_units
-  FROM task_instances
- WHERE limit_key = $1 AND held_reason IS NOT NULL AND held_reason <> $3 AND state = 'PENDING'
- ORDER BY created_at, id
+-- The held attempts of a key that go first (in held_tasks' order: priority aged a
+-- level a minute, then first come), and the max each was declared under.
+SELECT t.run_id, t.id, t.node_id, t.attempt, t.queue, t.limit_key, t.limit_max, t.rate_key,
+       t.rate_units
+  FROM task_instances t JOIN workflow_runs r ON r.id = t.run_id
+ WHERE t.limit_key = $1 AND t.held_reason IS NOT NULL AND t.held_reason <> $3
+   AND t.state = 'PENDING'
+ ORDER BY greatest(1, coalesce(r.priority, 3)
+                     - floor(extract(epoch FROM now() - t.created_at) / 60)),
+          t.created_at, t.id
  LIMIT $2
-   FOR UPDATE SKIP LOCKED;
+   FOR UPDATE OF t SKIP LOCKED;
 
 -- name: held_limit_keys
 -- Every key with held attempts (the sweeper's pass releases each).
@@ -1545,13 +1560,18 @@ SELECT count(*) FROM task_instances
  WHERE rate_key = $1 AND held_reason IS NOT NULL AND held_reason <> $2 AND state = 'PENDING';
 
 -- name: held_rate_tasks
--- The oldest attempts waiting for a rate key's tokens, with their units and queue.
-SELECT run_id, id, node_id, attempt, queue, limit_key, limit_max, rate_key, rate_units
-  FROM task_instances
- WHERE rate_key = $1 AND held_reason IS NOT NULL AND held_reason <> $3 AND state = 'PENDING'
- ORDER BY created_at, id
+-- The attempts waiting for a rate key's tokens that go first (in held_tasks' order:
+-- priority aged a level a minute, then first come), with their units and queue.
+SELECT t.run_id, t.id, t.node_id, t.attempt, t.queue, t.limit_key, t.limit_max, t.rate_key,
+       t.rate_units
+  FROM task_instances t JOIN workflow_runs r ON r.id = t.run_id
+ WHERE t.rate_key = $1 AND t.held_reason IS NOT NULL AND t.held_reason <> $3
+   AND t.state = 'PENDING'
+ ORDER BY greatest(1, coalesce(r.priority, 3)
+                     - floor(extract(epoch FROM now() - t.created_at) / 60)),
+          t.created_at, t.id
  LIMIT $2
-   FOR UPDATE SKIP LOCKED;
+   FOR UPDATE OF t SKIP LOCKED;
 
 -- name: held_rate_keys
 SELECT DISTINCT rate_key FROM task_instances
