@@ -7,17 +7,22 @@ set against what a plain asyncpg loop gets from the same PostgreSQL in the
 same run; and pg_stat_database / pg_stat_activity / pg_settings (and
 pg_stat_statements where the server has it) are server statistics the engine
 never reads. Every statistics read goes through ``Stats``, on a connection to
-another database than the measured one, so that it never counts there. Keeping both here, in one small module, keeps every
-engine statement in libs/repo.
+another database than the measured one, so that it never counts there, as does
+``LockWaits`` (pg_stat_activity sampled on a connection of its own); the one
+exception is ``database_wal`` (pg_walinspect, installed in the scratch database),
+read only after W1's commit window has closed. Keeping them here, in one small
+module, keeps every engine statement in libs/repo.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 import uuid
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import LiteralString
 
 import asyncpg
@@ -135,6 +140,29 @@ class Stats:
         )
         return int(value or 0)
 
+    async def deadlocks(self) -> int:
+        """pg_stat_database.deadlocks of the database (flushed lazily, as commits are)."""
+        await self._conn.execute("SELECT pg_stat_clear_snapshot()")
+        value = await self._conn.fetchval(
+            "SELECT deadlocks FROM pg_stat_database WHERE datname = $1", self.database
+        )
+        return int(value or 0)
+
+    async def wal_bytes(self) -> int:
+        """The server's WAL insert position in bytes since 0/0: server-wide, every
+        database's writes (and this server's background work) move it, not only ours."""
+        value = await self._conn.fetchval(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint"
+        )
+        return int(value)
+
+    async def database_oid(self) -> int:
+        return int(
+            await self._conn.fetchval(
+                "SELECT oid FROM pg_database WHERE datname = $1", self.database
+            )
+        )
+
     async def backend_pids(self) -> list[int]:
         """Server processes connected to the database (for their CPU time in /proc)."""
         rows = await self._conn.fetch(
@@ -189,3 +217,103 @@ class Stats:
         """Every process of the server, background ones too (shared with other databases)."""
         rows = await self._conn.fetch("SELECT pid FROM pg_stat_activity")
         return sorted({int(r["pid"]) for r in rows})
+
+
+_LOCK_SAMPLE: LiteralString = (
+    "SELECT count(*) AS backends,"
+    " count(*) FILTER (WHERE state = 'active') AS active,"
+    " count(*) FILTER (WHERE wait_event_type = 'Lock') AS waiting,"
+    " coalesce(array_agg(wait_event) FILTER (WHERE wait_event_type = 'Lock'), '{}') AS events"
+    " FROM pg_stat_activity WHERE datname = $1 AND backend_type = 'client backend'"
+)
+
+
+@dataclass(slots=True)
+class LockWaits:
+    """Samples of the database's client backends in pg_stat_activity, every
+    ``interval`` seconds, on a connection of its own to another database (so the
+    samples neither count among the measured database's transactions nor wait on
+    the ``Stats`` connection). A backend waiting for a heavyweight lock (a row's
+    transaction id, a tuple, a relation: wait_event_type 'Lock') shows in a sample
+    only if it waits at that instant, so short waits are undercounted: the sums are
+    a sampled estimate of how many backends wait at once, not a count of waits."""
+
+    admin_url: str
+    database: str
+    interval: float = 0.1
+    samples: int = 0
+    backends: int = 0
+    active: int = 0
+    waiting: int = 0
+    #: Waiting backends by wait_event (transactionid, tuple, relation, advisory, ...).
+    events: Counter[str] = field(default_factory=Counter)
+    seconds: float = 0.0
+    _task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        conn = await asyncpg.connect(self.admin_url)
+        self._task = asyncio.create_task(self._sample(conn), name="bench-lock-waits")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _sample(self, conn: asyncpg.Connection[asyncpg.Record]) -> None:
+        t0 = time.monotonic()
+        try:
+            while True:
+                row = await conn.fetchrow(_LOCK_SAMPLE, self.database)
+                assert row is not None
+                self.samples += 1
+                self.backends += int(row["backends"])
+                self.active += int(row["active"])
+                self.waiting += int(row["waiting"])
+                self.events.update(str(e) for e in row["events"])
+                self.seconds = time.monotonic() - t0
+                await asyncio.sleep(self.interval)
+        finally:
+            conn.terminate()  # cancelled, perhaps mid-query: no goodbye
+
+
+_OUR_WAL: LiteralString = """
+WITH r AS (
+    SELECT xid::text AS xid, record_length, coalesce(block_ref, '') AS block_ref
+    FROM pg_get_wal_records_info('0/0'::pg_lsn + $1::numeric, '0/0'::pg_lsn + $2::numeric)
+), ours AS (
+    SELECT DISTINCT xid FROM r WHERE block_ref LIKE $3 AND xid <> '0'
+)
+SELECT coalesce(sum(record_length), 0)::bigint AS bytes, count(*) AS records FROM r
+WHERE block_ref LIKE $3 OR xid IN (SELECT xid FROM ours)
+"""
+
+
+async def install_walinspect(url: str) -> str | None:
+    """Install pg_walinspect in the (scratch) database at ``url``; returns why not, or None."""
+    try:
+        conn = await asyncpg.connect(url)
+    except Exception as exc:  # reported, the figure is left out
+        return str(exc)
+    try:
+        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+    except Exception as exc:  # not installable (no contrib, not superuser)
+        return f"pg_walinspect: {exc}"
+    finally:
+        await conn.close()
+    return None
+
+
+async def database_wal(url: str, start: int, end: int, database_oid: int) -> tuple[int, int]:
+    """The WAL bytes (and records) between two positions that belong to one database:
+    the records that touch its relations, and every record (commits included) of the
+    transactions that did. Read with pg_walinspect on a connection to ``url``, where it
+    is installed. Page headers and the padding between records are not counted."""
+    conn = await asyncpg.connect(url)
+    try:
+        row = await conn.fetchrow(_OUR_WAL, start, end, f"%/{database_oid}/%")
+    finally:
+        await conn.close()
+    assert row is not None
+    return int(row["bytes"]), int(row["records"])

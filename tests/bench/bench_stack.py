@@ -108,6 +108,33 @@ Per step of W1 (top-level keys of the results):
   meanwhile counts too. A pipeline's or MULTI's commands count one by one:
   these are commands, an upper bound on round trips.
 
+- ``wal_bytes_per_step`` / ``wal_records_per_step`` the WAL the scratch database
+  wrote over W1's load (first start → last completion) ÷ steps: the records that
+  touch its relations plus every record (commits included) of the transactions
+  that did, read with pg_walinspect (installed in the scratch database when it is
+  created; needs a superuser and contrib; ``wal_per_database_available`` is 1 or 0,
+  and ``details.stack.wal`` says why not). WAL is server-wide: beside it,
+  ``wal_server_bytes_per_step`` is pg_current_wal_lsn()'s advance over the same
+  window (read on the ``Stats`` connection, to another database) ÷ steps, which
+  counts every database's writes on a shared server (other test suites' CREATE
+  DATABASE alone writes megabytes), and ``wal_server_net_bytes_per_step`` the
+  same less ``wal_background_bytes_per_s`` (the advance over the quiet window)
+  times the window: an estimate only as steady as the other users;
+- lock waits, sampled: every ~100 ms during W1 (and W2) a connection of its own to
+  another database reads pg_stat_activity for the scratch database's client
+  backends (tests/bench/_sql.py ``LockWaits``). ``w1_lock_waiting_mean`` is the
+  mean number waiting for a heavyweight lock (wait_event_type 'Lock': a row's
+  transaction id, a tuple, a relation) per sample, ``w1_lock_waiting_share_of_active``
+  those ÷ the active backends summed over the samples, ``w1_backends_active_mean``
+  and ``w1_backends_mean`` the active and all backends per sample,
+  ``w1_lock_waiting_samples_per_s`` waiting backends seen per second of sampling;
+  ``details.stack.w1_lock_wait_events`` splits them by wait_event. A sample sees
+  only the waits under way at that instant, so short ones are undercounted: it
+  says how many backends wait at once, not how many waits there were.
+  ``w1_deadlocks`` is pg_stat_database.deadlocks' advance over the commit window
+  (read settled, as commits are). ``--replicas coordinator=2`` against one
+  coordinator is the comparison these are for (docs/scale-out.md).
+
 Counting commits: PostgreSQL flushes a backend's statistics lazily (a busy one
 at most once a second, one that just went idle about 10 s later), so
 xact_commit is read only after the services have been idle for ``SETTLE``
@@ -384,6 +411,9 @@ class Bench:
     gap: bool = False
     #: Reads of the scratch database made while waiting (one transaction each).
     polls: int = 0
+    #: The scratch database's URL, and why pg_walinspect is not installed there (or None).
+    url: str = ""
+    walinspect_unavailable: str | None = "not tried"
     figures: dict[str, float] = field(default_factory=dict)
 
     def n(self, size: int) -> int:
@@ -808,11 +838,13 @@ async def w1_with_commits(b: Bench) -> None:
     unavailable = await b.stats.statements_unavailable()
     # the quiet window: what the idle services commit (and Redis serves) on their own
     quiet0 = await b.settled_commits()
+    wal_q = await b.stats.wal_bytes()
     q0 = time.monotonic()
     statements_q = {} if unavailable else await b.stats.statements()
     redis_q = await b.redis_calls()
     await asyncio.sleep(QUIET)
     c0 = await b.stats.commits()
+    deadlocks0 = await b.stats.deadlocks()
     window0 = time.monotonic()
     quiet = window0 - q0
     statements0 = {} if unavailable else await b.stats.statements()
@@ -820,11 +852,20 @@ async def w1_with_commits(b: Bench) -> None:
     rpc0, events0, polls0 = b.rpc_counts(), await b.report_events(), b.polls
     background = (c0 - quiet0) / quiet
     in_flight = b.n(W1_IN_FLIGHT)
-    loop, cpu0, cpu1 = await run_chains(
-        b, runs=b.n(W1_RUNS), in_flight=in_flight, seconds=STARTING_SECONDS * b.args.scale
-    )
+    waits = _sql.LockWaits(ADMIN_URL, b.stats.database)
+    await waits.start()
+    wal0, t_wal0 = await b.stats.wal_bytes(), time.monotonic()
+    wal_background = (wal0 - wal_q) / (t_wal0 - q0)
+    try:
+        loop, cpu0, cpu1 = await run_chains(
+            b, runs=b.n(W1_RUNS), in_flight=in_flight, seconds=STARTING_SECONDS * b.args.scale
+        )
+        wal1, t_wal1 = await b.stats.wal_bytes(), time.monotonic()
+    finally:
+        await waits.stop()
     redis1 = await b.redis_calls()
     c1 = await b.settled_commits()
+    deadlocks1 = await b.stats.deadlocks()
     window = time.monotonic() - window0
     statements1 = {} if unavailable else await b.stats.statements()
     rpc1, events1, polls = b.rpc_counts(), await b.report_events(), b.polls - polls0
@@ -840,6 +881,27 @@ async def w1_with_commits(b: Bench) -> None:
     }
     cost(b, steps, cpu0, cpu1, b.figures["w1_elapsed_s"])
     await history_figures(b, steps)
+    wal = (wal1 - wal0) - max(0.0, wal_background) * (t_wal1 - t_wal0)
+    b.figures |= {
+        "wal_server_bytes_per_step": (wal1 - wal0) * per_step,
+        "wal_server_net_bytes_per_step": max(0.0, wal) * per_step,
+        "wal_background_bytes_per_s": wal_background,
+        "w1_deadlocks": float(deadlocks1 - deadlocks0),
+    }
+    if b.walinspect_unavailable is None:
+        try:
+            ours, records = await _sql.database_wal(b.url, wal0, wal1, await b.stats.database_oid())
+        except Exception as exc:  # e.g. the segments were recycled
+            b.walinspect_unavailable = f"reading the window's WAL: {exc}"
+        else:
+            b.figures |= {
+                "wal_bytes_per_step": ours * per_step,
+                "wal_records_per_step": records * per_step,
+            }
+    b.figures["wal_per_database_available"] = 0.0 if b.walinspect_unavailable else 1.0
+    if b.walinspect_unavailable:
+        DETAILS["wal"] = f"per database unavailable: {b.walinspect_unavailable}"
+    lock_figures(b, "w1", waits)
 
     grpc = {k: v - rpc0.get(k, 0.0) for k, v in rpc1.items()}
     b.figures |= {
@@ -866,6 +928,21 @@ async def w1_with_commits(b: Bench) -> None:
         print(f"  SQL statements per step: unavailable ({unavailable})", flush=True)
     else:
         statement_figures(b, statements_q, statements0, statements1, quiet, window, steps)
+
+
+def lock_figures(b: Bench, workload: str, waits: _sql.LockWaits) -> None:
+    """The sampled lock waits of ``workload`` (see _sql.LockWaits)."""
+    samples = max(1, waits.samples)
+    b.figures |= {
+        f"{workload}_lock_samples": float(waits.samples),
+        f"{workload}_lock_sample_interval_ms": waits.seconds / samples * 1000,
+        f"{workload}_backends_mean": waits.backends / samples,
+        f"{workload}_backends_active_mean": waits.active / samples,
+        f"{workload}_lock_waiting_mean": waits.waiting / samples,
+        f"{workload}_lock_waiting_share_of_active": waits.waiting / max(1, waits.active),
+        f"{workload}_lock_waiting_samples_per_s": waits.waiting / max(1e-9, waits.seconds),
+    }
+    DETAILS[f"{workload}_lock_wait_events"] = dict(waits.events.most_common())
 
 
 async def history_figures(b: Bench, steps: float) -> None:
@@ -944,11 +1021,20 @@ async def ceiling(b: Bench, url: str) -> None:
 
 async def w2(b: Bench) -> None:
     in_flight = b.n(W2_IN_FLIGHT)
-    cpu0 = await b.cpu_snapshot()
-    loop = await b.drive(
-        "bench-fanout", b.n(W2_RUNS), in_flight=in_flight, seconds=STARTING_SECONDS * b.args.scale
-    )
-    cpu1 = await b.cpu_snapshot()
+    waits = _sql.LockWaits(ADMIN_URL, b.stats.database)
+    await waits.start()
+    try:
+        cpu0 = await b.cpu_snapshot()
+        loop = await b.drive(
+            "bench-fanout",
+            b.n(W2_RUNS),
+            in_flight=in_flight,
+            seconds=STARTING_SECONDS * b.args.scale,
+        )
+        cpu1 = await b.cpu_snapshot()
+    finally:
+        await waits.stop()
+    lock_figures(b, "w2", waits)
     details = await b.runs(loop.run_ids)
     good = succeeded(details)
     elapsed = elapsed_since(loop.first_start, details, loop)
@@ -1259,6 +1345,7 @@ async def main() -> dict[str, float]:
     name = new_database_name("composer_bench_stack")
     await repo.create_database(ADMIN_URL, name)
     url = repo.database_url(ADMIN_URL, name)
+    walinspect_unavailable = await _sql.install_walinspect(url)
     prefix = f"bench-{uuid.uuid4().hex[:10]}"
     workdir = Path(tempfile.mkdtemp(prefix="composer-bench-"))
     private = PrivateRedis(workdir / "redis") if args.redis == "private" else None
@@ -1298,6 +1385,7 @@ async def main() -> dict[str, float]:
         connector = aiohttp.TCPConnector(limit=256)
         async with aiohttp.ClientSession(headers=headers, connector=connector) as http:
             b = Bench(args, stack, http, mon, stats, redis, await redis.server_pid())
+            b.url, b.walinspect_unavailable = url, walinspect_unavailable
             hints = cq.Subscriber(
                 redis,
                 [cq.channel(prefix, cq.RUN_FINISHED)],
