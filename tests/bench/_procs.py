@@ -107,7 +107,9 @@ class ProcessStack:
     workers: int = 1
     worker_concurrency: int = 64
     queues: tuple[str, ...] = ("bench",)
-    #: name → replicas for services that listen on no port of their own
+    #: name → replicas: any service but the api-gateway (the one port the bench
+    #: drives); coordinator replicas each listen on a gRPC port of their own, and
+    #: worker process ``i`` talks to the ``i % n``-th (``worker_addr``)
     replicas: dict[str, int] = field(default_factory=dict)
     #: COMPOSER_* settings for every process, over the ones set here
     settings: dict[str, str] = field(default_factory=dict)
@@ -115,6 +117,7 @@ class ProcessStack:
     grpc_port: int = field(default_factory=free_port)
     procs: list[Proc] = field(default_factory=list)
     admin_ports: dict[str, int] = field(default_factory=dict)
+    _coordinator_addrs: list[str] = field(default_factory=list)
 
     @property
     def api_url(self) -> str:
@@ -139,27 +142,47 @@ class ProcessStack:
             | self.settings
         )
 
+    @property
+    def coordinators(self) -> list[str]:
+        """The coordinator replicas' gRPC addresses (the first on the stack's port)."""
+        n = self.replicas.get("coordinator", 1)
+        while len(self._coordinator_addrs) < n:
+            port = self.grpc_port if not self._coordinator_addrs else free_port()
+            self._coordinator_addrs.append(f"127.0.0.1:{port}")
+        return self._coordinator_addrs[:n]
+
+    def worker_addr(self, i: int) -> dict[str, str]:
+        """Worker process ``i``'s coordinator: the ``i % n``-th, its only address. (Given
+        all of them, its own first, as the dev stack gives them, every worker here
+        sent all its calls to one coordinator: gRPC's pick_first did not take the
+        first address; a benchmark wants the split it asks for.)"""
+        addrs = self.coordinators
+        if len(addrs) == 1:
+            return {}
+        return {"COMPOSER_GRPC_ADDR": addrs[i % len(addrs)]}
+
     async def start(self, timeout: float = 60.0) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         for name, module in SERVICES:
             n = self.replicas.get(name, 1)
-            if n > 1 and name in ("coordinator", "api-gateway"):
-                raise ValueError(f"{name} listens on a port: one replica only here")
+            if n > 1 and name == "api-gateway":
+                raise ValueError(f"{name} listens on the bench's API port: one replica only here")
             for i in range(n):
                 label = name if n == 1 else f"{name}-{i}"
                 port = free_port()
                 self.admin_ports[label] = port
+                env = self._env(port)
+                if name == "coordinator":
+                    env["COMPOSER_GRPC_ADDR"] = self.coordinators[i]
+                elif name == "workers":
+                    env |= self.worker_addr(i)
                 self.procs.append(
-                    Proc(
-                        label,
-                        [sys.executable, "-m", module],
-                        self._env(port),
-                        self.workdir / f"{label}.log",
-                    )
+                    Proc(label, [sys.executable, "-m", module], env, self.workdir / f"{label}.log")
                 )
         for i in range(self.workers):
             label = f"bench-worker-{i}"
             env = self._env(0) | {"COMPOSER_CONCURRENCY": str(self.worker_concurrency)}
+            env |= self.worker_addr(i)
             env.pop("COMPOSER_ADMIN_PORT")
             self.procs.append(
                 Proc(

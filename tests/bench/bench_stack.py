@@ -165,7 +165,11 @@ sampling perturbs the run.
 Options (``python -m tests.bench stack [options]``, or ``make bench BENCH_ARGS=…``):
 ``--only w1,ceiling`` (the ceiling needs w1), ``--scale 0.1`` (every size,
 the number in flight and the 40 s limit times 0.1, for a quick run),
-``--workers N``, ``--worker-concurrency N``, ``--replicas outbox-enqueuer=2``,
+``--workers N``, ``--worker-concurrency N``, ``--replicas outbox-enqueuer=2``
+(any service but the api-gateway; ``--replicas coordinator=2`` gives each
+coordinator a gRPC port of its own and worker process ``i`` the ``i % n``-th
+alone, so give it ``--workers 2`` or more, and its
+baseline the same workers: the cost figures name each replica, ``coordinator_0``…),
 ``--env COMPOSER_X=value`` (a setting for every service), ``--profile``,
 ``--redis shared`` (the Redis at COMPOSER_TEST_REDIS_URL instead of one of its own).
 
@@ -589,10 +593,12 @@ class Bench:
         )
 
     async def report_events(self) -> float:
-        """Reports the coordinator's engine handled (applied or ignored as stale)."""
+        """Reports the coordinators' engines handled (applied or ignored as stale)."""
         return sum(
             [
-                await self.metric("coordinator", "composer_events_total", event=event)
+                await self.metric(name, "composer_events_total", event=event)
+                for name in self.stack.admin_ports
+                if name == "coordinator" or name.startswith("coordinator-")
                 for event in ("NodeCompleted", "NodeFailed")
             ]
         )
