@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import time
 import uuid
 from collections.abc import AsyncIterator
 
@@ -41,13 +42,29 @@ def backend(request: pytest.FixtureRequest) -> tuple[str, bool] | None:
     return None
 
 
+class Ahead:
+    """How far ahead of the real time a test has moved the queue's clock (seconds): how
+    entries are aged without waiting."""
+
+    seconds = 0.0
+
+
 @pytest.fixture
-async def queue(backend: tuple[str, bool] | None, prefix: str) -> AsyncIterator[cq.Queue]:
+def ahead() -> Ahead:
+    return Ahead()
+
+
+@pytest.fixture
+async def queue(
+    backend: tuple[str, bool] | None, prefix: str, ahead: Ahead
+) -> AsyncIterator[cq.Queue]:
     if backend is None:
-        yield FakeQueue()
+        yield FakeQueue(clock=lambda: time.monotonic() + ahead.seconds)
         return
     url, cluster = backend
     client = cq.connect(url, cluster=cluster)
+    # entry ids carry the Redis server's clock, which is this machine's in the tests
+    client.clock_ms = lambda: int((time.time() + ahead.seconds) * 1000)
     yield client
     await client.drop(prefix)
     await client.close()
@@ -62,8 +79,59 @@ def prefix() -> str:
     return f"contract-{uuid.uuid4().hex[:10]}"
 
 
-def message(task_id: str, attempt: int = 1) -> dict[str, str]:
-    return cq.TaskMessage(task_id, "run", attempt).fields()
+def message(task_id: str, attempt: int = 1, priority: int = cq.DEFAULT_BAND) -> dict[str, str]:
+    return cq.TaskMessage(task_id, "run", attempt, priority=priority).fields()
+
+
+async def test_a_late_high_priority_entry_is_read_before_a_low_backlog(
+    queue: cq.Queue, prefix: str
+) -> None:
+    [shard] = cq.queue_streams(prefix, "q", 1)
+    await queue.ensure_groups([shard])
+    backlog = [(cq.band_stream(shard, 5), message(f"low{i}", priority=5)) for i in range(5)]
+    default = [(shard, message(f"mid{i}")) for i in range(2)]
+    await queue.publish([*backlog, *default])
+    await queue.publish([(cq.band_stream(shard, 1), message("high", priority=1))])
+
+    order = []
+    while got := await queue.read([shard], "w", count=3, block_ms=0):
+        order.extend(e.message().task_id for e in got)
+        await queue.ack(e.ref for e in got)
+
+    assert order == ["high", "mid0", "mid1", "low0", "low1", "low2", "low3", "low4"]
+    assert cq.task_stream(prefix, "q", "high", 1, priority=1) == cq.band_stream(shard, 1)
+    assert cq.task_stream(prefix, "q", "mid0", 1) == shard  # the default band: as before
+
+
+async def test_an_entry_gains_a_band_per_minute_waited(
+    queue: cq.Queue, prefix: str, ahead: Ahead
+) -> None:
+    [shard] = cq.queue_streams(prefix, "q", 1)
+    await queue.ensure_groups([shard])
+    await queue.publish([(cq.band_stream(shard, 5), message("old", priority=5))])
+    await queue.publish([(cq.band_stream(shard, 1), message("new", priority=1))])
+    [first] = await queue.read([shard], "w1", count=1, block_ms=0)
+    assert first.message().task_id == "new"  # both fresh: band 1 first
+    await queue.give_back([first])  # as new, at the end of band 1
+
+    ahead.seconds = 4 * cq.AGING_SECONDS + 1  # band 5 less 4: band 1, and older
+
+    [first] = await queue.read([shard], "w2", count=1, block_ms=0)
+    assert first.message().task_id == "old"
+
+
+async def test_a_blocked_read_is_woken_by_an_entry_of_another_band(
+    queue: cq.Queue, prefix: str
+) -> None:
+    [shard] = cq.queue_streams(prefix, "q", 1)
+    await queue.ensure_groups([shard])
+    assert await queue.read([shard], "w", count=1, block_ms=1) == []  # the bands' groups too
+    reader = asyncio.create_task(queue.read([shard], "w", count=1, block_ms=5000))
+    await asyncio.sleep(0.05)  # let the read block (it must then be woken, not time out)
+    await queue.publish([(cq.band_stream(shard, 2), message("urgent", priority=2))])
+    [entry] = await asyncio.wait_for(reader, 5)
+    assert entry.message().task_id == "urgent"
+    assert entry.message().priority == 2
 
 
 async def test_a_published_entry_is_read_once_by_the_group(queue: cq.Queue, prefix: str) -> None:

@@ -12,9 +12,9 @@ import pytest
 
 import composer_queue as cq
 from composer_queue.testing import FakeQueue
-from tests.integration.queue.test_contract import backend, message, prefix, queue
+from tests.integration.queue.test_contract import ahead, backend, message, prefix, queue
 
-__all__ = ["backend", "prefix", "queue"]  # the fixtures, shared with test_contract
+__all__ = ["ahead", "backend", "prefix", "queue"]  # the fixtures, shared with test_contract
 
 
 async def test_read_takes_at_most_count_entries_in_all_streams(

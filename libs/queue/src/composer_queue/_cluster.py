@@ -9,8 +9,10 @@ one slot: it works, without the spread). No command spans two slots:
 
 - ``read``: the streams of a read are in different slots, so the single-server
   script (one call over all of them) cannot run. What is there already is read
-  stream by stream, at most ``count`` in all; when nothing is, one blocked
-  XREADGROUP per stream waits, concurrently. The first to answer ends the wait:
+  stream by stream, at most ``count`` in all; a shard whose other priority bands
+  are to be looked at (their streams carry the shard's stream as hash tag: one
+  slot) is read by the same script, EVAL on its master. When nothing is there,
+  one blocked XREADGROUP per shard, over all its bands, waits, concurrently. The first to answer ends the wait:
   the others are released with ``CLIENT UNBLOCK`` (each blocked read sent its
   connection's ``CLIENT ID`` in the same round trip), and whatever they were
   served meanwhile still counts — nothing is left read and unseen. Entries over
@@ -49,7 +51,7 @@ from redis.client import NEVER_DECODE
 from composer_queue._errors import QueueUnavailable, is_missing_group, translated
 from composer_queue._messages import GROUP, Entry, consumer_key
 from composer_queue._port import Subscription
-from composer_queue._redis import RedisQueue, _entry, _text
+from composer_queue._redis import _READ, RedisQueue, _entry, _text
 
 log = logging.getLogger("composer.queue.cluster")
 
@@ -163,7 +165,15 @@ class ClusterQueue(RedisQueue):
             left = count - len(entries)
             if left <= 0:
                 break
+            group = self._bands.plan_one(stream)
             try:
+                if len(group) > 1:  # other bands to look at: the script, on the shard's slot
+                    with translated(f"reading {stream} by band"):
+                        found = await self._read_bands(group, consumer, left)
+                    self._reachable(stream)
+                    up.append(stream)
+                    entries.extend(found)
+                    continue
                 with translated(f"reading {stream}"):
                     # to the stream's master by name: XREADGROUP's keys are "movable",
                     # which redis-py would otherwise ask a node about (COMMAND GETKEYS)
@@ -199,20 +209,51 @@ class ClusterQueue(RedisQueue):
             raise down[0]
         if missing:  # a group vanished (a master restarted empty, or was flushed)
             await self.ensure_groups(up)
+            self._bands.lost(up)
             return entries
         if entries or not block_ms:
             return entries
-        # ...else wait on every stream at once; the first answer releases the others.
+        # ...else wait on every shard at once (each on all its bands, one slot); the
+        # first answer releases the others.
+        self._bands.probed(up)
+        if fresh := self._bands.ungrouped(up):  # once: a blocked read needs their groups
+            await self.ensure_groups(fresh)
         try:
             entries = await self._blocked_read(up, consumer, count, block_ms)
         except Exception as exc:
             if is_missing_group(exc.__cause__):
-                await self.ensure_groups(up)
+                await self.ensure_groups(self._bands.every(up))
                 return []
             raise
         if len(entries) > count:
             await self.give_back(entries[count:])
         return entries[:count]
+
+    async def _read_bands(
+        self, group: list[tuple[str, int]], consumer: str, left: int
+    ) -> list[Entry]:
+        """The read script over one shard's bands (their keys share its slot): EVAL on its
+        master, the source sent each time (a master that restarted has no script cache)."""
+        keys = [key for key, _ in group]
+        now = 0 if self.clock_ms is None else self.clock_ms()
+        reply = await self._cluster.execute_command(
+            "EVAL",
+            _READ,
+            len(keys),
+            *keys,
+            GROUP,
+            consumer,
+            left,
+            now,
+            len(group),
+            *[band for _, band in group],
+            target_nodes=await self._node(keys[0]),
+            **{NEVER_DECODE: True},
+        )
+        self._bands.seen(keys, [_text(k) for k in reply[2]])
+        if reply[0] == 0:
+            raise rex.ResponseError("NOGROUP the shard's stream has no group")
+        return [_entry(_text(stream), i, fields) for stream, i, fields in reply[1]]
 
     def _unreachable(self, stream: str, exc: QueueUnavailable) -> None:
         if stream not in self._down:
@@ -300,7 +341,7 @@ class ClusterQueue(RedisQueue):
                 future.cancel()
         found: list[Entry] = []
         errors: list[BaseException] = []
-        for task, stream in reads.items():
+        for task in reads:
             if task.cancelled():
                 continue
             exc = task.exception()
@@ -309,7 +350,7 @@ class ClusterQueue(RedisQueue):
                     raise exc  # a NOGROUP: the caller recreates the groups
                 errors.append(exc)
                 continue
-            found.extend(_entries(task.result(), stream))
+            found.extend(_entries(task.result()))
         if errors and not found and len(errors) == len(reads):
             raise errors[0]  # every master is out of reach; else a read that failed is
             # one whose master went meanwhile: the next read skips it
@@ -324,8 +365,10 @@ class ClusterQueue(RedisQueue):
         client_id: asyncio.Future[tuple[ClusterNode, int]],
         what: str,
     ) -> Any:
-        """One blocked XREADGROUP on a connection of the stream's master, sent with
-        ``CLIENT ID`` in the same round trip so that it can be released."""
+        """One blocked XREADGROUP on every band of one shard (their keys share its slot), on
+        a connection of its master, sent with ``CLIENT ID`` in the same round trip so
+        that it can be released."""
+        bands = self._bands.every([stream])
         with translated(what):
             node = await self._node(stream)
             connection = node.acquire_connection()
@@ -344,8 +387,8 @@ class ClusterQueue(RedisQueue):
                                 "BLOCK",
                                 block_ms,
                                 "STREAMS",
-                                stream,
-                                ">",
+                                *bands,
+                                *[">"] * len(bands),
                             ),
                         ]
                     )

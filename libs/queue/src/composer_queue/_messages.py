@@ -1,7 +1,12 @@
 """The stream contract between the outbox-enqueuer and the workers (docs/architecture.md).
 
 One stream per queue and shard, ``<prefix>:q:<queue>:<shard>``; a task goes
-to shard crc32(task_id) mod N; one consumer group per stream. A message
+to shard crc32(task_id) mod N; one consumer group per stream. A shard has a
+stream per priority band (1 first … 5, docs/architecture.md §4.16): band 3, the
+default, is the shard's stream itself, so work of the default priority costs what
+it always did; band b is ``<shard's stream>:p<b>{<shard's stream>}``, whose hash
+tag puts it in the shard's Redis Cluster slot (one script sees every band of a
+shard). A message
 names the task attempt and nothing else: the worker gets the input with its
 lease. Every field is UTF-8 text: a non-UTF-8 field would make XREADGROUP with
 decoded responses fail and leave a poison entry.
@@ -17,6 +22,14 @@ from composer_queue._errors import MalformedMessage
 
 GROUP = "composer-workers"
 DEFAULT_SHARDS = 4
+#: The band of a task whose run has no priority of its own: the shard's stream.
+DEFAULT_BAND = 3
+#: Every band, first served first (before aging).
+BANDS = (1, 2, 3, 4, 5)
+#: Stream field: the priority band of the run that dispatched it (absent: 3).
+PRIORITY = "priority"
+#: A waiting entry gains one band per this many seconds waited (docs §4.16).
+AGING_SECONDS = 60
 #: Stream field: how many times this attempt was delivered (absent: once). The
 #: lease-sweeper counts redeliveries with it to give up on a poison task.
 DELIVERIES = "deliveries"
@@ -34,9 +47,35 @@ def shard_of(task_id: str, shards: int) -> int:
     return zlib.crc32(task_id.encode()) % shards
 
 
-def task_stream(prefix: str, queue: str, task_id: str, shards: int) -> str:
-    """The stream a task's messages go to."""
-    return stream_name(prefix, queue, shard_of(task_id, shards))
+def task_stream(
+    prefix: str, queue: str, task_id: str, shards: int, priority: int = DEFAULT_BAND
+) -> str:
+    """The stream a task's messages go to: its shard's, in its run's priority band."""
+    return band_stream(stream_name(prefix, queue, shard_of(task_id, shards)), priority)
+
+
+def band_stream(stream: str, band: int) -> str:
+    """The stream of priority ``band`` of the shard whose (band 3) stream is ``stream``.
+    A band out of 1..5 (a message written by something else) goes to band 3."""
+    if band == DEFAULT_BAND or band not in BANDS:
+        return stream
+    return f"{stream}:p{band}{{{stream}}}"
+
+
+def band_streams(stream: str) -> list[tuple[int, str]]:
+    """(band, stream) of every band of the shard whose (band 3) stream is ``stream``."""
+    return [(band, band_stream(stream, band)) for band in BANDS]
+
+
+def entry_ms(entry_id: str) -> int:
+    """When an entry was added, in ms since the epoch (its id's first part)."""
+    return int(entry_id.partition("-")[0])
+
+
+def effective_band(band: int, waited_ms: int) -> int:
+    """The band an entry waiting ``waited_ms`` is served in: one better per whole
+    ``AGING_SECONDS`` waited, never better than 1, so nothing starves."""
+    return max(1, band - max(0, waited_ms) // (AGING_SECONDS * 1000))
 
 
 def streams_pattern(prefix: str) -> str:
@@ -66,11 +105,15 @@ class TaskMessage:
     attempt: int
     #: W3C trace context of the decision that dispatched it, so the handler's span joins the trace.
     traceparent: str | None = None
+    #: Its run's priority, the band it is published in (3, the default, is not written).
+    priority: int = DEFAULT_BAND
 
     def fields(self) -> dict[str, str]:
         out = {"task_id": self.task_id, "run_id": self.run_id, "attempt": str(self.attempt)}
         if self.traceparent:
             out["traceparent"] = self.traceparent
+        if self.priority != DEFAULT_BAND:
+            out[PRIORITY] = str(self.priority)
         return out
 
     @classmethod
@@ -80,11 +123,15 @@ class TaskMessage:
             attempt = int(fields["attempt"])
             if attempt < 0:
                 raise ValueError(f"attempt {attempt} is negative")
+            priority = int(fields.get(PRIORITY, DEFAULT_BAND))
+            if priority not in BANDS:
+                raise ValueError(f"priority {priority} is not one of 1 to 5")
             return cls(
                 task_id=fields["task_id"],
                 run_id=fields["run_id"],
                 attempt=attempt,
                 traceparent=fields.get("traceparent"),
+                priority=priority,
             )
         except (KeyError, ValueError) as exc:
             raise MalformedMessage(f"malformed task message {dict(fields)!r}: {exc}") from exc

@@ -8,7 +8,8 @@ decoded: every field we write is UTF-8 text.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 import redis.asyncio as aioredis
@@ -24,31 +25,38 @@ from composer_queue._errors import (
     translated,
 )
 from composer_queue._messages import (
+    DEFAULT_BAND,
     DELIVERIES,
     GROUP,
     Backlog,
     Entry,
     Pending,
     Reclaimed,
+    band_streams,
     consumer_key,
 )
 from composer_queue._port import Subscription
 
-#: XREADGROUP over several streams, at most ARGV[3] entries in all (a plain XREADGROUP's
-#: COUNT applies to each stream). KEYS: the streams, in the order to read them; ARGV:
-#: group, consumer, count. Answers {1, {{stream, id, fields}, ...}}; the first element
-#: is 0 instead when a stream had no group (what was read from the others still counts).
+#: XREADGROUP over the priority bands of several shards, at most ARGV[3] entries in all
+#: (a plain XREADGROUP's COUNT applies to each stream). KEYS: each shard's band streams,
+#: its band-3 stream first, shard after shard in the order to read them; ARGV: group,
+#: consumer, count, now in ms (0: Redis's TIME), then per shard the number of its keys
+#: and each key's band (negative: a band not known to hold entries, looked at with XLEN
+#: first). A shard read with band 3 alone is one XREADGROUP, as before bands existed.
+#: Otherwise its entries go by effective band: band less one per whole minute the
+#: entry waited (its id's ms), never better than 1, then oldest first (docs §4.16).
+#: Answers {1, {{stream, id, fields}, ...}, {band streams holding undelivered entries}};
+#: the first element is 0 instead when a band-3 stream had no group (what was read from
+#: the others still counts). A band stream without the group gets it here, from its
+#: first entry.
 _READ = """
-local group, consumer, left = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local found, groups = {}, 1
-for _, key in ipairs(KEYS) do
-  if left <= 0 then break end
-  local reply = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', left,
+local group, consumer, left, now = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local found, groups, active, failure = {}, 1, {}, nil
+local function read(key, n)
+  local reply = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', n,
                             'STREAMS', key, '>')
   if type(reply) == 'table' and reply['err'] then
-    if not string.find(reply['err'], 'NOGROUP', 1, true) then
-      return redis.error_reply(reply['err'])
-    end
+    if not string.find(reply['err'], 'NOGROUP', 1, true) then failure = reply['err'] end
     groups = 0
   elseif reply then
     for _, item in ipairs(reply[1][2]) do
@@ -57,8 +65,86 @@ for _, key in ipairs(KEYS) do
     end
   end
 end
-return {groups, found}
+local function undelivered(key, n)
+  local info = redis.pcall('XINFO', 'GROUPS', key)
+  if type(info) == 'table' and info['err'] then return {} end
+  local last = nil
+  for _, g in ipairs(info) do
+    local name, id
+    for j = 1, #g, 2 do
+      if g[j] == 'name' then name = g[j + 1] elseif g[j] == 'last-delivered-id' then id = g[j + 1] end
+    end
+    if name == group then last = id end
+  end
+  if last == nil then
+    redis.call('XGROUP', 'CREATE', key, group, '0')
+    last = '0-0'
+  end
+  local ms = {}
+  for i, item in ipairs(redis.call('XRANGE', key, '(' .. last, '+', 'COUNT', n)) do
+    ms[i] = tonumber(string.match(item[1], '^(%d+)'))
+  end
+  return ms
+end
+local k, a = 1, 5
+while a <= #ARGV do
+  local n = tonumber(ARGV[a])
+  a = a + 1
+  local keys, bands = {}, {}
+  for i = 1, n do
+    keys[i], bands[i] = KEYS[k], tonumber(ARGV[a])
+    k, a = k + 1, a + 1
+  end
+  if left > 0 and failure == nil then
+    local heads, others = {}, false
+    for i = 2, n do
+      heads[i] = {}
+      if bands[i] > 0 or redis.call('XLEN', keys[i]) > 0 then
+        heads[i] = undelivered(keys[i], left)
+        if #heads[i] > 0 then
+          others = true
+          active[#active + 1] = keys[i]
+        end
+      end
+      bands[i] = math.abs(bands[i])
+    end
+    if not others then
+      read(keys[1], left)
+    else
+      heads[1] = undelivered(keys[1], left)
+      if now == 0 then
+        local t = redis.call('TIME')
+        now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      end
+      local take, pos, order = {}, {}, {}
+      for i = 1, n do take[i], pos[i] = 0, 1 end
+      for _ = 1, left do
+        local best, rank, born = nil, nil, nil
+        for i = 1, n do
+          local t = heads[i][pos[i]]
+          if t ~= nil then
+            local r = math.max(1, bands[i] - math.floor(math.max(0, now - t) / 60000))
+            if best == nil or r < rank or (r == rank and t < born) then
+              best, rank, born = i, r, t
+            end
+          end
+        end
+        if best == nil then break end
+        if take[best] == 0 then order[#order + 1] = best end
+        take[best], pos[best] = take[best] + 1, pos[best] + 1
+      end
+      for _, i in ipairs(order) do read(keys[i], take[i]) end
+    end
+  end
+end
+if failure ~= nil then return redis.error_reply(failure) end
+return {groups, found, active}
 """
+
+#: A reader that has not seen every band of a shard for this long looks at them again
+#: (XLEN on each) on its next read: how late, at worst, a busy worker that never
+#: blocks notices work of another band. A blocked read waits on every band at once.
+PROBE_SECONDS = 1.0
 
 
 def connect(url: str, *, connect_timeout: float | None = None, cluster: bool = False) -> RedisQueue:
@@ -85,6 +171,81 @@ def connect(url: str, *, connect_timeout: float | None = None, cluster: bool = F
     return RedisQueue(client)
 
 
+class _Bands:
+    """Which priority bands a reader looks at (docs/architecture.md §4.16).
+
+    Band 3 (the shard's own stream) always; another band when the last look found
+    entries in it, or when its shard has not been looked at whole for
+    ``PROBE_SECONDS`` (a blocked read, which waits on every band, counts as a look).
+    So work of the default priority alone costs no command more than before bands,
+    but the XLENs of one look a second while a reader never blocks."""
+
+    def __init__(self) -> None:
+        #: Band streams that held undelivered entries when last looked at.
+        self._active: set[str] = set()
+        #: Shard stream -> when (monotonic) its bands were last all looked at.
+        self._looked: dict[str, float] = {}
+        #: Shard streams whose other bands this reader made sure have the group.
+        self._grouped: set[str] = set()
+
+    def plan(self, streams: Sequence[str]) -> tuple[list[str], list[int]]:
+        """The read script's keys and layout (per shard: its number of keys, then each
+        key's band, negative for one looked at only if XLEN finds entries)."""
+        keys: list[str] = []
+        layout: list[int] = []
+        for stream in streams:
+            group = self.plan_one(stream)
+            layout.append(len(group))
+            for key, band in group:
+                keys.append(key)
+                layout.append(band)
+        return keys, layout
+
+    def plan_one(self, stream: str) -> list[tuple[str, int]]:
+        """One shard's (key, band) to read: band 3 first, then the bands to look at."""
+        now = time.monotonic()
+        look = stream not in self._looked or now - self._looked[stream] >= PROBE_SECONDS
+        if look:
+            self._looked[stream] = now
+        group = [(stream, DEFAULT_BAND)]
+        for band, key in band_streams(stream):
+            if band == DEFAULT_BAND:
+                continue
+            if key in self._active:
+                group.append((key, band))
+            elif look:
+                group.append((key, -band))
+        return group
+
+    def seen(self, keys: Sequence[str], active: Sequence[str]) -> None:
+        """What a read found: of the band streams it looked at, those in ``active``
+        held undelivered entries."""
+        self._active.difference_update(keys)
+        self._active.update(active)
+
+    def probed(self, streams: Sequence[str]) -> None:
+        """Every band of ``streams`` is about to be waited on (a blocked read)."""
+        now = time.monotonic()
+        for stream in streams:
+            self._looked[stream] = now
+
+    def ungrouped(self, streams: Sequence[str]) -> list[str]:
+        """The other bands' streams of ``streams`` not yet made sure to have the group
+        (a blocked read over a stream without it fails at once), marked as done."""
+        fresh = [s for s in streams if s not in self._grouped]
+        self._grouped.update(fresh)
+        return [k for s in fresh for b, k in band_streams(s) if b != DEFAULT_BAND]
+
+    def lost(self, streams: Sequence[str]) -> None:
+        """``streams`` lost their group (Redis restarted empty): their bands' too."""
+        self._grouped.difference_update(streams)
+
+    @staticmethod
+    def every(streams: Sequence[str]) -> list[str]:
+        """Every band stream of ``streams``, band 3 (the shard's stream) first."""
+        return [*streams, *(k for s in streams for b, k in band_streams(s) if b != DEFAULT_BAND)]
+
+
 class RedisQueue:
     """``Queue`` on a Redis server. Use ``connect(url)``; ``async with`` closes it."""
 
@@ -92,6 +253,10 @@ class RedisQueue:
         self._redis = client
         #: Lua source -> SHA1, once loaded.
         self._scripts: dict[str, str] = {}
+        self._bands = _Bands()
+        #: The time (ms since the epoch) reads age entries by; None: Redis's own clock,
+        #: which wrote the entry ids. Tests set it to age entries without waiting.
+        self.clock_ms: Callable[[], int] | None = None
 
     async def __aenter__(self) -> RedisQueue:
         return self
@@ -148,18 +313,28 @@ class RedisQueue:
         if count < 1 or not streams:
             return []
         what = f"reading {', '.join(streams)}"
-        # What is there already, at most ``count`` in all, in one round trip (a script)...
+        keys, layout = self._bands.plan(streams)
+        now = 0 if self.clock_ms is None else self.clock_ms()
+        # What is there already, at most ``count`` in all, by band, in one round trip...
         with translated(what):
-            reply = await self._script(_READ, list(streams), [GROUP, consumer, count])
+            reply = await self._script(_READ, keys, [GROUP, consumer, count, now, *layout])
         entries = [_entry(_text(stream), i, fields) for stream, i, fields in reply[1]]
+        self._bands.seen(keys, [_text(k) for k in reply[2]])
+        every = self._bands.every(streams)
         if reply[0] == 0:  # a group vanished (Redis restarted or was flushed)
             await self.ensure_groups(streams)
+            self._bands.lost(streams)
             return entries
         if entries or not block_ms:
             return entries
-        # ...else wait for one. A blocked XREADGROUP is served by the stream that got
-        # an entry, but one issued just as entries reach several streams answers from
-        # each at once: what is over ``count`` is given back, uncounted.
+        # ...else wait for one, on every band: one command whatever their number. A
+        # blocked XREADGROUP is served by the stream that got an entry, but one issued
+        # just as entries reach several streams answers from each at once: what is
+        # over ``count`` is given back, uncounted.
+        self._bands.probed(streams)
+        if fresh := self._bands.ungrouped(streams):  # once: a blocked read needs their groups
+            await self.ensure_groups(fresh)
+        streams = every
         try:
             with translated(what):
                 answer = await self._undecoded(

@@ -24,11 +24,14 @@ from dataclasses import dataclass, field
 
 from composer_queue._errors import QueueUnavailable
 from composer_queue._messages import (
+    AGING_SECONDS,
+    DEFAULT_BAND,
     DELIVERIES,
     Backlog,
     Entry,
     Pending,
     Reclaimed,
+    band_streams,
     consumer_key,
 )
 
@@ -64,6 +67,8 @@ class _Group:
 class _Stream:
     entries: dict[_Id, dict[str, str]] = field(default_factory=dict)
     group: _Group | None = None
+    #: When (by the fake's clock) each entry was added: what Redis's ids say.
+    born: dict[_Id, float] = field(default_factory=dict)
 
 
 class FakeQueue:
@@ -125,6 +130,13 @@ class FakeQueue:
         self._seq += 1
         return (self._seq, 0)
 
+    def _add(self, name: str, fields: Mapping[str, str]) -> _Id:
+        new = self._new_id()
+        stream = self._streams.setdefault(name, _Stream())
+        stream.entries[new] = dict(fields)
+        stream.born[new] = self._clock()
+        return new
+
     async def _notify_change(self) -> None:
         async with self._changed:
             self._changed.notify_all()
@@ -133,9 +145,7 @@ class FakeQueue:
         self._check(f"publishing {len(entries)} message(s)")
         ids = []
         for stream, fields in entries:
-            new = self._new_id()
-            self._streams.setdefault(stream, _Stream()).entries[new] = dict(fields)
-            ids.append(_text(new))
+            ids.append(_text(self._add(stream, fields)))
         await self._notify_change()
         return ids
 
@@ -159,6 +169,37 @@ class FakeQueue:
             out.append(self._entry(name, entry_id, stream.entries[entry_id]))
         return out
 
+    def _new_banded(self, name: str, consumer: str, count: int) -> list[Entry] | None:
+        """As Redis's read script: the new entries of every priority band of the shard
+        whose band-3 stream is ``name``, by effective band (band less one per whole
+        AGING_SECONDS waited, at best 1), then oldest first; None: band 3 has no group.
+        A band stream without the group gets it, from its first entry."""
+        heads: list[tuple[int, float, int, str, _Id]] = []
+        for band, key in band_streams(name):
+            stream = self._streams.get(key)
+            if stream is None:
+                if band == DEFAULT_BAND:
+                    return None
+                continue
+            if stream.group is None:
+                if band == DEFAULT_BAND:
+                    return None
+                stream.group = _Group()
+            last = stream.group.last_delivered
+            for entry_id in sorted(i for i in stream.entries if i > last)[:count]:
+                waited = self._clock() - stream.born.get(entry_id, self._clock())
+                rank = max(1, band - int(max(0.0, waited) // AGING_SECONDS))
+                heads.append((rank, stream.born.get(entry_id, 0.0), band, key, entry_id))
+        out: list[Entry] = []
+        taking: dict[str, int] = {}
+        for _, _, _, key, _ in sorted(heads)[:count]:
+            taking[key] = taking.get(key, 0) + 1
+        for key, n in taking.items():
+            out.extend(self._new_entries(key, consumer, n) or [])
+        if not heads:  # as XREADGROUP on band 3: the consumer is known to the group
+            self._new_entries(name, consumer, 0)
+        return out
+
     def _entry(self, name: str, entry_id: _Id, fields: dict[str, str]) -> Entry:
         if _text(entry_id) in self.poison:
             return Entry(name, _text(entry_id), {}, problem="a field is not UTF-8 text")
@@ -178,7 +219,7 @@ class FakeQueue:
             for name in streams:
                 if count - len(found) <= 0:
                     break
-                new = self._new_entries(name, consumer, count - len(found))
+                new = self._new_banded(name, consumer, count - len(found))
                 missing = missing or new is None
                 found.extend(new or [])
             if missing:  # NOGROUP: recreated; what the others gave still counts
@@ -199,6 +240,7 @@ class FakeQueue:
         if stream.group is not None:
             stream.group.pel.pop(entry_id, None)
         stream.entries.pop(entry_id, None)
+        stream.born.pop(entry_id, None)
 
     async def ack(self, refs: Iterable[tuple[str, str]]) -> None:
         refs = list(refs)
@@ -209,8 +251,7 @@ class FakeQueue:
     async def redeliver(self, entry: Entry) -> str:
         self._check(f"delivering {entry.entry_id} on {entry.stream} again")
         fields = dict(entry.fields) | {DELIVERIES: str(entry.deliveries + 1)}
-        new = self._new_id()
-        self._streams.setdefault(entry.stream, _Stream()).entries[new] = fields
+        new = self._add(entry.stream, fields)
         self._remove(entry.stream, _parse(entry.entry_id))
         await self._notify_change()
         return _text(new)
@@ -220,8 +261,7 @@ class FakeQueue:
         for entry in entries:
             if entry.problem is not None:
                 continue  # as Redis: it cannot be written again, it stays pending
-            new = self._new_id()
-            self._streams.setdefault(entry.stream, _Stream()).entries[new] = dict(entry.fields)
+            self._add(entry.stream, entry.fields)
             self._remove(entry.stream, _parse(entry.entry_id))
         await self._notify_change()
 
