@@ -93,7 +93,7 @@ async def test_a_late_high_priority_entry_is_read_before_a_low_backlog(
     await queue.publish([*backlog, *default])
     await queue.publish([(cq.band_stream(shard, 1), message("high", priority=1))])
 
-    order = []
+    order: list[str] = []
     while got := await queue.read([shard], "w", count=3, block_ms=0):
         order.extend(e.message().task_id for e in got)
         await queue.ack(e.ref for e in got)
