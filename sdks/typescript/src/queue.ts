@@ -1,6 +1,7 @@
 /**
  * The stream contract between the outbox-enqueuer and the workers (as composer_queue):
- * one stream per queue and shard, `<prefix>:q:<queue>:<shard>`, one consumer group,
+ * one stream per queue and shard, `<prefix>:q:<queue>:<shard>` (and one per other priority
+ * band of the shard, `bandStream`), one consumer group,
  * `composer-workers`; an entry names a task attempt (task_id, run_id, attempt, maybe
  * traceparent) and nothing else. A worker reads at most as many entries as it has free
  * slots, acknowledges (XACK + XDEL in one MULTI) once its report is in, and keeps
@@ -12,6 +13,17 @@ import { Redis } from "ioredis";
 
 export const GROUP = "composer-workers";
 export const DEFAULT_SHARDS = 4;
+/** The band of a task whose run has no priority of its own: the shard's stream itself. */
+export const DEFAULT_BAND = 3;
+export const BANDS = [1, 2, 3, 4, 5] as const;
+
+/**
+ * The stream of priority `band` of the shard whose (band 3) stream is `stream`
+ * (docs/architecture.md §4.16): `<stream>:p<band>{<stream>}`, in the shard's cluster slot.
+ */
+export function bandStream(stream: string, band: number): string {
+  return band === DEFAULT_BAND ? stream : `${stream}:p${band}{${stream}}`;
+}
 
 export function streamName(prefix: string, queue: string, shard: number): string {
   return `${prefix}:q:${queue}:${shard}`;
@@ -31,6 +43,8 @@ export interface TaskMessage {
   runId: string;
   attempt: number;
   traceparent: string | undefined;
+  /** Its run's priority, the band it was published in (1 first … 5; 3 when absent). */
+  priority: number;
 }
 
 /** One stream entry as read: where it is, its id, its fields. */
@@ -48,7 +62,11 @@ export class Entry {
     if (!taskId || !runId || !Number.isInteger(number) || number < 0) {
       throw new MalformedMessage(`malformed task message ${JSON.stringify(this.fields)} (entry ${this.id} on ${this.stream})`);
     }
-    return { taskId, runId, attempt: number, traceparent: this.fields.traceparent };
+    const priority = Number(this.fields.priority ?? DEFAULT_BAND);
+    if (!(BANDS as readonly number[]).includes(priority)) {
+      throw new MalformedMessage(`malformed task message ${JSON.stringify(this.fields)}: priority is not one of 1 to 5`);
+    }
+    return { taskId, runId, attempt: number, traceparent: this.fields.traceparent, priority };
   }
 }
 
@@ -56,18 +74,19 @@ export class MalformedMessage extends Error {
   override name = "MalformedMessage";
 }
 
-/** XREADGROUP over several streams, at most ARGV[3] entries in all (composer_queue's _READ). */
+/**
+ * XREADGROUP over the priority bands of several shards, at most ARGV[3] entries in all,
+ * by effective band (band less one per whole minute waited, at best 1), then oldest
+ * first (composer_queue's _READ: its comment says the layout of KEYS and ARGV).
+ */
 const READ = `
-local group, consumer, left = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local found, groups = {}, 1
-for _, key in ipairs(KEYS) do
-  if left <= 0 then break end
-  local reply = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', left,
+local group, consumer, left, now = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local found, groups, active, failure = {}, 1, {}, nil
+local function read(key, n)
+  local reply = redis.pcall('XREADGROUP', 'GROUP', group, consumer, 'COUNT', n,
                             'STREAMS', key, '>')
   if type(reply) == 'table' and reply['err'] then
-    if not string.find(reply['err'], 'NOGROUP', 1, true) then
-      return redis.error_reply(reply['err'])
-    end
+    if not string.find(reply['err'], 'NOGROUP', 1, true) then failure = reply['err'] end
     groups = 0
   elseif reply then
     for _, item in ipairs(reply[1][2]) do
@@ -76,8 +95,84 @@ for _, key in ipairs(KEYS) do
     end
   end
 end
-return {groups, found}
+local function undelivered(key, n)
+  local info = redis.pcall('XINFO', 'GROUPS', key)
+  if type(info) == 'table' and info['err'] then return {} end
+  local last = nil
+  for _, g in ipairs(info) do
+    local name, id
+    for j = 1, #g, 2 do
+      if g[j] == 'name' then name = g[j + 1] elseif g[j] == 'last-delivered-id' then id = g[j + 1] end
+    end
+    if name == group then last = id end
+  end
+  if last == nil then
+    redis.call('XGROUP', 'CREATE', key, group, '0')
+    last = '0-0'
+  end
+  local ms = {}
+  for i, item in ipairs(redis.call('XRANGE', key, '(' .. last, '+', 'COUNT', n)) do
+    ms[i] = tonumber(string.match(item[1], '^(%d+)'))
+  end
+  return ms
+end
+local k, a = 1, 5
+while a <= #ARGV do
+  local n = tonumber(ARGV[a])
+  a = a + 1
+  local keys, bands = {}, {}
+  for i = 1, n do
+    keys[i], bands[i] = KEYS[k], tonumber(ARGV[a])
+    k, a = k + 1, a + 1
+  end
+  if left > 0 and failure == nil then
+    local heads, others = {}, false
+    for i = 2, n do
+      heads[i] = {}
+      if bands[i] > 0 or redis.call('XLEN', keys[i]) > 0 then
+        heads[i] = undelivered(keys[i], left)
+        if #heads[i] > 0 then
+          others = true
+          active[#active + 1] = keys[i]
+        end
+      end
+      bands[i] = math.abs(bands[i])
+    end
+    if not others then
+      read(keys[1], left)
+    else
+      heads[1] = undelivered(keys[1], left)
+      if now == 0 then
+        local t = redis.call('TIME')
+        now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      end
+      local take, pos, order = {}, {}, {}
+      for i = 1, n do take[i], pos[i] = 0, 1 end
+      for _ = 1, left do
+        local best, rank, born = nil, nil, nil
+        for i = 1, n do
+          local t = heads[i][pos[i]]
+          if t ~= nil then
+            local r = math.max(1, bands[i] - math.floor(math.max(0, now - t) / 60000))
+            if best == nil or r < rank or (r == rank and t < born) then
+              best, rank, born = i, r, t
+            end
+          end
+        end
+        if best == nil then break end
+        if take[best] == 0 then order[#order + 1] = best end
+        take[best], pos[best] = take[best] + 1, pos[best] + 1
+      end
+      for _, i in ipairs(order) do read(keys[i], take[i]) end
+    end
+  end
+end
+if failure ~= nil then return redis.error_reply(failure) end
+return {groups, found, active}
 `;
+
+/** A reader that has not looked at every band of a shard for this long looks again. */
+const PROBE_MS = 1000;
 
 function fieldsOf(flat: string[]): Record<string, string> {
   const fields: Record<string, string> = {};
@@ -89,6 +184,12 @@ function fieldsOf(flat: string[]): Record<string, string> {
 export class StreamQueue {
   readonly redis: Redis;
   private readonly readers: Redis[] = [];
+  /** Band streams that held undelivered entries when last looked at. */
+  private readonly active = new Set<string>();
+  /** Shard stream -> when (ms) its bands were last all looked at. */
+  private readonly looked = new Map<string, number>();
+  /** Shard streams whose other bands this reader made sure have the group. */
+  private readonly grouped = new Set<string>();
 
   constructor(readonly url: string) {
     this.redis = new Redis(url, { lazyConnect: false, maxRetriesPerRequest: 3 });
@@ -113,19 +214,63 @@ export class StreamQueue {
     }
   }
 
-  /** What is there, at most `count` in all; else wait up to `blockMs` for one. */
+  /**
+   * The read script's keys and layout: per shard, band 3 always; another band when the
+   * last look found entries in it, or (negative: looked at with XLEN first) when the
+   * shard's bands were not all looked at for PROBE_MS. Default-priority work alone costs
+   * no command more than before bands.
+   */
+  private plan(streams: string[]): [string[], number[]] {
+    const now = Date.now();
+    const keys: string[] = [];
+    const layout: number[] = [];
+    for (const stream of streams) {
+      const look = now - (this.looked.get(stream) ?? -Infinity) >= PROBE_MS;
+      if (look) this.looked.set(stream, now);
+      const group: Array<[string, number]> = [[stream, DEFAULT_BAND]];
+      for (const band of BANDS) {
+        if (band === DEFAULT_BAND) continue;
+        const key = bandStream(stream, band);
+        if (this.active.has(key)) group.push([key, band]);
+        else if (look) group.push([key, -band]);
+      }
+      layout.push(group.length);
+      for (const [key, band] of group) {
+        keys.push(key);
+        layout.push(band);
+      }
+    }
+    return [keys, layout];
+  }
+
+  /** What is there, at most `count` in all, by band; else wait up to `blockMs` for one. */
   async read(connection: Redis, streams: string[], consumer: string, count: number, blockMs: number): Promise<Entry[]> {
     if (count < 1 || streams.length === 0) return [];
-    const reply = (await connection.eval(READ, streams.length, ...streams, GROUP, consumer, count)) as [
+    const [keys, layout] = this.plan(streams);
+    const reply = (await connection.eval(READ, keys.length, ...keys, GROUP, consumer, count, 0, ...layout)) as [
       number,
       Array<[string, string, string[]]>,
+      string[],
     ];
     const entries = reply[1].map(([stream, id, fields]) => new Entry(stream, id, fieldsOf(fields)));
+    for (const key of keys) this.active.delete(key);
+    for (const key of reply[2]) this.active.add(key);
     if (reply[0] === 0) {
       await this.ensureGroups(streams); // a group vanished (Redis restarted or was flushed)
+      for (const stream of streams) this.grouped.delete(stream);
       return entries;
     }
     if (entries.length > 0 || blockMs <= 0) return entries;
+    // wait on every band at once (one command): their groups made once by this reader
+    const now = Date.now();
+    const others = (list: string[]) => list.flatMap((s) => BANDS.filter((b) => b !== DEFAULT_BAND).map((b) => bandStream(s, b)));
+    const fresh = streams.filter((s) => !this.grouped.has(s));
+    if (fresh.length > 0) {
+      await this.ensureGroups(others(fresh));
+      for (const stream of fresh) this.grouped.add(stream);
+    }
+    for (const stream of streams) this.looked.set(stream, now);
+    const every = [...streams, ...others(streams)];
     let answer: Array<[string, Array<[string, string[] | null]>]> | null;
     try {
       answer = (await connection.call(
@@ -138,12 +283,12 @@ export class StreamQueue {
         "BLOCK",
         blockMs,
         "STREAMS",
-        ...streams,
-        ...streams.map(() => ">"),
+        ...every,
+        ...every.map(() => ">"),
       )) as typeof answer;
     } catch (err) {
       if (String((err as Error).message).includes("NOGROUP")) {
-        await this.ensureGroups(streams);
+        await this.ensureGroups(every);
         return [];
       }
       throw err;
