@@ -8,10 +8,9 @@ same run; and pg_stat_database / pg_stat_activity / pg_settings (and
 pg_stat_statements where the server has it) are server statistics the engine
 never reads. Every statistics read goes through ``Stats``, on a connection to
 another database than the measured one, so that it never counts there, as does
-``LockWaits`` (pg_stat_activity sampled on a connection of its own); the one
-exception is ``database_wal`` (pg_walinspect, installed in the scratch database),
-read only after W1's commit window has closed. Keeping them here, in one small
-module, keeps every engine statement in libs/repo.
+``LockWaits`` (pg_stat_activity sampled on a connection of its own) and
+``DatabaseWal`` (pg_walinspect, in a database of the bench's own). Keeping them
+here, in one small module, keeps every engine statement in libs/repo.
 """
 
 from __future__ import annotations
@@ -284,36 +283,108 @@ WITH r AS (
     FROM pg_get_wal_records_info('0/0'::pg_lsn + $1::numeric, '0/0'::pg_lsn + $2::numeric)
 ), ours AS (
     SELECT DISTINCT xid FROM r WHERE block_ref LIKE $3 AND xid <> '0'
+), mine AS (
+    SELECT record_length FROM r
+     WHERE block_ref LIKE $3 OR xid IN (SELECT xid FROM ours) OR xid = ANY($4::text[])
 )
-SELECT coalesce(sum(record_length), 0)::bigint AS bytes, count(*) AS records FROM r
-WHERE block_ref LIKE $3 OR xid IN (SELECT xid FROM ours)
+SELECT (SELECT coalesce(sum(record_length), 0)::bigint FROM mine) AS bytes,
+       (SELECT count(*) FROM mine) AS records,
+       (SELECT coalesce(array_agg(xid), '{}') FROM ours) AS xids
 """
 
 
-async def install_walinspect(url: str) -> str | None:
-    """Install pg_walinspect in the (scratch) database at ``url``; returns why not, or None."""
+@dataclass(slots=True)
+class DatabaseWal:
+    """The WAL one database writes, read as it is written: every ``interval`` seconds
+    the records since the last read, with pg_walinspect, on a connection to a
+    database of the bench's own (``url``, where the extension is installed: so the
+    reads neither count among the measured database's transactions nor in its
+    backends' CPU). A record is the database's when it touches one of its relations
+    (``rel <tablespace>/<database oid>/…`` in its block references) or belongs to a
+    transaction that did (its commit record too, also when that falls in the next
+    read). Page headers and the padding between records are not counted. Reading as
+    it goes matters on a shared server: a checkpoint (another suite's DROP DATABASE
+    forces one) lets the server remove segments that are older than it, and a read
+    after the workload found them gone. A read that fails ends the reading;
+    ``error`` says why, and the totals are then partial (report none)."""
+
+    url: str
+    database_oid: int
+    interval: float = 1.0
+    bytes: int = 0
+    records: int = 0
+    start: int = 0
+    end: int = 0
+    error: str | None = None
+    _xids: list[str] = field(default_factory=list)
+    _conn: asyncpg.Connection[asyncpg.Record] | None = None
+    _task: asyncio.Task[None] | None = None
+
+    async def begin(self) -> int:
+        """Start reading from the server's flushed WAL position now; returns it."""
+        self._conn = await asyncpg.connect(self.url)
+        self.start = self.end = await self._flushed()
+        self._task = asyncio.create_task(self._follow(), name="bench-wal")
+        return self.start
+
+    async def finish(self) -> int:
+        """Read up to the flushed position now and stop; returns that position."""
+        assert self._conn is not None and self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        try:
+            if self.error is None:
+                await self._read_to(await self._flushed())
+        finally:
+            await self._conn.close()
+        return self.end
+
+    async def _flushed(self) -> int:
+        assert self._conn is not None
+        value = await self._conn.fetchval(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_flush_lsn(), '0/0')::bigint"
+        )
+        return int(value)
+
+    async def _follow(self) -> None:
+        while self.error is None:
+            await asyncio.sleep(self.interval)
+            await self._read_to(await self._flushed())
+
+    async def _read_to(self, end: int) -> None:
+        assert self._conn is not None
+        if end <= self.end:
+            return
+        try:
+            row = await self._conn.fetchrow(
+                _OUR_WAL, self.end, end, f"%/{self.database_oid}/%", self._xids
+            )
+        except asyncpg.PostgresError as exc:
+            self.error = str(exc)
+            return
+        assert row is not None
+        self.bytes += int(row["bytes"])
+        self.records += int(row["records"])
+        self._xids = list(row["xids"])
+        self.end = end
+
+
+async def wal_database(admin_url: str, name: str, url: str) -> str | None:
+    """Create database ``name`` (at ``url``) with pg_walinspect installed, for
+    ``DatabaseWal``; returns why it could not be (no contrib, not a superuser), or None."""
     try:
+        admin = await asyncpg.connect(admin_url)
+        try:
+            quoted = await admin.fetchval("SELECT quote_ident($1)", name)
+            await admin.execute(f"CREATE DATABASE {quoted}")
+        finally:
+            await admin.close()
         conn = await asyncpg.connect(url)
-    except Exception as exc:  # reported, the figure is left out
-        return str(exc)
-    try:
-        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
-    except Exception as exc:  # not installable (no contrib, not superuser)
+        try:
+            await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        finally:
+            await conn.close()
+    except (OSError, asyncpg.PostgresError) as exc:
         return f"pg_walinspect: {exc}"
-    finally:
-        await conn.close()
     return None
-
-
-async def database_wal(url: str, start: int, end: int, database_oid: int) -> tuple[int, int]:
-    """The WAL bytes (and records) between two positions that belong to one database:
-    the records that touch its relations, and every record (commits included) of the
-    transactions that did. Read with pg_walinspect on a connection to ``url``, where it
-    is installed. Page headers and the padding between records are not counted."""
-    conn = await asyncpg.connect(url)
-    try:
-        row = await conn.fetchrow(_OUR_WAL, start, end, f"%/{database_oid}/%")
-    finally:
-        await conn.close()
-    assert row is not None
-    return int(row["bytes"]), int(row["records"])

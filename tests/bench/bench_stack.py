@@ -111,9 +111,12 @@ Per step of W1 (top-level keys of the results):
 - ``wal_bytes_per_step`` / ``wal_records_per_step`` the WAL the scratch database
   wrote over W1's load (first start → last completion) ÷ steps: the records that
   touch its relations plus every record (commits included) of the transactions
-  that did, read with pg_walinspect (installed in the scratch database when it is
-  created; needs a superuser and contrib; ``wal_per_database_available`` is 1 or 0,
-  and ``details.stack.wal`` says why not). WAL is server-wide: beside it,
+  that did, read with pg_walinspect every second while W1 runs (a checkpoint on a
+  shared server lets older segments go), on a connection to a database of the
+  bench's own (``<scratch>_wal``, so neither its transactions nor its backend's CPU
+  count as the scratch database's; that CPU counts in ``foreign_cores_w1``); it
+  needs a superuser and contrib (``wal_per_database_available`` is 1 or 0, and
+  ``details.stack.wal`` says why not). WAL is server-wide: beside it,
   ``wal_server_bytes_per_step`` is pg_current_wal_lsn()'s advance over the same
   window (read on the ``Stats`` connection, to another database) ÷ steps, which
   counts every database's writes on a shared server (other test suites' CREATE
@@ -415,8 +418,9 @@ class Bench:
     gap: bool = False
     #: Reads of the scratch database made while waiting (one transaction each).
     polls: int = 0
-    #: The scratch database's URL, and why pg_walinspect is not installed there (or None).
-    url: str = ""
+    #: The bench's own database with pg_walinspect (``_sql.DatabaseWal``), and why
+    #: there is none (or None).
+    wal_url: str = ""
     walinspect_unavailable: str | None = "not tried"
     figures: dict[str, float] = field(default_factory=dict)
 
@@ -860,6 +864,10 @@ async def w1_with_commits(b: Bench) -> None:
     in_flight = b.n(W1_IN_FLIGHT)
     waits = _sql.LockWaits(ADMIN_URL, b.stats.database)
     await waits.start()
+    ours: _sql.DatabaseWal | None = None
+    if b.walinspect_unavailable is None:
+        ours = _sql.DatabaseWal(b.wal_url, await b.stats.database_oid())
+        await ours.begin()
     wal0, t_wal0 = await b.stats.wal_bytes(), time.monotonic()
     wal_background = (wal0 - wal_q) / (t_wal0 - q0)
     try:
@@ -869,6 +877,8 @@ async def w1_with_commits(b: Bench) -> None:
         wal1, t_wal1 = await b.stats.wal_bytes(), time.monotonic()
     finally:
         await waits.stop()
+        if ours is not None:
+            await ours.finish()
     redis1 = await b.redis_calls()
     c1 = await b.settled_commits()
     deadlocks1 = await b.stats.deadlocks()
@@ -894,16 +904,13 @@ async def w1_with_commits(b: Bench) -> None:
         "wal_background_bytes_per_s": wal_background,
         "w1_deadlocks": float(deadlocks1 - deadlocks0),
     }
-    if b.walinspect_unavailable is None:
-        try:
-            ours, records = await _sql.database_wal(b.url, wal0, wal1, await b.stats.database_oid())
-        except Exception as exc:  # e.g. the segments were recycled
-            b.walinspect_unavailable = f"reading the window's WAL: {exc}"
-        else:
-            b.figures |= {
-                "wal_bytes_per_step": ours * per_step,
-                "wal_records_per_step": records * per_step,
-            }
+    if ours is not None and ours.error is not None:
+        b.walinspect_unavailable = f"reading W1's WAL: {ours.error}"
+    elif ours is not None:
+        b.figures |= {
+            "wal_bytes_per_step": ours.bytes * per_step,
+            "wal_records_per_step": ours.records * per_step,
+        }
     b.figures["wal_per_database_available"] = 0.0 if b.walinspect_unavailable else 1.0
     if b.walinspect_unavailable:
         DETAILS["wal"] = f"per database unavailable: {b.walinspect_unavailable}"
@@ -1351,7 +1358,9 @@ async def main() -> dict[str, float]:
     name = new_database_name("composer_bench_stack")
     await repo.create_database(ADMIN_URL, name)
     url = repo.database_url(ADMIN_URL, name)
-    walinspect_unavailable = await _sql.install_walinspect(url)
+    wal_name = f"{name}_wal"
+    wal_url = repo.database_url(ADMIN_URL, wal_name)
+    walinspect_unavailable = await _sql.wal_database(ADMIN_URL, wal_name, wal_url)
     prefix = f"bench-{uuid.uuid4().hex[:10]}"
     workdir = Path(tempfile.mkdtemp(prefix="composer-bench-"))
     private = PrivateRedis(workdir / "redis") if args.redis == "private" else None
@@ -1391,7 +1400,7 @@ async def main() -> dict[str, float]:
         connector = aiohttp.TCPConnector(limit=256)
         async with aiohttp.ClientSession(headers=headers, connector=connector) as http:
             b = Bench(args, stack, http, mon, stats, redis, await redis.server_pid())
-            b.url, b.walinspect_unavailable = url, walinspect_unavailable
+            b.wal_url, b.walinspect_unavailable = wal_url, walinspect_unavailable
             hints = cq.Subscriber(
                 redis,
                 [cq.channel(prefix, cq.RUN_FINISHED)],
@@ -1455,4 +1464,5 @@ async def main() -> dict[str, float]:
         if private is not None:
             await private.stop()
         await repo.drop_database(ADMIN_URL, name)
+        await repo.drop_database(ADMIN_URL, wal_name)
     return b.figures
