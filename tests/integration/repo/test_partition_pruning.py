@@ -65,7 +65,6 @@ PRUNED: dict[str, tuple[Any, ...]] = {
     "load_item_outputs": ("m",),
     "cancel_items": ("m", "r"),
     "get_map_items": ("m", 0, 100),
-    "set_run_schedule": ("nightly", NOW),
 }
 
 #: Statements on partitioned tables that do not (and need not) name one run.

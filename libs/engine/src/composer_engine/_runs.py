@@ -181,8 +181,11 @@ class RunCommands:
         async def attempt(tx: Tx) -> Started:
             if version:
                 dag = await self._shell.definitions.get(tx.conn, workflow_id, version)
+            elif workflow_id in tx.deployed:
+                dag = tx.deployed[workflow_id]
             else:
                 dag = await self._shell.definitions.deployed(tx.conn, workflow_id)
+                tx.deployed[workflow_id] = dag
             flow = None
             if dag.flow is not None:
                 try:
@@ -210,6 +213,7 @@ class RunCommands:
                 priority=None
                 if flow is None or flow.priority == DEFAULT_PRIORITY
                 else flow.priority,
+                schedule=schedule,
             )
             if not started.created:
                 if started.request_digest is not None and digest is not None:
@@ -229,8 +233,6 @@ class RunCommands:
             _check_input(dag, input if input is not None else {}, workflow_id)
             if parent is not None:
                 await repo.set_run_parent(tx.conn, new_run_id, parent)
-            if schedule is not None:
-                await repo.set_run_schedule(tx.conn, new_run_id, *schedule)
             tx.after_commit(lambda: instruments().runs_started.add(1, {"workflow_id": workflow_id}))
             by = None if caller is None else caller.name
             run = Run(

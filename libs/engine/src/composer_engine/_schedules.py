@@ -21,7 +21,7 @@ import datetime as dt
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -138,7 +138,7 @@ class Schedules:
         self._starts: Batcher[StartInTx, Started] = Batcher(
             runs.start_many, max_size=25, max_in_flight=4, name="schedule-starts", linger=True
         )
-        self._writes: Batcher[Callable[[Tx], Awaitable[bool]], bool] = Batcher(
+        self._writes: Batcher[_WriteBack, bool] = Batcher(
             self._write_all, max_size=100, max_in_flight=2, name="schedule-writes", linger=True
         )
         self._statuses: Batcher[str, RunStatus | None] = Batcher(
@@ -149,15 +149,21 @@ class Schedules:
             linger=True,
         )
 
-    async def _write_all(
-        self, writes: Sequence[Callable[[Tx], Awaitable[bool]]]
-    ) -> builtins.list[bool]:
-        """Several passes' write-backs in one transaction."""
+    async def _write_all(self, writes: Sequence[_WriteBack]) -> builtins.list[bool]:
+        """Several schedules' write-backs (their events, their outcomes) in one
+        transaction of two statements: the pass's events, then its outcomes."""
 
-        async def together(tx: Tx) -> builtins.list[bool]:
-            return [await write(tx) for write in writes]
+        async def together(tx: Tx) -> set[tuple[str, str]]:
+            await repo.insert_schedule_events(tx.conn, [e for w in writes for e in w.events])
+            held: set[tuple[str, str]] = set()
+            for token in sorted({w.token for w in writes}):  # one, but for tests' engines
+                mine = [(w.schedule_id, w.outcome) for w in writes if w.token == token]
+                kept = await repo.finish_schedule_claims(tx.conn, token, mine)
+                held |= {(token, sid) for sid in kept}
+            return held
 
-        return await self._shell.in_tx(together)
+        held = await self._shell.in_tx(together)
+        return [(w.token, w.schedule_id) in held for w in writes]
 
     # --- a person's requests -------------------------------------------------
 
@@ -544,11 +550,7 @@ class Schedules:
             missed=missed,
         )
 
-        async def write(tx: Tx) -> bool:
-            await repo.insert_schedule_events(tx.conn, events)
-            return await repo.finish_schedule_claim(tx.conn, sid, token, outcome)
-
-        if not await self._writes.submit(write):
+        if not await self._writes.submit(_WriteBack(sid, token, outcome, events)):
             log.warning("schedule %s: its claim ran out during the pass (the next repeats it)", sid)
         out.started += fired
         out.skipped += skipped
@@ -743,6 +745,16 @@ async def sync_schedules(tx: Tx, spec: WorkflowSpec, now: dt.datetime | None = N
                 )
             ],
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _WriteBack:
+    """What a pass writes of one schedule: its events and its outcome, under its claim."""
+
+    schedule_id: str
+    token: str
+    outcome: repo.ScheduleOutcome
+    events: Sequence[repo.NewScheduleEvent]
 
 
 def _lag(now: dt.datetime, began: float, due: dt.datetime) -> float:

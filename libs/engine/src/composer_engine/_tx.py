@@ -11,6 +11,7 @@ import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable
 
+from composer_core.model import WorkflowDAG
 from composer_engine._admission import Gate
 from composer_engine._publish import Dispatched
 from composer_engine._writes import Writes
@@ -28,6 +29,7 @@ class Tx:
         "_after",
         "conn",
         "deciding",
+        "deployed",
         "dispatched",
         "freed",
         "gate",
@@ -53,6 +55,9 @@ class Tx:
         self.run_events: list[int] = []
         #: Writes held back to go in one statement per kind, before the commit.
         self.writes = Writes()
+        #: The deployed version of each workflow the transaction's starts read: one read
+        #: for a batch of starts (a timer firing schedules), which all start as of it.
+        self.deployed: dict[str, WorkflowDAG] = {}
         #: What the transaction is deciding (run, event, actions so far), for the log
         #: line of an internal error: formatted only then, never on the hot path.
         self.deciding: Callable[[], str] | None = None

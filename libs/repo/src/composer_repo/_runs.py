@@ -71,14 +71,17 @@ async def insert_run(
     context: Json = None,
     labels: Mapping[str, str] | None = None,
     priority: int | None = None,
+    schedule: tuple[str, dt.datetime] | None = None,
 ) -> StartedRun:
-    """Create a run of a definition version that exists and is not deleted.
+    """Create a run of a definition version that exists and is not deleted, in one
+    round trip when it is new.
 
     ``started_by`` is the name of the API token that started it; ``context`` its
     calling context document (``composer_common.caller``; None: none); ``labels``
     its labels, stored in plain text (None or empty: none, stored as NULL so the
     label index holds no entry for it: V017); ``priority`` its rendered priority
-    (V026; None: the default, 3, stored as NULL).
+    (V026; None: the default, 3, stored as NULL); ``schedule`` the schedule and fire
+    time it was started for (V024).
 
     With an ``idempotency_key`` already used for this workflow, nothing is
     written and the existing run comes back (``created=False``) with the
@@ -89,30 +92,7 @@ async def insert_run(
     RunAlreadyExists (run id taken) and NoPartition (run id in a month with no
     partition: not a recent UUIDv7, or partitions not created ahead).
     """
-    definition = await conn.fetchrow(q("definition_deleted_at"), workflow_id, version)
-    if definition is None:
-        raise NotFound(f"workflow {workflow_id!r} has no version {version}")
-    if definition["deleted_at"] is not None:
-        raise Invalid(f"workflow {workflow_id!r} is deleted: it starts no new runs")
-    if idempotency_key is not None:
-        claimed = await conn.fetchval(
-            q("claim_idempotency_key"), workflow_id, idempotency_key, run_id, request_digest
-        )
-        if claimed is None:
-            existing = await conn.fetchrow(q("find_idempotent_run"), workflow_id, idempotency_key)
-            if existing is None:  # pragma: no cover - the key row always names a stored run
-                raise NotFound(
-                    f"idempotency key {idempotency_key!r} of workflow {workflow_id!r} names a run "
-                    "that no longer exists"
-                )
-            return StartedRun(
-                existing["id"],
-                RunStatus(existing["status"]),
-                created=False,
-                now=existing["now"],
-                request_digest=existing["request_digest"],
-            )
-    stored = await conn.fetchrow(
+    row = await conn.fetchrow(
         q("insert_run"),
         run_id,
         workflow_id,
@@ -125,11 +105,33 @@ async def insert_run(
         started_by,
         context,
         dict(labels) if labels else None,
+        request_digest,
+        None if schedule is None else schedule[0],
+        None if schedule is None else schedule[1],
         priority,
     )
-    if stored is None:
+    assert row is not None  # a SELECT of scalars: always one row
+    if row["live"] is None:
+        raise NotFound(f"workflow {workflow_id!r} has no version {version}")
+    if not row["live"]:
+        raise Invalid(f"workflow {workflow_id!r} is deleted: it starts no new runs")
+    if row["status"] is not None:
+        return StartedRun(run_id, RunStatus(row["status"]), created=True, now=row["now"])
+    if idempotency_key is None or row["claimed"]:
         raise RunAlreadyExists(run_id)
-    return StartedRun(run_id, RunStatus(stored["status"]), created=True, now=stored["now"])
+    existing = await conn.fetchrow(q("find_idempotent_run"), workflow_id, idempotency_key)
+    if existing is None:  # pragma: no cover - the key row always names a stored run
+        raise NotFound(
+            f"idempotency key {idempotency_key!r} of workflow {workflow_id!r} names a run "
+            "that no longer exists"
+        )
+    return StartedRun(
+        existing["id"],
+        RunStatus(existing["status"]),
+        created=False,
+        now=existing["now"],
+        request_digest=existing["request_digest"],
+    )
 
 
 @translated

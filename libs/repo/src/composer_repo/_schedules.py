@@ -175,27 +175,29 @@ class ScheduleOutcome:
 
 
 @translated
-async def finish_schedule_claim(
-    conn: Connection, schedule_id: str, token: str, outcome: ScheduleOutcome
-) -> bool:
-    """Write a pass's outcome and let the claim go; False when the claim was lost (it
-    ran out and another replica holds it, or the schedule was deleted)."""
-    o = outcome
-    row = await conn.fetchval(
-        q("finish_schedule_claim"),
-        schedule_id,
+async def finish_schedule_claims(
+    conn: Connection, token: str, outcomes: Sequence[tuple[str, ScheduleOutcome]]
+) -> set[str]:
+    """Write a pass's outcomes (schedule id, outcome) and let their claims go, in one
+    statement; the schedules left out of the answer had lost their claim (it ran out
+    and another replica holds it, or the schedule was deleted)."""
+    if not outcomes:
+        return set()
+    rows = await conn.fetch(
+        q("finish_schedule_claims"),
         token,
-        o.revision,
-        o.next_fire_at,
-        o.due_at,
-        o.buffered_for,
-        o.last_run_id,
-        o.last_fired_for,
-        o.fired,
-        o.skipped,
-        o.missed,
+        [sid for sid, _ in outcomes],
+        [o.revision for _, o in outcomes],
+        [o.next_fire_at for _, o in outcomes],
+        [o.due_at for _, o in outcomes],
+        [o.buffered_for for _, o in outcomes],
+        [o.last_run_id for _, o in outcomes],
+        [o.last_fired_for for _, o in outcomes],
+        [o.fired for _, o in outcomes],
+        [o.skipped for _, o in outcomes],
+        [o.missed for _, o in outcomes],
     )
-    return row is not None
+    return {r["id"] for r in rows}
 
 
 @translated
@@ -277,13 +279,6 @@ async def run_statuses(conn: Connection, run_ids: Sequence[str]) -> dict[str, Ru
     """The runs' statuses (a run that is gone is left out)."""
     rows = await conn.fetch(q("run_statuses"), list(run_ids))
     return {r["id"]: RunStatus(r["status"]) for r in rows}
-
-
-@translated
-async def set_run_schedule(
-    conn: Connection, run_id: str, schedule_id: str, scheduled_for: dt.datetime
-) -> None:
-    await conn.execute(q("set_run_schedule"), run_id, schedule_id, scheduled_for)
 
 
 @dataclass(frozen=True, slots=True)

@@ -99,14 +99,6 @@ SELECT deleted_at
   FROM workflow_definitions
  WHERE id = $1 AND version = $2;
 
--- name: claim_idempotency_key
--- Waits for a concurrent start with the same key to commit or roll back.
--- $4: the digest of the start's request (V012), what a repeat is compared with.
-INSERT INTO run_idempotency_keys (workflow_id, idempotency_key, run_id, request_digest)
-VALUES ($1, $2, $3, $4)
-ON CONFLICT DO NOTHING
-RETURNING run_id;
-
 -- name: find_idempotent_run
 SELECT r.id, r.status, k.request_digest, now() AS now
   FROM run_idempotency_keys k
@@ -114,11 +106,37 @@ SELECT r.id, r.status, k.request_digest, now() AS now
  WHERE k.workflow_id = $1 AND k.idempotency_key = $2;
 
 -- name: insert_run
-INSERT INTO workflow_runs (id, workflow_id, version, status, input, config, idempotency_key,
-                           data_key, started_by, context, labels, priority)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-ON CONFLICT (id) DO NOTHING
-RETURNING status, now() AS now;
+-- A start in one round trip: the version's check (it exists and is not deleted), the
+-- idempotency key's claim ($7; NULL: none) and the run's row, with the schedule and
+-- fire time it was started for ($13, $14; V024) and its priority ($15; V026). The
+-- key's claim waits for a concurrent start with the same key to commit or roll back; $12 is the digest of
+-- the start's request (V012), what a repeat is compared with. Nothing is written when
+-- the version is missing (live NULL) or deleted (live false), or the key was taken
+-- (claimed false): status is NULL then, and when the run id was taken.
+WITH definition AS (
+    SELECT deleted_at IS NULL AS live
+      FROM workflow_definitions
+     WHERE id = $2 AND version = $3
+), key AS (
+    INSERT INTO run_idempotency_keys (workflow_id, idempotency_key, run_id, request_digest)
+    SELECT $2::text, $7::text, $1::text, $12::text
+     WHERE $7::text IS NOT NULL AND (SELECT live FROM definition)
+    ON CONFLICT DO NOTHING
+    RETURNING run_id
+), run AS (
+    INSERT INTO workflow_runs (id, workflow_id, version, status, input, config, idempotency_key,
+                               data_key, started_by, context, labels, schedule_id, scheduled_for,
+                               priority)
+    SELECT $1::text, $2::text, $3::int, $4::text, $5::jsonb, $6::jsonb, $7::text, $8::text,
+           $9::text, $10::jsonb, $11::jsonb, $13::text, $14::timestamptz, $15::smallint
+     WHERE (SELECT live FROM definition) AND ($7::text IS NULL OR EXISTS (SELECT 1 FROM key))
+    ON CONFLICT (id) DO NOTHING
+    RETURNING status
+)
+SELECT (SELECT status FROM run) AS status,
+       (SELECT live FROM definition) AS live,
+       EXISTS (SELECT 1 FROM key) AS claimed,
+       now() AS now;
 
 -- name: lock_run
 -- The first statement of every event's transaction: the run's row lock,
@@ -1664,22 +1682,30 @@ RETURNING s.id, s.workflow_id, s.spec, s.source, s.paused, s.revision, s.next_fi
           s.buffered_for, s.last_run_id, s.last_fired_for, s.fired, s.skipped, s.missed,
           s.claimed_by, s.claimed_until, s.created_by, s.created_at, s.updated_at;
 
--- name: finish_schedule_claim
--- A pass's outcome for one schedule, fenced by its claim. The counts add up
--- whatever the revision; next_fire_at and the buffer only when no change came
--- in meanwhile (a deploy or a resume set them). last_run_id keeps the newest run
--- (ids grow with time), whoever started it: a trigger may have meanwhile.
-UPDATE schedules
-   SET next_fire_at = CASE WHEN revision = $3 THEN $4 ELSE next_fire_at END,
-       due_at = CASE WHEN revision = $3 THEN $5 ELSE due_at END,
-       buffered_for = CASE WHEN revision = $3 THEN $6 ELSE buffered_for END,
-       last_run_id = CASE WHEN last_run_id IS NULL OR $7::text > last_run_id THEN $7
-                          ELSE last_run_id END,
-       last_fired_for = greatest(last_fired_for, $8),
-       fired = fired + $9, skipped = skipped + $10, missed = missed + $11,
+-- name: finish_schedule_claims
+-- A pass's outcomes for its schedules, each fenced by its claim ($1: the pass's
+-- token), in one statement for the schedules fired together. The counts add up
+-- whatever the revision; next_fire_at and the buffer only when no change came in
+-- meanwhile (a deploy or a resume set them). last_run_id keeps the newest run (ids
+-- grow with time), whoever started it: a trigger may have meanwhile. Returns the
+-- schedules whose claim still held.
+UPDATE schedules s
+   SET next_fire_at = CASE WHEN s.revision = o.revision THEN o.next_fire_at
+                           ELSE s.next_fire_at END,
+       due_at = CASE WHEN s.revision = o.revision THEN o.due_at ELSE s.due_at END,
+       buffered_for = CASE WHEN s.revision = o.revision THEN o.buffered_for
+                           ELSE s.buffered_for END,
+       last_run_id = CASE WHEN s.last_run_id IS NULL OR o.last_run_id > s.last_run_id
+                          THEN coalesce(o.last_run_id, s.last_run_id) ELSE s.last_run_id END,
+       last_fired_for = greatest(s.last_fired_for, o.last_fired_for),
+       fired = s.fired + o.fired, skipped = s.skipped + o.skipped, missed = s.missed + o.missed,
        claimed_by = NULL, claimed_until = NULL, updated_at = now()
- WHERE id = $1 AND claimed_by = $2
-RETURNING 1;
+  FROM unnest($2::text[], $3::int[], $4::timestamptz[], $5::timestamptz[], $6::timestamptz[],
+              $7::text[], $8::timestamptz[], $9::bigint[], $10::bigint[], $11::bigint[])
+       AS o(id, revision, next_fire_at, due_at, buffered_for, last_run_id, last_fired_for,
+            fired, skipped, missed)
+ WHERE s.id = o.id COLLATE "C" AND s.claimed_by = $1
+RETURNING s.id;
 
 -- name: note_schedule_run
 -- A trigger's run: the schedule's newest, counted as fired.
@@ -1710,10 +1736,6 @@ DELETE FROM schedule_events WHERE schedule_id = $1;
 -- name: run_statuses
 -- Runs' statuses (schedules' overlap policies ask whether their last runs go).
 SELECT id, status FROM workflow_runs WHERE id = ANY($1::text[]);
-
--- name: set_run_schedule
--- The schedule and fire time a run was started for, in its start's transaction.
-UPDATE workflow_runs SET schedule_id = $2, scheduled_for = $3 WHERE id = $1 RETURNING 1;
 
 -- name: list_runs_by_schedule
 SELECT id, workflow_id, version, status, error, idempotency_key, created_at, updated_at, completed_at,
