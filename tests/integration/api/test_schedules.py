@@ -369,3 +369,40 @@ async def test_a_definitions_schedule_is_listed_and_not_deleted_through_the_api(
     assert all((t.hour, t.minute) == (6, 30) and t.isoweekday() <= 5 for t in local)
     refused = await gw.call("DELETE", f"/v1/schedules/{sid}", role="operator")
     assert refused.status == 409 and "definition" in refused.body["detail"]
+
+
+async def test_a_schedule_whose_input_fails_the_input_schema_is_refused_before_it_fires(
+    scheduled: Live,
+) -> None:
+    """Every fire of such a schedule would be refused: the definition that carries it
+    and the POST that makes it answer at once (422, 400), naming each problem's path."""
+    gw = scheduled.gateway
+    workflow_id = unique("typed-wf")
+    schema = {
+        "type": "object",
+        "properties": {"region": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["region"],
+    }
+    bad = {**waiting_workflow(workflow_id), "input_schema": schema}
+    bad["schedules"] = [{"id": unique("typed"), "cron": "0 2 * * *", "input": {"days": "7"}}]
+    refused = await gw.call("POST", "/v1/workflows", json=bad, params={"deploy": "true"})
+    assert refused.status == 422, refused.body
+    problems = refused.body["problems"]
+    assert [p["path"] for p in problems] == ["schedules[0].input", "schedules[0].input.days"]
+    assert "'region' is a required property" in problems[0]["message"], problems
+
+    await deploy(gw, {**waiting_workflow(workflow_id), "input_schema": schema})
+    answer = await gw.call(
+        "POST",
+        "/v1/schedules",
+        role="operator",
+        json={"workflow_id": workflow_id, "id": unique("s"), "cron": "0 2 * * *", "input": {}},
+    )
+    assert answer.status == 400, answer.body
+    assert answer.body["type"].endswith("input-invalid"), answer.body
+    assert [p["path"] for p in answer.body["problems"]] == ["$"], answer.body
+    listed = await gw.call("GET", "/v1/schedules", params={"workflow_id": workflow_id})
+    assert listed.body["schedules"] == []  # nothing was stored
+
+    made = await make(gw, workflow_id, cron="0 2 * * *", input={"region": "eu", "days": 7})
+    assert made["input"] == {"region": "eu", "days": 7}

@@ -13,7 +13,7 @@ import pytest
 import composer_repo as repo
 from composer_core.model import RunStatus
 from composer_core.schedules import ScheduleSpec
-from composer_engine import Conflict, Engine, Workflows, validate_definition
+from composer_engine import Conflict, Engine, InputInvalid, Workflows, validate_definition
 
 T0 = dt.datetime(2026, 12, 2, 10, 0, tzinfo=dt.UTC)
 
@@ -257,10 +257,14 @@ async def test_a_deployed_definition_writes_and_removes_its_schedules(
 async def test_a_fire_the_engine_refuses_does_not_hold_up_the_others(
     engine: Engine, pool: repo.Pool
 ) -> None:
-    strict = {**SLOW, "id": "strict", "input_schema": {"required": ["day"]}}
-    await Workflows(pool).create(validate_definition(strict), deploy=True)
-    bad = ScheduleSpec(id="bad", every_seconds=10, input={})  # no day: refused at start
+    lax = {**SLOW, "id": "strict"}
+    await Workflows(pool).create(validate_definition(lax), deploy=True)
+    bad = ScheduleSpec(id="bad", every_seconds=10, input={})  # fits version 1, not 2
     await engine.schedules.create("strict", bad, now=at(-5))
+    strict = {**lax, "input_schema": {"required": ["day"]}}
+    await Workflows(pool).create(validate_definition(strict), deploy=True)
+    with pytest.raises(InputInvalid, match="schedule 'late'"):  # refused when made now
+        await engine.schedules.create("strict", bad.model_copy(update={"id": "late"}))
     for n in range(5):  # fired in the same pass, their starts in the same transaction
         good = ScheduleSpec(id=f"good{n}", every_seconds=10, input={"day": "today"})
         await engine.schedules.create("strict", good, now=at(-5))

@@ -230,7 +230,7 @@ class RunCommands:
                 return Started(started.run_id, started.status, created=False)
             # after the key's look-up, so that a repeat gets its run back; raising rolls
             # the insert back
-            _check_input(dag, input if input is not None else {}, workflow_id)
+            check_input(dag, input if input is not None else {}, workflow_id)
             if parent is not None:
                 await repo.set_run_parent(tx.conn, new_run_id, parent)
             tx.after_commit(lambda: instruments().runs_started.add(1, {"workflow_id": workflow_id}))
@@ -422,7 +422,7 @@ class RunCommands:
                     f"version must be 0 (the deployed one) or a version number, not {version}"
                 )
             if input is not None:
-                _check_input(dag, input, run.workflow_id)
+                check_input(dag, input, run.workflow_id)
             transition = await self._shell.decide(
                 tx, dag, locked, RunRetried(from_node, input, config), by=retried_by
             )
@@ -435,9 +435,9 @@ class RunCommands:
         await self._shell.in_tx(attempt)
 
 
-def _check_input(dag: WorkflowDAG, value: Json, workflow_id: str) -> None:
+def check_input(dag: WorkflowDAG, value: Json, workflow_id: str, what: str = "the input") -> None:
     """Refuse an input the version's ``input_schema`` does not accept, naming every
-    problem (InputInvalid: the API's 400 input-invalid)."""
+    problem (InputInvalid: the API's 400 input-invalid); ``what`` names the input."""
     if dag.input_schema is None:
         return
     problems = dag.input_schema.problems(value)
@@ -446,7 +446,7 @@ def _check_input(dag: WorkflowDAG, value: Json, workflow_id: str) -> None:
     listed = "; ".join(str(p) for p in problems[:3])
     more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
     raise InputInvalid(
-        f"the input does not match the input_schema of {workflow_id!r} version "
+        f"{what} does not match the input_schema of {workflow_id!r} version "
         f"{dag.version}: {listed}{more}",
         problems=[{"path": p.path, "message": p.message} for p in problems],
     )

@@ -32,7 +32,7 @@ import composer_repo as repo
 from composer_common import ids
 from composer_common.batching import Batcher
 from composer_common.caller import Caller
-from composer_core.model import RunStatus, WorkflowSpec
+from composer_core.model import RunStatus, WorkflowDAG, WorkflowSpec
 from composer_core.schedules import (
     Act,
     Overlap,
@@ -45,7 +45,7 @@ from composer_core.schedules import (
     upcoming,
 )
 from composer_engine._metrics import instruments
-from composer_engine._runs import RunCommands, Started, StartInTx
+from composer_engine._runs import RunCommands, Started, StartInTx, check_input
 from composer_engine._shell import Shell, utcnow
 from composer_engine._tx import Tx
 from composer_engine.errors import (
@@ -176,11 +176,14 @@ class Schedules:
         now: dt.datetime | None = None,
     ) -> repo.ScheduleRecord:
         """Store a schedule of a deployed workflow (``POST /v1/schedules``). Conflict
-        when the id is taken; NotFound when the workflow has no deployed version."""
+        when the id is taken; NotFound when the workflow has no deployed version;
+        InputInvalid when its input fails that version's ``input_schema``."""
         now = now or utcnow()
 
         async def write(tx: Tx) -> repo.ScheduleRecord:
-            await self._deployed(tx, workflow_id)
+            dag = await self._deployed(tx, workflow_id)
+            # every fire would be refused: say so now, not at the first fire
+            check_input(dag, spec.input, workflow_id, f"schedule {spec.id!r}'s input")
             first = next_fire(spec, now)
             stored = await repo.insert_schedule(
                 tx.conn,
@@ -674,9 +677,9 @@ class Schedules:
         except repo.NotFound:
             raise NotFound(f"no schedule {schedule_id!r}") from None
 
-    async def _deployed(self, tx: Tx, workflow_id: str) -> None:
+    async def _deployed(self, tx: Tx, workflow_id: str) -> WorkflowDAG:
         try:
-            await self._shell.definitions.deployed(tx.conn, workflow_id)
+            return await self._shell.definitions.deployed(tx.conn, workflow_id)
         except repo.NotFound:
             raise NotFound(
                 f"workflow {workflow_id!r} has no deployed version: deploy one before scheduling it"

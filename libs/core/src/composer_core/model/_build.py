@@ -247,7 +247,18 @@ class _Builder:
             self.add("edges", f"{len(spec.edges)} edges; the limit is {limits.max_edges}")
 
     def check_schedules(self) -> None:
+        """Each schedule's id is unique, and its input passes the version's
+        ``input_schema`` when the schema itself is sound: a schedule whose every fire
+        would be refused is refused at publish, not found out at its first fire."""
         seen: dict[str, int] = {}
+        schema = self.spec.input_schema
+        checked = (
+            None
+            if self.stored
+            or schema is None
+            or any(p.path.startswith("input_schema") for p in self.problems)
+            else InputSchema(schema)
+        )
         for i, schedule in enumerate(self.spec.schedules):
             if schedule.id in seen:
                 self.add(
@@ -255,6 +266,11 @@ class _Builder:
                     f"duplicate schedule id {schedule.id!r} (first at schedules[{seen[schedule.id]}])",
                 )
             seen.setdefault(schedule.id, i)
+            for problem in [] if checked is None else checked.problems(schedule.input):
+                self.add(
+                    f"schedules[{i}].input" + problem.path.removeprefix("$"),
+                    f"does not match the input_schema: {problem.message}",
+                )
 
     def check_nodes(self) -> None:
         for i, node in enumerate(self.spec.nodes):
