@@ -313,6 +313,9 @@ async def test_entries_page_and_find_attempts(queue: cq.Queue, prefix: str) -> N
     assert found == {("t1", 1), ("t3", 3)}
     assert await cq.find_attempts(queue, stream, {"t1"}, max_scan=4) is None
     assert await queue.entries(cq.stream_name(prefix, "none", 0)) == []
+    # the sweeper need not know a task's band: every band of the shard is searched
+    await queue.publish([(cq.band_stream(stream, 1), message("urgent", 2, priority=1))])
+    assert await cq.find_attempts(queue, stream, {"urgent", "t1"}) == {("urgent", 2), ("t1", 1)}
 
 
 async def test_find_attempts_searches_past_one_page(queue: cq.Queue, prefix: str) -> None:

@@ -100,6 +100,7 @@ WIDER = {
     "queue_load": "the admission step counts the small in-flight and held partial indexes",
     "held_tasks": "a release scans the small held partial index of every month (and runs)",
     "hold_tasks": "a batch of (run id, task id) pairs",
+    "enqueue_dispatches": "each dispatch's run by its key (a subquery: pruned at run time)",
     "insert_child_run": "INSERT: the row is routed to its partition",
     "first_child_version": "a parent's children may be of any month: the small parent index",
     "run_children": "a parent's children may be of any month: the small parent index",

@@ -40,6 +40,15 @@ class Dispatched:
     fields: dict[str, str]
 
 
+def band(fields: dict[str, str]) -> int:
+    """The priority band a message goes to: its run's priority, written into it when it
+    is not the default (docs/architecture.md §4.16); one unreadable goes to band 3."""
+    try:
+        return int(fields.get(cq.PRIORITY, cq.DEFAULT_BAND))
+    except ValueError:
+        return cq.DEFAULT_BAND
+
+
 class Publisher:
     """Publishes committed dispatches and deletes their outbox rows in batches.
 
@@ -97,7 +106,10 @@ class Publisher:
         else: the outbox-enqueuer's fallback (engine/_outbox.py) deletes their rows in
         the transaction that claimed them. Raises cq.QueueError when Redis fails."""
         entries = [
-            (cq.task_stream(self.prefix, d.queue, d.ref.task_id, self.shards), d.fields)
+            (
+                cq.task_stream(self.prefix, d.queue, d.ref.task_id, self.shards, band(d.fields)),
+                d.fields,
+            )
             for d in dispatched
         ]
         await self.queue.publish(entries)

@@ -204,7 +204,10 @@ class Writes:
             ids = await repo.enqueue_dispatches(conn, [row for row, *_ in dispatches])
             for row, ref, fields, at_once, _ in dispatches:
                 if at_once:
-                    tx.dispatched.append(Dispatched(ids[row.task_id], row.queue, ref, fields))
+                    enqueued = ids[row.task_id]
+                    if enqueued.priority != cq.DEFAULT_BAND:  # its run's band (§4.16)
+                        fields[cq.PRIORITY] = str(enqueued.priority)
+                    tx.dispatched.append(Dispatched(enqueued.outbox_id, row.queue, ref, fields))
         if self.finishes:
             finishes, self.finishes = self.finishes, []
             freed: list[tuple[str, str, str]] = []

@@ -11,7 +11,9 @@ one slot: it works, without the spread). No command spans two slots:
   script (one call over all of them) cannot run. What is there already is read
   stream by stream, at most ``count`` in all; a shard whose other priority bands
   are to be looked at (their streams carry the shard's stream as hash tag: one
-  slot) is read by the same script, EVAL on its master. When nothing is there,
+  slot) is read by the same script, EVAL on its master. So bands are ranked, with
+  their age, within a shard; across shards, those last seen holding a better band
+  are read first (with no aging across shards). When nothing is there,
   one blocked XREADGROUP per shard, over all its bands, waits, concurrently. The first to answer ends the wait:
   the others are released with ``CLIENT UNBLOCK`` (each blocked read sent its
   connection's ``CLIENT ID`` in the same round trip), and whatever they were
@@ -160,8 +162,9 @@ class ClusterQueue(RedisQueue):
         missing = False
         up: list[str] = []
         down: list[QueueUnavailable] = []
-        # What is there already, stream by stream, at most ``count`` in all...
-        for stream in streams:
+        # What is there already, stream by stream, at most ``count`` in all, shards with
+        # entries of a better band first...
+        for stream in self._bands.by_band(streams):
             left = count - len(entries)
             if left <= 0:
                 break

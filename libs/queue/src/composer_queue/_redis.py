@@ -42,9 +42,10 @@ from composer_queue._port import Subscription
 #: its band-3 stream first, shard after shard in the order to read them; ARGV: group,
 #: consumer, count, now in ms (0: Redis's TIME), then per shard the number of its keys
 #: and each key's band (negative: a band not known to hold entries, looked at with XLEN
-#: first). A shard read with band 3 alone is one XREADGROUP, as before bands existed.
-#: Otherwise its entries go by effective band: band less one per whole minute the
-#: entry waited (its id's ms), never better than 1, then oldest first (docs §4.16).
+#: first). When no other band holds entries, each shard is one XREADGROUP on band 3, in
+#: the order given, as before bands existed. Otherwise the entries of every shard given go by effective band: band less one per
+#: whole minute the entry waited (its id's ms), never better than 1, then oldest first
+#: (docs §4.16), whichever shard holds them.
 #: Answers {1, {{stream, id, fields}, ...}, {band streams holding undelivered entries}};
 #: the first element is 0 instead when a band-3 stream had no group (what was read from
 #: the others still counts). A band stream without the group gets it here, from its
@@ -86,7 +87,7 @@ local function undelivered(key, n)
   end
   return ms
 end
-local k, a = 1, 5
+local shards, k, a = {}, 1, 5
 while a <= #ARGV do
   local n = tonumber(ARGV[a])
   a = a + 1
@@ -95,46 +96,59 @@ while a <= #ARGV do
     keys[i], bands[i] = KEYS[k], tonumber(ARGV[a])
     k, a = k + 1, a + 1
   end
-  if left > 0 and failure == nil then
-    local heads, others = {}, false
-    for i = 2, n do
-      heads[i] = {}
-      if bands[i] > 0 or redis.call('XLEN', keys[i]) > 0 then
-        heads[i] = undelivered(keys[i], left)
-        if #heads[i] > 0 then
-          others = true
-          active[#active + 1] = keys[i]
+  shards[#shards + 1] = {keys, bands}
+end
+local heads, others = {}, false
+for _, shard in ipairs(shards) do
+  local keys, bands = shard[1], shard[2]
+  for i = 2, #keys do
+    if bands[i] > 0 or redis.call('XLEN', keys[i]) > 0 then
+      local ms = undelivered(keys[i], left)
+      if #ms > 0 then
+        heads[keys[i]], others = ms, true
+        active[#active + 1] = keys[i]
+      end
+    end
+    bands[i] = math.abs(bands[i])
+  end
+end
+if not others then
+  for _, shard in ipairs(shards) do
+    if left <= 0 or failure ~= nil then break end
+    read(shard[1][1], left)
+  end
+else
+  local cand = {}
+  for _, shard in ipairs(shards) do
+    local keys, bands = shard[1], shard[2]
+    cand[#cand + 1] = {keys[1], 3, undelivered(keys[1], left)}
+    for i = 2, #keys do
+      if heads[keys[i]] then cand[#cand + 1] = {keys[i], bands[i], heads[keys[i]]} end
+    end
+  end
+  if now == 0 then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  local take, pos, order = {}, {}, {}
+  for c = 1, #cand do take[c], pos[c] = 0, 1 end
+  for _ = 1, left do
+    local best, rank, born = nil, nil, nil
+    for c = 1, #cand do
+      local t = cand[c][3][pos[c]]
+      if t ~= nil then
+        local r = math.max(1, cand[c][2] - math.floor(math.max(0, now - t) / 60000))
+        if best == nil or r < rank or (r == rank and t < born) then
+          best, rank, born = c, r, t
         end
       end
-      bands[i] = math.abs(bands[i])
     end
-    if not others then
-      read(keys[1], left)
-    else
-      heads[1] = undelivered(keys[1], left)
-      if now == 0 then
-        local t = redis.call('TIME')
-        now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-      end
-      local take, pos, order = {}, {}, {}
-      for i = 1, n do take[i], pos[i] = 0, 1 end
-      for _ = 1, left do
-        local best, rank, born = nil, nil, nil
-        for i = 1, n do
-          local t = heads[i][pos[i]]
-          if t ~= nil then
-            local r = math.max(1, bands[i] - math.floor(math.max(0, now - t) / 60000))
-            if best == nil or r < rank or (r == rank and t < born) then
-              best, rank, born = i, r, t
-            end
-          end
-        end
-        if best == nil then break end
-        if take[best] == 0 then order[#order + 1] = best end
-        take[best], pos[best] = take[best] + 1, pos[best] + 1
-      end
-      for _, i in ipairs(order) do read(keys[i], take[i]) end
-    end
+    if best == nil then break end
+    if take[best] == 0 then order[#order + 1] = best end
+    take[best], pos[best] = take[best] + 1, pos[best] + 1
+  end
+  for _, c in ipairs(order) do
+    if failure == nil then read(cand[c][1], take[c]) end
   end
 end
 if failure ~= nil then return redis.error_reply(failure) end
@@ -235,6 +249,17 @@ class _Bands:
         fresh = [s for s in streams if s not in self._grouped]
         self._grouped.update(fresh)
         return [k for s in fresh for b, k in band_streams(s) if b != DEFAULT_BAND]
+
+    def by_band(self, streams: Sequence[str]) -> list[str]:
+        """``streams`` with those whose best band last seen holding entries is better
+        first (a cluster's shards are read one by one: no script sees them all), in the
+        order given otherwise."""
+
+        def best(stream: str) -> int:
+            bands = [b for b, k in band_streams(stream) if k in self._active]
+            return min(bands, default=DEFAULT_BAND)
+
+        return sorted(streams, key=best)
 
     def lost(self, streams: Sequence[str]) -> None:
         """``streams`` lost their group (Redis restarted empty): their bands' too."""

@@ -169,36 +169,48 @@ class FakeQueue:
             out.append(self._entry(name, entry_id, stream.entries[entry_id]))
         return out
 
-    def _new_banded(self, name: str, consumer: str, count: int) -> list[Entry] | None:
-        """As Redis's read script: the new entries of every priority band of the shard
-        whose band-3 stream is ``name``, by effective band (band less one per whole
-        AGING_SECONDS waited, at best 1), then oldest first; None: band 3 has no group.
-        A band stream without the group gets it, from its first entry."""
-        heads: list[tuple[int, float, int, str, _Id]] = []
-        for band, key in band_streams(name):
-            stream = self._streams.get(key)
-            if stream is None:
-                if band == DEFAULT_BAND:
-                    return None
+    def _new_banded(
+        self, names: Sequence[str], consumer: str, count: int
+    ) -> tuple[list[Entry], bool]:
+        """As Redis's read script: the new entries of the shards whose band-3 streams are
+        ``names``, and whether one of those had no group. With entries in no other band,
+        band 3 shard after shard; else every band of every shard by effective band (band
+        less one per whole AGING_SECONDS waited, at best 1), then oldest first. A band
+        stream without the group gets it, from its first entry."""
+        missing = False
+        heads: list[tuple[int, float, str, _Id]] = []
+        others = False
+        for name in names:
+            main = self._streams.get(name)
+            if main is None or main.group is None:
+                missing = True
                 continue
-            if stream.group is None:
-                if band == DEFAULT_BAND:
-                    return None
-                stream.group = _Group()
-            last = stream.group.last_delivered
-            for entry_id in sorted(i for i in stream.entries if i > last)[:count]:
-                waited = self._clock() - stream.born.get(entry_id, self._clock())
-                rank = max(1, band - int(max(0.0, waited) // AGING_SECONDS))
-                heads.append((rank, stream.born.get(entry_id, 0.0), band, key, entry_id))
-        out: list[Entry] = []
+            for band, key in band_streams(name):
+                stream = self._streams.get(key)
+                if stream is None:
+                    continue
+                if stream.group is None:
+                    stream.group = _Group()
+                last = stream.group.last_delivered
+                for entry_id in sorted(i for i in stream.entries if i > last)[:count]:
+                    born = stream.born.get(entry_id, self._clock())
+                    waited = max(0.0, self._clock() - born)
+                    rank = max(1, band - int(waited // AGING_SECONDS))
+                    heads.append((rank, born, key, entry_id))
+                    others = others or band != DEFAULT_BAND
+        found: list[Entry] = []
+        if not others:
+            for name in names:
+                if count - len(found) <= 0:
+                    break
+                found.extend(self._new_entries(name, consumer, count - len(found)) or [])
+            return found, missing
         taking: dict[str, int] = {}
-        for _, _, _, key, _ in sorted(heads)[:count]:
+        for _, _, key, _ in sorted(heads)[:count]:
             taking[key] = taking.get(key, 0) + 1
         for key, n in taking.items():
-            out.extend(self._new_entries(key, consumer, n) or [])
-        if not heads:  # as XREADGROUP on band 3: the consumer is known to the group
-            self._new_entries(name, consumer, 0)
-        return out
+            found.extend(self._new_entries(key, consumer, n) or [])
+        return found, missing
 
     def _entry(self, name: str, entry_id: _Id, fields: dict[str, str]) -> Entry:
         if _text(entry_id) in self.poison:
@@ -214,14 +226,7 @@ class FakeQueue:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + block_ms / 1000
         while True:
-            found: list[Entry] = []
-            missing = False
-            for name in streams:
-                if count - len(found) <= 0:
-                    break
-                new = self._new_banded(name, consumer, count - len(found))
-                missing = missing or new is None
-                found.extend(new or [])
+            found, missing = self._new_banded(streams, consumer, count)
             if missing:  # NOGROUP: recreated; what the others gave still counts
                 await self.ensure_groups(streams)
                 return found

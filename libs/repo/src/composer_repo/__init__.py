@@ -120,6 +120,7 @@ from composer_repo._operations import (
     settle_operation_item,
 )
 from composer_repo._outbox import (
+    Enqueued,
     claim_outbox,
     delete_outbox,
     enqueue_dispatch,
@@ -317,6 +318,7 @@ __all__ = [
     "DefinitionVersion",
     "Dropped",
     "DueWait",
+    "Enqueued",
     "ExpiredLease",
     "FinishedRun",
     "FinishedTask",

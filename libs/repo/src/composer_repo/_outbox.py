@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import asyncpg
 
@@ -27,6 +28,17 @@ from composer_repo._db import Connection, translated
 from composer_repo._errors import Invalid, NotFound
 from composer_repo._records import NewDispatch, OutboxKind, OutboxMessage, TaskRef
 from composer_repo._sql import q
+
+#: The priority of a run whose workflow names none (V026 stores it as NULL).
+DEFAULT_PRIORITY = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """A dispatch's outbox row: its id, and its run's priority (its band)."""
+
+    outbox_id: int
+    priority: int
 
 
 @translated
@@ -44,13 +56,16 @@ async def enqueue_dispatch(
     ids = await enqueue_dispatches(  # the engine's one statement
         conn, [NewDispatch(run_id, task_id, queue, payload, not_before)]
     )
-    return ids[task_id]
+    return ids[task_id].outbox_id
 
 
 @translated
-async def enqueue_dispatches(conn: Connection, dispatches: Sequence[NewDispatch]) -> dict[str, int]:
+async def enqueue_dispatches(
+    conn: Connection, dispatches: Sequence[NewDispatch]
+) -> dict[str, Enqueued]:
     """``enqueue_dispatch`` for many dispatches (of distinct tasks) in one statement:
-    their outbox ids by task id."""
+    by task id, its outbox id and the priority band its run's priority puts it in (a
+    band other than 3 is written into its row's message too)."""
     if not dispatches:
         return {}
     rows = await conn.fetch(
@@ -61,7 +76,12 @@ async def enqueue_dispatches(conn: Connection, dispatches: Sequence[NewDispatch]
         [d.payload for d in dispatches],
         [d.not_before for d in dispatches],
     )
-    return {r["task_id"]: r["id"] for r in rows}
+    return {
+        r["task_id"]: Enqueued(
+            r["id"], DEFAULT_PRIORITY if r["priority"] is None else int(r["priority"])
+        )
+        for r in rows
+    }
 
 
 @translated

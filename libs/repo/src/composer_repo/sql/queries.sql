@@ -721,13 +721,20 @@ RETURNING id;
 
 -- name: enqueue_dispatches
 -- enqueue for many dispatches of one transaction, in one statement: their ids,
--- by task.
+-- by task, and the priority band each message carries: its run's priority (V026),
+-- written into the message when it is not the default, 3 (the message's stream is
+-- its band's: docs/architecture.md §4.16). The run's row is looked up by its key
+-- per dispatch (a subquery: one partition's index, the run locked already).
 INSERT INTO outbox (kind, run_id, task_id, destination, payload, next_attempt_at, created_at)
-SELECT 'dispatch', u.run_id, u.task_id, u.queue, u.payload,
+SELECT 'dispatch', u.run_id, u.task_id, u.queue,
+       CASE WHEN u.priority IS NULL OR u.priority = 3 THEN u.payload
+            ELSE u.payload || jsonb_build_object('priority', u.priority::text) END,
        COALESCE(u.not_before, composer_now()), composer_now()
-  FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::timestamptz[])
-           AS u(run_id, task_id, queue, payload, not_before)
-RETURNING id, task_id;
+  FROM (SELECT u.*, (SELECT r.priority FROM workflow_runs r WHERE r.id = u.run_id) AS priority
+          FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::timestamptz[])
+                   AS u(run_id, task_id, queue, payload, not_before)
+        OFFSET 0) u  -- not flattened: the look-up runs once per dispatch, not per use
+RETURNING id, task_id, payload->>'priority' AS priority;
 
 -- name: claim_outbox
 -- Due messages of one kind, oldest first. The row locks are held until the
