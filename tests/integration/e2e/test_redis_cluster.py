@@ -74,8 +74,11 @@ async def test_runs_go_through_the_stack_on_a_cluster(stack: Stack) -> None:
         assert run.status is RunStatus.SUCCEEDED, run
         tasks = await s.tasks_of(run_id)
         assert set(tasks) == {"start", *fan, "pause", "end"}
-    # its streams, on several masters, are listed as the sweeper lists them
-    assert sorted(await s.redis.streams(s.prefix)) == cq.queue_streams(s.prefix, queue, 4)
+    # its streams (every priority band of each shard: the worker waits on them all), on
+    # several masters, are listed as the sweeper lists them
+    assert sorted(await s.redis.streams(s.prefix)) == sorted(
+        band for shard in cq.queue_streams(s.prefix, queue, 4) for _, band in cq.band_streams(shard)
+    )
 
 
 async def test_a_master_killed_with_tasks_in_its_stream_loses_none(

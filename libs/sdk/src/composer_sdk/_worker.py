@@ -5,7 +5,8 @@ input, node, timeout) comes with the lease, from the database, and the lease's
 token goes with every renewal and report (docs/architecture.md §6.1).
 
 For each queue it reads the queue's shard streams through the consumer group,
-never more entries than it has free slots (``concurrency``): a slot is taken
+each shard's priority bands included, the best band first (``composer_queue``'s
+read, docs/architecture.md §4.16), never more entries than it has free slots (``concurrency``): a slot is taken
 before the read and held until the handler ends, so no entry waits in the
 worker unleased, where the lease-sweeper would take it for one a dead worker
 left. The report and the ack go on outside the slot (within ``prefetch``
