@@ -40,7 +40,9 @@ async def test_a_late_priority_1_run_is_taken_before_a_priority_5_backlog(stack:
         (await stack.engine.start(f"ranked-{queue}", input={"priority": 5, "n": f"low{i}"})).run_id
         for i in range(12)
     ]
-    default = (await stack.engine.start(f"ranked-{queue}", input={"priority": 3, "n": "mid"})).run_id
+    default = (
+        await stack.engine.start(f"ranked-{queue}", input={"priority": 3, "n": "mid"})
+    ).run_id
     await until(lambda: _all_queued(stack.pool, [*backlog, default]), what="the backlog in Redis")
     high = (await stack.engine.start(f"ranked-{queue}", input={"priority": 1, "n": "high"})).run_id
     await until(lambda: _all_queued(stack.pool, [high]), what="the late run's task in Redis")
