@@ -68,7 +68,9 @@ def create_app(
     app[SPEC] = build_spec(ROUTES)
     app[DOCS] = render_docs(app[SPEC])
     for route in ROUTES:
-        app.router.add_route(route.method, route.path, guarded(route, authenticator), name=None)
+        app.router.add_route(
+            route.method, route.pattern or route.path, guarded(route, authenticator), name=None
+        )
     ui.add_routes(app)  # static files, not part of the API (nor of its OpenAPI document)
     if config.examples:
         examples.add_routes(app)  # what examples/ call, so they run offline

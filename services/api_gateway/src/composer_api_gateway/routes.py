@@ -106,6 +106,9 @@ class Route:
     errors: tuple[int, ...] = ()
     description: str = ""
     body_required: bool = field(default=True)
+    #: aiohttp's pattern for ``path`` when it differs from the documented one (a
+    #: parameter that may hold a '/': ``{key:.+}``).
+    pattern: str | None = None
 
 
 ROUTES: tuple[Route, ...] = (
@@ -590,7 +593,9 @@ ROUTES: tuple[Route, ...] = (
         "the definitions naming it say (until set again); the bucket's tokens are capped "
         "at the new limit, and attempts waiting for tokens are looked at again. The token's "
         "name is recorded (`set_by`). A key a template rendered (one partner's) is set "
-        "alone: the template's other keys keep the node's values.",
+        "alone: the template's other keys keep the node's values. A key may hold '/' "
+        "(`PUT /v1/limits/partner/eu`, or `partner%2Feu`).",
+        pattern="/v1/limits/{key:.+}",  # a key may hold '/' (partner/eu)
     ),
     Route(
         "GET",
