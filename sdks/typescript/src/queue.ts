@@ -275,14 +275,12 @@ export class StreamQueue {
     }
     if (entries.length > 0 || blockMs <= 0) return entries;
     // wait on every band at once (one command): their groups made once by this reader
-    const now = Date.now();
     const others = (list: string[]) => list.flatMap((s) => BANDS.filter((b) => b !== DEFAULT_BAND).map((b) => bandStream(s, b)));
     const fresh = streams.filter((s) => !this.grouped.has(s));
     if (fresh.length > 0) {
       await this.ensureGroups(others(fresh));
       for (const stream of fresh) this.grouped.add(stream);
     }
-    for (const stream of streams) this.looked.set(stream, now);
     const every = [...streams, ...others(streams)];
     let answer: Array<[string, Array<[string, string[] | null]>]> | null;
     try {
@@ -312,6 +310,10 @@ export class StreamQueue {
         if (fields !== null) read.push(new Entry(stream, id, fieldsOf(fields)));
       }
     }
+    // as it answered it looked at every band (one with entries answers at once)
+    const answered = Date.now();
+    for (const stream of streams) this.looked.set(stream, answered);
+    for (const entry of read) if (!streams.includes(entry.stream)) this.active.add(entry.stream);
     if (read.length > count) await this.giveBack(read.slice(count));
     return read.slice(0, count);
   }

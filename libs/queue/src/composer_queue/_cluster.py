@@ -218,7 +218,6 @@ class ClusterQueue(RedisQueue):
             return entries
         # ...else wait on every shard at once (each on all its bands, one slot); the
         # first answer releases the others.
-        self._bands.probed(up)
         if fresh := self._bands.ungrouped(up):  # once: a blocked read needs their groups
             await self.ensure_groups(fresh)
         try:
@@ -228,6 +227,7 @@ class ClusterQueue(RedisQueue):
                 await self.ensure_groups(self._bands.every(up))
                 return []
             raise
+        self._bands.waited(up, entries)
         if len(entries) > count:
             await self.give_back(entries[count:])
         return entries[:count]

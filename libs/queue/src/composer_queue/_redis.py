@@ -237,11 +237,14 @@ class _Bands:
         self._active.difference_update(keys)
         self._active.update(active)
 
-    def probed(self, streams: Sequence[str]) -> None:
-        """Every band of ``streams`` is about to be waited on (a blocked read)."""
+    def waited(self, streams: Sequence[str], entries: Sequence[Entry]) -> None:
+        """A blocked read on every band of ``streams`` answered with ``entries``: as it
+        answered, it looked at every band (a band with entries answers at once), so an
+        idle reader's next read looks at none but 3 and those that answered."""
         now = time.monotonic()
         for stream in streams:
             self._looked[stream] = now
+        self._active.update(e.stream for e in entries if e.stream not in streams)
 
     def ungrouped(self, streams: Sequence[str]) -> list[str]:
         """The other bands' streams of ``streams`` not yet made sure to have the group
@@ -356,10 +359,9 @@ class RedisQueue:
         # blocked XREADGROUP is served by the stream that got an entry, but one issued
         # just as entries reach several streams answers from each at once: what is
         # over ``count`` is given back, uncounted.
-        self._bands.probed(streams)
         if fresh := self._bands.ungrouped(streams):  # once: a blocked read needs their groups
             await self.ensure_groups(fresh)
-        streams = every
+        shards, streams = streams, every
         try:
             with translated(what):
                 answer = await self._undecoded(
@@ -386,6 +388,7 @@ class RedisQueue:
             for i, fields in items
             if fields is not None
         ]
+        self._bands.waited(shards, entries)
         if len(entries) > count:
             await self.give_back(entries[count:])
         return entries[:count]
