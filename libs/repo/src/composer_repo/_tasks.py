@@ -171,6 +171,8 @@ async def complete_tasks(
     were active (one left out was stale)."""
     if not completions:
         return {}
+    # in one order of attempts, as acquire_leases (no two batches wait for each other)
+    completions = sorted(completions, key=lambda c: (c[0].run_id, c[0].task_id, c[0].attempt))
     rows = await conn.fetch(
         q("complete_tasks"),
         [ref.run_id for ref, _ in completions],
@@ -365,13 +367,16 @@ async def acquire_leases(conn: Connection, requests: Sequence[LeaseRequest]) -> 
     """``acquire_lease`` for many requests in one statement: for each, its lease or
     None. An attempt may appear only once per call."""
     _check_batch(requests)
+    # in one order of attempts, as every batch that updates them, so that two never
+    # wait for each other (a deadlock costs a second: deadlock_timeout)
+    ordered = sorted(requests, key=lambda r: (r.run_id, r.task_id, r.attempt))
     rows = await conn.fetch(
         q("acquire_leases"),
-        *_columns(requests),
-        [r.claim for r in requests],
-        [_queues(r) for r in requests],
-        [r.queue for r in requests],
-        [_node_types(r) for r in requests],
+        *_columns(ordered),
+        [r.claim for r in ordered],
+        [_queues(r) for r in ordered],
+        [r.queue for r in ordered],
+        [_node_types(r) for r in ordered],
     )
     granted = {(r["run_id"], r["id"], r["attempt"]): r for r in rows}
     leases: list[Lease | None] = []

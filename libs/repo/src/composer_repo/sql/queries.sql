@@ -796,14 +796,26 @@ SELECT kind, count(*) AS n FROM outbox GROUP BY kind;
 -- a pause of their run) to QUEUED ($2-$4), and
 -- say when the next dispatch is due. Every part reads the statement's snapshot,
 -- so the rows being deleted are left out of the min() explicitly.
+-- An attempt another transaction holds is skipped, not waited for: a worker's
+-- lease (it read the entry at once) or a report is taking it past QUEUED, which
+-- only says "published" (PENDING and QUEUED are one to every other statement).
+-- Waiting deadlocked with a batch of leases that locked the same attempts in
+-- another order, a 1 s stall each time (deadlock_timeout).
 WITH deleted AS (
     DELETE FROM outbox WHERE id = ANY($1::bigint[])
+), locked AS (
+    SELECT t.run_id, t.id, t.attempt
+      FROM task_instances t
+      JOIN unnest($2::text[], $3::text[], $4::int[]) AS u(run_id, id, attempt)
+        ON t.run_id = u.run_id AND t.id = u.id AND t.attempt = u.attempt
+     WHERE t.state = 'PENDING' AND t.held_reason IS NULL
+       FOR UPDATE OF t SKIP LOCKED
 ), queued AS (
     UPDATE task_instances t
        SET state = 'QUEUED', updated_at = now()
-      FROM unnest($2::text[], $3::text[], $4::int[]) AS u(run_id, id, attempt)
-     WHERE t.run_id = u.run_id AND t.id = u.id AND t.attempt = u.attempt
-       AND t.state = 'PENDING' AND t.held_reason IS NULL
+      FROM locked l
+     WHERE t.run_id = l.run_id AND t.id = l.id AND t.attempt = l.attempt
+       AND t.state = 'PENDING'
 )
 SELECT min(CASE WHEN next_attempt_at > created_at THEN next_attempt_at
                 ELSE created_at + make_interval(secs => $5) END)
