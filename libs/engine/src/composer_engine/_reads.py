@@ -290,11 +290,18 @@ class Reads:
         """The keys of run limits with runs going or waiting (docs/architecture.md
         §4.13), each with its deployed limit, then the node concurrency keys with
         attempts in flight or held (§4.12). A run key is rendered from a run's input:
-        a caller who may not see the workflow's payloads gets it as None (a node key,
-        a name from the definition or what a templated key rendered, is always shown)."""
+        a caller who may not see the workflow's payloads gets it as None. So does a node
+        or rate key a template rendered from a run's data: only those a deployed
+        definition writes as plain text are shown to such a caller (or those of a
+        workflow that sets ``viewers_see_payloads``, or a rate key a person set)."""
 
         async def read(tx: Tx) -> list[LimitView]:
             views = []
+            plain, open_workflows = (
+                (frozenset[str](), frozenset[str]())
+                if full_access
+                else await self._plain_limit_keys(tx)
+            )
             deployed: dict[str, WorkflowDAG | None] = {}  # one read per workflow
             for k in await repo.run_limit_keys(tx.conn):
                 limit: int | None = k.waiting_max_runs
@@ -325,15 +332,26 @@ class Reads:
             for n in await repo.node_limit_keys(tx.conn):
                 scope, _, rest = n.key.partition(":")
                 workflow_id, key = rest.split(":", 1) if scope == "workflow" else (None, rest)
+                shown = full_access or n.key in plain or workflow_id in open_workflows
                 views.append(
-                    LimitView("node_concurrency", workflow_id, key, n.in_use, n.max, n.waiting)
+                    LimitView(
+                        "node_concurrency",
+                        workflow_id,
+                        key if shown else None,
+                        n.in_use,
+                        n.max,
+                        n.waiting,
+                    )
                 )
             for r in await repo.rate_limit_keys(tx.conn):
                 views.append(
                     LimitView(
                         "rate_limit",
                         None,
-                        r.key.partition(":")[2],
+                        # a key a person set (PUT) is a name they chose, not a run's data
+                        r.key.partition(":")[2]
+                        if full_access or r.key in plain or r.set_by is not None
+                        else None,
                         max(0, round(r.limit - r.tokens)),
                         r.limit,
                         r.waiting,
@@ -345,6 +363,22 @@ class Reads:
             return views
 
         return await self._shell.in_tx(read)
+
+    async def _plain_limit_keys(self, tx: Tx) -> tuple[frozenset[str], frozenset[str]]:
+        """The limit keys the deployed definitions write as plain text, and the
+        workflows whose payloads (their rendered keys too) every caller sees."""
+        plain: set[str] = set()
+        open_workflows: set[str] = set()
+        for summary in await repo.list_definitions(tx.conn):
+            if summary.deployed_version is None:
+                continue
+            dag = await self._shell.definitions.get(
+                tx.conn, summary.workflow_id, summary.deployed_version
+            )
+            plain |= dag.plain_limit_keys
+            if dag.spec.viewers_see_payloads:
+                open_workflows.add(summary.workflow_id)
+        return frozenset(plain), frozenset(open_workflows)
 
     async def workers(self) -> list[repo.WorkerRecord]:
         """Every worker as its last heartbeat left it."""

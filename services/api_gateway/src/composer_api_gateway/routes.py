@@ -577,7 +577,9 @@ ROUTES: tuple[Route, ...] = (
         description="Each key of a workflow's run concurrency with runs going or waiting: "
         "how many hold a slot (`in_use`), the limit, and how many wait. A key is "
         "rendered from run inputs, so a viewer token gets it as null with "
-        "`redacted: true`, unless the workflow sets `viewers_see_payloads: true`.",
+        "`redacted: true`, unless the workflow sets `viewers_see_payloads: true`; so "
+        "does a node's or rate key a template rendered, unless a deployed definition "
+        "names it in plain text (or a person set it: PUT).",
     ),
     Route(
         "PUT",

@@ -360,6 +360,20 @@ class WorkflowDAG:
         return tuple(dict.fromkeys(v for v in self._lines.values() if not v.templated))
 
     @property
+    def plain_limit_keys(self) -> frozenset[str]:
+        """The stored names (``global:<key>``, ``workflow:<id>:<key>``, ``rate:<key>``) of
+        the limit keys this version writes as plain text: what anyone reading the
+        definition sees. A key a template renders is made of a run's data instead."""
+        keys: set[str] = set()
+        for node in self._nodes.values():
+            worker = self._inner.get(node.id, node)
+            if worker.concurrency is not None and not _is_template(worker.concurrency.key):
+                keys.add(concurrency_prefix(self.workflow_id, worker) + worker.concurrency.key)
+            if worker.rate_limit is not None and not _is_template(worker.rate_limit.key):
+                keys.add(f"rate:{worker.rate_limit.key}")
+        return frozenset(keys)
+
+    @property
     def templated_keys(self) -> bool:
         """Some node's limit key is a template: its tasks' keys are on their rows only."""
         return any(line.templated for line in self._lines.values())
