@@ -60,10 +60,28 @@ CHILD = {
 }
 
 
+#: A child with a priority of its own, rendered from its input, and its parent.
+RANKED_CHILD = {
+    "id": "sw-ranked-child",
+    "priority": "{{input.p}}",
+    "nodes": [{"id": "work", "type": "TASK", "queue": "sw-kids", "spec": {}}],
+}
+RANKED_PARENT = {
+    "id": "sw-ranked-parent",
+    "nodes": [
+        {
+            "id": "call",
+            "type": "SUB_WORKFLOW",
+            "spec": {"workflow": "sw-ranked-child", "input": {"p": 1}},
+        }
+    ],
+}
+
+
 @pytest.fixture
 async def engine(pool: repo.Pool) -> AsyncIterator[Engine]:
     workflows = Workflows(pool)
-    for spec in (CHILD, PARENT, MAP_PARENT):
+    for spec in (CHILD, PARENT, MAP_PARENT, RANKED_CHILD, RANKED_PARENT):
         await workflows.create(validate_definition(spec), deploy=True)
     e = Engine(pool)
     try:
@@ -115,6 +133,21 @@ async def test_the_child_s_output_is_the_node_s(engine: Engine, pool: repo.Pool)
 
     await until(lambda: _status(pool, parent, RunStatus.SUCCEEDED), what="parent succeeded")
     assert (await run(pool, parent)).output == {"child": {"doubled": 42}}
+
+
+async def test_a_child_run_has_its_own_workflow_s_priority(engine: Engine, pool: repo.Pool) -> None:
+    parent = (await engine.start("sw-ranked-parent")).run_id
+    child = await one_child_running(pool, parent)
+
+    async with repo.connection(pool) as conn:
+        priority = await conn.fetchval(
+            "SELECT priority FROM workflow_runs WHERE id = $1", child.run_id
+        )
+        message = await conn.fetchval(
+            "SELECT payload FROM outbox WHERE run_id = $1 AND kind = 'dispatch'", child.run_id
+        )
+    assert priority == 1  # rendered as its start was applied (docs §4.16)
+    assert message["priority"] == "1"  # its task goes to band 1
 
 
 async def _status(pool: repo.Pool, run_id: str, status: RunStatus) -> bool:

@@ -188,3 +188,33 @@ async def test_a_leased_webhook_keeps_its_delivery_id_across_leases(conn: repo.C
         [again] = await repo.lease_outbox(conn, "webhook", lease=60)
         await repo.delete_outbox(conn, [again.id])
     assert first.delivery_id is not None and again.delivery_id == first.delivery_id
+
+
+async def test_a_dispatch_carries_its_run_s_priority_into_its_message(
+    conn: repo.Connection,
+) -> None:
+    """What the engine publishes after the commit and what the outbox-enqueuer publishes
+    later (a retry's backoff, a lost publish) name the run's band (docs §4.16)."""
+    await drain(conn)
+    urgent, plain = await new_run(conn), await new_run(conn)
+    await repo.set_run_priority(conn, urgent, 1)
+    a = await new_worker_task(conn, urgent, "a")
+    b = await new_worker_task(conn, plain, "b")
+    later = dt.datetime.now(UTC) + dt.timedelta(hours=1)
+
+    enqueued = await repo.enqueue_dispatches(
+        conn,
+        [
+            repo.NewDispatch(urgent, a.task_id, "q", {"task_id": a.task_id}, later),
+            repo.NewDispatch(plain, b.task_id, "q", {"task_id": b.task_id}, later),
+        ],
+    )
+
+    assert (enqueued[a.task_id].priority, enqueued[b.task_id].priority) == (1, 3)
+    rows = await conn.fetch(
+        "SELECT task_id, payload FROM outbox WHERE id = ANY($1::bigint[])",
+        [e.outbox_id for e in enqueued.values()],
+    )
+    payloads = {r["task_id"]: r["payload"] for r in rows}
+    assert payloads[a.task_id] == {"task_id": a.task_id, "priority": "1"}
+    assert payloads[b.task_id] == {"task_id": b.task_id}  # the default band: as before
