@@ -255,12 +255,13 @@ class _Bands:
 
     def by_band(self, streams: Sequence[str]) -> list[str]:
         """``streams`` with those whose best band last seen holding entries is better
-        first (a cluster's shards are read one by one: no script sees them all), in the
-        order given otherwise."""
+        than 3 first (a cluster's shards are read one by one: no script sees them all),
+        in the order given otherwise: a shard is never put behind for holding a worse
+        band too (its band 3 may hold entries, and its script ages its bands)."""
 
         def best(stream: str) -> int:
             bands = [b for b, k in band_streams(stream) if k in self._active]
-            return min(bands, default=DEFAULT_BAND)
+            return min([*bands, DEFAULT_BAND])
 
         return sorted(streams, key=best)
 
