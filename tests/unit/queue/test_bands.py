@@ -4,8 +4,6 @@ another band must still be seen within PROBE_SECONDS by a reader that never bloc
 
 from __future__ import annotations
 
-import pytest
-
 import composer_queue as cq
 from composer_queue import _redis
 from composer_queue._redis import _Bands
@@ -23,12 +21,9 @@ def test_band_3_is_the_shard_s_stream_and_the_others_share_its_cluster_slot() ->
     assert cq.band_stream(SHARD, 9) == SHARD  # a band out of 1..5: the default
 
 
-def test_a_shard_is_looked_at_whole_once_then_band_3_alone(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_shard_is_looked_at_whole_once_then_band_3_alone() -> None:
     now = [100.0]
-    monkeypatch.setattr(_redis.time, "monotonic", lambda: now[0])
-    bands = _Bands()
+    bands = _Bands(clock=lambda: now[0])
 
     keys, layout = bands.plan([SHARD])
     assert keys == [SHARD, *(cq.band_stream(SHARD, b) for b in (1, 2, 4, 5))]
@@ -40,11 +35,8 @@ def test_a_shard_is_looked_at_whole_once_then_band_3_alone(
     assert len(bands.plan([SHARD])[0]) == 5  # a reader that never blocks looks again
 
 
-def test_a_band_seen_holding_entries_is_read_until_it_is_empty(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(_redis.time, "monotonic", lambda: 100.0)
-    bands = _Bands()
+def test_a_band_seen_holding_entries_is_read_until_it_is_empty() -> None:
+    bands = _Bands(clock=lambda: 100.0)
     keys, _ = bands.plan([SHARD, OTHER])
     urgent = cq.band_stream(OTHER, 1)
     bands.seen(keys, [urgent])
@@ -55,12 +47,9 @@ def test_a_band_seen_holding_entries_is_read_until_it_is_empty(
     assert bands.plan([SHARD, OTHER]) == ([SHARD, OTHER], [1, 3, 1, 3])
 
 
-def test_a_blocked_read_counts_as_a_look_at_every_band(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_blocked_read_counts_as_a_look_at_every_band() -> None:
     now = [100.0]
-    monkeypatch.setattr(_redis.time, "monotonic", lambda: now[0])
-    bands = _Bands()
+    bands = _Bands(clock=lambda: now[0])
     now[0] += 50
     low = cq.band_stream(SHARD, 5)
     bands.waited([SHARD], [cq.Entry(low, "1-0", {})])

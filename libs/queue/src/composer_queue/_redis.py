@@ -194,7 +194,8 @@ class _Bands:
     So work of the default priority alone costs no command more than before bands,
     but the XLENs of one look a second while a reader never blocks."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         #: Band streams that held undelivered entries when last looked at.
         self._active: set[str] = set()
         #: Shard stream -> when (monotonic) its bands were last all looked at.
@@ -217,7 +218,7 @@ class _Bands:
 
     def plan_one(self, stream: str) -> list[tuple[str, int]]:
         """One shard's (key, band) to read: band 3 first, then the bands to look at."""
-        now = time.monotonic()
+        now = self._clock()
         look = stream not in self._looked or now - self._looked[stream] >= PROBE_SECONDS
         if look:
             self._looked[stream] = now
@@ -241,7 +242,7 @@ class _Bands:
         """A blocked read on every band of ``streams`` answered with ``entries``: as it
         answered, it looked at every band (a band with entries answers at once), so an
         idle reader's next read looks at none but 3 and those that answered."""
-        now = time.monotonic()
+        now = self._clock()
         for stream in streams:
             self._looked[stream] = now
         self._active.update(e.stream for e in entries if e.stream not in streams)
