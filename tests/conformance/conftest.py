@@ -160,13 +160,21 @@ class Conformance:
         return worker
 
     async def deploy_task(
-        self, spec: dict[str, Any], *, queue: str, max_attempts: int = 3, timeout: float = 60
+        self,
+        spec: dict[str, Any],
+        *,
+        queue: str,
+        max_attempts: int = 3,
+        timeout: float = 60,
+        priority: str | None = None,
     ) -> str:
-        """Deploy a one-node workflow (a TASK on ``queue`` whose input is ``spec``); its id."""
+        """Deploy a one-node workflow (a TASK on ``queue`` whose input is ``spec``, its
+        runs' ``priority`` given when not None); its id."""
         workflow_id = f"conf-{uuid.uuid4().hex[:8]}"
         await self.stack.deploy(
             {
                 "id": workflow_id,
+                **({} if priority is None else {"priority": priority}),
                 "nodes": [
                     {
                         "id": "work",

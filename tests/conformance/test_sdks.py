@@ -2,7 +2,7 @@
 (the ``sdk`` fixture: python, typescript) as worker processes on a real stack.
 
 What a user relies on, whatever the language of their worker: a task's output is
-its handler's return value; a thrown error is retried by the node's policy, a
+its handler's return value; a task of any priority band is served; a thrown error is retried by the node's policy, a
 PermanentError fails the node at once with its code; a long task keeps its lease;
 a worker killed mid-task has its attempt retried elsewhere; an output over the limit
 fails for good, before it is sent; a lost lease stops the handler and reports
@@ -48,6 +48,20 @@ async def test_success_returns_the_handlers_output(conformance: Conformance) -> 
     task = await c.task(run_id)
     assert task.output["input"] == {"do": "echo", "n": 1}
     assert task.output["attempt"] == 0 and task.attempt == 0
+
+
+async def test_tasks_of_every_priority_band_are_served(conformance: Conformance) -> None:
+    """A task goes to its run's priority band's stream (docs/architecture.md §4.16): a
+    worker that read only the shards' own streams would never see these."""
+    c = conformance
+    workflow = await c.deploy_task({"do": "echo", "n": 1}, queue=Q, priority="{{input.p}}")
+    waiting = [(await c.stack.engine.start(workflow, input={"p": p})).run_id for p in (1, 5)]
+    await c.worker(Q)
+    for run_id in waiting:
+        assert (await c.stack.wait_run(run_id, timeout=30)).status is RunStatus.SUCCEEDED
+    # and one published while the worker waits on its streams
+    late = (await c.stack.engine.start(workflow, input={"p": 2})).run_id
+    assert (await c.stack.wait_run(late, timeout=30)).status is RunStatus.SUCCEEDED
 
 
 async def test_a_failed_attempt_is_retried_by_the_nodes_policy(conformance: Conformance) -> None:
