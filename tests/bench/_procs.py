@@ -247,7 +247,8 @@ class ProcessStack:
                 p.peak_rss = max(p.peak_rss, peak_rss_mb(p.pid))
 
     def pid(self, name: str) -> int:
-        return next(p.pid for p in self.procs if p.name == name)
+        """The process named ``name``, or the first replica of service ``name``."""
+        return next(p.pid for p in self.procs if p.name in (name, f"{name}-0"))
 
     async def restart(self, settings: dict[str, str]) -> None:
         """Stop every process and start them again with ``settings`` over the stack's own

@@ -302,11 +302,12 @@ class DatabaseWal:
     backends' CPU). A record is the database's when it touches one of its relations
     (``rel <tablespace>/<database oid>/…`` in its block references) or belongs to a
     transaction that did (its commit record too, also when that falls in the next
-    read). Page headers and the padding between records are not counted. Reading as
-    it goes matters on a shared server: a checkpoint (another suite's DROP DATABASE
-    forces one) lets the server remove segments that are older than it, and a read
-    after the workload found them gone. A read that fails ends the reading;
-    ``error`` says why, and the totals are then partial (report none)."""
+    read). Page headers and the padding between records are not counted. On a shared
+    server a checkpoint (another suite's DROP DATABASE forces one) lets the server
+    remove segments older than it, within a second of their writing: a read after
+    the workload, and even reads every second, found them gone; hence the slot
+    (``begin``). A read that fails ends the reading; ``error`` says why, and the
+    totals are then partial (report none)."""
 
     url: str
     database_oid: int
@@ -321,8 +322,16 @@ class DatabaseWal:
     _task: asyncio.Task[None] | None = None
 
     async def begin(self) -> int:
-        """Start reading from the server's flushed WAL position now; returns it."""
+        """Start reading from the server's flushed WAL position now; returns it. A
+        temporary physical replication slot on this connection keeps the server from
+        removing the segments not read yet (it goes when the connection does, however
+        the bench ends); without one (no free slot), the reads alone may lose a race."""
         self._conn = await asyncpg.connect(self.url)
+        with contextlib.suppress(asyncpg.PostgresError):
+            await self._conn.execute(
+                "SELECT pg_create_physical_replication_slot("
+                "'composer_bench_' || pg_backend_pid(), true, true)"
+            )
         self.start = self.end = await self._flushed()
         self._task = asyncio.create_task(self._follow(), name="bench-wal")
         return self.start

@@ -111,9 +111,9 @@ Per step of W1 (top-level keys of the results):
 - ``wal_bytes_per_step`` / ``wal_records_per_step`` the WAL the scratch database
   wrote over W1's load (first start → last completion) ÷ steps: the records that
   touch its relations plus every record (commits included) of the transactions
-  that did, read with pg_walinspect every second while W1 runs (a checkpoint on a
-  shared server lets older segments go), on a connection to a database of the
-  bench's own (``<scratch>_wal``, so neither its transactions nor its backend's CPU
+  that did, read with pg_walinspect every second while W1 runs, its segments held
+  by a temporary replication slot (a checkpoint on a shared server lets older
+  segments go within a second), on a connection to a database of the bench's own (``<scratch>_wal``, so neither its transactions nor its backend's CPU
   count as the scratch database's; that CPU counts in ``foreign_cores_w1``); it
   needs a superuser and contrib (``wal_per_database_available`` is 1 or 0, and
   ``details.stack.wal`` says why not). WAL is server-wide: beside it,
