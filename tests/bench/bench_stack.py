@@ -54,7 +54,9 @@ Workloads (sizes at ``--scale 1``):
   ``max_runs: 2`` (docs/architecture.md §4.13), all started up front by 32
   clients: ``w5_steps_per_s`` and ``w5_steps_per_s_of_w1`` (beside W1's, when
   both ran), ``w5_most_runs_of_a_key_at_once`` (from the runs' history: 2 at
-  most) and ``w5_last_finish_spread_between_keys_s``;
+  most) and ``w5_last_finish_spread_between_keys_s``; ``w5_cpu_<process>_ms_per_task``
+  is the CPU per step of each process over the whole of W5 (starts included), to
+  compare with W1's ``cpu_<process>_s_per_1k_steps`` (the same unit);
 - **w7** a rate limit of 100 per second (docs/architecture.md §4.12): 3,400 runs of
   one TASK node with ``rate_limit: {limit: 100, per_seconds: 1}``, started with the
   key set to 1 per day (PUT /v1/limits), so all but one wait for tokens; then the
@@ -1151,6 +1153,7 @@ async def w5(b: Bench) -> None:
     n = b.n(W5_RUNS)
     slots = asyncio.Semaphore(32)
     since = dt.datetime.now(dt.UTC)
+    cpu0 = await b.cpu_snapshot()
     first_start = time.time()
 
     async def one(i: int) -> tuple[str, str]:
@@ -1162,8 +1165,10 @@ async def w5(b: Bench) -> None:
     started = list(await asyncio.gather(*(one(i) for i in range(n))))
     starts_s = time.time() - first_start
     await b.wait_for([r for r, _ in started], since)
+    cpu1 = await b.cpu_snapshot()
     details = await b.runs([r for r, _ in started])
     good = succeeded(details)
+    task_cost(b, "w5", len(good) * CHAIN_STEPS, cpu0, cpu1)  # per step, beside W1's
     key_of = dict(started)
     intervals: dict[str, list[tuple[float, float]]] = {}
     for run, _ in good:
