@@ -6,6 +6,7 @@ never more in flight than the limit, even from engines deciding at once
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import functools
 from collections.abc import AsyncIterator
 
@@ -40,6 +41,20 @@ RANKED_KEY = {
         }
     ],
 }
+#: A node concurrency key of one place, and a retry after a minute.
+RETRIED_KEY = {
+    "id": "retried-partner",
+    "nodes": [
+        {
+            "id": "call",
+            "type": "TASK",
+            "queue": "partner-calls",
+            "spec": {},
+            "concurrency": {"key": "retried", "max": 1, "scope": "global"},
+            "retry": {"max_attempts": 2, "initial_seconds": 60},
+        }
+    ],
+}
 FREE = {
     "id": "mail",
     "nodes": [{"id": "mail", "type": "TASK", "queue": "emails", "spec": {}}],
@@ -50,7 +65,7 @@ LIMIT = QueueConcurrency({"payments": 2})
 @pytest.fixture
 async def engine(pool: repo.Pool) -> AsyncIterator[Engine]:
     workflows = Workflows(pool)
-    for spec in (LIMITED, RANKED, RANKED_KEY, FREE):
+    for spec in (LIMITED, RANKED, RANKED_KEY, RETRIED_KEY, FREE):
         await workflows.create(validate_definition(spec), deploy=True)
     async with repo.connection(pool) as conn:  # each test starts from an empty queue
         await conn.execute("DELETE FROM workflow_runs")
@@ -250,3 +265,43 @@ async def test_a_node_concurrency_key_releases_by_priority_then_first_come(
     assert await next_after(first) == high
     assert await next_after(high) == low[0]
     assert await next_after(low[0]) == low[1]
+
+
+async def test_a_held_retry_is_sent_no_earlier_than_its_backoff_end(
+    engine: Engine, pool: repo.Pool
+) -> None:
+    """A retry the admission step holds keeps its backoff: released while the backoff
+    still runs, it is sent when it ends, not at once (it holds its place meanwhile)."""
+    first = (await engine.start("retried-partner")).run_id
+    second = (await engine.start("retried-partner")).run_id  # held: the key's place is taken
+
+    async def attempt_of(run_id: str) -> dict[str, object]:
+        async with repo.connection(pool) as conn:
+            row = await conn.fetchrow(
+                "SELECT t.id, t.node_id, t.attempt, t.held_reason, t.dispatched_at, now() AS now,"
+                "       (SELECT o.next_attempt_at FROM outbox o"
+                "         WHERE o.kind = 'dispatch' AND o.task_id = t.id"
+                "         ORDER BY o.id DESC LIMIT 1) AS outbox_due"
+                "  FROM task_instances t WHERE t.run_id = $1",
+                run_id,
+            )
+        assert row is not None
+        return dict(row)
+
+    one = await attempt_of(first)
+    assert (await attempt_of(second))["held_reason"] is not None
+    assert (await engine.acquire_lease(first, str(one["id"]), 0, owner="w", ttl=30)).granted
+    assert await engine.report_failed(first, str(one["id"]), "call", 0, "partner down")
+    retry = await attempt_of(first)
+    assert retry["attempt"] == 1 and retry["held_reason"] is not None  # behind the second
+    backoff_end = retry["dispatched_at"]
+    assert isinstance(backoff_end, dt.datetime) and isinstance(retry["now"], dt.datetime)
+    assert backoff_end - retry["now"] > dt.timedelta(seconds=50)  # its minute, kept
+
+    # the retry's task is older than the second's: it goes first, when its minute ends
+    await engine.release_held()
+    released = await attempt_of(first)
+    assert released["held_reason"] is None
+    assert released["dispatched_at"] == backoff_end
+    assert released["outbox_due"] == backoff_end  # sent when its backoff ends, not now
+    assert (await attempt_of(second))["held_reason"] is not None  # the place is the retry's

@@ -13,6 +13,7 @@ and publish as any dispatch.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 from collections.abc import Collection
 
@@ -73,9 +74,10 @@ class HeldTasks:
                     return 0
                 going = 0
                 for ref in await repo.held_tasks(tx.conn, queue, room):
-                    if not await repo.release_task(tx.conn, ref):
+                    released = await repo.release_task(tx.conn, ref)
+                    if released is None:
                         continue
-                    await self._dispatch(tx, ref, queue)
+                    await self._dispatch(tx, ref, queue, not_before=released.not_before)
                     going += 1
                 return going
 
@@ -87,8 +89,8 @@ class HeldTasks:
 
         async def attempt(tx: Tx) -> int:
             going = await release_line(tx.conn, key)
-            for item in going:
-                await self._dispatch(tx, item.ref, item.queue, key)
+            for g in going:
+                await self._dispatch(tx, g.held.ref, g.held.queue, key, not_before=g.not_before)
             return len(going)
 
         return await self._shell.in_tx(attempt)
@@ -99,8 +101,8 @@ class HeldTasks:
 
         async def attempt(tx: Tx) -> tuple[int, float | None]:
             going, wait = await release_rate(tx.conn, key)
-            for item in going:
-                await self._dispatch(tx, item.ref, item.queue, key)
+            for g in going:
+                await self._dispatch(tx, g.held.ref, g.held.queue, key, not_before=g.not_before)
             return len(going), wait
 
         released, wait = await self._shell.in_tx(attempt)
@@ -145,11 +147,18 @@ class HeldTasks:
         loop.call_at(at, due)
 
     async def _dispatch(
-        self, tx: Tx, ref: repo.TaskRef, queue: str, limit: str | None = None
+        self,
+        tx: Tx,
+        ref: repo.TaskRef,
+        queue: str,
+        limit: str | None = None,
+        *,
+        not_before: dt.datetime | None = None,
     ) -> None:
-        """Send a released attempt; ``limit``: the queue or key that released it (its
-        queue when None), counted once the transaction commits."""
-        await write_dispatch(tx, ref, queue=queue, not_before=None, admit=False)
+        """Send a released attempt, no earlier than ``not_before`` (a held retry's
+        backoff end); ``limit``: the queue or key that released it (its queue when
+        None), counted once the transaction commits."""
+        await write_dispatch(tx, ref, queue=queue, not_before=not_before, admit=False)
         name = queue if limit is None else limit
         tx.after_commit(lambda: count_limits(instruments().attempts_released, [name]))
         tx.writes.history.append(

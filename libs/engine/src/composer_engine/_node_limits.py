@@ -17,6 +17,7 @@ only, not through its queue's limit.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -98,7 +99,16 @@ async def hold_on_lines(
     return out
 
 
-async def release_line(conn: repo.Connection, key: str) -> list[repo.HeldLimited]:
+@dataclass(frozen=True, slots=True)
+class Going:
+    """A held attempt a release let go, and when its dispatch is due: its retry's
+    backoff end when that is still ahead (None: at once)."""
+
+    held: repo.HeldLimited
+    not_before: dt.datetime | None
+
+
+async def release_line(conn: repo.Connection, key: str) -> list[Going]:
     """Take the held attempts of concurrency ``key`` that may go now, oldest first (the
     caller dispatches them in this transaction). One that also waits for a rate
     limit goes only with its tokens."""
@@ -108,7 +118,7 @@ async def release_line(conn: repo.Connection, key: str) -> list[repo.HeldLimited
     buckets: dict[str, repo.RateBucket] = {}
     for rate_key in sorted({h.rate_key for h in held if h.rate_key is not None}):
         buckets[rate_key] = await repo.take_rate_bucket(conn, rate_key)
-    going = []
+    going: list[Going] = []
     busy = load.in_flight
     for item in held:
         if busy >= item.max:
@@ -116,19 +126,18 @@ async def release_line(conn: repo.Connection, key: str) -> list[repo.HeldLimited
         bucket = buckets.get(item.rate_key) if item.rate_key is not None else None
         if bucket is not None and bucket.tokens < item.units:
             continue  # it waits for tokens: the rate release sends it
-        if await repo.release_task(conn, item.ref):
+        released = await repo.release_task(conn, item.ref)
+        if released is not None:
             if bucket is not None:
                 bucket.tokens -= item.units
-            going.append(item)
+            going.append(Going(item, released.not_before))
             busy += 1
     for bucket in buckets.values():
         await repo.store_rate_bucket(conn, bucket)
     return going
 
 
-async def release_rate(
-    conn: repo.Connection, key: str
-) -> tuple[list[repo.HeldLimited], float | None]:
+async def release_rate(conn: repo.Connection, key: str) -> tuple[list[Going], float | None]:
     """Take the attempts waiting for rate ``key``'s tokens that may go now, in order,
     and the seconds until the next token the first one left waiting needs (None: none
     waits). One that also has a concurrency key goes only with a place there."""
@@ -140,7 +149,7 @@ async def release_rate(
         await repo.lock_limit_key(conn, limit_key)
         loads[limit_key] = (await repo.limit_load(conn, limit_key)).in_flight
     bucket = await repo.take_rate_bucket(conn, key)
-    going: list[repo.HeldLimited] = []
+    going: list[Going] = []
     wait: float | None = None
     for item in held:
         if bucket.tokens < item.units:
@@ -148,10 +157,11 @@ async def release_rate(
             break  # in order: nobody passes the head of the line
         if item.limit_key is not None and loads[item.limit_key] >= item.max:
             continue  # it waits for a place of its concurrency key, whose release sends it
-        if await repo.release_task(conn, item.ref):
+        released = await repo.release_task(conn, item.ref)
+        if released is not None:
             bucket.tokens -= item.units
             if item.limit_key is not None:
                 loads[item.limit_key] += 1
-            going.append(item)
+            going.append(Going(item, released.not_before))
     await repo.store_rate_bucket(conn, bucket)
     return going, wait

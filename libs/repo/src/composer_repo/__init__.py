@@ -22,6 +22,7 @@ from composer_repo._admin import (
 )
 from composer_repo._admission import (
     QueueLoad,
+    Released,
     held_tasks,
     hold_tasks,
     lock_queue_admission,
@@ -353,6 +354,7 @@ __all__ = [
     "RateBucket",
     "RateLimitKey",
     "Redispatch",
+    "Released",
     "RepoError",
     "Requeued",
     "RunAlreadyExists",

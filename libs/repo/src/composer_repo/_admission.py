@@ -1,10 +1,12 @@
 """The tasks an admission policy holds (V015): PENDING with a reason and no
-dispatch time (the sweeper leaves them alone) until a release dispatches them
+dispatch time but a retry's backoff end (the sweeper leaves them alone) until a
+release dispatches them, no earlier than that end
 (docs/architecture.md §4.12).
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -62,7 +64,19 @@ async def held_tasks(conn: Connection, queue: str, limit: int) -> list[TaskRef]:
     return [TaskRef(r["run_id"], r["id"], r["node_id"], r["attempt"]) for r in rows]
 
 
+@dataclass(frozen=True, slots=True)
+class Released:
+    """A held attempt let go: ``not_before`` its retry's backoff end when that is still
+    ahead (its dispatch waits until then), else None (it goes now)."""
+
+    not_before: dt.datetime | None
+
+
 @translated
-async def release_task(conn: Connection, ref: TaskRef) -> bool:
-    """Let a held attempt go (due for dispatch from now); False when it is no longer held."""
-    return await conn.fetchval(q("release_task"), ref.run_id, ref.task_id, ref.attempt) is not None
+async def release_task(conn: Connection, ref: TaskRef) -> Released | None:
+    """Let a held attempt go, due for dispatch from now or from its retry's backoff end
+    if that is later; None when it is no longer held."""
+    row = await conn.fetchrow(q("release_task"), ref.run_id, ref.task_id, ref.attempt)
+    if row is None:
+        return None
+    return Released(row["dispatched_at"] if row["later"] else None)

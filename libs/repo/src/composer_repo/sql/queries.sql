@@ -1188,9 +1188,12 @@ SELECT count(*) FILTER (WHERE dispatched_at IS NOT NULL AND held_reason IS NULL
    AND (dispatched_at IS NOT NULL OR held_reason IS NOT NULL);
 
 -- name: hold_tasks
--- Attempts the admission step held: PENDING with a reason, no dispatch time.
+-- Attempts the admission step held: PENDING with a reason, no dispatch time but a
+-- retry's backoff end still ahead, which the release keeps (release_task).
 UPDATE task_instances t
-   SET held_reason = u.reason, dispatched_at = NULL, updated_at = composer_now()
+   SET held_reason = u.reason,
+       dispatched_at = CASE WHEN t.dispatched_at > composer_now() THEN t.dispatched_at END,
+       updated_at = composer_now()
   FROM unnest($1::text[], $2::text[], $3::int[], $4::text[]) AS u(run_id, id, attempt, reason)
  WHERE t.run_id = u.run_id AND t.id = u.id AND t.attempt = u.attempt
    AND t.state = 'PENDING'
@@ -1214,12 +1217,15 @@ SELECT t.run_id, t.id, t.node_id, t.attempt
    FOR UPDATE OF t SKIP LOCKED;
 
 -- name: release_task
--- A held attempt goes: due for dispatch from now on.
+-- A held attempt goes: due for dispatch from now on, or from its retry's backoff end
+-- when that is still ahead (returned: the dispatch is sent no earlier).
 UPDATE task_instances
-   SET held_reason = NULL, dispatched_at = now(), updated_at = now()
+   SET held_reason = NULL,
+       dispatched_at = CASE WHEN dispatched_at > now() THEN dispatched_at ELSE now() END,
+       updated_at = now()
  WHERE run_id = $1 AND id = $2 AND attempt = $3 AND state = 'PENDING'
    AND held_reason IS NOT NULL
-RETURNING 1;
+RETURNING dispatched_at, dispatched_at > now() AS later;
 
 -- Run concurrency (V016, docs/architecture.md §4.13) ---------------------------
 
