@@ -644,7 +644,9 @@ class Schedules:
                 f"run of workflow {record.workflow_id!r} not started: {exc}"
             ) from exc
         if started.created:
-            log.info("schedule %s started run %s for %s", spec.id, started.run_id, fire.isoformat())
+            log.debug(
+                "schedule %s started run %s for %s", spec.id, started.run_id, fire.isoformat()
+            )
         return started.run_id
 
     async def _running(self, run_id: str | None) -> bool:

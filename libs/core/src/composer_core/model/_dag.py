@@ -189,6 +189,10 @@ class WorkflowDAG:
             k: tuple(self._nodes[e.target] for e in v) for k, v in self._outgoing.items()
         }
         self._compiled = compiled
+        #: Nodes whose spec holds no expression: their input needs no activation.
+        self._constant_inputs = frozenset(
+            node_id for node_id, c in compiled.items() if not c.spec.expressions
+        )
         #: A MAP's line is its inner node's, which its items go through.
         self._lines = {
             n.id: NodeLine.of(spec.id, self._inner.get(n.id, n))
@@ -287,6 +291,11 @@ class WorkflowDAG:
         node = self._nodes[node_id]
         kind_of(node.type).finish_input(node, value)
         return value
+
+    def constant_input(self, node_id: str) -> bool:
+        """Whether the node's spec holds no expression (``render_input`` reads nothing
+        of the activation it is given: the caller need not build one)."""
+        return node_id in self._constant_inputs
 
     def render_item(
         self,

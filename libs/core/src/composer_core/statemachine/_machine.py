@@ -1080,11 +1080,12 @@ class Machine:
     # -- templates and outputs -----------------------------------------------
 
     def resolve_input(self, node: Node) -> Json:
-        self.ensure_outputs(self._dag.task_refs(node.id))
         limit = self._deps.input_limit
-        return self._dag.render_input(
-            node.id, self.activation(), max_bytes=None if limit is None else limit.max_bytes
-        )
+        max_bytes = None if limit is None else limit.max_bytes
+        if self._dag.constant_input(node.id):  # no template: no activation to convert
+            return self._dag.render_input(node.id, {}, max_bytes=max_bytes)
+        self.ensure_outputs(self._dag.task_refs(node.id))
+        return self._dag.render_input(node.id, self.activation(), max_bytes=max_bytes)
 
     def _set_output(self, node_id: str, output: Json) -> None:
         self._run.outputs[node_id] = output
