@@ -75,7 +75,10 @@ async def test_services_die_with_a_sigkilled_stack(running_stack: Stack) -> None
     ports = [int(stack.api.rsplit(":", 1)[1]), *stack.admin_ports]
     async with aiohttp.ClientSession() as session:
         for port in stack.admin_ports:
-            await ready(session, f"http://127.0.0.1:{port}/healthz")
+            try:
+                await ready(session, f"http://127.0.0.1:{port}/healthz")
+            except AssertionError as exc:  # say what the services said
+                raise AssertionError(f"{exc}; the stack said:\n{stack.text[-3000:]}") from None
     services = children_of(stack.process.pid)
     assert len(services) == len(SERVICES), stack.text[-3000:]
     assert not any(port_free(p) for p in ports), "the stack does not hold its ports"

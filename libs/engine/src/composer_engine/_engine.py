@@ -162,6 +162,7 @@ class Engine:
         self.resume = self.pauses.resume
         self.report = self.reports.report
         self.report_many = self.reports.report_many
+        self.fire_timers = self.reports.fire_timers
         self.report_completed = self.reports.report_completed
         self.report_failed = self.reports.report_failed
         self.lease = self.leases.lease

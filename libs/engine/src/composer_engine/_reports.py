@@ -10,12 +10,13 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import composer_repo as repo
 from composer_common import limits
 from composer_common.batching import Batcher
 from composer_common.codes import ErrorCode
-from composer_core.statemachine import NodeCompleted, NodeFailed
+from composer_core.statemachine import NodeCompleted, NodeFailed, TimerFired
 from composer_core.templates import Json
 from composer_engine._leases import Reporter
 from composer_engine._reported import Report
@@ -35,6 +36,22 @@ class _Busy:
 class _Alone:
     """A report left its batch (_LeavesTheBatch): its submitter applies it alone, so the
     batch's slot is not held while it is decided."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fired:
+    """A wait's timer, applied in a group commit as a report is (the timer's pass):
+    no lease to check, no log to store."""
+
+    run_id: str
+    task_id: str
+    node_id: str
+    attempt: int = 0
+    reporter: None = None
+    log: None = None
+
+    def event(self) -> TimerFired:
+        return TimerFired(self.task_id, self.node_id)
 
 
 _BUSY = _Busy()
@@ -104,6 +121,31 @@ class Reports:
         results = await self._group_commit([self._storable(r) for r in reports], defer_busy=False)
         return [r for r in results if not isinstance(r, _Busy | _Alone)]
 
+    async def fire_timers(
+        self, waits: Sequence[tuple[str, str, str]]
+    ) -> list[bool | EngineError | None]:
+        """TimerFired for many due waits, each a (run, task, node), in one transaction:
+        the timer's pass, group-committed as reports are. For each: True, fired; False,
+        the wait no longer needed it; None, another transaction holds its run (the
+        timer comes back to it); or the error it met applied alone (a broken
+        definition, Parked)."""
+        fires = [Fired(run_id, task_id, node_id) for run_id, task_id, node_id in waits]
+        results = await self._group_commit(fires, defer_busy=True)
+        out: list[bool | EngineError | None] = []
+        for fire, result in zip(fires, results, strict=True):
+            if isinstance(result, _Busy):
+                out.append(None)
+            elif isinstance(result, _Alone):  # too heavy for the batch: alone, off it
+                try:
+                    tr = await self._shell.apply(fire.run_id, fire.event(), skip_locked=True)
+                except EngineError as exc:
+                    out.append(exc)
+                    continue
+                out.append(None if tr is None else tr.ignored is None)
+            else:
+                out.append(result)
+        return out
+
     def _storable(self, report: Report) -> Report:
         """``report``, or, when its output cannot be stored (over ``max_output_bytes``,
         or NaN, Infinity, ``\\u0000``: JSONB refuses them), the permanent failure of
@@ -140,7 +182,7 @@ class Reports:
         )
 
     async def _group_commit(
-        self, reports: Sequence[Report], *, defer_busy: bool
+        self, reports: Sequence[Report | Fired], *, defer_busy: bool
     ) -> list[bool | EngineError | _Busy | _Alone]:
         """``report_many``; with ``defer_busy`` a report whose run another transaction
         holds is answered ``_BUSY`` (its caller submits it again) instead of applied alone,
@@ -151,7 +193,8 @@ class Reports:
 
         async def apply(tx: Tx) -> None:
             locked = await repo.lock_runs(tx.conn, [(r.run_id, r.task_id) for r in reports])
-            if locked.now is None:
+            if locked.now is None:  # every run is held by another transaction (or gone)
+                busy.extend(range(len(reports)))
                 return
             snapshots = dict(locked.runs)
             for i, r in enumerate(reports):
@@ -245,7 +288,7 @@ class Reports:
                 results[i] = answer
         return [r if r is not None else False for r in results]
 
-    async def _report_alone(self, r: Report) -> bool | EngineError:
+    async def _report_alone(self, r: Report | Fired) -> bool | EngineError:
         try:
             transition = await self._shell.apply(
                 r.run_id, r.event(), reporter=r.reporter, attempt_log=r.log

@@ -17,7 +17,11 @@ log = logging.getLogger("composer.timer")
 async def serve(settings: TimerSettings) -> None:
     async with serving(
         settings.runtime(
-            "timer", pool_size=settings.timer_concurrency + 4, engine=settings.engine_config()
+            # the waits' groups, and the schedules' batches (4 starts, 2 write-backs,
+            # 1 status read) beside them
+            "timer",
+            pool_size=settings.timer_concurrency + 8,
+            engine=settings.engine_config(),
         )
     ) as rt:
         engine = rt.engine
@@ -26,14 +30,16 @@ async def serve(settings: TimerSettings) -> None:
             rt.queue,
             prefix=settings.redis_prefix,
             batch_size=settings.timer_batch_size,
-            concurrency=settings.schedule_batch_size,
+            concurrency=settings.timer_concurrency,
+            group_size=settings.timer_group_size,
             poll_seconds=settings.timer_poll_seconds,
             busy_retry_seconds=settings.timer_busy_retry_seconds,
         )
         log.info(
-            "firing due timers (batches of %d, %d at once)",
+            "firing due timers (batches of %d, %d groups of %d at once)",
             settings.timer_batch_size,
             settings.timer_concurrency,
+            settings.timer_group_size,
         )
         firer = ScheduleFirer(
             engine,

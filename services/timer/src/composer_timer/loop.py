@@ -1,21 +1,24 @@
 """Firing due timers: WAIT nodes whose time came, WAIT_FOR_EVENT nodes that timed out.
 
 One pass reads up to a batch of due waits, oldest first (the small partial
-index on wake_at), and applies TimerFired to each through the engine, a few
-at a time, each in its own transaction on its own run.
+index on wake_at), and applies TimerFired to them through the engine in groups
+of ``group_size``, each group one transaction (``Engine.fire_timers``, the
+coordinator's group commit: the runs locked in one statement, SKIP LOCKED), a
+few groups at a time. A thousand waits due together are forty commits, not a
+thousand.
 
 Several replicas are safe, and none waits for another:
 
 - no wait fires twice: TimerFired is applied under the run's lock, and the
   state machine ignores it once the wait is no longer WAITING (the fenced
   resolve_wait matches no row otherwise);
-- no replica queues behind a run lock: the timer takes the run lock with
+- no replica queues behind a run lock: the timer takes the run locks with
   SKIP LOCKED, so a run another replica (or a worker's report) is working
   on is passed over and looked at again a moment later, while the rest of
   the batch goes on.
 
 One wait that cannot be fired (its run's stored definition is broken, or a
-bug) never stops the others: it is logged as an ALERT naming the run and
+bug) never stops the others — its group is applied again one wait at a time —: it is logged as an ALERT naming the run and
 node, and parked (its wake_at moved ``park_seconds`` on) so it does not come
 back in every batch; the loop goes on.
 
@@ -64,7 +67,10 @@ class Timer:
     redis: cq.Queue
     prefix: str = "composer"
     batch_size: int = 200
+    #: Groups of due waits fired at once, each group in one transaction.
     concurrency: int = 8
+    #: Due waits fired in one transaction (a group commit, as the coordinator's).
+    group_size: int = 25
     poll_seconds: float = 5.0
     busy_retry_seconds: float = 0.05
     #: How far a wait that cannot be fired is moved on before it is tried again.
@@ -104,20 +110,45 @@ class Timer:
         """One pass: fire what is due now (by the engine's clock, which set wake_at)."""
         due = await self.engine.upkeep.due_waits(limit=self.batch_size, now=self.clock())
         slots = asyncio.Semaphore(self.concurrency)
+        chunks = [due[i : i + self.group_size] for i in range(0, len(due), self.group_size)]
 
-        async def fire(wait: DueWait) -> bool | None:
+        async def fire(chunk: list[DueWait]) -> list[bool | None]:
             async with slots:
-                return await self._fire(wait)
+                return await self._fire_group(chunk)
 
-        outcomes = await asyncio.gather(*(fire(w) for w in due), return_exceptions=True)
-        failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
+        groups = await asyncio.gather(*(fire(c) for c in chunks), return_exceptions=True)
+        failure = next((g for g in groups if isinstance(g, BaseException)), None)
         if failure is not None:
             raise failure
+        outcomes = [o for g in groups if not isinstance(g, BaseException) for o in g]
         next_wake = await self.engine.upkeep.next_wake_at()
         fired = sum(1 for o in outcomes if o is True)
         if fired:
             log.debug("fired %d of %d due wait(s)", fired, len(due))
         return Pass(len(due), fired, sum(1 for o in outcomes if o is None), next_wake)
+
+    async def _fire_group(self, waits: list[DueWait]) -> list[bool | None]:
+        """Fire ``waits`` in one transaction (the engine's group commit); for each, True:
+        fired; False: already resolved (stale) or parked; None: its run is busy."""
+        try:
+            outcomes = await self.engine.fire_timers(
+                [(w.run_id, w.task_id, w.node_id) for w in waits]
+            )
+        except Unavailable:
+            raise
+        except Exception:  # a bug in the batch itself: each alone, as before
+            log.exception("a group of %d due wait(s) failed: firing each alone", len(waits))
+            return [await self._fire(w) for w in waits]
+        done: list[bool | None] = []
+        for wait, outcome in zip(waits, outcomes, strict=True):
+            if isinstance(outcome, Exception):
+                if isinstance(outcome, Unavailable) and not isinstance(outcome, Parked):
+                    raise outcome
+                await self._park(wait, outcome)  # its key is not here, or it is broken
+                done.append(False)
+                continue
+            done.append(self._count(wait, outcome))
+        return done
 
     async def _fire(self, wait: DueWait) -> bool | None:
         """True: fired; False: already resolved (stale); None: the run is busy."""
@@ -133,6 +164,9 @@ class Timer:
         except Exception as exc:  # EngineError (a broken definition), or a bug
             await self._park(wait, exc)
             return False
+        return self._count(wait, fired)
+
+    def _count(self, wait: DueWait, fired: bool | None) -> bool | None:
         if fired is True:
             self.fired += 1
             lag = (self.clock() - wait.wake_at).total_seconds()

@@ -8,8 +8,10 @@ from composer_service import ServiceSettings
 class TimerSettings(ServiceSettings):
     #: Due waits read per pass, oldest first.
     timer_batch_size: int = 200
-    #: Waits fired at once (each is its own transaction on its own run).
+    #: Groups of due waits fired at once, each group one transaction (a group commit).
     timer_concurrency: int = 8
+    #: Due waits fired in one transaction.
+    timer_group_size: int = 25
     #: The longest sleep without a hint: how late a wait can fire when its hint is lost.
     timer_poll_seconds: float = 5.0
     #: How soon to look again at a due wait whose run another transaction held.
