@@ -1,7 +1,8 @@
 """Reports: a worker's report of one attempt, applied in a group commit
 (docs/architecture.md §3.1) — many reports, one transaction — or alone when its
 run is held elsewhere, when its batch failed as a whole, or when its decision is
-too heavy for the batch.
+too heavy for the batch. The timer's due waits go through the same group commit
+(``fire_timers``: a ``Fired`` is a report with no lease to check).
 """
 
 from __future__ import annotations

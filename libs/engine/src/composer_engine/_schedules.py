@@ -156,7 +156,8 @@ class Schedules:
         async def together(tx: Tx) -> set[tuple[str, str]]:
             await repo.insert_schedule_events(tx.conn, [e for w in writes for e in w.events])
             held: set[tuple[str, str]] = set()
-            for token in sorted({w.token for w in writes}):  # one, but for tests' engines
+            # a replica passes one token; fire_due takes any, so each is fenced by its own
+            for token in sorted({w.token for w in writes}):
                 mine = [(w.schedule_id, w.outcome) for w in writes if w.token == token]
                 kept = await repo.finish_schedule_claims(tx.conn, token, mine)
                 held |= {(token, sid) for sid in kept}
