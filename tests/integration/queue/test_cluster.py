@@ -5,7 +5,9 @@ and hints over sharded pub/sub."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import uuid
+import warnings
 from collections.abc import AsyncIterator
 
 import pytest
@@ -155,3 +157,29 @@ async def test_a_client_starting_while_a_master_is_down_works_with_the_others(
             await client.close()
     finally:
         redis_cluster.restart(int(first.rpartition(":")[2]))
+
+
+async def test_a_client_closed_after_a_master_died_leaves_no_socket_behind(
+    redis_cluster: LocalCluster, prefix: str
+) -> None:
+    """redis-py's cluster client, once a node failed, waits to re-learn the slots and
+    its own close does nothing meanwhile: the sockets to the live nodes would stay open
+    until the garbage collector found them (a ResourceWarning in whatever runs then)."""
+    client = cq.connect(redis_cluster.every_node_url, cluster=True)
+    assert isinstance(client, cq.ClusterQueue)
+    names = cq.queue_streams(prefix, "q", 16)
+    masters = {n: await client.master_of(n) for n in names}
+    await client.ensure_groups(names)  # a connection to every master
+    port = int(masters[names[0]].rpartition(":")[2])
+    redis_cluster.kill(port)
+    try:
+        with pytest.raises(cq.QueueUnavailable):
+            await client.length(names[0])
+        await client.close()
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            del client
+            gc.collect()
+        assert [str(w.message) for w in said if issubclass(w.category, ResourceWarning)] == []
+    finally:
+        redis_cluster.restart(port)

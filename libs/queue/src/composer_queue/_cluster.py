@@ -137,6 +137,17 @@ class ClusterQueue(RedisQueue):
         #: Streams whose master did not answer the last read (logged once, until it does).
         self._down: set[str] = set()
 
+    async def close(self) -> None:
+        """Close every connection to every node. redis-py's own close does nothing once
+        a node failed and the client waits to re-learn the slots (it then counts as not
+        yet started, its connections to the live nodes open): those would be left for the
+        garbage collector, which warns of them in whatever runs then."""
+        await super().close()
+        nodes = self._cluster.nodes_manager
+        with contextlib.suppress(Exception):  # closing is best effort: nothing to retry
+            await nodes.aclose()
+            await nodes.aclose("startup_nodes")
+
     async def master_of(self, key: str) -> str:
         """host:port of the master that holds ``key``'s slot (tests, operators)."""
         with translated(f"finding the master of {key}"):

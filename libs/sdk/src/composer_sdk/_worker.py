@@ -402,10 +402,12 @@ class Worker:
                 raise self._incompatible
         finally:
             self._give_back(signals)
-            if self._given_coordinator is None:
-                await client.close()
-            if self._given_queue is None:
-                await queue_client.close()
+            try:
+                if self._given_coordinator is None:
+                    await client.close()
+            finally:  # even when the coordinator's close raised or was cancelled
+                if self._given_queue is None:
+                    await queue_client.close()
             if self._stopping.is_set():
                 log.info(
                     "worker %s stopped (%d completed, %d failed)",
