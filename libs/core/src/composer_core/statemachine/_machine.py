@@ -735,11 +735,15 @@ class Machine:
         The input is resolved once, by its kind, and stored on the task: a retry reuses
         it, and a worker never sees a template.
         """
-        try:
-            keys = self._dag.render_keys(node.id, self.activation())
-        except TemplateError as exc:
-            self.fail(node, f"limit key of {node.id} could not be resolved: {exc}")
-            return
+        keys = None
+        line = self._dag.node_line(node.id)
+        # the activation (the run's input converted for CEL) only for keys to render
+        if line is not None and line.templated:
+            try:
+                keys = self._dag.render_keys(node.id, self.activation())
+            except TemplateError as exc:
+                self.fail(node, f"limit key of {node.id} could not be resolved: {exc}")
+                return
         task_id = self._deps.new_id()
         self._emit(
             CreateTask(task_id, node.id, node.type, TaskState.PENDING, input=input, keys=keys)
