@@ -70,6 +70,7 @@ PRUNED: dict[str, tuple[Any, ...]] = {
 #: Statements on partitioned tables that do not (and need not) name one run.
 WIDER = {
     "insert_run": "INSERT: the row is routed to its partition",
+    "insert_runs": "INSERT of a batch: each row is routed to its partition",
     "insert_task": "INSERT: the row is routed to its partition",
     "buffer_signal": "INSERT: the row is routed to its partition",
     "record_taken_signal": "INSERT: the row is routed to its partition",

@@ -79,6 +79,51 @@ async def test_a_repeated_idempotency_key_returns_the_existing_run(conn: repo.Co
     assert elsewhere.created  # keys are per workflow
 
 
+async def test_a_batch_of_starts_is_inserted_as_each_alone_would_be(
+    conn: repo.Connection,
+) -> None:
+    """insert_runs (a timer's fires in one statement): each row stored with what it was
+    given, in order; a key used before, or twice in the batch, gives its first run."""
+    version = await ensure_definition(conn)
+    earlier = await repo.insert_run(
+        conn, uuid7(), workflow_id="wf", version=version, idempotency_key="k-old"
+    )
+    fire = dt.datetime(2026, 12, 1, 2, 0, tzinfo=dt.UTC)
+    rows = [
+        repo.NewRun(
+            uuid7(),
+            "wf",
+            version,
+            input={"n": 1},
+            config={"c": True},
+            idempotency_key="k-1",
+            context={"caller": "x"},
+            labels={"tenant": "acme"},
+            priority=1,
+            schedule=("nightly", fire),
+            started_by="schedule nightly",
+        ),
+        repo.NewRun(uuid7(), "wf", version, input={"n": 2}, idempotency_key="k-old"),
+        repo.NewRun(uuid7(), "wf", version, input={"n": 3}, idempotency_key="k-1"),
+        repo.NewRun(uuid7(), "wf", version, status=RunStatus.PENDING),
+    ]
+    started = await repo.insert_runs(conn, rows)
+    assert [s.created for s in started] == [True, False, False, True]
+    assert started[0].run_id == rows[0].run_id
+    assert started[1].run_id == earlier.run_id
+    assert started[2].run_id == rows[0].run_id  # the batch's first with that key
+    assert started[3].status is RunStatus.PENDING
+    first = await repo.get_run(conn, rows[0].run_id)
+    assert (first.input, first.config, first.labels) == ({"n": 1}, {"c": True}, {"tenant": "acme"})
+    assert (first.schedule_id, first.scheduled_for) == ("nightly", fire)
+    assert first.started_by == "schedule nightly"
+    for missing in (rows[1], rows[2]):
+        with pytest.raises(repo.NotFound):
+            await repo.get_run(conn, missing.run_id)
+    with pytest.raises(repo.NotFound, match="has no version 99"):
+        await repo.insert_runs(conn, [repo.NewRun(uuid7(), "wf", 99)])
+
+
 async def test_concurrent_starts_with_one_key_create_one_run(pool: repo.Pool) -> None:
     async with pool.acquire() as conn:
         version = await ensure_definition(conn)

@@ -15,7 +15,7 @@ import composer_repo as repo
 from composer_common import ids
 from composer_common import labels as run_labels
 from composer_common.caller import Caller
-from composer_core.model import DEFAULT_PRIORITY, FlowError, RunStatus, WorkflowDAG
+from composer_core.model import DEFAULT_PRIORITY, FlowError, RunFlow, RunStatus, WorkflowDAG
 from composer_core.statemachine import (
     BufferSignal,
     ResolveWait,
@@ -47,8 +47,36 @@ log = logging.getLogger("composer.engine")
 
 #: A write that goes in a command's transaction, after its event.
 Also = Callable[[Tx], Awaitable[object]]
-#: One start, to run inside a transaction (``RunCommands.prepare_start``).
-StartInTx = Callable[[Tx], Awaitable["Started"]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    """A start's definition read and its run's row made, not yet inserted."""
+
+    dag: WorkflowDAG
+    flow: RunFlow | None
+    row: repo.NewRun
+
+
+@dataclass(frozen=True, slots=True)
+class StartInTx:
+    """One start, to run inside a transaction (``RunCommands.prepare_start``): called,
+    it inserts its run and decides its start. In two halves so that ``start_many``
+    can insert several starts' rows in one statement: ``plan`` reads the definition
+    and makes the row, ``finish`` takes what inserting it gave."""
+
+    plan: Callable[[Tx], Awaitable[_Planned]]
+    finish: Callable[[Tx, _Planned, repo.StartedRun], Awaitable[Started]]
+
+    async def __call__(self, tx: Tx) -> Started:
+        planned = await self.plan(tx)
+        row = planned.row
+        started = await repo.insert_run(
+            tx.conn,
+            row.run_id,
+            **{f.name: getattr(row, f.name) for f in dataclasses.fields(row) if f.name != "run_id"},
+        )
+        return await self.finish(tx, planned, started)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +133,13 @@ class RunCommands:
         others still start; each item is its Started or the error that refused it."""
 
         async def together(tx: Tx) -> list[Started | EngineError]:
-            return [await start(tx) for start in starts]
+            planned = [await start.plan(tx) for start in starts]
+            # every run's row in one statement: one round trip, not one a start
+            inserted = await repo.insert_runs(tx.conn, [p.row for p in planned])
+            return [
+                await start.finish(tx, p, row)
+                for start, p, row in zip(starts, planned, inserted, strict=True)
+            ]
 
         try:
             return await self._shell.in_tx(together)
@@ -178,7 +212,7 @@ class RunCommands:
         if idempotency_key is not None:
             digest = start_digest(input, config, version, start_node)
 
-        async def attempt(tx: Tx) -> Started:
+        async def plan(tx: Tx) -> _Planned:
             if version:
                 dag = await self._shell.definitions.get(tx.conn, workflow_id, version)
             elif workflow_id in tx.deployed:
@@ -193,8 +227,7 @@ class RunCommands:
                 except FlowError as exc:
                     raise BadRequest(f"workflow {workflow_id!r} v{dag.version}: {exc}") from exc
             limited = flow is not None and flow.limit is not None
-            started = await repo.insert_run(
-                tx.conn,
+            row = repo.NewRun(
                 new_run_id,
                 workflow_id=workflow_id,
                 version=dag.version,
@@ -215,6 +248,10 @@ class RunCommands:
                 else flow.priority,
                 schedule=schedule,
             )
+            return _Planned(dag, flow, row)
+
+        async def finish(tx: Tx, planned: _Planned, started: repo.StartedRun) -> Started:
+            dag, flow = planned.dag, planned.flow
             if not started.created:
                 if started.request_digest is not None and digest is not None:
                     first = self._shell.sealer.open_text(started.run_id, started.request_digest)
@@ -268,7 +305,7 @@ class RunCommands:
             )
             return Started(new_run_id, run.status, created=True)
 
-        return attempt
+        return StartInTx(plan, finish)
 
     async def signal(
         self,

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
+
+import asyncpg
 
 from composer_core.model import NodeType, RunStatus, TaskState
 from composer_core.statemachine import MapProgress, MapState, NodeState, Run
 from composer_core.templates import Json
-from composer_repo._db import Connection, translated
+from composer_repo._db import Connection, json_texts, translated
 from composer_repo._errors import Invalid, NotFound, RunAlreadyExists
 from composer_repo._records import (
     FinishedRun,
@@ -111,6 +113,70 @@ async def insert_run(
         priority,
     )
     assert row is not None  # a SELECT of scalars: always one row
+    return await _started(conn, row, run_id, workflow_id, version, idempotency_key)
+
+
+@dataclass(frozen=True, slots=True)
+class NewRun:
+    """One start of ``insert_runs``: ``insert_run``'s arguments."""
+
+    run_id: str
+    workflow_id: str
+    version: int
+    input: Json = None
+    config: Json = None
+    idempotency_key: str | None = None
+    request_digest: str | None = None
+    status: RunStatus = RunStatus.RUNNING
+    data_key: str | None = None
+    started_by: str | None = None
+    context: Json = None
+    labels: Mapping[str, str] | None = None
+    priority: int | None = None
+    schedule: tuple[str, dt.datetime] | None = None
+
+
+@translated
+async def insert_runs(conn: Connection, runs: Sequence[NewRun]) -> list[StartedRun]:
+    """``insert_run`` for each of ``runs``, in one round trip when all are new: the
+    StartedRun of each, in order. Raises the error ``insert_run`` would have raised for
+    the first start it refuses (the caller's transaction is then to be rolled back)."""
+    if not runs:
+        return []
+    rows = await conn.fetch(
+        q("insert_runs"),
+        [r.run_id for r in runs],
+        [r.workflow_id for r in runs],
+        [r.version for r in runs],
+        [r.status.value for r in runs],
+        json_texts(r.input for r in runs),
+        json_texts(r.config for r in runs),
+        [r.idempotency_key for r in runs],
+        [r.data_key for r in runs],
+        [r.started_by for r in runs],
+        json_texts(r.context for r in runs),
+        json_texts(dict(r.labels) if r.labels else None for r in runs),
+        [r.request_digest for r in runs],
+        [None if r.schedule is None else r.schedule[0] for r in runs],
+        [None if r.schedule is None else r.schedule[1] for r in runs],
+        [r.priority for r in runs],
+    )
+    return [
+        await _started(conn, row, r.run_id, r.workflow_id, r.version, r.idempotency_key)
+        for r, row in zip(runs, rows, strict=True)
+    ]
+
+
+async def _started(
+    conn: Connection,
+    row: asyncpg.Record,
+    run_id: str,
+    workflow_id: str,
+    version: int,
+    idempotency_key: str | None,
+) -> StartedRun:
+    """What an insert_run(s) row says of one start: created, or the run its key
+    started before; raises when it was refused."""
     if row["live"] is None:
         raise NotFound(f"workflow {workflow_id!r} has no version {version}")
     if not row["live"]:

@@ -138,6 +138,46 @@ SELECT (SELECT status FROM run) AS status,
        EXISTS (SELECT 1 FROM key) AS claimed,
        now() AS now;
 
+-- name: insert_runs
+-- insert_run for several starts in one statement (a timer firing many schedules at
+-- once: one round trip a transaction, not one a start), row n of the answer for start
+-- n. Each row is checked and claimed as insert_run does; two starts of the batch with
+-- the same key: the first claims it, the second finds it claimed (claimed false).
+WITH req AS (
+    SELECT u.*, CASE WHEN d.id IS NOT NULL THEN d.deleted_at IS NULL END AS live  -- NULL: none
+      -- the documents come as JSON texts (json_texts), cast where they are stored
+      FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[],
+                  $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[],
+                  $13::text[], $14::timestamptz[], $15::smallint[])
+           WITH ORDINALITY AS u(id, workflow_id, version, status, input, config,
+                                idempotency_key, data_key, started_by, context, labels,
+                                request_digest, schedule_id, scheduled_for, priority, n)
+      LEFT JOIN workflow_definitions d ON d.id = u.workflow_id AND d.version = u.version
+), key AS (
+    INSERT INTO run_idempotency_keys (workflow_id, idempotency_key, run_id, request_digest)
+    SELECT workflow_id, idempotency_key, id, request_digest
+      FROM req
+     WHERE idempotency_key IS NOT NULL AND live
+     ORDER BY n
+    ON CONFLICT DO NOTHING
+    RETURNING run_id
+), run AS (
+    INSERT INTO workflow_runs (id, workflow_id, version, status, input, config, idempotency_key,
+                               data_key, started_by, context, labels, schedule_id, scheduled_for,
+                               priority)
+    SELECT id, workflow_id, version, status, input::jsonb, config::jsonb, idempotency_key,
+           data_key, started_by, context::jsonb, labels::jsonb, schedule_id, scheduled_for,
+           priority
+      FROM req
+     WHERE live AND (idempotency_key IS NULL OR id IN (SELECT run_id FROM key))
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id, status
+)
+SELECT r.n, run.status, r.live, r.id IN (SELECT run_id FROM key) AS claimed, now() AS now
+  FROM req r
+  LEFT JOIN run ON run.id = r.id
+ ORDER BY r.n;
+
 -- name: lock_run
 -- The first statement of every event's transaction: the run's row lock,
 -- held until commit, serializes all events of one run. It also returns the
