@@ -66,6 +66,20 @@ RANKED_CHILD = {
     "priority": "{{input.p}}",
     "nodes": [{"id": "work", "type": "TASK", "queue": "sw-kids", "spec": {}}],
 }
+#: A parent whose child starts after a worker's node: it can be paused before.
+LATE_PARENT = {
+    "id": "sw-late-parent",
+    "nodes": [
+        {"id": "first", "type": "TASK", "queue": "sw-first", "spec": {}},
+        {"id": "call", "type": "SUB_WORKFLOW", "spec": {"workflow": "sw-child", "input": {"n": 1}}},
+        {
+            "id": "loose",
+            "type": "SUB_WORKFLOW",
+            "spec": {"workflow": "sw-child", "input": {"n": 2}, "on_parent_cancel": "abandon"},
+        },
+    ],
+    "edges": [{"from": "first", "to": "call"}, {"from": "first", "to": "loose"}],
+}
 RANKED_PARENT = {
     "id": "sw-ranked-parent",
     "nodes": [
@@ -81,7 +95,7 @@ RANKED_PARENT = {
 @pytest.fixture
 async def engine(pool: repo.Pool) -> AsyncIterator[Engine]:
     workflows = Workflows(pool)
-    for spec in (CHILD, PARENT, MAP_PARENT, RANKED_CHILD, RANKED_PARENT):
+    for spec in (CHILD, PARENT, MAP_PARENT, RANKED_CHILD, RANKED_PARENT, LATE_PARENT):
         await workflows.create(validate_definition(spec), deploy=True)
     e = Engine(pool)
     try:
@@ -274,3 +288,65 @@ async def test_a_map_parent_killed_after_its_commit_has_exactly_one_child_per_it
         )
     assert started == 3
     assert item_tasks == 3  # each child's parent ref names its own item's task
+
+
+async def _paused_with_children_written(engine: Engine, pool: repo.Pool) -> str:
+    """A LATE_PARENT run paused while its first node's attempt is with a worker, whose
+    success then writes its two children."""
+    parent = (await engine.start("sw-late-parent")).run_id
+    first = await task(pool, parent, "first")
+    assert first is not None
+    grant = await engine.acquire_lease(parent, first.task_id, 0, owner="w", ttl=30.0)
+    assert grant.granted
+    assert await engine.pause(parent)
+    assert await engine.report_completed(parent, first.task_id, "first", 0, {})
+    assert len(await children(pool, parent)) == 2
+    return parent
+
+
+async def _held_starts(pool: repo.Pool, parent: str) -> int:
+    async with repo.connection(pool) as conn:
+        return int(
+            await conn.fetchval(
+                "SELECT count(*) FROM outbox WHERE kind = 'run_event' AND "
+                "destination = 'run_started' AND payload ->> 'from' = $1 "
+                "AND next_attempt_at = $2",
+                parent,
+                repo.CHILD_START_HELD,
+            )
+        )
+
+
+async def test_a_paused_parent_s_children_start_at_its_resume(
+    engine: Engine, pool: repo.Pool
+) -> None:
+    """Nothing new goes while a run is paused: a child its node writes then is written
+    (one per attempt, as always) but waits PENDING for the parent's resume."""
+    parent = await _paused_with_children_written(engine, pool)
+    assert await _held_starts(pool, parent) == 2
+    assert {c.status for c in await children(pool, parent)} == {RunStatus.PENDING}
+
+    assert await engine.resume(parent)
+
+    async def both_running() -> bool:
+        return {c.status for c in await children(pool, parent)} == {RunStatus.RUNNING}
+
+    await until(both_running, what="the children started at the resume")
+    assert await _held_starts(pool, parent) == 0
+
+
+async def test_a_paused_parent_cancelled_ends_its_unstarted_children_and_lets_go_the_abandoned(
+    engine: Engine, pool: repo.Pool
+) -> None:
+    parent = await _paused_with_children_written(engine, pool)
+
+    await engine.cancel(parent, "not needed")
+
+    async def settled() -> bool:
+        kids = {c.node_id: c.status for c in await children(pool, parent)}
+        return kids == {"call": RunStatus.CANCELLED, "loose": RunStatus.RUNNING}
+
+    await until(settled, what="the reached child cancelled, the abandoned one started")
+    assert await _held_starts(pool, parent) == 0
+    cancelled = next(c for c in await children(pool, parent) if c.node_id == "call")
+    assert await task(pool, cancelled.run_id, "work") is None  # it never started

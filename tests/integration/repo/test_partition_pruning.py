@@ -75,6 +75,7 @@ WIDER = {
     "buffer_signal": "INSERT: the row is routed to its partition",
     "record_taken_signal": "INSERT: the row is routed to its partition",
     "find_idempotent_run": "joins from the key row: pruned at run time",
+    "settle_child_starts": "joins from a paused run's held child starts: pruned at run time",
     "mark_published": "a batch of (run id, task id) pairs",
     "lock_runs": "a batch of run ids (the group commit)",
     "load_task_states_of_runs": "a batch of run ids (the group commit)",

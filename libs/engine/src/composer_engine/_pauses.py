@@ -117,6 +117,8 @@ class RunPauses:
             # buffered signals to their waiting nodes (the held tasks are still active, so
             # the run finishes here only when none was held)
             await self._shell.decide(tx, dag, running, RunResumed(), by=resumed_by)
+            # the children its nodes wrote while paused start now
+            tx.run_events.extend(await repo.release_child_starts(tx.conn, run_id))
             delayed = False
             for h in await repo.release_run_tasks(tx.conn, run_id):
                 ref = repo.TaskRef(run_id, h.task_id, h.node_id, h.attempt)

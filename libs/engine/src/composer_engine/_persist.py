@@ -251,7 +251,10 @@ async def persist(
                     action.child_run_id,
                     child,
                     parent_seal=seal,
-                    not_before=action.not_before,
+                    # a paused parent's child starts at its resume (§4.14)
+                    not_before=repo.CHILD_START_HELD
+                    if run.status is RunStatus.PAUSED
+                    else action.not_before,
                 )
                 effects.wake_enqueuer |= action.not_before is not None
             case ResolveWait():

@@ -338,6 +338,8 @@ async def _finish(
             _run_events.child_finished(finished.parent, run.run_id, action, seal)
         )
     if action.status is RunStatus.CANCELLED:
+        if run.run_id in writes.paused:  # children it wrote while paused never started
+            tx.run_events.extend(await repo.settle_child_starts(tx.conn, run.run_id))
         for child in await repo.active_children(tx.conn, run.run_id):
             writes.run_events.append(
                 _run_events.cancel_child(child, run.run_id, action.error or "", seal)

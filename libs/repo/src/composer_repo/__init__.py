@@ -141,12 +141,15 @@ from composer_repo._partitions import (
     list_partitions,
 )
 from composer_repo._pauses import (
+    CHILD_START_HELD,
     PAUSED_HOLD,
     HeldAttempt,
     hold_run_tasks,
     pause_run,
+    release_child_starts,
     release_run_tasks,
     resume_run,
+    settle_child_starts,
 )
 from composer_repo._records import (
     BufferedSignal,
@@ -308,6 +311,7 @@ from composer_repo._workers import (
 )
 
 __all__ = [
+    "CHILD_START_HELD",
     "PAUSED_HOLD",
     "SCHEMA_VERSION",
     "BackfillRecord",
@@ -515,6 +519,7 @@ __all__ = [
     "record_taken_signal",
     "record_worker_heartbeat",
     "redispatch_task",
+    "release_child_starts",
     "release_run_tasks",
     "release_task",
     "renew_lease",
@@ -544,6 +549,7 @@ __all__ = [
     "set_run_priority",
     "set_schedule_paused",
     "set_task_limits",
+    "settle_child_starts",
     "settle_operation_item",
     "signal_key",
     "singleton",

@@ -18,6 +18,9 @@ from composer_repo._sql import q
 
 #: The held_reason of a paused run's attempts (shown as their ``waiting_hint``).
 PAUSED_HOLD = "the run is paused: this task goes to a worker when the run is resumed"
+#: When the start of a child a paused run's node wrote is due: not before the parent's
+#: resume (``release_child_starts`` makes it due then).
+CHILD_START_HELD = dt.datetime(9999, 1, 1, tzinfo=dt.UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,3 +68,20 @@ async def release_run_tasks(conn: Connection, run_id: str) -> list[HeldAttempt]:
     return [
         HeldAttempt(r["id"], r["node_id"], r["attempt"], r["queue"], r["not_before"]) for r in rows
     ]
+
+
+@translated
+async def release_child_starts(conn: Connection, parent_run_id: str) -> list[int]:
+    """Make the held starts of the children a paused run's nodes wrote due now (its
+    resume). Their run events' ids, for the caller to deliver."""
+    rows = await conn.fetch(q("release_child_starts"), parent_run_id, CHILD_START_HELD)
+    return [r["id"] for r in rows]
+
+
+@translated
+async def settle_child_starts(conn: Connection, parent_run_id: str) -> list[int]:
+    """A paused run cancelled: the held starts of the children its cancel reaches are
+    dropped (the cancel ends them unstarted), those of abandoned ones made due now.
+    Their run events' ids, for the caller to deliver."""
+    rows = await conn.fetch(q("settle_child_starts"), parent_run_id, CHILD_START_HELD)
+    return [r["id"] for r in rows]

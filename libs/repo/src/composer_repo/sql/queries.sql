@@ -1174,6 +1174,34 @@ SELECT 'run_event', u.run_id, u.task_id, u.event, u.payload,
            AS u(run_id, task_id, event, payload, not_before)
 RETURNING id;
 
+-- name: release_child_starts
+-- The starts of the children a paused run ($1) wrote, held until its resume ($2: the
+-- held due time), due now. A paused run writes few: the scan of the run events of
+-- its children stays small.
+UPDATE outbox
+   SET next_attempt_at = composer_now()
+ WHERE kind = 'run_event' AND destination = 'run_started' AND next_attempt_at = $2
+   AND payload ->> 'from' = $1
+RETURNING id;
+
+-- name: settle_child_starts
+-- A paused run ($1) cancelled: the held starts ($2) of its children go — those the
+-- cancel reaches are dropped (the cancel ends them, never started), those it leaves
+-- (on_parent_cancel: abandon) are due now, to run on.
+WITH held AS (
+    SELECT o.id, r.parent_detached
+      FROM outbox o
+      JOIN workflow_runs r ON r.id = o.run_id
+     WHERE o.kind = 'run_event' AND o.destination = 'run_started' AND o.next_attempt_at = $2
+       AND o.payload ->> 'from' = $1
+), dropped AS (
+    DELETE FROM outbox WHERE id IN (SELECT id FROM held WHERE NOT parent_detached)
+)
+UPDATE outbox
+   SET next_attempt_at = composer_now()
+ WHERE id IN (SELECT id FROM held WHERE parent_detached)
+RETURNING id;
+
 -- name: run_event_target
 -- The run an event is addressed to, read before its lock is taken (no row: the
 -- event was applied, or never existed).
