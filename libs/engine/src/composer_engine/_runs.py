@@ -74,7 +74,19 @@ class StartInTx:
         started = await repo.insert_run(
             tx.conn,
             row.run_id,
-            **{f.name: getattr(row, f.name) for f in dataclasses.fields(row) if f.name != "run_id"},
+            workflow_id=row.workflow_id,
+            version=row.version,
+            input=row.input,
+            config=row.config,
+            idempotency_key=row.idempotency_key,
+            request_digest=row.request_digest,
+            status=row.status,
+            data_key=row.data_key,
+            started_by=row.started_by,
+            context=row.context,
+            labels=row.labels,
+            priority=row.priority,
+            schedule=row.schedule,
         )
         return await self.finish(tx, planned, started)
 

@@ -18,9 +18,10 @@ Several replicas are safe, and none waits for another:
   the batch goes on.
 
 One wait that cannot be fired (its run's stored definition is broken, or a
-bug) never stops the others — its group is applied again one wait at a time —: it is logged as an ALERT naming the run and
-node, and parked (its wake_at moved ``park_seconds`` on) so it does not come
-back in every batch; the loop goes on.
+bug) never stops the others (a group that fails as a whole is fired again one
+wait at a time): it is logged as an ALERT naming the run and node, and parked
+(its wake_at moved ``park_seconds`` on) so it does not come back in every batch;
+the loop goes on.
 
 Between passes it sleeps exactly until the nearest wake_at, and a TIMER hint
 (sent after commit whenever a wait with a wake_at is created) cuts the sleep
