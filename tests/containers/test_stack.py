@@ -287,7 +287,13 @@ def test_a_run_with_http_and_python_nodes_succeeds_through_the_gateway(running: 
         running.database, f"SELECT data_key, output FROM workflow_runs WHERE id = '{run_key}'"
     )
     assert stored.startswith("ct:"), f"the run is not sealed with the stack's key: {stored}"
-    assert "CT" not in stored.split("|", 1)[1], f"the output is stored in the clear: {stored}"
+    # The column holds one JSON string, the envelope, never the output object; a quote
+    # cannot occur in its base64url body, so "CT" in quotes is the plaintext value alone
+    # (the bare letters turn up in 1 ciphertext in ~14 by chance).
+    output = json.loads(stored.split("|", 1)[1])
+    assert isinstance(output, str), f"the output is stored in the clear: {stored}"
+    assert output.startswith("$sealed:v1:"), f"the output is not a sealed envelope: {stored}"
+    assert '"CT"' not in stored, f"the output is stored in the clear: {stored}"
 
 
 def test_two_coordinators_and_two_workers_serve_runs(running: Running) -> None:
