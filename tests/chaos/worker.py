@@ -32,7 +32,7 @@ from composer_rpc.v1 import worker_pb2 as pb
 from composer_sdk import Outcome, PermanentError, TaskContext, TaskFailed, Worker, WorkerConfig
 from composer_sdk import _client as sdk_client
 from composer_sdk import _worker as sdk_worker
-from composer_sdk._client import CoordinatorClient, Lease
+from composer_sdk._client import CoordinatorClient, Lease, NextTask, TakeNext
 from composer_service.logs import setup_logging
 from composer_workers.settings import WorkersSettings
 from tests.chaos.ledger import LedgerWriter
@@ -132,14 +132,36 @@ class LedgerClient(CoordinatorClient):
         outcome: Outcome,
         *,
         until: Callable[[], bool],
-    ) -> bool | None:
-        accepted = await super().report(
-            task_id, run_id, node_id, attempt, owner, token, outcome, until=until
+        take_next: TakeNext | None = None,
+    ) -> bool | NextTask | None:
+        t0 = time.time()
+        answer = await super().report(
+            task_id,
+            run_id,
+            node_id,
+            attempt,
+            owner,
+            token,
+            outcome,
+            until=until,
+            take_next=take_next,
         )
+        accepted = True if isinstance(answer, NextTask) else answer
         self._note(
             "report", task=task_id, attempt=attempt, owner=owner, t=time.time(), accepted=accepted
         )
-        return accepted
+        if isinstance(answer, NextTask):  # leased with the report: a lease like any other
+            self._note(
+                "lease",
+                task=answer.fields["task_id"],
+                run=answer.fields["run_id"],
+                attempt=int(answer.fields["attempt"]),
+                owner=owner,
+                t0=t0,
+                t1=time.time(),
+                exp=answer.lease.expires_at,
+            )
+        return answer
 
 
 async def serve(ledger_dir: Path, queue: str) -> None:

@@ -101,6 +101,7 @@ async def test_leasing_and_completing_items_read_one_row_each(
         [None] * BATCH,
         [None] * BATCH,
         [None] * BATCH,
+        16 * 1024,  # as a report's own transaction leases (engine/_reports.py)
     )
     complete = await rows_read(
         conn, "complete_tasks", runs, batch, ["m"] * BATCH, [0] * BATCH, ["{}"] * BATCH

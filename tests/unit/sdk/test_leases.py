@@ -67,7 +67,8 @@ async def run_one(
     worker = Worker(WorkerConfig(lease_ttl=TTL))
     acked: list[str] = []
 
-    async def ack(entry: cq.Entry) -> None:
+    async def ack(entry: cq.Entry | None) -> None:
+        assert entry is not None
         acked.append(entry.entry_id)
 
     worker._client = coordinator  # type: ignore[assignment]

@@ -33,7 +33,7 @@ from composer_engine._recovery import (
     settle_entry,
     watch_queue,
 )
-from composer_engine._reported import AttemptLog, Report
+from composer_engine._reported import AttemptLog, NextTask, Report, TakeNext
 from composer_engine._runs import Started
 from composer_engine._schedules import Fired, FirePass, Schedules, ScheduleView, parse_spec
 from composer_engine._shell import utcnow
@@ -84,6 +84,7 @@ __all__ = [
     "Leave",
     "LogsView",
     "Misrouted",
+    "NextTask",
     "NotFound",
     "Parked",
     "QueueConcurrency",
@@ -99,6 +100,7 @@ __all__ = [
     "ScheduleView",
     "Schedules",
     "Started",
+    "TakeNext",
     "Unavailable",
     "UnknownSignal",
     "Unserved",

@@ -126,12 +126,6 @@ class Engine:
         self.max_output_bytes = max_output_bytes
         self.runs = RunCommands(shell)
         self.pauses = RunPauses(shell)
-        self.reports = Reports(
-            shell,
-            batch_size=batch_size,
-            batches_in_flight=batches_in_flight,
-            max_output_bytes=max_output_bytes,
-        )
         self.leases = Leasing(
             shell,
             batch_size=batch_size,
@@ -139,6 +133,13 @@ class Engine:
             new_lease_token=new_lease_token,
             max_node_input_bytes=max_node_input_bytes,
             park_seconds=park_seconds,
+        )
+        self.reports = Reports(
+            shell,
+            batch_size=batch_size,
+            batches_in_flight=batches_in_flight,
+            max_output_bytes=max_output_bytes,
+            leasing=self.leases,
         )
         self.loops = LoopEvents(shell)
         self.run_events = RunEventDelivery(shell)

@@ -126,6 +126,7 @@ async def grant_leases(
     max_input_bytes: int | None = None,
     sealer: Sealer | None = None,
     park_for: dt.timedelta = PARK_FOR,
+    max_stored_input: int | None = None,
 ) -> list[LeaseGrant | EngineError]:
     """``repo.acquire_leases`` and what each answer means to the worker: the grant
     with the node's timeout from its definition, a refusal, Forbidden for an attempt
@@ -137,8 +138,11 @@ async def grant_leases(
     The input is opened here (``sealer``), the one place a worker's input is in the
     clear before the worker. One sealed under a key not configured here is not
     given: the attempt is parked (``repo.park_task``: unspent, sent again after
-    ``park_for``) with an ALERT naming the key."""
-    leases = await repo.acquire_leases(conn, requests)
+    ``park_for``) with an ALERT naming the key.
+
+    ``max_stored_input``: an attempt whose input is larger, as JSON text, is not
+    granted (refused as any other, its task left as it was)."""
+    leases = await repo.acquire_leases(conn, requests, max_input_bytes=max_stored_input)
     refused = [
         (r.run_id, r.task_id) for r, lease in zip(requests, leases, strict=True) if lease is None
     ]

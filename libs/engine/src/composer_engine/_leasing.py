@@ -25,6 +25,11 @@ from composer_engine.errors import EngineError
 
 log = logging.getLogger("composer.engine")
 A = TypeVar("A")
+#: The largest input (JSON text, bytes) of a task leased with a report's answer: a
+#: batched answer of 128 reports stays under the 3 MiB an answer carries (§6.2);
+#: a larger one is published and leased as always. At least 12,000: the lease
+#: statement does not measure an input stored uncompressed in under 2,000 bytes.
+NEXT_TASK_MAX_INPUT = 16 * 1024
 B = TypeVar("B")
 
 
@@ -109,29 +114,49 @@ class Leasing:
         update), each under a fresh token. An attempt asked for twice in the batch is
         asked again after it."""
         tokened = [dataclasses.replace(r, token=self._new_lease_token()) for r in requests]
-
-        async def grant(
-            conn: repo.Connection, batch: Sequence[repo.LeaseRequest]
-        ) -> list[LeaseGrant | EngineError]:
-            return await grant_leases(
-                conn,
-                self._shell.definitions,
-                batch,
-                max_input_bytes=self.max_node_input_bytes,
-                sealer=self._shell.sealer,
-                park_for=self.park_for,
-            )
-
-        answers = await self._fenced_batch(tokened, grant, self._acquire_one)
+        answers = await self._fenced_batch(tokened, self._grant, self._acquire_one)
         first, _ = _once_each(requests)  # a repeat was answered, and failed, by itself
+        await self.fail_too_large([(requests[i], answers[i]) for i in first])
+        return answers
+
+    async def grant_in(
+        self, conn: repo.Connection, requests: Sequence[repo.LeaseRequest]
+    ) -> list[LeaseGrant | EngineError]:
+        """Grant ``requests`` (each attempt once) under fresh tokens in the caller's
+        transaction: the tasks a report's own transaction dispatched and leases to its
+        worker (engine/_reports.py). A grant refused ``too_large`` is to be passed to
+        ``fail_too_large`` once the transaction committed."""
+        tokened = [dataclasses.replace(r, token=self._new_lease_token()) for r in requests]
+        return await self._grant(conn, tokened, max_stored_input=NEXT_TASK_MAX_INPUT)
+
+    async def _grant(
+        self,
+        conn: repo.Connection,
+        batch: Sequence[repo.LeaseRequest],
+        max_stored_input: int | None = None,
+    ) -> list[LeaseGrant | EngineError]:
+        return await grant_leases(
+            conn,
+            self._shell.definitions,
+            batch,
+            max_input_bytes=self.max_node_input_bytes,
+            sealer=self._shell.sealer,
+            park_for=self.park_for,
+            max_stored_input=max_stored_input,
+        )
+
+    async def fail_too_large(
+        self, answers: Sequence[tuple[repo.LeaseRequest, LeaseGrant | EngineError]]
+    ) -> None:
+        """Fail for good each attempt of ``answers`` not granted because its input is
+        over the node input limit (``_fail_too_large``)."""
         too_large = [
-            (requests[i], answer)
-            for i in first
-            if isinstance(answer := answers[i], LeaseGrant) and answer.too_large
+            (request, answer)
+            for request, answer in answers
+            if isinstance(answer, LeaseGrant) and answer.too_large
         ]
         if too_large:
             await asyncio.gather(*(self._fail_too_large(r, a) for r, a in too_large))
-        return answers
 
     async def _fail_too_large(self, request: repo.LeaseRequest, grant: LeaseGrant) -> None:
         """Fail for good an attempt whose input is over the node input limit (the

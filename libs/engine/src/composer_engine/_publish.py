@@ -95,6 +95,14 @@ class Publisher:
                 exc,
             )
             return
+        self.forget(dispatched)
+
+    def forget(self, dispatched: Sequence[Dispatched]) -> None:
+        """Have the outbox rows of ``dispatched`` deleted soon without publishing them:
+        published already, or leased with the report that dispatched them
+        (engine/_reports.py), so no stream entry is needed."""
+        if not dispatched:
+            return
         self._published.extend(dispatched)
         if len(self._published) >= self._flush_rows:
             self._due.set()

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from composer_core.model import NodeType
 from composer_core.statemachine import NodeCompleted, NodeFailed
 from composer_core.templates import Json
-from composer_engine._leases import Reporter
+from composer_engine._leases import LeaseGrant, Reporter
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +21,30 @@ class AttemptLog:
 
     lines: tuple[str, ...]
     truncated: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TakeNext:
+    """A reporting worker's offer to run a task its report dispatches, on the handler
+    it reports from (docs/architecture.md §3.2): a task ready now on ``queue``, of one
+    of ``node_types`` (None: not said), is leased to it for ``ttl`` seconds in the
+    report's own transaction, and answered with the report, never published."""
+
+    queue: str
+    node_types: frozenset[NodeType] | None
+    ttl: float
+
+
+@dataclass(frozen=True, slots=True)
+class NextTask:
+    """An accepted report's answer when a task was leased to its worker with it: the
+    task's stream message (what an entry would have carried) and its lease."""
+
+    fields: dict[str, str]
+    run_id: str
+    task_id: str
+    attempt: int
+    grant: LeaseGrant
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +65,8 @@ class Report:
     permanent: bool = False
     #: What the attempt logged, stored with the report when it is applied (None: nothing).
     log: AttemptLog | None = None
+    #: The worker runs a task this report dispatches, if there is one for it (None: no).
+    take_next: TakeNext | None = None
 
     def event(self) -> NodeCompleted | NodeFailed:
         if self.completed:

@@ -19,8 +19,10 @@ from composer_common.batching import Batcher
 from composer_common.codes import ErrorCode
 from composer_core.statemachine import NodeCompleted, NodeFailed, TimerFired
 from composer_core.templates import Json
-from composer_engine._leases import Reporter
-from composer_engine._reported import Report
+from composer_engine._leases import LeaseGrant, Reporter
+from composer_engine._leasing import Leasing
+from composer_engine._publish import Dispatched
+from composer_engine._reported import NextTask, Report
 from composer_engine._shell import ON_LOOP_SHARE, LeavesTheBatch, Shell
 from composer_engine._transaction import committed
 from composer_engine._tx import Tx
@@ -72,14 +74,17 @@ class Reports:
         batch_size: int,
         batches_in_flight: int,
         max_output_bytes: int | None,
+        leasing: Leasing | None = None,
     ) -> None:
         """``batch_size`` and ``batches_in_flight`` bound the group commit: how many
         reports go in one transaction, how many transactions at once.
         ``max_output_bytes`` (COMPOSER_MAX_OUTPUT_BYTES): a report of a larger output
-        fails its node for good instead (None: no limit)."""
+        fails its node for good instead (None: no limit). ``leasing`` grants the tasks a
+        report's transaction leases to its worker (``Report.take_next``; None: none is)."""
         self._shell = shell
+        self._leasing = leasing
         self.max_output_bytes = max_output_bytes
-        self._batcher: Batcher[Report, bool | _Busy | _Alone] = Batcher(
+        self._batcher: Batcher[Report, bool | NextTask | _Busy | _Alone] = Batcher(
             lambda reports: self._group_commit(reports, defer_busy=True),
             max_size=batch_size,
             max_in_flight=batches_in_flight,
@@ -88,9 +93,11 @@ class Reports:
             key=lambda report: report.run_id,
         )
 
-    async def report(self, report: Report) -> bool:
+    async def report(self, report: Report) -> bool | NextTask:
         """Apply a worker's report in the next group commit (``report_many``); False
-        when it was stale (acknowledged, nothing changed).
+        when it was stale (acknowledged, nothing changed), and a ``NextTask`` when it
+        was accepted and a task it dispatched was leased to its worker with it
+        (``report.take_next``).
 
         A report whose run another batch holds (a fan-in spread over two batches in
         flight) waits for the next batch, a few times, before it is applied alone:
@@ -107,7 +114,7 @@ class Reports:
             raise answer
         return answer
 
-    async def report_many(self, reports: Sequence[Report]) -> list[bool | EngineError]:
+    async def report_many(self, reports: Sequence[Report]) -> list[bool | NextTask | EngineError]:
         """Apply many workers' reports in one transaction: the coordinator's group
         commit (docs/architecture.md §3.1). Returns, for each report, whether it was
         accepted (False: stale) or the error it alone met.
@@ -143,8 +150,8 @@ class Reports:
                     out.append(exc)
                     continue
                 out.append(None if tr is None else tr.ignored is None)
-            else:
-                out.append(result)
+            else:  # a fire offers to take no task: never a NextTask
+                out.append(bool(result) if isinstance(result, NextTask) else result)
         return out
 
     def _storable(self, report: Report) -> Report:
@@ -184,11 +191,15 @@ class Reports:
 
     async def _group_commit(
         self, reports: Sequence[Report | Fired], *, defer_busy: bool
-    ) -> list[bool | EngineError | _Busy | _Alone]:
+    ) -> list[bool | NextTask | EngineError | _Busy | _Alone]:
         """``report_many``; with ``defer_busy`` a report whose run another transaction
         holds is answered ``_BUSY`` (its caller submits it again) instead of applied alone,
         and one too heavy for the batch ``_ALONE`` (its caller applies it alone)."""
-        results: list[bool | EngineError | _Busy | _Alone | None] = [None] * len(reports)
+        results: list[bool | NextTask | EngineError | _Busy | _Alone | None] = [None] * len(reports)
+        #: The dispatches leased with their reports: not published; the grants refused as
+        #: too large, failed after the commit.
+        taken: list[Dispatched] = []
+        too_large: list[tuple[repo.LeaseRequest, LeaseGrant | EngineError]] = []
         busy: list[int] = []
         heavy: list[int] = []
 
@@ -242,6 +253,7 @@ class Reports:
                     tx = Tx(conn, self._shell.gate)
                     await apply(tx)
                     await tx.writes.flush(tx)
+                    await self._take_next(tx, reports, results, taken, too_large)
             except repo.CommitUnknown as lost:
                 try:
                     applied = await committed(self._shell.pool, lost, attempts=self._shell.attempts)
@@ -260,8 +272,12 @@ class Reports:
             results = [None] * len(reports)
         else:
             if unknown is None:
-                if self._shell.publish is not None and tx.dispatched:
-                    await self._shell.publish(tx.dispatched)
+                if self._shell.publish is not None:
+                    self._shell.publish.forget(taken)
+                    if tx.dispatched:
+                        await self._shell.publish(tx.dispatched)
+                if too_large and self._leasing is not None:
+                    await self._leasing.fail_too_large(too_large)
                 if self._shell.deliver is not None and tx.run_events:
                     self._shell.deliver(tx.run_events)
                 await tx.run_after_commit()
@@ -276,7 +292,7 @@ class Reports:
                     len(reports),
                     unknown,
                 )
-                results = [unknown if r is True else r for r in results]
+                results = [unknown if r is True or isinstance(r, NextTask) else r for r in results]
             if defer_busy:
                 for i in busy:
                     results[i] = _BUSY
@@ -288,6 +304,75 @@ class Reports:
             for i, answer in zip(alone, answers, strict=True):
                 results[i] = answer
         return [r if r is not None else False for r in results]
+
+    async def _take_next(
+        self,
+        tx: Tx,
+        reports: Sequence[Report | Fired],
+        results: list[bool | NextTask | EngineError | _Busy | _Alone | None],
+        taken: list[Dispatched],
+        too_large: list[tuple[repo.LeaseRequest, LeaseGrant | EngineError]],
+    ) -> None:
+        """Lease to each accepted report's worker that offers to take one
+        (``Report.take_next``) a task the transaction dispatched on its handler's queue,
+        its own run's first, in one statement before the commit
+        (docs/architecture.md §3.2). A granted task leaves ``tx.dispatched`` for
+        ``taken``: its outbox row is deleted after the commit, as a published one's,
+        and no stream entry is written; any other answer leaves the task to be
+        published as it would have been. A worker's next task then costs no stream
+        entry, no read, no lease call and no lease statement of its own."""
+        if self._leasing is None or self._shell.publish is None or not tx.dispatched:
+            return
+        offers = [
+            i
+            for i, r in enumerate(reports)
+            if results[i] is True
+            and isinstance(r, Report)
+            and r.take_next is not None
+            and r.reporter is not None
+        ]
+        if not offers:
+            return
+        free = list(tx.dispatched)
+        matched: list[tuple[int, Dispatched]] = []
+        for i in offers:
+            r = reports[i]
+            assert isinstance(r, Report) and r.take_next is not None
+            on_queue = [d for d in free if d.queue == r.take_next.queue]
+            if not on_queue:
+                continue
+            d = next((d for d in on_queue if d.ref.run_id == r.run_id), on_queue[0])
+            free.remove(d)
+            matched.append((i, d))
+        if not matched:
+            return
+        requests = []
+        for i, d in matched:
+            r = reports[i]
+            assert isinstance(r, Report) and r.take_next is not None and r.reporter is not None
+            requests.append(
+                repo.LeaseRequest(
+                    d.ref.run_id,
+                    d.ref.task_id,
+                    d.ref.attempt,
+                    r.reporter.owner,
+                    r.take_next.ttl,
+                    queues=r.reporter.queues,
+                    queue=r.take_next.queue,
+                    node_types=r.take_next.node_types,
+                )
+            )
+        answers = await self._leasing.grant_in(tx.conn, requests)
+        leased: set[int] = set()
+        for (i, d), request, answer in zip(matched, requests, answers, strict=True):
+            if isinstance(answer, LeaseGrant) and answer.granted:
+                results[i] = NextTask(d.fields, d.ref.run_id, d.ref.task_id, d.ref.attempt, answer)
+                taken.append(d)
+                leased.add(id(d))
+            else:
+                too_large.append((request, answer))
+        if leased:
+            tx.dispatched = [d for d in tx.dispatched if id(d) not in leased]
 
     async def _report_alone(self, r: Report | Fired) -> bool | EngineError:
         try:

@@ -363,9 +363,13 @@ async def renew_lease(
 
 
 @translated
-async def acquire_leases(conn: Connection, requests: Sequence[LeaseRequest]) -> list[Lease | None]:
+async def acquire_leases(
+    conn: Connection, requests: Sequence[LeaseRequest], *, max_input_bytes: int | None = None
+) -> list[Lease | None]:
     """``acquire_lease`` for many requests in one statement: for each, its lease or
-    None. An attempt may appear only once per call."""
+    None. An attempt may appear only once per call. With ``max_input_bytes`` an
+    attempt whose input is larger (as JSON text) is not granted either: the leases a
+    report's answer carries stay small (engine/_reports.py)."""
     _check_batch(requests)
     # in one order of attempts, as every batch that updates them, so that two never
     # wait for each other (a deadlock costs a second: deadlock_timeout)
@@ -377,6 +381,7 @@ async def acquire_leases(conn: Connection, requests: Sequence[LeaseRequest]) -> 
         [_queues(r) for r in ordered],
         [r.queue for r in ordered],
         [_node_types(r) for r in ordered],
+        max_input_bytes,
     )
     granted = {(r["run_id"], r["id"], r["attempt"]): r for r in rows}
     leases: list[Lease | None] = []

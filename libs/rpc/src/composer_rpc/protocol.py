@@ -37,6 +37,9 @@ FEATURES: Final = (
     "caller_context",
     #: A report carries the attempt's log lines.
     "task_logs",
+    #: A report may offer to take a task it dispatches (take_next); the answer carries
+    #: it leased (docs/architecture.md §3.2). A coordinator without it ignores the offer.
+    "take_next",
 )
 
 

@@ -124,6 +124,25 @@ class Lease:
     context_json: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class TakeNext:
+    """A report's offer to run next a task it dispatches: the reporting handler's queue
+    and node types, and the lease TTL it asks (docs/architecture.md §3.2)."""
+
+    queue: str
+    node_types: Collection[str]
+    ttl: float
+
+
+@dataclass(frozen=True, slots=True)
+class NextTask:
+    """A task leased to this worker with its report's answer: its stream message's
+    fields (as an entry would carry them) and its granted lease."""
+
+    fields: dict[str, str]
+    lease: Lease
+
+
 class Coordinator(Protocol):
     """What the worker asks of the coordinator (``CoordinatorClient``; tests give a fake)."""
 
@@ -156,7 +175,8 @@ class Coordinator(Protocol):
         outcome: Outcome,
         *,
         until: Callable[[], bool],
-    ) -> bool | None: ...
+        take_next: TakeNext | None = None,
+    ) -> bool | NextTask | None: ...
 
     async def close(self) -> None: ...
 
@@ -333,22 +353,7 @@ class CoordinatorClient:
         reply = await self._retry("AcquireTaskLease", call, until)
         if reply is None:
             return None
-        return Lease(
-            reply.granted,
-            reply.reason,
-            reply.input_json,
-            reply.lease_expires_at,
-            reply.max_attempts,
-            asked_at,
-            token=reply.lease_token,
-            node_id=reply.node_id,
-            node_type=reply.node_type,
-            workflow_id=reply.workflow_id,
-            workflow_version=reply.workflow_version,
-            timeout_seconds=reply.timeout_seconds or None,
-            ttl=reply.ttl_seconds,
-            context_json=reply.context_json,
-        )
+        return _lease(reply, asked_at)
 
     async def renew(
         self, task_id: str, run_id: str, attempt: int, owner: str, ttl: float, token: str
@@ -382,9 +387,12 @@ class CoordinatorClient:
         outcome: Outcome,
         *,
         until: Callable[[], bool],
-    ) -> bool | None:
+        take_next: TakeNext | None = None,
+    ) -> bool | NextTask | None:
         """Report an outcome; True accepted, False stale, None if ``until()`` turned true
-        while the coordinator was unreachable.
+        while the coordinator was unreachable. With ``take_next``, an accepted report may
+        be answered with a task it dispatched, leased to this worker (``NextTask``): the
+        caller runs it (or lets its lease run out).
 
         Raises CoordinatorUnavailable when every attempt failed transiently,
         SdkError when the coordinator answered with an error (INTERNAL, ...).
@@ -393,14 +401,16 @@ class CoordinatorClient:
         """
         try:
             return await self._report(
-                task_id, run_id, node_id, attempt, owner, token, outcome, until
+                task_id, run_id, node_id, attempt, owner, token, outcome, until, take_next
             )
         except SdkError as exc:
             if exc.code != MESSAGE_TOO_LARGE:
                 raise
             instead = _smaller(outcome, exc)
             log.error("task %s attempt %d: %s; reporting a failure instead", task_id, attempt, exc)
-        return await self._report(task_id, run_id, node_id, attempt, owner, token, instead, until)
+        return await self._report(
+            task_id, run_id, node_id, attempt, owner, token, instead, until, take_next
+        )
 
     async def _report(
         self,
@@ -412,7 +422,8 @@ class CoordinatorClient:
         token: str,
         outcome: Outcome,
         until: Callable[[], bool],
-    ) -> bool | None:
+        take_next: TakeNext | None = None,
+    ) -> bool | NextTask | None:
         request = pb.ReportTaskResultRequest(
             task_id=task_id,
             run_id=run_id,
@@ -430,8 +441,23 @@ class CoordinatorClient:
             log_lines=outcome.log_lines,
             log_truncated=outcome.log_truncated,
         )
-        reply = await self._retry("ReportTaskResult", lambda: self._reports.submit(request), until)
-        return None if reply is None else bool(reply.accepted)
+        if take_next is not None:
+            request.take_next.queue = take_next.queue
+            request.take_next.node_types.extend(sorted(take_next.node_types))
+            request.take_next.ttl_seconds = take_next.ttl
+        asked_at = 0.0
+
+        def call() -> Awaitable[pb.ReportTaskResultResponse]:
+            nonlocal asked_at
+            asked_at = time.monotonic()
+            return self._reports.submit(request)
+
+        reply = await self._retry("ReportTaskResult", call, until)
+        if reply is None:
+            return None
+        if reply.accepted and reply.HasField("next") and reply.next.lease.granted:
+            return NextTask(dict(reply.next.message), _lease(reply.next.lease, asked_at))
+        return bool(reply.accepted)
 
     async def capabilities(self, sdk: str, *, until: Callable[[], bool]) -> Capabilities | None:
         """Ask what the coordinator speaks (retried while it is unreachable, like any
@@ -604,6 +630,26 @@ class CoordinatorClient:
                 )
                 await asyncio.sleep(delay)
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _lease(reply: pb.AcquireTaskLeaseResponse, asked_at: float) -> Lease:
+    """The lease a grant answers, asked for at ``asked_at`` (time.monotonic())."""
+    return Lease(
+        reply.granted,
+        reply.reason,
+        reply.input_json,
+        reply.lease_expires_at,
+        reply.max_attempts,
+        asked_at,
+        token=reply.lease_token,
+        node_id=reply.node_id,
+        node_type=reply.node_type,
+        workflow_id=reply.workflow_id,
+        workflow_version=reply.workflow_version,
+        timeout_seconds=reply.timeout_seconds or None,
+        ttl=reply.ttl_seconds,
+        context_json=reply.context_json,
+    )
 
 
 def _by_size(items: Sequence[Any], budget: int) -> list[Sequence[Any]]:

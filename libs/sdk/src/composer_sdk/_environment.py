@@ -23,15 +23,18 @@ def from_env(name: str, default: str) -> Callable[[], str]:
     return lambda: os.environ.get(name) or default
 
 
-def flag_from_env(name: str) -> Callable[[], bool]:
+def flag_from_env(name: str, default: bool = False) -> Callable[[], bool]:
     """A dataclass default factory for a yes/no variable: true for 1, true, yes or on (any
-    case), false when unset, empty, 0, false, no or off; ValueError naming it otherwise."""
+    case), false for 0, false, no or off, ``default`` when unset or empty; ValueError
+    naming it otherwise."""
 
     def read() -> bool:
         value = (os.environ.get(name) or "").strip().lower()
+        if not value:
+            return default
         if value in ("1", "true", "yes", "on"):
             return True
-        if value in ("", "0", "false", "no", "off"):
+        if value in ("0", "false", "no", "off"):
             return False
         raise ValueError(f"{name}={value!r} is neither true nor false (say true or false)")
 

@@ -69,7 +69,9 @@ from composer_sdk._client import (
     Coordinator,
     CoordinatorClient,
     Lease,
+    NextTask,
     Presence,
+    TakeNext,
     Versioned,
 )
 from composer_sdk._environment import (
@@ -134,6 +136,12 @@ class WorkerConfig:
     #: How long SIGTERM waits for in-flight tasks before cancelling them.
     drain_seconds: float = 30.0
     read_block_ms: int = 1000
+    #: Offer, with each report, to run a task it dispatches on the same queue: the
+    #: coordinator may lease it to this worker in the report's transaction and answer
+    #: with it, so it never goes through the stream (docs/architecture.md §3.2). The
+    #: handler's slot is kept for it until the answer. False: every task is read from
+    #: the stream (COMPOSER_WORKER_TAKE_NEXT=false).
+    take_next: bool = field(default_factory=flag_from_env("COMPOSER_WORKER_TAKE_NEXT", True))
     #: Lease owner and consumer name; unique per process by default.
     owner: str | None = None
     #: Tries per coordinator call while it answers UNAVAILABLE (jittered backoff between,
@@ -187,6 +195,9 @@ class Worker:
         #: Attempts this process is running: a duplicate delivery of one is skipped here,
         #: since the coordinator re-grants a lease to the owner that holds it.
         self._running: set[tuple[str, int]] = set()
+        #: The queues whose reader waits for a free slot: a report from their handlers
+        #: offers to take no task (``_offer``).
+        self._wanting: set[str] = set()
         #: Handlers at once (a slot is held from the read to the handler's end)...
         self._slots = asyncio.Semaphore(config.concurrency)
         #: ...and messages held at once: the reports and acks of finished handlers
@@ -218,6 +229,8 @@ class Worker:
         #: Messages acknowledged away because they were no dispatch of their attempt to
         #: this handler: another queue's or node type's task, or one not due yet.
         self.misrouted = 0
+        #: Tasks run that were leased with a report's answer, not read from a stream.
+        self.taken_next = 0
         #: When run() began serving (seconds since the epoch), for the heartbeat.
         self.started_at = 0.0
         #: False once the coordinator said it keeps no heartbeats.
@@ -425,17 +438,24 @@ class Worker:
             len(self._in_flight),
             self.config.drain_seconds,
         )
-        tasks = set(self._in_flight)
-        finished = asyncio.ensure_future(asyncio.wait(tasks))
+        deadline = time.monotonic() + self.config.drain_seconds
         aborted = asyncio.ensure_future(self._abort.wait())
-        await asyncio.wait(
-            [finished, aborted],
-            timeout=self.config.drain_seconds,
-            return_when=asyncio.FIRST_COMPLETED,
-        )
-        finished.cancel()
+        # Until none is left: a report answered during the drain may bring a task leased
+        # with it (take_next), run in a task of its own that joins the set.
+        while (
+            (live := {task for task in self._in_flight if not task.done()})
+            and not aborted.done()
+            and time.monotonic() < deadline
+        ):
+            finished = asyncio.ensure_future(asyncio.wait(live))
+            await asyncio.wait(
+                [finished, aborted],
+                timeout=max(0.0, deadline - time.monotonic()),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            finished.cancel()
         aborted.cancel()
-        pending = {task for task in tasks if not task.done()}
+        pending = {task for task in self._in_flight if not task.done()}
         for task in pending:
             task.cancel()
         if pending:
@@ -650,7 +670,11 @@ class Worker:
         backoff = cq.Backoff(0.1, 5.0)
         turn = 0
         while not self._stopping.is_set():
-            room = await self._room()
+            self._wanting.add(handler.queue)
+            try:
+                room = await self._room()
+            finally:
+                self._wanting.discard(handler.queue)
             # Each read starts with the next shard, so a busy one cannot starve the others.
             order = names[turn:] + names[:turn]
             turn = (turn + 1) % len(names)
@@ -702,21 +726,49 @@ class Worker:
 
     async def _process(self, handler: Handler, entry: cq.Entry) -> None:
         """Handle one entry under the slot taken for it when it was read: the slot is
-        freed when the handler ends (``free_slot``) or the entry needs no handler."""
-        held = True
-
-        def free_slot() -> None:
-            nonlocal held
-            if held:
-                held = False
-                self._slots.release()
-
+        freed when the handler ends (``slot.free``) or the entry needs no handler, or
+        goes on to the task its report's answer brought."""
+        slot = _Slot(self._slots)
+        next_task: NextTask | None = None
         try:
-            await self._handle(handler, entry, free_slot)
+            next_task = await self._handle(handler, entry, slot.free)
         except Exception as exc:
             await self._park(entry, exc)
         finally:
-            free_slot()
+            if next_task is None or not slot.held:
+                slot.free()
+        if next_task is not None and slot.held:
+            self._run_next_soon(handler, next_task)  # the slot goes on with it
+
+    def _run_next_soon(self, handler: Handler, next_task: NextTask) -> None:
+        """Run a task leased with a report's answer in the slot its reporter kept; it
+        holds no stream message."""
+        task = asyncio.create_task(
+            self._run_next(handler, next_task), name=f"next:{next_task.fields.get('task_id')}"
+        )
+        self._in_flight.add(task)
+        task.add_done_callback(self._next_done)
+
+    def _next_done(self, task: asyncio.Task[None]) -> None:
+        self._in_flight.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("running a task leased with a report crashed", exc_info=task.exception())
+
+    async def _run_next(self, handler: Handler, next_task: NextTask | None) -> None:
+        """Run the tasks leased with reports, one after the other, in one slot: each
+        report may bring the next (a chain of steps stays on this worker)."""
+        slot = _Slot(self._slots)
+        try:
+            while next_task is not None and slot.held:
+                self.taken_next += 1
+                try:
+                    msg = cq.TaskMessage.from_fields(next_task.fields)
+                except cq.MalformedMessage as exc:  # a coordinator's bug: its lease runs out
+                    log.error("a task leased with a report has a malformed message: %s", exc)
+                    return
+                next_task = await self._traced(handler, None, msg, slot.free, next_task.lease)
+        finally:
+            slot.free()
 
     async def _park(self, entry: cq.Entry, exc: Exception) -> None:
         """The worker's own code failed on ``entry`` (the handler's exceptions are the
@@ -749,7 +801,7 @@ class Worker:
 
     async def _handle(
         self, handler: Handler, entry: cq.Entry, handler_done: Callable[[], None]
-    ) -> None:
+    ) -> NextTask | None:
         try:
             msg = entry.message()
         except cq.MalformedMessage as exc:
@@ -761,7 +813,19 @@ class Worker:
                 exc,
             )
             await self._ack(entry)
-            return
+            return None
+        return await self._traced(handler, entry, msg, handler_done)
+
+    async def _traced(
+        self,
+        handler: Handler,
+        entry: cq.Entry | None,
+        msg: cq.TaskMessage,
+        handler_done: Callable[[], None],
+        lease: Lease | None = None,
+    ) -> NextTask | None:
+        """Lease (unless ``lease`` was granted already, with a report), run and report
+        ``msg``'s attempt in its trace span; the task leased with the report, if any."""
         key = (msg.task_id, msg.attempt)
         if key in self._running:
             log.info(
@@ -771,7 +835,7 @@ class Worker:
             )
             self.skipped += 1
             await self._ack(entry)
-            return
+            return None
         self._running.add(key)
         parent = extract({"traceparent": msg.traceparent} if msg.traceparent else {})
         attributes: dict[str, str | int] = {
@@ -789,7 +853,10 @@ class Worker:
                 ),
                 log_context(run_id=msg.run_id, task_id=msg.task_id),
             ):
-                await self._lease_run_report(handler, entry, msg, handler_done)
+                if lease is not None:
+                    return await self._run_granted(handler, entry, msg, lease, handler_done)
+                assert entry is not None  # only a task leased with a report has none
+                return await self._lease_run_report(handler, entry, msg, handler_done)
         finally:
             self._running.discard(key)
 
@@ -799,15 +866,15 @@ class Worker:
         entry: cq.Entry,
         msg: cq.TaskMessage,
         handler_done: Callable[[], None],
-    ) -> None:
+    ) -> NextTask | None:
         assert self._client is not None
         cfg = self.config
         try:
             if not await self._protocol_ok():
-                return  # a coordinator of another protocol version: the entry stays pending
+                return None  # a coordinator of another protocol version: the entry stays pending
         except CoordinatorUnavailable as exc:
             self._abandon(msg, "asking the coordinator's protocol version", exc)
-            return
+            return None
         try:
             lease = await self._client.acquire(
                 msg.task_id,
@@ -827,7 +894,7 @@ class Worker:
                 # nothing ran, nothing changed; a real dispatch has its own entry.
                 self._misrouted(entry, msg, str(exc))
                 await self._ack(entry)
-                return
+                return None
             if exc.code == "PERMISSION_DENIED":
                 # Not this worker's to run (its token does not cover the task's queue):
                 # the entry is dropped; the task's own queue still has its entry.
@@ -840,7 +907,7 @@ class Worker:
                 )
                 self.skipped += 1
                 await self._ack(entry)
-                return
+                return None
             if exc.code == MESSAGE_TOO_LARGE:
                 # Asking again gets the same answer: the entry is dropped, and the task
                 # fails when its lease runs out (the lease-sweeper). A coordinator whose
@@ -856,11 +923,11 @@ class Worker:
                 )
                 self.skipped += 1
                 await self._ack(entry)
-                return
+                return None
             self._abandon(msg, "taking the lease", exc)
-            return
+            return None
         if lease is None:
-            return  # shutting down with the coordinator away: the message stays pending
+            return None  # shutting down with the coordinator away: the message stays pending
         if not lease.granted:
             log.info(
                 "task %s attempt %d not leased (%s): skipping",
@@ -870,7 +937,20 @@ class Worker:
             )
             self.skipped += 1
             await self._ack(entry)
-            return
+            return None
+        return await self._run_granted(handler, entry, msg, lease, handler_done)
+
+    async def _run_granted(
+        self,
+        handler: Handler,
+        entry: cq.Entry | None,
+        msg: cq.TaskMessage,
+        lease: Lease,
+        handler_done: Callable[[], None],
+    ) -> NextTask | None:
+        """Run the attempt ``lease`` grants and report it (``_run_and_report``); the
+        task leased with the report, if any."""
+        cfg = self.config
         if lease.node_type not in handler.node_types:
             # Granted by a coordinator older than the node type check: the handler must
             # still not run what it was not built for (an HTTP node as Python code).
@@ -884,7 +964,7 @@ class Worker:
                 "upgrade it), so the lease runs out and the attempt's retry policy decides",
             )
             await self._ack(entry)
-            return
+            return None
         # Until when this process knows it holds the lease: it was granted no earlier
         # than the request was sent. A grant that arrives after that (this process
         # was frozen, or the reply sat in a queue) may have been taken over already:
@@ -903,21 +983,23 @@ class Worker:
                 )
                 self.skipped += 1
                 await self._ack(entry)
-                return
+                return None
             valid_until = asked + ttl
         trace.get_current_span().set_attribute("composer.node_id", lease.node_id)
         with log_context(node_id=lease.node_id):
-            await self._run_and_report(handler, entry, lease, held, valid_until, handler_done)
+            return await self._run_and_report(
+                handler, entry, lease, held, valid_until, handler_done
+            )
 
     async def _run_and_report(
         self,
         handler: Handler,
-        entry: cq.Entry,
+        entry: cq.Entry | None,
         lease: Lease,
         held: _Held,
         valid_until: float,
         handler_done: Callable[[], None],
-    ) -> None:
+    ) -> NextTask | None:
         assert self._client is not None
         cfg, msg = self.config, held.msg
         timeout = lease.timeout_seconds or cfg.default_timeout
@@ -960,8 +1042,10 @@ class Worker:
                 msg.attempt,
             )
             await self._ack(entry)
-            return
-        handler_done()
+            return None
+        offer = self._offer(handler)
+        if offer is None:
+            handler_done()  # else the slot is kept for the task the answer may bring
         outcome = run.result()
         assert outcome is not None  # None is a lost lease, handled above
         outcome = outcome.with_log(attempt_lines)
@@ -975,21 +1059,31 @@ class Worker:
                 lease.token,
                 outcome,
                 until=self._stopping.is_set,
+                **({} if offer is None else {"take_next": offer}),
             )
         except SdkError as exc:
             self._abandon(msg, "reporting the outcome", exc)
-            return
+            return None
         if accepted is None:
             log.warning(
                 "could not report task %s before shutdown: it stays pending for recovery",
                 msg.task_id,
             )
-            return
+            return None
         if outcome.status == "COMPLETED":
             self.completed += 1
         else:
             self.failed += 1
         await self._ack(entry)
+        return accepted if isinstance(accepted, NextTask) else None
+
+    def _offer(self, handler: Handler) -> TakeNext | None:
+        """What a report offers to run next (``WorkerConfig.take_next``): nothing while
+        stopping, nor while the handler's reader waits for a slot (entries may be
+        waiting on the stream: a freed slot goes to them, first come)."""
+        if not self.config.take_next or self._stopping.is_set() or handler.queue in self._wanting:
+            return None
+        return TakeNext(handler.queue, handler.node_types, self.config.lease_ttl)
 
     async def _renew_until_done(
         self, run: asyncio.Task[Outcome | None], held: _Held, valid_until: float
@@ -1040,18 +1134,19 @@ class Worker:
         except TimeoutError:
             return None
 
-    def _misrouted(self, entry: cq.Entry, msg: cq.TaskMessage, why: str) -> None:
+    def _misrouted(self, entry: cq.Entry | None, msg: cq.TaskMessage, why: str) -> None:
         """Say, loudly, that ``entry`` is dropped unrun: it cannot be a dispatch of its
         attempt to this handler, so someone wrote it (or a definition needs fixing)."""
         self.misrouted += 1
         log.log(
             ALERT,
-            "task %s attempt %d of run %s: entry %s on %s is not run and is acknowledged away: %s",
+            "task %s attempt %d of run %s: %s is not run and is acknowledged away: %s",
             msg.task_id,
             msg.attempt,
             msg.run_id,
-            entry.entry_id,
-            entry.stream,
+            "its lease with a report"
+            if entry is None
+            else f"entry {entry.entry_id} on {entry.stream}",
             why,
         )
 
@@ -1076,9 +1171,11 @@ class Worker:
                 exc,
             )
 
-    async def _ack(self, entry: cq.Entry) -> None:
-        """Acknowledge ``entry`` in the next batch of acknowledgements."""
-        await self._acks.submit(entry.ref)
+    async def _ack(self, entry: cq.Entry | None) -> None:
+        """Acknowledge ``entry`` in the next batch of acknowledgements (None: a task
+        leased with a report, which has no entry)."""
+        if entry is not None:
+            await self._acks.submit(entry.ref)
 
     async def _ack_batch(self, refs: Sequence[tuple[str, str]]) -> list[None]:
         assert self._queue is not None
@@ -1102,6 +1199,22 @@ class Worker:
             " ".join(f"{stream} {entry_id}" for stream, entry_id in refs[:3]),
         )
         return [None] * len(refs)
+
+
+class _Slot:
+    """A handler slot taken from ``slots``: given back once, by whoever frees it first
+    (the handler's end, or the end of what holds it)."""
+
+    __slots__ = ("_slots", "held")
+
+    def __init__(self, slots: asyncio.Semaphore) -> None:
+        self._slots = slots
+        self.held = True
+
+    def free(self) -> None:
+        if self.held:
+            self.held = False
+            self._slots.release()
 
 
 @dataclass(frozen=True, slots=True)

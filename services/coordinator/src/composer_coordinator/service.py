@@ -41,9 +41,12 @@ from composer_engine import (
     EngineError,
     Forbidden,
     Internal,
+    LeaseGrant,
+    NextTask,
     NotFound,
     Report,
     Reporter,
+    TakeNext,
     Unavailable,
     handler_node_types,
 )
@@ -233,22 +236,7 @@ class WorkerService(WorkerServiceServicer):
             raise _refused(exc) from exc
         if not grant.granted:
             return pb.AcquireTaskLeaseResponse(granted=False, reason=grant.reason)
-        return pb.AcquireTaskLeaseResponse(
-            granted=True,
-            input_json=grant.input_json or json.dumps(grant.input, separators=(",", ":")),
-            lease_expires_at=grant.expires_at.timestamp() if grant.expires_at else 0.0,
-            max_attempts=grant.max_attempts,
-            lease_token=grant.token,
-            node_id=grant.node_id,
-            node_type=grant.node_type.value if grant.node_type is not None else "",
-            workflow_id=grant.workflow_id,
-            workflow_version=grant.workflow_version,
-            timeout_seconds=grant.timeout_seconds or 0.0,
-            ttl_seconds=ttl,
-            context_json=""
-            if grant.context is None
-            else json.dumps(grant.context, separators=(",", ":"), ensure_ascii=False),
-        )
+        return _granted(grant, ttl)
 
     async def _renew(
         self, request: pb.RenewTaskLeaseRequest, queues: frozenset[str] | None
@@ -292,6 +280,7 @@ class WorkerService(WorkerServiceServicer):
         )
         reporter = Reporter(request.lease_token, request.owner, queues)
         _require(request.attempt >= 0, "attempt must be >= 0")
+        take_next = self._take_next(request)
         if request.status == pb.TASK_STATUS_COMPLETED:
             try:
                 output = json.loads(request.output_json) if request.output_json else None
@@ -308,6 +297,7 @@ class WorkerService(WorkerServiceServicer):
                 completed=True,
                 output=output,
                 log=_attempt_log(request),
+                take_next=take_next,
             )
         elif request.status == pb.TASK_STATUS_FAILED:
             report = Report(
@@ -321,6 +311,7 @@ class WorkerService(WorkerServiceServicer):
                 code=request.error_code or None,
                 permanent=request.permanent,
                 log=_attempt_log(request),
+                take_next=take_next,
             )
         else:
             raise Refused(grpc.StatusCode.INVALID_ARGUMENT, "status must be COMPLETED or FAILED")
@@ -334,9 +325,52 @@ class WorkerService(WorkerServiceServicer):
             log.info(
                 "stale report for task %s attempt %d acknowledged", request.task_id, request.attempt
             )
+        if isinstance(accepted, NextTask):
+            assert take_next is not None
+            return pb.ReportTaskResultResponse(
+                accepted=True,
+                next=pb.NextTask(
+                    message=accepted.fields, lease=_granted(accepted.grant, take_next.ttl)
+                ),
+            )
         return pb.ReportTaskResultResponse(
             accepted=accepted, reason="" if accepted else "stale or duplicate report"
         )
+
+    def _take_next(self, request: pb.ReportTaskResultRequest) -> TakeNext | None:
+        """The report's offer to run a task it dispatches (None: it makes none)."""
+        if not request.HasField("take_next"):
+            return None
+        offer = request.take_next
+        _require(
+            offer.queue and offer.ttl_seconds > 0,
+            "take_next needs the handler's queue and ttl_seconds > 0",
+        )
+        return TakeNext(
+            offer.queue,
+            handler_node_types(offer.node_types),
+            min(offer.ttl_seconds, self.max_lease_seconds),
+        )
+
+
+def _granted(grant: LeaseGrant, ttl: float) -> pb.AcquireTaskLeaseResponse:
+    """A granted lease as the worker is answered it, with the TTL granted."""
+    return pb.AcquireTaskLeaseResponse(
+        granted=True,
+        input_json=grant.input_json or json.dumps(grant.input, separators=(",", ":")),
+        lease_expires_at=grant.expires_at.timestamp() if grant.expires_at else 0.0,
+        max_attempts=grant.max_attempts,
+        lease_token=grant.token,
+        node_id=grant.node_id,
+        node_type=grant.node_type.value if grant.node_type is not None else "",
+        workflow_id=grant.workflow_id,
+        workflow_version=grant.workflow_version,
+        timeout_seconds=grant.timeout_seconds or 0.0,
+        ttl_seconds=ttl,
+        context_json=""
+        if grant.context is None
+        else json.dumps(grant.context, separators=(",", ":"), ensure_ascii=False),
+    )
 
 
 #: What the coordinator stores of one attempt's log at most, whatever a worker sends:

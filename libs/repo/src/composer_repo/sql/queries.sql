@@ -631,7 +631,7 @@ DELETE FROM outbox
 -- keeps the token it was given. Returns what the handler needs: the input and
 -- the node from the database, never from the stream, and the run's calling context
 -- from the task's own copy (V008: the run's row is not read for it). A new grant
--- (started_at now, not the kept one of a request sent again) is appended to the
+-- (started_at the statement's time, not the kept one of a request sent again) is appended to the
 -- run's history in the same statement: who leased which attempt, when (V009).
 WITH granted AS (
 UPDATE task_instances t
@@ -644,10 +644,13 @@ UPDATE task_instances t
        -- a parked attempt (park_task) is no longer parked once a worker has it
        error = CASE WHEN t.error_code = 'PARKED' THEN NULL ELSE t.error END,
        error_code = CASE WHEN t.error_code = 'PARKED' THEN NULL ELSE t.error_code END,
+       -- the statement's time, not the transaction's: a task leased with the report
+       -- that dispatched it (engine/_reports.py) starts after that report's event
+       -- clock, read in the same transaction before this statement
        started_at = CASE WHEN t.state = 'RUNNING' AND t.lease_owner = u.owner
                               AND u.claim <> '' AND t.lease_claim = u.claim
-                         THEN t.started_at ELSE now() END,
-       updated_at = now()
+                         THEN t.started_at ELSE statement_timestamp() END,
+       updated_at = statement_timestamp()
   FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::float8[], $6::text[],
               $7::text[], $8::text[], $9::text[], $10::text[])
            AS u(run_id, id, attempt, owner, ttl, token, claim, queues, queue, node_types)
@@ -660,6 +663,13 @@ UPDATE task_instances t
    AND (u.queues IS NULL OR t.queue = ANY(string_to_array(u.queues, '|')))
    AND (u.queue IS NULL OR t.queue = u.queue)
    AND (u.node_types IS NULL OR t.node_type = ANY(string_to_array(u.node_types, '|')))
+   -- ($11) a task leased with the report that dispatched it has an input of at most
+   -- this many bytes of JSON text (NULL: any); one stored uncompressed in under 2,000
+   -- bytes is at most ~12 KB as text (an escaped control character: 6 bytes for 1),
+   -- so only a larger or compressed one is measured as text
+   AND ($11::int IS NULL
+        OR (pg_column_size(t.input) < 2000 AND pg_column_compression(t.input) IS NULL)
+        OR octet_length(t.input::text) <= $11::int)
 RETURNING t.run_id, t.id, t.attempt, t.node_id, t.node_type, t.queue, t.input,
           t.lease_expires_at, t.max_attempts, t.lease_token, t.context, t.started_at,
           t.lease_owner
@@ -667,7 +677,7 @@ RETURNING t.run_id, t.id, t.attempt, t.node_id, t.node_type, t.queue, t.input,
 INSERT INTO run_history (run_id, at, kind, node_id, task_id, attempt, actor)
 SELECT g.run_id, g.started_at, 'task.leased', g.node_id, g.id, g.attempt, g.lease_owner
   FROM granted g
- WHERE g.started_at = now()
+ WHERE g.started_at = statement_timestamp()
 )
 SELECT g.run_id, g.id, g.attempt, g.node_id, g.node_type, g.queue, g.input,
        g.lease_expires_at, g.max_attempts, g.lease_token, r.workflow_id, r.version, g.context

@@ -594,6 +594,7 @@ class ReportTaskResultRequest(_message.Message):
     LEASE_TOKEN_FIELD_NUMBER: _builtins.int
     LOG_LINES_FIELD_NUMBER: _builtins.int
     LOG_TRUNCATED_FIELD_NUMBER: _builtins.int
+    TAKE_NEXT_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     run_id: _builtins.str
     node_id: _builtins.str
@@ -619,6 +620,14 @@ class ReportTaskResultRequest(_message.Message):
         counts them and the last line is a marker that says so.
         """
 
+    @_builtins.property
+    def take_next(self) -> Global___TakeNext:
+        """Set by a worker with a slot for it: a task this report dispatches on that queue,
+        to that handler, may be leased to the worker in the report's own transaction and
+        sent back in the answer (`next`) instead of being published to the queue's stream.
+        Unset (a worker older than this field, or one without room): nothing is leased.
+        """
+
     def __init__(
         self,
         *,
@@ -635,14 +644,99 @@ class ReportTaskResultRequest(_message.Message):
         lease_token: _builtins.str = ...,
         log_lines: _abc.Iterable[_builtins.str] | None = ...,
         log_truncated: _builtins.int = ...,
+        take_next: Global___TakeNext | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["take_next", b"take_next"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "error", b"error", "error_code", b"error_code", "lease_token", b"lease_token", "log_lines", b"log_lines", "log_truncated", b"log_truncated", "node_id", b"node_id", "output_json", b"output_json", "owner", b"owner", "permanent", b"permanent", "run_id", b"run_id", "status", b"status", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "error", b"error", "error_code", b"error_code", "lease_token", b"lease_token", "log_lines", b"log_lines", "log_truncated", b"log_truncated", "node_id", b"node_id", "output_json", b"output_json", "owner", b"owner", "permanent", b"permanent", "run_id", b"run_id", "status", b"status", "take_next", b"take_next", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReportTaskResultRequest: _TypeAlias = ReportTaskResultRequest  # noqa: Y015
+
+@_typing.final
+class TakeNext(_message.Message):
+    """What a reporting worker can run next: a handler of `queue` for `node_types` (empty:
+    not said), for a lease of `ttl_seconds` (at most the coordinator's maximum).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUEUE_FIELD_NUMBER: _builtins.int
+    NODE_TYPES_FIELD_NUMBER: _builtins.int
+    TTL_SECONDS_FIELD_NUMBER: _builtins.int
+    queue: _builtins.str
+    ttl_seconds: _builtins.float
+    @_builtins.property
+    def node_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        queue: _builtins.str = ...,
+        node_types: _abc.Iterable[_builtins.str] | None = ...,
+        ttl_seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_types", b"node_types", "queue", b"queue", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TakeNext: _TypeAlias = TakeNext  # noqa: Y015
+
+@_typing.final
+class NextTask(_message.Message):
+    """A task leased to the reporting worker with its report's answer: run it as if its
+    stream entry had been read and its lease granted. It has no stream entry to acknowledge.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class MessageEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    LEASE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def message(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """The stream message the task would have been published as (ids, trace context,
+        priority band): the same fields a stream entry carries.
+        """
+
+    @_builtins.property
+    def lease(self) -> Global___AcquireTaskLeaseResponse:
+        """The lease granted on it, as AcquireTaskLease answers it (granted is true)."""
+
+    def __init__(
+        self,
+        *,
+        message: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        lease: Global___AcquireTaskLeaseResponse | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "message", b"message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NextTask: _TypeAlias = NextTask  # noqa: Y015
 
 @_typing.final
 class ReportTaskResultResponse(_message.Message):
@@ -650,10 +744,15 @@ class ReportTaskResultResponse(_message.Message):
 
     ACCEPTED_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    NEXT_FIELD_NUMBER: _builtins.int
     PROBLEM_FIELD_NUMBER: _builtins.int
     accepted: _builtins.bool
     """False when the report was stale or a duplicate: acknowledged, nothing changed."""
     reason: _builtins.str
+    @_builtins.property
+    def next(self) -> Global___NextTask:
+        """Set only when the request offered `take_next` and a task was leased to the worker."""
+
     @_builtins.property
     def problem(self) -> Global___Problem:
         """Only in a batched answer: this item failed (see Problem)."""
@@ -663,11 +762,12 @@ class ReportTaskResultResponse(_message.Message):
         *,
         accepted: _builtins.bool = ...,
         reason: _builtins.str = ...,
+        next: Global___NextTask | None = ...,
         problem: Global___Problem | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["problem", b"problem"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["next", b"next", "problem", b"problem"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "problem", b"problem", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "next", b"next", "problem", b"problem", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,200 @@
+"""A report's answer carries the next task (docs/architecture.md §3.2): a worker that
+offers to take one (``take_next``) is leased, in its report's own transaction, a task
+that report dispatched on its handler's queue, and that task never goes through the
+stream. What is not for it (another queue, a node type its handler does not run, an
+input too large for a batched answer) is published as before."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import grpc.aio
+
+import composer_queue as cq
+import composer_repo as repo
+from composer_core.model import RunStatus, TaskState
+from composer_rpc.v1 import worker_pb2 as pb
+from composer_rpc.v1.worker_pb2_grpc import WorkerServiceStub
+from composer_sdk import TaskContext
+from tests.integration.e2e.conftest import TOKEN, Stack
+from tests.integration.e2e.test_group_commit import leased_tasks
+from tests.integration.e2e.test_runs import add_one, chain
+
+MD = (("authorization", f"Bearer {TOKEN}"),)
+
+
+def two_steps(second: dict[str, Any]) -> dict[str, Any]:
+    """``a`` on queue manual (nobody serves it here), then ``second``."""
+    return {
+        "id": "two-steps",
+        "nodes": [{"id": "a", "type": "TASK", "queue": "manual", "spec": {}}, second],
+        "edges": [{"from": "a", "to": second["id"]}],
+    }
+
+
+async def entries(stack: Stack, queue: str) -> int:
+    """The entries on every stream of ``queue`` (all shards, all priority bands)."""
+    total = 0
+    for stream in cq.queue_streams(stack.prefix, queue, cq.DEFAULT_SHARDS):
+        for _, name in cq.band_streams(stream):
+            total += await stack.redis.length(name)
+    return total
+
+
+async def dispatch_rows(stack: Stack, run_id: str) -> int:
+    async with repo.connection(stack.pool) as conn:
+        return int(
+            await conn.fetchval(
+                "SELECT count(*) FROM outbox WHERE run_id = $1 AND kind = 'dispatch'", run_id
+            )
+        )
+
+
+async def no_dispatch_rows(stack: Stack, run_id: str, timeout: float = 5.0) -> None:
+    """Wait until the run has no dispatch row left in the outbox."""
+    deadline = time.monotonic() + timeout
+    while (left := await dispatch_rows(stack, run_id)) > 0:
+        assert time.monotonic() < deadline, f"{left} dispatch row(s) of {run_id} still there"
+        await asyncio.sleep(0.02)
+
+
+async def report_a(
+    stack: Stack,
+    stub: Any,
+    run_id: str,
+    *,
+    queue: str = "manual",
+    node_types: list[str] | None = None,
+) -> pb.ReportTaskResultResponse:
+    """Lease ``a`` and report it done, offering to take a task of ``queue``."""
+    [(task_id, token)] = await leased_tasks(stack, stub, [run_id], "a")
+    request = pb.ReportTaskResultRequest(
+        run_id=run_id,
+        task_id=task_id,
+        node_id="a",
+        attempt=0,
+        owner="w",
+        lease_token=token,
+        status=pb.TASK_STATUS_COMPLETED,
+        output_json='{"big": "' + "x" * 20_000 + '"}',
+        take_next=pb.TakeNext(queue=queue, node_types=node_types or ["TASK"], ttl_seconds=30),
+    )
+    reply = await stub.ReportTaskResults(pb.ReportTaskResultsRequest(items=[request]), metadata=MD)
+    answer: pb.ReportTaskResultResponse = reply.items[0]
+    assert len(reply.items) == 1 and answer.accepted, reply
+    return answer
+
+
+async def test_the_next_step_comes_leased_with_the_report_and_never_goes_through_the_stream(
+    stack: Stack,
+) -> None:
+    await stack.deploy(two_steps({"id": "b", "type": "TASK", "queue": "manual", "spec": {"n": 1}}))
+    run_id = (await stack.engine.start("two-steps")).run_id
+    async with grpc.aio.insecure_channel(stack.grpc_target) as channel:
+        stub = WorkerServiceStub(channel)
+        before = await entries(stack, "manual")  # a's entry
+        answer = await report_a(stack, stub, run_id)
+        assert answer.HasField("next")
+        task_b = (await stack.tasks_of(run_id))["b"]
+        assert answer.next.message["task_id"] == task_b.task_id
+        assert answer.next.message["run_id"] == run_id
+        assert answer.next.message["attempt"] == "0"
+        lease = answer.next.lease
+        assert lease.granted and lease.node_id == "b" and lease.node_type == "TASK"
+        assert lease.input_json == '{"n":1}' and lease.lease_token
+        # leased to the reporter in the report's transaction: running, no entry written,
+        # and its outbox row deleted as a published one's is
+        assert task_b.state is TaskState.RUNNING
+        assert await entries(stack, "manual") == before
+        await no_dispatch_rows(stack, run_id)
+        # its lease is a lease like any other: the report with its token counts
+        done = await stub.ReportTaskResult(
+            pb.ReportTaskResultRequest(
+                run_id=run_id,
+                task_id=task_b.task_id,
+                node_id="b",
+                attempt=0,
+                owner="w",
+                lease_token=lease.lease_token,
+                status=pb.TASK_STATUS_COMPLETED,
+                output_json="{}",
+            ),
+            metadata=MD,
+        )
+    assert done.accepted and not done.HasField("next")
+    assert (await stack.wait_run(run_id)).status is RunStatus.SUCCEEDED
+    async with repo.connection(stack.pool) as conn:
+        history = await repo.run_history(conn, run_id)
+    leased = [h for h in history if h.kind == "task.leased" and h.node_id == "b"]
+    assert [h.actor for h in leased] == ["w"]
+
+
+async def test_a_next_task_on_another_queue_is_published_not_leased(stack: Stack) -> None:
+    await stack.deploy(two_steps({"id": "b", "type": "TASK", "queue": "other", "spec": {}}))
+    run_id = (await stack.engine.start("two-steps")).run_id
+    async with grpc.aio.insecure_channel(stack.grpc_target) as channel:
+        answer = await report_a(stack, WorkerServiceStub(channel), run_id)
+    assert not answer.HasField("next")
+    assert (await stack.tasks_of(run_id))["b"].state in (TaskState.PENDING, TaskState.QUEUED)
+    assert await entries(stack, "other") == 1
+
+
+async def test_a_next_task_of_a_node_type_the_handler_does_not_run_is_published(
+    stack: Stack,
+) -> None:
+    await stack.deploy(two_steps({"id": "b", "type": "TASK", "queue": "manual", "spec": {}}))
+    run_id = (await stack.engine.start("two-steps")).run_id
+    async with grpc.aio.insecure_channel(stack.grpc_target) as channel:
+        answer = await report_a(stack, WorkerServiceStub(channel), run_id, node_types=["HTTP"])
+    assert not answer.HasField("next")
+    assert (await stack.tasks_of(run_id))["b"].state in (TaskState.PENDING, TaskState.QUEUED)
+    # a's entry and b's
+    assert await entries(stack, "manual") == 2
+
+
+async def test_a_next_task_whose_input_is_too_large_for_an_answer_is_published(
+    stack: Stack,
+) -> None:
+    # b's input is a's 20 KB output: over the 16 KiB a report's answer may carry per task
+    await stack.deploy(
+        two_steps(
+            {"id": "b", "type": "TASK", "queue": "manual", "spec": {"x": "{{tasks.a.output.big}}"}}
+        )
+    )
+    run_id = (await stack.engine.start("two-steps")).run_id
+    async with grpc.aio.insecure_channel(stack.grpc_target) as channel:
+        answer = await report_a(stack, WorkerServiceStub(channel), run_id)
+    assert not answer.HasField("next")
+    task_b = (await stack.tasks_of(run_id))["b"]
+    assert task_b.state in (TaskState.PENDING, TaskState.QUEUED)
+    assert await entries(stack, "manual") == 2
+
+
+async def test_an_sdk_worker_runs_a_chain_on_the_tasks_its_reports_bring(stack: Stack) -> None:
+    seen: list[str] = []
+
+    async def step(ctx: TaskContext, input: dict[str, Any]) -> dict[str, Any]:
+        seen.append(ctx.node_id)
+        return await add_one(ctx, input)
+
+    await stack.deploy(chain("a", "b", "c", "d", output={"n": "{{tasks.d.output.n}}"}))
+    worker = stack.worker({"work": step})
+    run_id = (await stack.engine.start("chain-4", input={"n": 0})).run_id
+    run = await stack.wait_run(run_id)
+    assert run.status is RunStatus.SUCCEEDED and run.output == {"n": 4}
+    assert seen == ["a", "b", "c", "d"]
+    # a came through the stream; b, c and d each with the report of the step before
+    assert worker.taken_next == 3 and worker.completed == 4
+
+
+async def test_a_worker_that_does_not_offer_reads_every_step_from_the_stream(
+    stack: Stack,
+) -> None:
+    await stack.deploy(chain("a", "b", "c", output={"n": "{{tasks.c.output.n}}"}))
+    worker = stack.worker({"work": add_one}, take_next=False)
+    run_id = (await stack.engine.start("chain-3", input={"n": 0})).run_id
+    run = await stack.wait_run(run_id)
+    assert run.status is RunStatus.SUCCEEDED and run.output == {"n": 3}
+    assert worker.taken_next == 0 and worker.completed == 3
