@@ -127,6 +127,7 @@ async def grant_leases(
     sealer: Sealer | None = None,
     park_for: dt.timedelta = PARK_FOR,
     max_stored_input: int | None = None,
+    explain_refused: bool = True,
 ) -> list[LeaseGrant | EngineError]:
     """``repo.acquire_leases`` and what each answer means to the worker: the grant
     with the node's timeout from its definition, a refusal, Forbidden for an attempt
@@ -141,12 +142,14 @@ async def grant_leases(
     ``park_for``) with an ALERT naming the key.
 
     ``max_stored_input``: an attempt whose input is larger, as JSON text, is not
-    granted (refused as any other, its task left as it was)."""
+    granted (refused as any other, its task left as it was). Without
+    ``explain_refused`` a refusal is a plain one, not looked into (``task_routing``):
+    nobody hears why a task offered with a report was not leased; it is published."""
     leases = await repo.acquire_leases(conn, requests, max_input_bytes=max_stored_input)
     refused = [
         (r.run_id, r.task_id) for r, lease in zip(requests, leases, strict=True) if lease is None
     ]
-    routing = await repo.task_routing(conn, refused) if refused else {}
+    routing = await repo.task_routing(conn, refused) if refused and explain_refused else {}
     answers: list[LeaseGrant | EngineError] = []
     for request, lease in zip(requests, leases, strict=True):
         if lease is None:

@@ -127,13 +127,16 @@ class Leasing:
         worker (engine/_reports.py). A grant refused ``too_large`` is to be passed to
         ``fail_too_large`` once the transaction committed."""
         tokened = [dataclasses.replace(r, token=self._new_lease_token()) for r in requests]
-        return await self._grant(conn, tokened, max_stored_input=NEXT_TASK_MAX_INPUT)
+        return await self._grant(
+            conn, tokened, max_stored_input=NEXT_TASK_MAX_INPUT, explain_refused=False
+        )
 
     async def _grant(
         self,
         conn: repo.Connection,
         batch: Sequence[repo.LeaseRequest],
         max_stored_input: int | None = None,
+        explain_refused: bool = True,
     ) -> list[LeaseGrant | EngineError]:
         return await grant_leases(
             conn,
@@ -143,6 +146,7 @@ class Leasing:
             sealer=self._shell.sealer,
             park_for=self.park_for,
             max_stored_input=max_stored_input,
+            explain_refused=explain_refused,
         )
 
     async def fail_too_large(

@@ -41,9 +41,6 @@ class NextTask:
     task's stream message (what an entry would have carried) and its lease."""
 
     fields: dict[str, str]
-    run_id: str
-    task_id: str
-    attempt: int
     grant: LeaseGrant
 
 

@@ -196,10 +196,10 @@ class Reports:
         holds is answered ``_BUSY`` (its caller submits it again) instead of applied alone,
         and one too heavy for the batch ``_ALONE`` (its caller applies it alone)."""
         results: list[bool | NextTask | EngineError | _Busy | _Alone | None] = [None] * len(reports)
-        #: The dispatches leased with their reports: not published; the grants refused as
-        #: too large, failed after the commit.
+        #: The dispatches leased with their reports (not published), and the leases
+        #: refused them (one too large fails its attempt after the commit).
         taken: list[Dispatched] = []
-        too_large: list[tuple[repo.LeaseRequest, LeaseGrant | EngineError]] = []
+        refused: list[tuple[repo.LeaseRequest, LeaseGrant | EngineError]] = []
         busy: list[int] = []
         heavy: list[int] = []
 
@@ -253,7 +253,7 @@ class Reports:
                     tx = Tx(conn, self._shell.gate)
                     await apply(tx)
                     await tx.writes.flush(tx)
-                    await self._take_next(tx, reports, results, taken, too_large)
+                    taken, refused = await self._take_next(tx, reports, results)
             except repo.CommitUnknown as lost:
                 try:
                     applied = await committed(self._shell.pool, lost, attempts=self._shell.attempts)
@@ -276,8 +276,8 @@ class Reports:
                     self._shell.publish.forget(taken)
                     if tx.dispatched:
                         await self._shell.publish(tx.dispatched)
-                if too_large and self._leasing is not None:
-                    await self._leasing.fail_too_large(too_large)
+                if refused and self._leasing is not None:
+                    await self._leasing.fail_too_large(refused)
                 if self._shell.deliver is not None and tx.run_events:
                     self._shell.deliver(tx.run_events)
                 await tx.run_after_commit()
@@ -310,69 +310,62 @@ class Reports:
         tx: Tx,
         reports: Sequence[Report | Fired],
         results: list[bool | NextTask | EngineError | _Busy | _Alone | None],
-        taken: list[Dispatched],
-        too_large: list[tuple[repo.LeaseRequest, LeaseGrant | EngineError]],
-    ) -> None:
+    ) -> tuple[list[Dispatched], list[tuple[repo.LeaseRequest, LeaseGrant | EngineError]]]:
         """Lease to each accepted report's worker that offers to take one
         (``Report.take_next``) a task the transaction dispatched on its handler's queue,
         its own run's first, in one statement before the commit
-        (docs/architecture.md §3.2). A granted task leaves ``tx.dispatched`` for
-        ``taken``: its outbox row is deleted after the commit, as a published one's,
-        and no stream entry is written; any other answer leaves the task to be
-        published as it would have been. A worker's next task then costs no stream
-        entry, no read, no lease call and no lease statement of its own."""
+        (docs/architecture.md §3.2); its ``results`` entry becomes the ``NextTask``.
+        Returns the dispatches leased, which leave ``tx.dispatched`` (no stream entry;
+        their outbox rows are deleted after the commit, as published ones'), and the
+        leases refused, whose tasks are published as they would have been. A worker's
+        next task then costs no stream entry, no read, no lease call and no lease
+        statement of its own."""
         if self._leasing is None or self._shell.publish is None or not tx.dispatched:
-            return
-        offers = [
-            i
-            for i, r in enumerate(reports)
-            if results[i] is True
-            and isinstance(r, Report)
-            and r.take_next is not None
-            and r.reporter is not None
-        ]
-        if not offers:
-            return
+            return [], []
         free = list(tx.dispatched)
         matched: list[tuple[int, Dispatched]] = []
-        for i in offers:
-            r = reports[i]
-            assert isinstance(r, Report) and r.take_next is not None
-            on_queue = [d for d in free if d.queue == r.take_next.queue]
+        requests: list[repo.LeaseRequest] = []
+        for i, r in enumerate(reports):
+            if (
+                results[i] is not True
+                or not isinstance(r, Report)
+                or r.take_next is None
+                or r.reporter is None
+            ):
+                continue
+            offer = r.take_next
+            on_queue = [d for d in free if d.queue == offer.queue]
             if not on_queue:
                 continue
             d = next((d for d in on_queue if d.ref.run_id == r.run_id), on_queue[0])
             free.remove(d)
             matched.append((i, d))
-        if not matched:
-            return
-        requests = []
-        for i, d in matched:
-            r = reports[i]
-            assert isinstance(r, Report) and r.take_next is not None and r.reporter is not None
             requests.append(
                 repo.LeaseRequest(
                     d.ref.run_id,
                     d.ref.task_id,
                     d.ref.attempt,
                     r.reporter.owner,
-                    r.take_next.ttl,
+                    offer.ttl,
                     queues=r.reporter.queues,
-                    queue=r.take_next.queue,
-                    node_types=r.take_next.node_types,
+                    queue=offer.queue,
+                    node_types=offer.node_types,
                 )
             )
+        if not matched:
+            return [], []
         answers = await self._leasing.grant_in(tx.conn, requests)
-        leased: set[int] = set()
+        taken: list[Dispatched] = []
+        refused: list[tuple[repo.LeaseRequest, LeaseGrant | EngineError]] = []
         for (i, d), request, answer in zip(matched, requests, answers, strict=True):
             if isinstance(answer, LeaseGrant) and answer.granted:
-                results[i] = NextTask(d.fields, d.ref.run_id, d.ref.task_id, d.ref.attempt, answer)
+                results[i] = NextTask(d.fields, answer)
                 taken.append(d)
-                leased.add(id(d))
             else:
-                too_large.append((request, answer))
-        if leased:
-            tx.dispatched = [d for d in tx.dispatched if id(d) not in leased]
+                refused.append((request, answer))
+        leased = {id(d) for d in taken}
+        tx.dispatched = [d for d in tx.dispatched if id(d) not in leased]
+        return taken, refused
 
     async def _report_alone(self, r: Report | Fired) -> bool | EngineError:
         try:

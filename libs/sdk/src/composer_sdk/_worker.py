@@ -719,10 +719,14 @@ class Worker:
                 task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[None]) -> None:
-        self._in_flight.discard(task)
+        """A task of an entry ended: its message is given back."""
         self._messages.release()
+        self._ended(task)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._in_flight.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            log.error("processing a message crashed", exc_info=task.exception())
+            log.error("processing a task crashed", exc_info=task.exception())
 
     async def _process(self, handler: Handler, entry: cq.Entry) -> None:
         """Handle one entry under the slot taken for it when it was read: the slot is
@@ -738,26 +742,18 @@ class Worker:
             if next_task is None or not slot.held:
                 slot.free()
         if next_task is not None and slot.held:
-            self._run_next_soon(handler, next_task)  # the slot goes on with it
+            # the slot goes on with the task; it holds no stream message
+            task = asyncio.create_task(
+                self._run_next(handler, next_task, slot),
+                name=f"next:{next_task.fields.get('task_id')}",
+            )
+            self._in_flight.add(task)
+            task.add_done_callback(self._ended)
 
-    def _run_next_soon(self, handler: Handler, next_task: NextTask) -> None:
-        """Run a task leased with a report's answer in the slot its reporter kept; it
-        holds no stream message."""
-        task = asyncio.create_task(
-            self._run_next(handler, next_task), name=f"next:{next_task.fields.get('task_id')}"
-        )
-        self._in_flight.add(task)
-        task.add_done_callback(self._next_done)
-
-    def _next_done(self, task: asyncio.Task[None]) -> None:
-        self._in_flight.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("running a task leased with a report crashed", exc_info=task.exception())
-
-    async def _run_next(self, handler: Handler, next_task: NextTask | None) -> None:
-        """Run the tasks leased with reports, one after the other, in one slot: each
-        report may bring the next (a chain of steps stays on this worker)."""
-        slot = _Slot(self._slots)
+    async def _run_next(self, handler: Handler, next_task: NextTask | None, slot: _Slot) -> None:
+        """Run the tasks leased with reports, one after the other, in the ``slot`` the
+        first one's reporter kept: each report may bring the next (a chain of steps
+        stays on this worker)."""
         try:
             while next_task is not None and slot.held:
                 self.taken_next += 1
