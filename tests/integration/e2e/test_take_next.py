@@ -198,3 +198,39 @@ async def test_a_worker_that_does_not_offer_reads_every_step_from_the_stream(
     run = await stack.wait_run(run_id)
     assert run.status is RunStatus.SUCCEEDED and run.output == {"n": 3}
     assert worker.taken_next == 0 and worker.completed == 3
+
+
+async def test_the_run_handed_a_finished_runs_slot_starts_in_its_transaction(
+    stack: Stack,
+) -> None:
+    # one run at a time: the second waits in line until the first's report ends it
+    await stack.deploy(
+        {
+            "id": "one-at-a-time",
+            "concurrency": {"max_runs": 1},
+            "nodes": [{"id": "a", "type": "TASK", "queue": "manual", "spec": {}}],
+        }
+    )
+    first = (await stack.engine.start("one-at-a-time")).run_id
+    second = await stack.engine.start("one-at-a-time")
+    assert second.status is RunStatus.PENDING
+    async with grpc.aio.insecure_channel(stack.grpc_target) as channel:
+        before = await entries(stack, "manual")  # the first run's entry
+        answer = await report_a(stack, WorkerServiceStub(channel), first)
+    # started in the report's transaction: no start sent to it as an event between
+    # runs, its history names the run whose end handed it the slot
+    async with repo.connection(stack.pool) as conn:
+        assert (await repo.get_run(conn, second.run_id)).status is RunStatus.RUNNING
+        events = await conn.fetchval(
+            "SELECT count(*) FROM outbox WHERE run_id = $1 AND kind = 'run_event'", second.run_id
+        )
+        history = await repo.run_history(conn, second.run_id)
+    assert events == 0
+    started = [h for h in history if h.kind == "run.started"]
+    assert [h.actor for h in started] == [f"run {first}"]
+    # its first task is another run's: published to the stream, where it waits its
+    # turn by priority with every other run's, not handed to the reporter's chain
+    assert not answer.HasField("next")
+    await no_dispatch_rows(stack, second.run_id)
+    assert await entries(stack, "manual") == before + 1
+    assert (await stack.tasks_of(second.run_id))["a"].state is not TaskState.RUNNING

@@ -14,7 +14,7 @@ import pytest
 
 import composer_repo as repo
 from composer_core.model import RunStatus
-from composer_engine import BadRequest, Engine, Workflows, validate_definition
+from composer_engine import BadRequest, Engine, Report, Workflows, validate_definition
 from tests.integration.waits import until
 
 
@@ -290,3 +290,35 @@ async def test_child_runs_of_a_limited_workflow_take_slots_too(
         return await statuses(pool, parents) == [RunStatus.SUCCEEDED] * 3
 
     await until(parents_done, what="every parent finished with its child")
+
+
+async def test_a_handed_run_whose_lock_is_held_elsewhere_is_sent_its_start_instead(
+    engine: Engine, pool: repo.Pool
+) -> None:
+    # a group commit starts the run it hands a slot to in its own transaction, but never
+    # waits for that run's lock: held elsewhere, the run is sent its start as an event,
+    # applied once the lock is free
+    first = (await engine.start("one-at-a-time", input={"priority": 3})).run_id
+    second = (await engine.start("one-at-a-time", input={"priority": 3})).run_id
+    async with repo.connection(pool) as conn:
+        (task,) = await repo.get_run_tasks(conn, first)
+    report = Report(first, task.task_id, task.node_id, task.attempt, None, True, {})
+    async with repo.connection(pool) as holder, holder.transaction():
+        await holder.execute("SELECT 1 FROM workflow_runs WHERE id = $1 FOR UPDATE", second)
+        assert await engine.report_many([report]) == [True]
+        assert await statuses(pool, [first, second]) == [RunStatus.SUCCEEDED, RunStatus.PENDING]
+        async with repo.connection(pool) as conn:
+            sent = await conn.fetchval(
+                "SELECT count(*) FROM outbox WHERE run_id = $1 AND kind = 'run_event'", second
+            )
+        assert sent == 1
+
+    async def started() -> bool:
+        return await statuses(pool, [second]) == [RunStatus.RUNNING]
+
+    await until(started, what="the run handed the slot started from its event")
+    async with repo.connection(pool) as conn:
+        (second_task,) = await repo.get_run_tasks(conn, second)
+        history = await repo.run_history(conn, second)
+    assert second_task.node_id == "work"
+    assert [h.actor for h in history if h.kind == "run.started"] == [f"run {first}"]

@@ -23,6 +23,7 @@ from composer_engine._leases import LeaseGrant, Reporter
 from composer_engine._leasing import Leasing
 from composer_engine._publish import Dispatched
 from composer_engine._reported import NextTask, Report
+from composer_engine._run_event_delivery import start_handed
 from composer_engine._shell import ON_LOOP_SHARE, LeavesTheBatch, Shell
 from composer_engine._transaction import committed
 from composer_engine._tx import Tx
@@ -251,8 +252,10 @@ class Reports:
             try:
                 async with repo.tracked_transaction(self._shell.pool) as conn:
                     tx = Tx(conn, self._shell.gate)
+                    tx.writes.keep_handed = True
                     await apply(tx)
                     await tx.writes.flush(tx)
+                    await self._start_handed(tx)
                     taken, refused = await self._take_next(tx, reports, results)
             except repo.CommitUnknown as lost:
                 try:
@@ -305,6 +308,19 @@ class Reports:
                 results[i] = answer
         return [r if r is not None else False for r in results]
 
+    async def _start_handed(self, tx: Tx) -> None:
+        """Start the runs handed the slots the batch's finished runs freed, in the
+        batch's transaction (``start_handed``); one whose lock another transaction
+        holds is sent its start as an event. A run started may finish at once and hand
+        its own slot on: round after round, until none is handed."""
+        writes = tx.writes
+        while writes.handed:
+            handed, writes.handed = writes.handed, []
+            for h in handed:
+                if not await start_handed(self._shell, tx, h):
+                    writes.run_events.append(h.event())
+            await writes.flush(tx)
+
     async def _take_next(
         self,
         tx: Tx,
@@ -312,14 +328,16 @@ class Reports:
         results: list[bool | NextTask | EngineError | _Busy | _Alone | None],
     ) -> tuple[list[Dispatched], list[tuple[repo.LeaseRequest, LeaseGrant | EngineError]]]:
         """Lease to each accepted report's worker that offers to take one
-        (``Report.take_next``) a task the transaction dispatched on its handler's queue,
-        its own run's first, in one statement before the commit
+        (``Report.take_next``) a task of its own run the transaction dispatched on its
+        handler's queue, in one statement before the commit
         (docs/architecture.md §3.2); its ``results`` entry becomes the ``NextTask``.
         Returns the dispatches leased, which leave ``tx.dispatched`` (no stream entry;
         their outbox rows are deleted after the commit, as published ones'), and the
         leases refused, whose tasks are published as they would have been. A worker's
         next task then costs no stream entry, no read, no lease call and no lease
-        statement of its own."""
+        statement of its own. Never another run's task: that one waits its turn on the
+        stream, by priority, so a chain never runs on into the runs of its key that its
+        run's end started (§4.13) while other keys' runs wait."""
         if self._leasing is None or self._shell.publish is None or not tx.dispatched:
             return [], []
         free = list(tx.dispatched)
@@ -334,10 +352,9 @@ class Reports:
             ):
                 continue
             offer = r.take_next
-            on_queue = [d for d in free if d.queue == offer.queue]
-            if not on_queue:
+            d = next((d for d in free if d.queue == offer.queue and d.ref.run_id == r.run_id), None)
+            if d is None:
                 continue
-            d = next((d for d in on_queue if d.ref.run_id == r.run_id), on_queue[0])
             free.remove(d)
             matched.append((i, d))
             requests.append(

@@ -6,8 +6,10 @@ the transaction that starts, finishes or hands on a run: never more than the
 limit at any instant, whatever the interleaving, replicas or crashes. A run over
 the limit waits PENDING in its key's line (``runs_waiting``); a finishing run's
 transaction hands its slot to the next in line (by priority, aged a level a
-minute, then first come) and sends it a start, an event between runs (§4.11), so
-it starts under its own lock, once.
+minute, then first come) and starts it under its own lock, once: in that same
+transaction when it is a group commit and the run's lock is free
+(engine/_run_event_delivery.py, ``start_handed``), otherwise by sending it a start,
+an event between runs (§4.11).
 """
 
 from __future__ import annotations
@@ -39,6 +41,19 @@ class Admission:
     outcome: Outcome
     #: For a person: why it waits or was cancelled, or which run it displaced.
     reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Handed:
+    """A waiting run handed a slot by a finished one: it is to be started."""
+
+    waiting: repo.WaitingRun
+    #: The finished run that freed the slot (the start's "by").
+    from_run: str
+
+    def event(self) -> repo.NewRunEvent:
+        """The start sent to it when its handing transaction does not start it."""
+        return _run_events.slot_handed(self.waiting, self.from_run)
 
 
 def describe(workflow_id: str, limit: RunLimit) -> str:
@@ -107,13 +122,13 @@ async def admit_run(
 
 async def hand_on(
     conn: repo.Connection,
-    events: list[repo.NewRunEvent],
+    handed: list[Handed],
     freed: Iterable[tuple[str, str, str]],
 ) -> None:
     """Hand the slots finished runs freed — (workflow, key, the run that held it) — to
     the runs next in their keys' lines, in one order of keys for every transaction
     (a group commit finishes runs of several keys: no deadlock between two). The
-    starts they are sent are added to ``events``."""
+    runs handed a slot are added to ``handed``: each is to be started."""
     by_key: dict[tuple[str, str], str] = {}
     for workflow_id, key, run_id in freed:
         by_key.setdefault((workflow_id, key), run_id)
@@ -127,7 +142,7 @@ async def hand_on(
                 if taken >= waiting.max_runs:
                     break  # in order: nobody passes the head of the line
                 if await repo.hand_run_slot(conn, workflow_id, key, waiting.run_id):
-                    events.append(_run_events.slot_handed(waiting, from_run))
+                    handed.append(Handed(waiting, from_run))
                     taken += 1
                     going += 1
             else:

@@ -16,6 +16,7 @@ from composer_core.model import DEFAULT_PRIORITY, FlowError, RunStatus, Workflow
 from composer_core.statemachine import RunCancelled, RunStarted
 from composer_engine import _history, _run_events
 from composer_engine import opened as _opened
+from composer_engine._run_admission import Handed
 from composer_engine._run_starts import admit_start
 from composer_engine._shell import Shell
 from composer_engine._tx import Tx
@@ -67,7 +68,7 @@ class RunEventDelivery:
                 # was on its way (its end gave the slot on)
                 if locked.run.status is not RunStatus.PENDING:
                     return False
-                if await self._start_pending(tx, dag, locked, event) is not RunStatus.RUNNING:
+                if await start_pending(shell, tx, dag, locked, event) is not RunStatus.RUNNING:
                     return True  # a child over its key's limit: it waits in line, or ended
                 locked = dataclasses.replace(
                     locked, run=dataclasses.replace(locked.run, status=RunStatus.RUNNING)
@@ -82,40 +83,6 @@ class RunEventDelivery:
             return transition.ignored is None
 
         return await shell.in_tx(attempt)
-
-    async def _start_pending(
-        self, tx: Tx, dag: WorkflowDAG, locked: repo.LockedRun, event: RunStarted
-    ) -> RunStatus:
-        """PENDING → RUNNING for a run handed its key's slot, or one without limits; a
-        child run of a workflow with run concurrency takes a slot of its key as it
-        starts, like any start (§4.13), or waits in its key's line, or ends CANCELLED
-        (cancel_newest, or limits its input cannot render; its end tells its parent)."""
-        flow = dag.flow
-        run = locked.run
-        shell = self._shell
-        if (
-            flow is None
-            or (flow.max_runs is None and flow.priority is None)
-            # handed its slot: its limit and priority were rendered as it joined the line
-            or (flow.max_runs is not None and await repo.holds_run_slot(tx.conn, run.run_id))
-        ):
-            await repo.start_waiting_run(tx.conn, run.run_id)  # PENDING under its lock
-            return RunStatus.RUNNING
-        opened = _opened.snapshot(shell.sealer, run)
-        try:
-            rendered = flow.render(dag.engine, opened.input, opened.config)
-        except FlowError as exc:
-            await shell.decide(tx, dag, locked, RunCancelled(f"not started: {exc}"))
-            return RunStatus.CANCELLED
-        if rendered.priority != DEFAULT_PRIORITY:  # its attempts wait by it (§4.16)
-            await repo.set_run_priority(tx.conn, run.run_id, rendered.priority)
-        if flow.max_runs is None:
-            await repo.start_waiting_run(tx.conn, run.run_id)
-            return RunStatus.RUNNING
-        seal = await shell.run_seal(tx, locked)
-        return await admit_start(
-            shell, tx, dag, locked, rendered, seal, start_node=event.start_node, by=None
-        )
 
     async def deliver_due(self, *, grace: float, limit: int = 100, retry_after: float = 5.0) -> int:
         """Deliver the events their committer did not, once they are ``grace`` seconds
@@ -166,3 +133,59 @@ class RunEventDelivery:
         task = asyncio.get_running_loop().create_task(deliver(), name="run-event-delivery")
         self._running.add(task)
         task.add_done_callback(self._running.discard)
+
+
+async def start_pending(
+    shell: Shell, tx: Tx, dag: WorkflowDAG, locked: repo.LockedRun, event: RunStarted
+) -> RunStatus:
+    """PENDING → RUNNING for a run handed its key's slot, or one without limits; a
+    child run of a workflow with run concurrency takes a slot of its key as it
+    starts, like any start (§4.13), or waits in its key's line, or ends CANCELLED
+    (cancel_newest, or limits its input cannot render; its end tells its parent)."""
+    flow = dag.flow
+    run = locked.run
+    if (
+        flow is None
+        or (flow.max_runs is None and flow.priority is None)
+        # handed its slot: its limit and priority were rendered as it joined the line
+        or (flow.max_runs is not None and await repo.holds_run_slot(tx.conn, run.run_id))
+    ):
+        await repo.start_waiting_run(tx.conn, run.run_id)  # PENDING under its lock
+        return RunStatus.RUNNING
+    opened = _opened.snapshot(shell.sealer, run)
+    try:
+        rendered = flow.render(dag.engine, opened.input, opened.config)
+    except FlowError as exc:
+        await shell.decide(tx, dag, locked, RunCancelled(f"not started: {exc}"))
+        return RunStatus.CANCELLED
+    if rendered.priority != DEFAULT_PRIORITY:  # its attempts wait by it (§4.16)
+        await repo.set_run_priority(tx.conn, run.run_id, rendered.priority)
+    if flow.max_runs is None:
+        await repo.start_waiting_run(tx.conn, run.run_id)
+        return RunStatus.RUNNING
+    seal = await shell.run_seal(tx, locked)
+    return await admit_start(
+        shell, tx, dag, locked, rendered, seal, start_node=event.start_node, by=None
+    )
+
+
+async def start_handed(shell: Shell, tx: Tx, handed: Handed) -> bool:
+    """Start, in the group commit whose finished run freed it, the run handed its key's
+    slot (§4.13): its first tasks are dispatched in that transaction, where a report's
+    worker may take one with its answer (§3.2), and no event, delivery or transaction
+    of its own is spent on the start. False, having written nothing, when another
+    transaction holds the run's lock (never waited for: the group commit holds many
+    runs' locks) or it is no longer PENDING: it is sent the start as an event instead."""
+    run_id = handed.waiting.run_id
+    locked = await repo.try_load_run(tx.conn, run_id)
+    if locked is None or locked.run.status is not RunStatus.PENDING:
+        return False
+    dag = await shell.definitions.get(tx.conn, locked.run.workflow_id, locked.run.version)
+    await repo.start_waiting_run(tx.conn, run_id)
+    running = dataclasses.replace(
+        locked, run=dataclasses.replace(locked.run, status=RunStatus.RUNNING)
+    )
+    await shell.decide(
+        tx, dag, running, RunStarted(handed.waiting.start_node), by=f"run {handed.from_run}"
+    )
+    return True

@@ -29,7 +29,7 @@ from composer_engine._metrics import count_limits, instruments
 from composer_engine._node_limits import hold_on_lines
 from composer_engine._publish import Dispatched
 from composer_engine._reported import AttemptLog
-from composer_engine._run_admission import hand_on
+from composer_engine._run_admission import Handed, hand_on
 from composer_engine.errors import StaleSnapshot
 from composer_engine.sealing import RunSeal, looks_sealed
 
@@ -76,6 +76,11 @@ class Writes:
     #: The finishing runs whose workflow limits its runs per key: each gives up its
     #: slot (or its place in line) as it finishes (docs/architecture.md §4.13).
     slot_holders: set[str] = field(default_factory=set)
+    #: The waiting runs handed the slots the transaction's finished runs freed. Each is
+    #: sent a start (an event) when flushed, unless ``keep_handed``: a group commit
+    #: starts them in its own transaction (engine/_run_event_delivery.py, ``start_handed``).
+    handed: list[Handed] = field(default_factory=list)
+    keep_handed: bool = False
     #: Runs of the transaction that are paused: their dispatches are held until their
     #: resume, not sent (docs/architecture.md §4.14).
     paused: set[str] = field(default_factory=set)
@@ -218,7 +223,10 @@ class Writes:
                     if slot is not None:
                         freed.append((*slot, run.run_id))
             if freed:
-                await hand_on(conn, self.run_events, freed)
+                await hand_on(conn, self.handed, freed)
+        if self.handed and not self.keep_handed:
+            handed, self.handed = self.handed, []
+            self.run_events.extend(h.event() for h in handed)
         if self.run_events:
             events, self.run_events = self.run_events, []
             event_ids = await repo.enqueue_run_events(conn, events)
