@@ -37,7 +37,8 @@ from composer_rpc.v1.worker_pb2_grpc import WorkerServiceStub
 from composer_sdk import TaskContext, Worker, WorkerConfig
 
 # The SDK's own client, given a stub on our channel (the parameter its tests use).
-from composer_sdk._client import CoordinatorClient
+from composer_sdk._client import Coordinator, CoordinatorClient
+from composer_sdk._routing import RunRoutedCoordinators, parse_coordinators
 from composer_service import ServiceSettings
 from composer_service.logs import setup_logging
 
@@ -84,10 +85,10 @@ async def serve(out: TextIO, rpc_path: Path, queues: list[str]) -> None:
         pending.append(f"A\t{task_id}\t{at:.6f}\n")
 
     counting = Counting(acked)
-    channel = grpc.aio.insecure_channel(env["COMPOSER_GRPC_ADDR"], interceptors=[counting])
     config = WorkerConfig(
         redis_url=env["COMPOSER_REDIS_URL"],
         coordinator=env["COMPOSER_GRPC_ADDR"],
+        coordinators=env.get("COMPOSER_COORDINATORS", ""),
         token=env["COMPOSER_WORKER_TOKEN"],
         redis_prefix=env["COMPOSER_REDIS_PREFIX"],
         concurrency=int(env.get("COMPOSER_CONCURRENCY", "64")),
@@ -95,11 +96,24 @@ async def serve(out: TextIO, rpc_path: Path, queues: list[str]) -> None:
         read_block_ms=1000,
         drain_seconds=5.0,
     )
-    client = CoordinatorClient(
-        config.coordinator,
-        config.token,
-        attempts=config.coordinator_attempts,
-        stub=WorkerServiceStub(channel),
+
+    channels: list[grpc.aio.Channel] = []
+
+    def counted(target: str) -> CoordinatorClient:
+        channel = grpc.aio.insecure_channel(target, interceptors=[counting])
+        channels.append(channel)
+        return CoordinatorClient(
+            target,
+            config.token,
+            attempts=config.coordinator_attempts,
+            stub=WorkerServiceStub(channel),
+        )
+
+    # as the SDK builds it (WorkerConfig.coordinators), with the calls counted
+    client: Coordinator = (
+        RunRoutedCoordinators([counted(t) for t in parse_coordinators(config.coordinators)])
+        if config.coordinators
+        else counted(config.coordinator)
     )
     worker = Worker(config, coordinator=client)
 
@@ -141,7 +155,8 @@ async def serve(out: TextIO, rpc_path: Path, queues: list[str]) -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await flushing
         flush()
-        await channel.close()
+        for channel in channels:
+            await channel.close()
 
 
 def main() -> int:

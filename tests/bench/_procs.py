@@ -109,8 +109,12 @@ class ProcessStack:
     queues: tuple[str, ...] = ("bench",)
     #: name → replicas: any service but the api-gateway (the one port the bench
     #: drives); coordinator replicas each listen on a gRPC port of their own, and
-    #: worker process ``i`` talks to the ``i % n``-th (``worker_addr``)
+    #: every worker process is given them all, each run's calls routed to one
+    #: (``worker_addr``)
     replicas: dict[str, int] = field(default_factory=dict)
+    #: False: worker process ``i`` talks to the ``i % n``-th coordinator alone, and a
+    #: run's calls reach any of them (the split measured before routing)
+    route_by_run: bool = True
     #: COMPOSER_* settings for every process, over the ones set here
     settings: dict[str, str] = field(default_factory=dict)
     api_port: int = field(default_factory=free_port)
@@ -152,13 +156,16 @@ class ProcessStack:
         return self._coordinator_addrs[:n]
 
     def worker_addr(self, i: int) -> dict[str, str]:
-        """Worker process ``i``'s coordinator: the ``i % n``-th, its only address. (Given
-        all of them, its own first, as the dev stack gives them, every worker here
-        sent all its calls to one coordinator: gRPC's pick_first did not take the
-        first address; a benchmark wants the split it asks for.)"""
+        """Worker process ``i``'s coordinators: every one, each run's calls routed to
+        one of them (COMPOSER_COORDINATORS), or without ``route_by_run`` the ``i % n``-th
+        alone. (Given all of them in gRPC's own list syntax, its own first, as the dev
+        stack gave them, every worker here sent all its calls to one coordinator:
+        gRPC's pick_first did not take the first address.)"""
         addrs = self.coordinators
         if len(addrs) == 1:
             return {}
+        if self.route_by_run:
+            return {"COMPOSER_COORDINATORS": ",".join(addrs)}
         return {"COMPOSER_GRPC_ADDR": addrs[i % len(addrs)]}
 
     async def start(self, timeout: float = 60.0) -> None:

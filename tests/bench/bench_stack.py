@@ -172,9 +172,11 @@ Options (``python -m tests.bench stack [options]``, or ``make bench BENCH_ARGS=�
 the number in flight and the 40 s limit times 0.1, for a quick run),
 ``--workers N``, ``--worker-concurrency N``, ``--replicas outbox-enqueuer=2``
 (any service but the api-gateway; ``--replicas coordinator=2`` gives each
-coordinator a gRPC port of its own and worker process ``i`` the ``i % n``-th
-alone, so give it ``--workers 2`` or more, and its
-baseline the same workers: the cost figures name each replica, ``coordinator_0``…),
+coordinator a gRPC port of its own and every worker process all of them, each
+run's calls routed to one (COMPOSER_COORDINATORS); ``--coordinator-split worker``
+gives worker process ``i`` the ``i % n``-th alone instead, so give that
+``--workers 2`` or more, and its baseline the same workers: the cost figures
+name each replica, ``coordinator_0``…),
 ``--env COMPOSER_X=value`` (a setting for every service), ``--profile``,
 ``--redis shared`` (the Redis at COMPOSER_TEST_REDIS_URL instead of one of its own).
 
@@ -258,6 +260,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument(
         "--env", action="append", default=[], metavar="COMPOSER_X=V", help="a service setting"
+    )
+    p.add_argument(
+        "--coordinator-split",
+        choices=("run", "worker"),
+        default="run",
+        help="with coordinator replicas: every worker routes each run's calls to one "
+        "(run), or worker process i talks to the i %% n-th alone (worker)",
     )
     p.add_argument(
         "--profile",
@@ -1384,6 +1393,7 @@ async def main() -> dict[str, float]:
         worker_concurrency=args.worker_concurrency,
         queues=("bench",),
         replicas=args.replicas,
+        route_by_run=args.coordinator_split == "run",
         settings=args.env,
     )
     print(

@@ -217,11 +217,9 @@ class Cluster:
                 elif kind == "coordinator":
                     env["COMPOSER_GRPC_ADDR"] = coordinators[i]
                 elif kind in ("workers", "chaos-workers"):
-                    # Every coordinator, in a different order per replica: gRPC's
-                    # pick_first connects to the first that answers and moves on
-                    # when it dies.
-                    order = coordinators[i:] + coordinators[:i]
-                    env["COMPOSER_GRPC_ADDR"] = "ipv4:" + ",".join(order)
+                    # Every coordinator, one list for all: each run's calls go to
+                    # the one its id hashes to, to the next while that one is dead.
+                    env["COMPOSER_COORDINATORS"] = ",".join(coordinators)
                 replica = Replica(
                     kind, i, [sys.executable, *modules[kind]], env, logs / f"{kind}-{i}.log"
                 )

@@ -170,6 +170,7 @@ async def serve(ledger_dir: Path, queue: str) -> None:
         WorkerConfig(
             redis_url=settings.redis_url,
             coordinator=settings.grpc_addr,
+            coordinators=settings.coordinators,
             token=settings.worker_token,
             redis_prefix=settings.redis_prefix,
             shards=settings.shards,

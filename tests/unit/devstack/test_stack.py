@@ -213,11 +213,13 @@ def test_each_replica_gets_ports_of_its_own() -> None:
     second = replica_env("coordinator", 2, 9100, coordinators)[1]
     assert second["COMPOSER_GRPC_ADDR"] == "127.0.0.1:7001"
 
-    # the built-in workers know every coordinator, each replica starting with another
+    # the built-in workers know every coordinator, in one order (a run's calls go to
+    # the one its id hashes to, whichever worker makes them)
     workers = replica_env("workers", 2, 9105, coordinators)
-    assert [w["COMPOSER_GRPC_ADDR"] for w in workers] == [
-        "ipv4:127.0.0.1:50051,127.0.0.1:7001",
-        "ipv4:127.0.0.1:7001,127.0.0.1:50051",
+    assert [w["COMPOSER_COORDINATORS"] for w in workers] == [
+        "127.0.0.1:50051,127.0.0.1:7001",
+        "127.0.0.1:50051,127.0.0.1:7001",
     ]
+    assert "COMPOSER_GRPC_ADDR" not in workers[0]
     # one coordinator: the workers keep the stack's address
     assert replica_env("workers", 2, 9105, coordinators[:1])[1].keys() == {"COMPOSER_ADMIN_PORT"}

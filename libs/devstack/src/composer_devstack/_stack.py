@@ -123,8 +123,8 @@ def replica_env(
     """What each of the ``count`` replicas of ``service`` gets of its own: the first one
     the stack's ports (its admin port, the API port, the gRPC address), every other one
     spare ports; with more than one coordinator, the built-in workers get every
-    coordinator's address, in a different order per replica (gRPC's pick_first takes the
-    first that answers and moves on when it goes)."""
+    coordinator's address, one list for all, and send each run's calls to one of them
+    (COMPOSER_COORDINATORS), to the next while that one is away."""
     own: list[dict[str, str]] = [
         {"COMPOSER_ADMIN_PORT": str(admin_port if r == 0 else free_port())} for r in range(count)
     ]
@@ -134,8 +134,7 @@ def replica_env(
         elif service == "coordinator" and r:
             extra["COMPOSER_GRPC_ADDR"] = coordinators[r]
         elif service == "workers" and len(coordinators) > 1:
-            k = r % len(coordinators)
-            extra["COMPOSER_GRPC_ADDR"] = "ipv4:" + ",".join(coordinators[k:] + coordinators[:k])
+            extra["COMPOSER_COORDINATORS"] = ",".join(coordinators)
     return own
 
 
@@ -144,7 +143,7 @@ def describe_replica(own: dict[str, str]) -> str:
     parts = []
     if "COMPOSER_API_PORT" in own:
         parts.append(f"API http://127.0.0.1:{own['COMPOSER_API_PORT']}")
-    if "COMPOSER_GRPC_ADDR" in own and not own["COMPOSER_GRPC_ADDR"].startswith("ipv4:"):
+    if "COMPOSER_GRPC_ADDR" in own:
         parts.append(f"gRPC {own['COMPOSER_GRPC_ADDR']}")
     parts.append(f"admin {own['COMPOSER_ADMIN_PORT']}")
     return ", ".join(parts)

@@ -83,6 +83,7 @@ from composer_sdk._environment import (
     optional_from_env,
 )
 from composer_sdk._handler import Handler, HandlerFn, Outcome, TaskContext, caller_of
+from composer_sdk._routing import RunRoutedCoordinators, parse_coordinators
 from composer_sdk._tasklog import DEFAULT_MAX_BYTES, DEFAULT_MAX_LINES, AttemptLines, TaskLogger
 from composer_sdk.errors import CoordinatorUnavailable, SdkError
 
@@ -108,6 +109,7 @@ class WorkerConfig:
     that loaded ``make run``'s ``.state/stack.env`` (and ``tokens.env``) serves that
     stack, whatever its COMPOSER_PORT_BASE: ``redis_url`` from COMPOSER_REDIS_URL,
     ``coordinator`` from COMPOSER_GRPC_ADDR, ``token`` from COMPOSER_WORKER_TOKEN,
+    ``coordinators`` from COMPOSER_COORDINATORS,
     ``redis_prefix`` from COMPOSER_REDIS_PREFIX (the stack's key prefix: a worker on
     another prefix reads streams nobody writes) and ``coordinator_tls_ca`` from
     COMPOSER_GRPC_TLS_CA, ``redis_cluster`` from COMPOSER_REDIS_CLUSTER. An argument
@@ -119,6 +121,12 @@ class WorkerConfig:
     #: worker reads each shard's stream on the master holding it.
     redis_cluster: bool = field(default_factory=flag_from_env("COMPOSER_REDIS_CLUSTER"))
     coordinator: str = field(default_factory=from_env("COMPOSER_GRPC_ADDR", DEFAULT_COORDINATOR))
+    #: Every coordinator replica's own address, separated by commas, the same list in
+    #: every worker (COMPOSER_COORDINATORS): each run's calls then go to the one its id
+    #: hashes to, so one coordinator batches all of a run's reports, and to the next
+    #: while that one cannot be reached (``composer_sdk._routing``). Set, it replaces
+    #: ``coordinator``; empty, every call goes to ``coordinator``.
+    coordinators: str = field(default_factory=from_env("COMPOSER_COORDINATORS", ""))
     token: str = field(default_factory=from_env("COMPOSER_WORKER_TOKEN", ""))
     redis_prefix: str = field(
         default_factory=from_env("COMPOSER_REDIS_PREFIX", DEFAULT_REDIS_PREFIX)
@@ -337,11 +345,16 @@ class Worker:
         handlers = sorted(self._handlers.values(), key=lambda h: h.queue)
         kinds = ", ".join(f"{h.queue} {'/'.join(sorted(h.node_types))}" for h in handlers)
         tls = "TLS" if cfg.coordinator_tls_ca else "plaintext"
+        where = (
+            f"coordinators {cfg.coordinators} (each run's calls to one)"
+            if cfg.coordinators
+            else f"coordinator {cfg.coordinator}"
+        )
         return (
             f"worker {self.owner} serving {', '.join(h.queue for h in handlers)} from Redis "
             f"{'Cluster ' if cfg.redis_cluster else ''}"
-            f"{_without_password(cfg.redis_url)} prefix {cfg.redis_prefix!r}, coordinator "
-            f"{cfg.coordinator} ({tls}); node types {kinds}; concurrency {cfg.concurrency}, "
+            f"{_without_password(cfg.redis_url)} prefix {cfg.redis_prefix!r}, "
+            f"{where} ({tls}); node types {kinds}; concurrency {cfg.concurrency}, "
             f"prefetch {self.prefetch}, composer-sdk {_SDK_VERSION}"
         )
 
@@ -352,13 +365,7 @@ class Worker:
         cfg = self.config
         # the coordinator's client first: a CA file it cannot read stops the worker before
         # anything is opened
-        self._client = client = self._given_coordinator or CoordinatorClient(
-            cfg.coordinator,
-            cfg.token,
-            attempts=cfg.coordinator_attempts,
-            max_message_bytes=cfg.max_message_bytes,
-            tls_ca_file=cfg.coordinator_tls_ca,
-        )
+        self._client = client = self._given_coordinator or _coordinator_client(cfg)
         self._queue = queue_client = self._given_queue or cq.connect(
             cfg.redis_url, cluster=cfg.redis_cluster
         )
@@ -1220,6 +1227,24 @@ class _Held:
     msg: cq.TaskMessage
     token: str
     ttl: float
+
+
+def _coordinator_client(cfg: WorkerConfig) -> Coordinator:
+    """The client of ``cfg.coordinator``, or of every one of ``cfg.coordinators``, each
+    run's calls routed to one of them."""
+
+    def client(target: str) -> CoordinatorClient:
+        return CoordinatorClient(
+            target,
+            cfg.token,
+            attempts=cfg.coordinator_attempts,
+            max_message_bytes=cfg.max_message_bytes,
+            tls_ca_file=cfg.coordinator_tls_ca,
+        )
+
+    if not cfg.coordinators:
+        return client(cfg.coordinator)
+    return RunRoutedCoordinators([client(t) for t in parse_coordinators(cfg.coordinators)])
 
 
 def _without_password(url: str) -> str:

@@ -42,6 +42,10 @@ class ServiceSettings(BaseSettings):
     shards: int = DEFAULT_SHARDS
     #: The coordinator's worker protocol address (it listens there; workers dial it).
     grpc_addr: str = "127.0.0.1:50051"
+    #: COMPOSER_COORDINATORS: every coordinator replica's own address, separated by
+    #: commas, the same list for every worker; set, the built-in workers send each run's
+    #: calls to one of them (composer_sdk ``WorkerConfig.coordinators``).
+    coordinators: str = ""
     #: COMPOSER_GRPC_TLS_CA: a PEM file of the CA that signed the coordinator's certificate;
     #: set, workers dial the coordinator over TLS and check it (unset: plaintext).
     grpc_tls_ca: str | None = None

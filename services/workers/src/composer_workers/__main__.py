@@ -43,6 +43,7 @@ async def serve(settings: WorkersSettings, secret_variables: Mapping[str, str]) 
             redis_url=settings.redis_url,
             redis_cluster=settings.redis_cluster,
             coordinator=settings.grpc_addr,
+            coordinators=settings.coordinators,
             coordinator_tls_ca=settings.grpc_tls_ca,
             token=settings.worker_token,
             redis_prefix=settings.redis_prefix,
