@@ -126,6 +126,7 @@ class Conformance:
         tls_ca: Path | None = None,
         redis_prefix: str | None = None,
         redis_cluster: bool | None = None,
+        coordinators: str = "",
     ) -> WorkerProcess:
         """Start a worker process of this SDK serving ``queue``, configured as a stack's
         stack.env would configure it (COMPOSER_GRPC_ADDR, COMPOSER_REDIS_URL, ...)."""
@@ -142,6 +143,8 @@ class Conformance:
         }
         if tls_ca is not None:
             env["COMPOSER_GRPC_TLS_CA"] = str(tls_ca)
+        if coordinators:
+            env["COMPOSER_COORDINATORS"] = coordinators
         if redis_cluster if redis_cluster is not None else s.redis_cluster:
             env["COMPOSER_REDIS_CLUSTER"] = "true"
         if self.sdk == "python":

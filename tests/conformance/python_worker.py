@@ -75,6 +75,7 @@ async def main() -> None:
         WorkerConfig(
             redis_url=env["COMPOSER_REDIS_URL"],
             coordinator=env["COMPOSER_GRPC_ADDR"],
+            coordinators=env.get("COMPOSER_COORDINATORS", ""),
             token=env["COMPOSER_WORKER_TOKEN"],
             redis_prefix=env["COMPOSER_REDIS_PREFIX"],
             coordinator_tls_ca=env.get("COMPOSER_GRPC_TLS_CA") or None,

@@ -14,6 +14,7 @@ the handler sees who started the run, and a key stable across attempts.
 from __future__ import annotations
 
 import signal
+from collections import defaultdict
 from typing import Any
 
 import grpc
@@ -24,14 +25,17 @@ import composer_repo as repo
 from composer_common.caller import Caller
 from composer_coordinator.server import ServerTls, start_server
 from composer_core.model import RunStatus, TaskState
+from composer_engine import Engine
 from composer_rpc.protocol import PROTOCOL_VERSION
 from composer_rpc.v1 import worker_pb2 as pb
 from composer_rpc.v1.worker_pb2_grpc import (
     WorkerServiceServicer,
     add_WorkerServiceServicer_to_server,
 )
+from composer_sdk._routing import route
 from tests.conformance.conftest import Conformance
 from tests.integration.e2e.conftest import TOKEN, eventually
+from tests.integration.e2e.test_coordinator_routing import noting
 from tests.integration.tls.conftest import Certs
 from tests.integration.waits import expire_lease, until
 
@@ -265,6 +269,31 @@ async def test_the_coordinator_is_dialled_over_tls_with_the_ca_given(
         assert (await c.task(run_id)).output["input"] == {"do": "echo", "over": "tls"}
     finally:
         await server.stop(0)
+
+
+async def test_each_runs_calls_reach_the_coordinator_its_id_routes_to(
+    conformance: Conformance,
+) -> None:
+    """Given every coordinator (COMPOSER_COORDINATORS), a worker of either SDK sends a
+    run's lease and report to the one the run id routes to (docs/architecture.md §3.1),
+    the same one whatever the SDK: one coordinator batches all of a run."""
+    c = conformance
+    second = Engine(c.stack.pool, redis=c.stack.redis, redis_prefix=c.stack.prefix)
+    server, port = await start_server(second, address="127.0.0.1:0", token=TOKEN)
+    seen: dict[str, set[int]] = defaultdict(set)
+    for i, engine in enumerate((c.stack.engine, second)):
+        engine.report = noting(seen, i, engine.report)
+        engine.lease = noting(seen, i, engine.lease)
+    try:
+        workflow = await c.deploy_task({"do": "echo"}, queue=Q)
+        await c.worker(Q, coordinators=f"{c.stack.grpc_target},127.0.0.1:{port}")
+        runs = [(await c.stack.engine.start(workflow)).run_id for _ in range(8)]
+        for run_id in runs:
+            assert (await c.stack.wait_run(run_id, timeout=30)).status is RunStatus.SUCCEEDED
+        assert {r: seen[r] for r in runs} == {r: {route(r, 2)} for r in runs}
+    finally:
+        await server.stop(0)
+        await second.aclose()
 
 
 class _Capabilities(WorkerServiceServicer):

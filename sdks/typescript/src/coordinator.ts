@@ -106,6 +106,53 @@ export interface Presence {
   startedAt: number;
 }
 
+/** A lease asked for one attempt of a task. */
+export interface LeaseRequest {
+  taskId: string;
+  runId: string;
+  attempt: number;
+  owner: string;
+  ttl: number;
+  claim: string;
+  queue: string;
+  nodeTypes: string[];
+}
+
+/** A renewal of a lease held, by its token. */
+export interface RenewRequest {
+  taskId: string;
+  runId: string;
+  attempt: number;
+  owner: string;
+  ttl: number;
+  token: string;
+}
+
+/** Which attempt an outcome is of, and the token of its lease. */
+export interface ReportRequest {
+  taskId: string;
+  runId: string;
+  nodeId: string;
+  attempt: number;
+  owner: string;
+  token: string;
+}
+
+/**
+ * What the worker asks of the coordinator: one `CoordinatorClient`, or several behind a
+ * `RunRoutedCoordinators` (routing.ts) that sends each run's calls to one of them; tests
+ * give a fake. `target` names where the calls go, for log lines.
+ */
+export interface Coordinator {
+  readonly target: string;
+  capabilities(sdk: string, until: () => boolean): Promise<Capabilities | undefined>;
+  acquire(request: LeaseRequest, until: () => boolean): Promise<Lease | undefined>;
+  renew(request: RenewRequest): Promise<boolean | undefined>;
+  report(request: ReportRequest, outcome: Outcome, until: () => boolean): Promise<boolean | undefined>;
+  heartbeat(presence: Presence, timeoutMs?: number): Promise<boolean>;
+  close(): void;
+}
+
 export interface CoordinatorOptions {
   attempts?: number;
   callTimeoutMs?: number;
@@ -124,7 +171,7 @@ type ReportReq = pb.ReportTaskResultRequest;
  * RESOURCE_EXHAUSTED) is retried with jittered backoff, at most `attempts` times per call,
  * then CoordinatorUnavailable is thrown; any other status throws SdkError at once.
  */
-export class CoordinatorClient {
+export class CoordinatorClient implements Coordinator {
   private readonly client: Client<typeof pb.WorkerService>;
   private readonly session: Http2SessionManager;
   private readonly headers: Record<string, string>;
@@ -243,10 +290,7 @@ export class CoordinatorClient {
   }
 
   /** Take the lease; undefined if `until()` turned true while the coordinator was unreachable. */
-  async acquire(
-    request: { taskId: string; runId: string; attempt: number; owner: string; ttl: number; claim: string; queue: string; nodeTypes: string[] },
-    until: () => boolean,
-  ): Promise<Lease | undefined> {
+  async acquire(request: LeaseRequest, until: () => boolean): Promise<Lease | undefined> {
     const item = create(pb.AcquireTaskLeaseRequestSchema, {
       taskId: request.taskId,
       runId: request.runId,
@@ -285,7 +329,7 @@ export class CoordinatorClient {
   }
 
   /** True: renewed; false: the lease is lost; undefined: no answer this time. */
-  async renew(request: { taskId: string; runId: string; attempt: number; owner: string; ttl: number; token: string }): Promise<boolean | undefined> {
+  async renew(request: RenewRequest): Promise<boolean | undefined> {
     const item = create(pb.RenewTaskLeaseRequestSchema, {
       taskId: request.taskId,
       runId: request.runId,
@@ -312,7 +356,7 @@ export class CoordinatorClient {
    * permanent failure that says so.
    */
   async report(
-    request: { taskId: string; runId: string; nodeId: string; attempt: number; owner: string; token: string },
+    request: ReportRequest,
     outcome: Outcome,
     until: () => boolean,
   ): Promise<boolean | undefined> {
@@ -326,7 +370,7 @@ export class CoordinatorClient {
   }
 
   private async reportOnce(
-    request: { taskId: string; runId: string; nodeId: string; attempt: number; owner: string; token: string },
+    request: ReportRequest,
     outcome: Outcome,
     until: () => boolean,
   ): Promise<boolean | undefined> {

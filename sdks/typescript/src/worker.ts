@@ -32,6 +32,8 @@ import {
   MESSAGE_TOO_LARGE,
   sleep,
   type Capabilities,
+  type Coordinator,
+  type CoordinatorOptions,
   type Lease,
   type Outcome,
   type Presence,
@@ -40,6 +42,7 @@ import { CoordinatorUnavailable, SdkError } from "./errors.js";
 import { Handler, type HandlerFn, type HandlerOptions } from "./handler.js";
 import { DEFAULT_MAX_OUTPUT_BYTES } from "./limits.js";
 import { queueStreams, StreamQueue, type Entry, type TaskMessage } from "./queue.js";
+import { parseCoordinators, RunRoutedCoordinators } from "./routing.js";
 import { Semaphore } from "./semaphore.js";
 import { AttemptLines, DEFAULT_LOG_MAX_BYTES, DEFAULT_LOG_MAX_LINES, TaskLogger } from "./tasklog.js";
 import { SDK_NAME, SDK_VERSION } from "./version.js";
@@ -53,6 +56,14 @@ export interface WorkerConfig {
   redisUrl?: string;
   /** The coordinator's host:port: COMPOSER_GRPC_ADDR, else 127.0.0.1:50051. */
   coordinator?: string;
+  /**
+   * Every coordinator replica's own host:port, separated by commas, the same list in every
+   * worker (of either SDK): COMPOSER_COORDINATORS. Each run's calls then go to the one its
+   * id hashes to, so one coordinator batches all of a run's reports, and to the next while
+   * that one cannot be reached (routing.ts). Set, it replaces `coordinator`; empty (the
+   * default), every call goes to `coordinator`.
+   */
+  coordinators?: string;
   /** COMPOSER_WORKER_TOKEN. */
   token?: string;
   /** The stack's Redis key prefix: COMPOSER_REDIS_PREFIX, else "composer". */
@@ -104,6 +115,7 @@ function settle(config: WorkerConfig, env: NodeJS.ProcessEnv): Settled {
   return {
     redisUrl: config.redisUrl ?? (env.COMPOSER_REDIS_URL || "redis://127.0.0.1:6379/0"),
     coordinator: config.coordinator ?? (env.COMPOSER_GRPC_ADDR || "127.0.0.1:50051"),
+    coordinators: config.coordinators ?? env.COMPOSER_COORDINATORS ?? "",
     token: config.token ?? env.COMPOSER_WORKER_TOKEN ?? "",
     redisPrefix: config.redisPrefix ?? (env.COMPOSER_REDIS_PREFIX || "composer"),
     shards: config.shards ?? 4,
@@ -121,6 +133,27 @@ function settle(config: WorkerConfig, env: NodeJS.ProcessEnv): Settled {
     presenceSeconds: config.presenceSeconds ?? 5,
     handleSignals: config.handleSignals ?? true,
   };
+}
+
+/**
+ * The client of `cfg.coordinator`, or of every one of `cfg.coordinators`, each run's calls
+ * routed to one of them. Throws SdkError for a list with an empty or a repeated address.
+ */
+export function coordinatorClient(
+  cfg: Settled,
+  log: NonNullable<CoordinatorOptions["log"]> = () => undefined,
+): Coordinator {
+  const client = (target: string): CoordinatorClient =>
+    new CoordinatorClient(target, cfg.token, {
+      attempts: cfg.coordinatorAttempts,
+      maxMessageBytes: cfg.maxMessageBytes,
+      tlsCaFile: cfg.coordinatorTlsCa,
+      log,
+    });
+  if (!cfg.coordinators) return client(cfg.coordinator);
+  const targets = parseCoordinators(cfg.coordinators);
+  // every target checked before any client is made: a bad list opens nothing
+  return new RunRoutedCoordinators(targets.map(client));
 }
 
 /** `url` with its password shown as *** (a start line is no place for it). */
@@ -162,7 +195,7 @@ export class Worker {
   private readonly slots: Semaphore;
   private readonly messages: Semaphore;
   private queue: StreamQueue | undefined;
-  private client: CoordinatorClient | undefined;
+  private client: Coordinator | undefined;
   private acks: Batcher<[string, string], null> | undefined;
   private beats = true;
   /** The protocol version check (GetCapabilities): undefined until asked. */
@@ -212,6 +245,9 @@ export class Worker {
   async run(): Promise<void> {
     if (this.handlers.size === 0) throw new SdkError("no handlers registered: add one with worker.handle(queue, fn)");
     const cfg = this.config;
+    // the coordinator's client first: a bad COMPOSER_COORDINATORS, or a CA file it cannot
+    // read, stops the worker before anything is opened or listened for
+    const client = (this.client = coordinatorClient(cfg, (level, message) => this.log(level, message)));
     const onSignal = (signal: NodeJS.Signals): void => {
       this.log("info", `${signal}: draining (in-flight tasks get ${cfg.drainSeconds}s to finish)`);
       this.stop();
@@ -220,12 +256,6 @@ export class Worker {
       process.on("SIGTERM", onSignal);
       process.on("SIGINT", onSignal);
     }
-    const client = (this.client = new CoordinatorClient(cfg.coordinator, cfg.token, {
-      attempts: cfg.coordinatorAttempts,
-      maxMessageBytes: cfg.maxMessageBytes,
-      tlsCaFile: cfg.coordinatorTlsCa,
-      log: (level, message) => this.log(level, message),
-    }));
     const queue = (this.queue = new StreamQueue(cfg.redisUrl));
     this.acks = new Batcher((refs) => this.ackBatch(refs), 512, 1);
     try {
@@ -273,15 +303,17 @@ export class Worker {
 
   /**
    * What this worker serves and where, its start line (the Python SDK's shape): "worker ID
-   * serving q1, q2 from Redis URL prefix 'P', coordinator ADDR (plaintext); node types …".
+   * serving q1, q2 from Redis URL prefix 'P', coordinator ADDR (plaintext); node types …";
+   * routed, "coordinators A,B (each run's calls to one)" in place of "coordinator ADDR".
    */
   describe(): string {
     const cfg = this.config;
     const handlers = [...this.handlers.values()].sort((a, b) => (a.queue < b.queue ? -1 : 1));
     const kinds = handlers.map((h) => `${h.queue} ${[...h.nodeTypes].sort().join("/")}`).join(", ");
+    const where = cfg.coordinators ? `coordinators ${cfg.coordinators} (each run's calls to one)` : `coordinator ${cfg.coordinator}`;
     return (
       `worker ${this.owner} serving ${handlers.map((h) => h.queue).join(", ")} from Redis ` +
-      `${withoutPassword(cfg.redisUrl)} prefix '${cfg.redisPrefix}', coordinator ${cfg.coordinator} ` +
+      `${withoutPassword(cfg.redisUrl)} prefix '${cfg.redisPrefix}', ${where} ` +
       `(${cfg.coordinatorTlsCa ? "TLS" : "plaintext"}); node types ${kinds}; concurrency ${cfg.concurrency}, ` +
       `prefetch ${this.prefetch}, ${SDK_NAME} ${SDK_VERSION}`
     );
@@ -325,8 +357,11 @@ export class Worker {
     }
     this.log(
       "info",
-      `coordinator ${client.target} speaks worker protocol version ${capabilities.protocolVersion} ` +
-        `(serves ${capabilities.minProtocolVersion} and newer)`,
+      client instanceof RunRoutedCoordinators
+        ? `coordinators ${client.target} speak worker protocol version ${capabilities.protocolVersion} ` +
+            `(the first serves ${capabilities.minProtocolVersion} and newer)`
+        : `coordinator ${client.target} speaks worker protocol version ${capabilities.protocolVersion} ` +
+            `(serves ${capabilities.minProtocolVersion} and newer)`,
     );
     return true;
   }
@@ -338,9 +373,11 @@ export class Worker {
    */
   private streamsMismatch(capabilities: Capabilities): SdkError | undefined {
     const cfg = this.config;
+    // routed, the first coordinator that answered said it: they share one stack's settings
+    const coordinator = this.client?.target ?? cfg.coordinator;
     if (capabilities.redisPrefix && capabilities.redisPrefix !== cfg.redisPrefix) {
       return new SdkError(
-        `the coordinator ${cfg.coordinator} publishes tasks under Redis prefix ` +
+        `the coordinator ${coordinator} publishes tasks under Redis prefix ` +
           `'${capabilities.redisPrefix}', but this worker reads prefix '${cfg.redisPrefix}': ` +
           `set COMPOSER_REDIS_PREFIX=${capabilities.redisPrefix} (a stack's .state/stack.env has it) ` +
           `or the worker's redisPrefix`,
@@ -349,7 +386,7 @@ export class Worker {
     }
     if (capabilities.shards && capabilities.shards !== cfg.shards) {
       return new SdkError(
-        `the coordinator ${cfg.coordinator} publishes tasks to ${capabilities.shards} shard ` +
+        `the coordinator ${coordinator} publishes tasks to ${capabilities.shards} shard ` +
           `stream(s) per queue, but this worker reads ${cfg.shards}: set the worker's ` +
           `shards to ${capabilities.shards} (COMPOSER_SHARDS on the services)`,
         { code: "SHARDS" },
@@ -357,7 +394,7 @@ export class Worker {
     }
     if (capabilities.redisTopology === "cluster") {
       return new SdkError(
-        `the coordinator ${cfg.coordinator} publishes tasks to a Redis Cluster ` +
+        `the coordinator ${coordinator} publishes tasks to a Redis Cluster ` +
           `(COMPOSER_REDIS_CLUSTER=true), which this SDK does not read yet: serve these queues ` +
           `with the Python SDK (composer-sdk)`,
         { code: "REDIS_CLUSTER" },

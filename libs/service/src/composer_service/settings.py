@@ -44,7 +44,8 @@ class ServiceSettings(BaseSettings):
     grpc_addr: str = "127.0.0.1:50051"
     #: COMPOSER_COORDINATORS: every coordinator replica's own address, separated by
     #: commas, the same list for every worker; set, the built-in workers send each run's
-    #: calls to one of them (composer_sdk ``WorkerConfig.coordinators``).
+    #: calls to one of them (``WorkerConfig.coordinators`` in the Python SDK,
+    #: ``coordinators`` in the TypeScript one: both route a run alike).
     coordinators: str = ""
     #: COMPOSER_GRPC_TLS_CA: a PEM file of the CA that signed the coordinator's certificate;
     #: set, workers dial the coordinator over TLS and check it (unset: plaintext).
