@@ -127,9 +127,11 @@ class Conformance:
         redis_prefix: str | None = None,
         redis_cluster: bool | None = None,
         coordinators: str = "",
+        take_next: bool | None = None,
     ) -> WorkerProcess:
         """Start a worker process of this SDK serving ``queue``, configured as a stack's
-        stack.env would configure it (COMPOSER_GRPC_ADDR, COMPOSER_REDIS_URL, ...)."""
+        stack.env would configure it (COMPOSER_GRPC_ADDR, COMPOSER_REDIS_URL, ...);
+        ``take_next`` sets COMPOSER_WORKER_TAKE_NEXT (None: unset, the SDK's default)."""
         s = self.stack
         env = {k: v for k, v in os.environ.items() if not k.startswith("COMPOSER_")} | {
             "COMPOSER_GRPC_ADDR": coordinator or s.grpc_target,
@@ -145,6 +147,8 @@ class Conformance:
             env["COMPOSER_GRPC_TLS_CA"] = str(tls_ca)
         if coordinators:
             env["COMPOSER_COORDINATORS"] = coordinators
+        if take_next is not None:
+            env["COMPOSER_WORKER_TAKE_NEXT"] = "true" if take_next else "false"
         if redis_cluster if redis_cluster is not None else s.redis_cluster:
             env["COMPOSER_REDIS_CLUSTER"] = "true"
         if self.sdk == "python":

@@ -5,7 +5,7 @@ unchanged against either SDK.
 
 Configured by the environment (tests/conformance/conftest.py sets it): COMPOSER_GRPC_ADDR,
 COMPOSER_REDIS_URL, COMPOSER_REDIS_PREFIX, COMPOSER_WORKER_TOKEN, COMPOSER_GRPC_TLS_CA, CONFORMANCE_QUEUE,
-CONFORMANCE_LEASE_TTL. It says on stdout, one line each, ``started <task> <attempt>``
+CONFORMANCE_LEASE_TTL, and COMPOSER_WORKER_TAKE_NEXT (the SDK's own default). It says on stdout, one line each, ``started <task> <attempt>``
 when a handler starts and ``aborted <task> <attempt>`` when one is stopped unfinished.
 """
 

@@ -8,13 +8,18 @@ a worker killed mid-task has its attempt retried elsewhere; an output over the l
 fails for good, before it is sent; a lost lease stops the handler and reports
 nothing; a token for another queue runs nothing; SIGTERM lets the task in flight
 finish and the worker shows STOPPED; what the handler logs is kept with its attempt;
-the handler sees who started the run, and a key stable across attempts.
+the handler sees who started the run, and a key stable across attempts; a chain of
+steps runs on the tasks its reports bring (COMPOSER_WORKER_TAKE_NEXT=false: every step
+from the stream).
 """
 
 from __future__ import annotations
 
+import itertools
 import signal
+import uuid
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -294,6 +299,76 @@ async def test_each_runs_calls_reach_the_coordinator_its_id_routes_to(
     finally:
         await server.stop(0)
         await second.aclose()
+
+
+#: The steps of the chains below: one TASK each, on the conformance queue, one after another.
+STEPS = 6
+
+
+def counting(
+    runs: dict[str, list[Any]], call: Callable[[Any], Awaitable[Any]], note: Callable[[Any], Any]
+) -> Any:
+    """``call`` (an engine's lease or report), noting ``note(item)`` under its run."""
+
+    async def noted(item: Any) -> Any:
+        runs[item.run_id].append(note(item))
+        return await call(item)
+
+    return noted
+
+
+async def run_chain(c: Conformance, *, take_next: bool | None) -> tuple[str, list[Any], list[bool]]:
+    """Run a chain of STEPS echo steps on a worker of this SDK (``take_next``: its
+    COMPOSER_WORKER_TAKE_NEXT, None unset); the run, the leases its steps were asked for
+    (AcquireTaskLease, the call after a read from the stream) and, per report, whether it
+    offered to take the next task."""
+    leases: dict[str, list[Any]] = defaultdict(list)
+    offers: dict[str, list[Any]] = defaultdict(list)
+    engine = c.stack.engine
+    engine.lease = counting(leases, engine.lease, lambda item: item.task_id)
+    engine.report = counting(offers, engine.report, lambda item: item.take_next is not None)
+    ids = [f"s{k}" for k in range(STEPS)]
+    workflow_id = f"conf-chain-{uuid.uuid4().hex[:8]}"
+    await c.stack.deploy(
+        {
+            "id": workflow_id,
+            "nodes": [
+                {"id": i, "type": "TASK", "queue": Q, "spec": {"do": "echo", "step": k}}
+                for k, i in enumerate(ids)
+            ],
+            "edges": [{"from": a, "to": b} for a, b in itertools.pairwise(ids)],
+        }
+    )
+    await c.worker(Q, take_next=take_next)
+    run_id = (await c.stack.engine.start(workflow_id)).run_id
+    run = await c.stack.wait_run(run_id, timeout=60)
+    assert run.status is RunStatus.SUCCEEDED
+    tasks = await c.stack.tasks_of(run_id)
+    assert [tasks[i].output["input"]["step"] for i in ids] == list(range(STEPS))
+    return run_id, leases[run_id], offers[run_id]
+
+
+async def test_a_chain_runs_on_the_tasks_its_reports_bring(conformance: Conformance) -> None:
+    """A worker of either SDK offers, with its reports, to take the next task
+    (docs/architecture.md §3.2): the coordinator leases it the step each report makes
+    ready, in the report's transaction, and that step never goes through the stream: no
+    entry to read, no lease to ask for."""
+    run_id, leases, offers = await run_chain(conformance, take_next=None)
+    assert any(offers), f"no report of {run_id} offered to take the next task"
+    # the first step came from the stream; most of the others with the report before
+    # them (each one read from the stream instead asks for its lease)
+    assert leases, "the first step was read from the stream and leased"
+    taken = STEPS - len(leases)
+    assert taken > (STEPS - 1) / 2, f"{len(leases)} of {STEPS} steps read from the stream"
+
+
+async def test_a_worker_told_not_to_take_next_reads_every_step_from_the_stream(
+    conformance: Conformance,
+) -> None:
+    """COMPOSER_WORKER_TAKE_NEXT=false: no report offers, every step is read and leased."""
+    run_id, leases, offers = await run_chain(conformance, take_next=False)
+    assert offers and not any(offers), f"a report of {run_id} offered: {offers}"
+    assert len(set(leases)) == STEPS, leases
 
 
 class _Capabilities(WorkerServiceServicer):

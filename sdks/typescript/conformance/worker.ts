@@ -5,9 +5,10 @@
  * run unchanged against either SDK.
  *
  * Configured by the environment: COMPOSER_GRPC_ADDR, COMPOSER_REDIS_URL,
- * COMPOSER_REDIS_PREFIX, COMPOSER_WORKER_TOKEN (the SDK's own defaults), CONFORMANCE_QUEUE,
- * CONFORMANCE_LEASE_TTL. It says on stdout `started <task> <attempt>` when a handler starts
- * and `aborted <task> <attempt>` when one is stopped unfinished.
+ * COMPOSER_REDIS_PREFIX, COMPOSER_WORKER_TOKEN, COMPOSER_WORKER_TAKE_NEXT (the SDK's own
+ * defaults), CONFORMANCE_QUEUE, CONFORMANCE_LEASE_TTL. It says on stdout
+ * `started <task> <attempt>` when a handler starts and `aborted <task> <attempt>` when one
+ * is stopped unfinished.
  */
 
 import { setTimeout as sleep } from "node:timers/promises";

@@ -128,6 +128,25 @@ export interface RenewRequest {
   token: string;
 }
 
+/**
+ * A report's offer to run next a task it dispatches: the reporting handler's queue and
+ * node types, and the lease TTL it asks, in seconds (docs/architecture.md §3.2).
+ */
+export interface TakeNext {
+  queue: string;
+  nodeTypes: string[];
+  ttl: number;
+}
+
+/**
+ * A task leased to this worker with its report's answer: its stream message's fields (as
+ * an entry would carry them) and its granted lease.
+ */
+export interface NextTask {
+  fields: Readonly<Record<string, string>>;
+  lease: Lease;
+}
+
 /** Which attempt an outcome is of, and the token of its lease. */
 export interface ReportRequest {
   taskId: string;
@@ -148,7 +167,12 @@ export interface Coordinator {
   capabilities(sdk: string, until: () => boolean): Promise<Capabilities | undefined>;
   acquire(request: LeaseRequest, until: () => boolean): Promise<Lease | undefined>;
   renew(request: RenewRequest): Promise<boolean | undefined>;
-  report(request: ReportRequest, outcome: Outcome, until: () => boolean): Promise<boolean | undefined>;
+  /**
+   * True accepted, false stale, undefined if `until()` turned true meanwhile; with
+   * `takeNext`, an accepted report may be answered with a task it dispatched, leased to
+   * this worker (a NextTask), which the caller runs (or lets its lease run out).
+   */
+  report(request: ReportRequest, outcome: Outcome, until: () => boolean, takeNext?: TakeNext): Promise<boolean | NextTask | undefined>;
   heartbeat(presence: Presence, timeoutMs?: number): Promise<boolean>;
   close(): void;
 }
@@ -311,21 +335,7 @@ export class CoordinatorClient implements Coordinator {
       until,
     );
     if (reply === undefined) return undefined;
-    return {
-      granted: reply.granted,
-      reason: reply.reason,
-      inputJson: reply.inputJson,
-      maxAttempts: reply.maxAttempts,
-      askedAt,
-      token: reply.leaseToken,
-      nodeId: reply.nodeId,
-      nodeType: reply.nodeType,
-      workflowId: reply.workflowId,
-      workflowVersion: reply.workflowVersion,
-      timeoutSeconds: reply.timeoutSeconds || undefined,
-      ttl: reply.ttlSeconds,
-      contextJson: reply.contextJson,
-    };
+    return leaseOf(reply, askedAt);
   }
 
   /** True: renewed; false: the lease is lost; undefined: no answer this time. */
@@ -352,20 +362,23 @@ export class CoordinatorClient implements Coordinator {
 
   /**
    * Report an outcome: true accepted, false stale, undefined if `until()` turned true while
-   * the coordinator was unreachable. A report too large for a message is sent again as a
+   * the coordinator was unreachable. With `takeNext`, an accepted report may be answered
+   * with a task it dispatched, leased to this worker (a NextTask): the caller runs it (or
+   * lets its lease run out). A report too large for a message is sent again as a
    * permanent failure that says so.
    */
   async report(
     request: ReportRequest,
     outcome: Outcome,
     until: () => boolean,
-  ): Promise<boolean | undefined> {
+    takeNext?: TakeNext,
+  ): Promise<boolean | NextTask | undefined> {
     try {
-      return await this.reportOnce(request, outcome, until);
+      return await this.reportOnce(request, outcome, until, takeNext);
     } catch (err) {
       if (!(err instanceof SdkError) || err.code !== MESSAGE_TOO_LARGE) throw err;
       this.log("error", `task ${request.taskId} attempt ${request.attempt}: ${err.message}; reporting a failure instead`);
-      return await this.reportOnce(request, smaller(outcome, err), until);
+      return await this.reportOnce(request, smaller(outcome, err), until, takeNext);
     }
   }
 
@@ -373,7 +386,8 @@ export class CoordinatorClient implements Coordinator {
     request: ReportRequest,
     outcome: Outcome,
     until: () => boolean,
-  ): Promise<boolean | undefined> {
+    takeNext: TakeNext | undefined,
+  ): Promise<boolean | NextTask | undefined> {
     const item = create(pb.ReportTaskResultRequestSchema, {
       taskId: request.taskId,
       runId: request.runId,
@@ -388,9 +402,24 @@ export class CoordinatorClient implements Coordinator {
       permanent: outcome.permanent,
       logLines: outcome.logLines,
       logTruncated: outcome.logTruncated,
+      takeNext:
+        takeNext === undefined
+          ? undefined
+          : create(pb.TakeNextSchema, { queue: takeNext.queue, nodeTypes: [...takeNext.nodeTypes].sort(), ttlSeconds: takeNext.ttl }),
     });
-    const reply = await this.retry("ReportTaskResult", () => this.reports.submit(item), until);
-    return reply === undefined ? undefined : reply.accepted;
+    let askedAt = 0;
+    const reply = await this.retry(
+      "ReportTaskResult",
+      () => {
+        askedAt = performance.now();
+        return this.reports.submit(item);
+      },
+      until,
+    );
+    if (reply === undefined) return undefined;
+    const next = reply.next;
+    if (reply.accepted && next?.lease?.granted) return { fields: { ...next.message }, lease: leaseOf(next.lease, askedAt) };
+    return reply.accepted;
   }
 
   /**
@@ -499,6 +528,25 @@ export class CoordinatorClient implements Coordinator {
     }
     throw new Error("unreachable: the last attempt returns or throws");
   }
+}
+
+/** The lease a grant answers, asked for at `askedAt` (performance.now()). */
+function leaseOf(reply: pb.AcquireTaskLeaseResponse, askedAt: number): Lease {
+  return {
+    granted: reply.granted,
+    reason: reply.reason,
+    inputJson: reply.inputJson,
+    maxAttempts: reply.maxAttempts,
+    askedAt,
+    token: reply.leaseToken,
+    nodeId: reply.nodeId,
+    nodeType: reply.nodeType,
+    workflowId: reply.workflowId,
+    workflowVersion: reply.workflowVersion,
+    timeoutSeconds: reply.timeoutSeconds || undefined,
+    ttl: reply.ttlSeconds,
+    contextJson: reply.contextJson,
+  };
 }
 
 export function sleep(ms: number): Promise<void> {

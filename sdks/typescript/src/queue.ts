@@ -57,17 +57,25 @@ export class Entry {
 
   /** The task message it carries; throws MalformedMessage naming what is wrong. */
   message(): TaskMessage {
-    const { task_id: taskId, run_id: runId, attempt } = this.fields;
-    const number = attempt === undefined ? NaN : Number(attempt);
-    if (!taskId || !runId || !Number.isInteger(number) || number < 0) {
-      throw new MalformedMessage(`malformed task message ${JSON.stringify(this.fields)} (entry ${this.id} on ${this.stream})`);
-    }
-    const priority = Number(this.fields.priority ?? DEFAULT_BAND);
-    if (!(BANDS as readonly number[]).includes(priority)) {
-      throw new MalformedMessage(`malformed task message ${JSON.stringify(this.fields)}: priority is not one of 1 to 5`);
-    }
-    return { taskId, runId, attempt: number, traceparent: this.fields.traceparent, priority };
+    return taskMessage(this.fields, `entry ${this.id} on ${this.stream}`);
   }
+}
+
+/**
+ * The task message of a stream message's `fields` (an entry's, or those a report's answer
+ * carries with the next task); throws MalformedMessage naming what is wrong and `where`.
+ */
+export function taskMessage(fields: Readonly<Record<string, string>>, where: string): TaskMessage {
+  const { task_id: taskId, run_id: runId, attempt } = fields;
+  const number = attempt === undefined ? NaN : Number(attempt);
+  if (!taskId || !runId || !Number.isInteger(number) || number < 0) {
+    throw new MalformedMessage(`malformed task message ${JSON.stringify(fields)} (${where})`);
+  }
+  const priority = Number(fields.priority ?? DEFAULT_BAND);
+  if (!(BANDS as readonly number[]).includes(priority)) {
+    throw new MalformedMessage(`malformed task message ${JSON.stringify(fields)}: priority is not one of 1 to 5`);
+  }
+  return { taskId, runId, attempt: number, traceparent: fields.traceparent, priority };
 }
 
 export class MalformedMessage extends Error {
@@ -193,8 +201,23 @@ function fieldsOf(flat: string[]): Record<string, string> {
   return fields;
 }
 
+/**
+ * What the worker asks of Redis (a StreamQueue; tests give a fake): `reader()` is one
+ * reader's connection, handed back to `read`.
+ */
+export interface Queue {
+  reader(): unknown;
+  ensureGroups(streams: string[]): Promise<void>;
+  read(connection: unknown, streams: string[], consumer: string, count: number, blockMs: number): Promise<Entry[]>;
+  ack(refs: Array<[string, string]>): Promise<void>;
+  heartbeat(prefix: string, consumer: string, ttlMs: number): Promise<void>;
+  /** Stop every blocking read now (the drain). */
+  interrupt(): void;
+  close(): Promise<void>;
+}
+
 /** The Redis side of a worker: one connection for commands, one per reader for blocking reads. */
-export class StreamQueue {
+export class StreamQueue implements Queue {
   readonly redis: Redis;
   private readonly readers: Redis[] = [];
   /** Band streams that held undelivered entries when last looked at. */

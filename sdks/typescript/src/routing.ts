@@ -27,10 +27,12 @@ import type {
   Coordinator,
   Lease,
   LeaseRequest,
+  NextTask,
   Outcome,
   Presence,
   RenewRequest,
   ReportRequest,
+  TakeNext,
 } from "./coordinator.js";
 import { CoordinatorUnavailable, SdkError } from "./errors.js";
 
@@ -153,8 +155,8 @@ export class RunRoutedCoordinators implements Coordinator {
     return this.routed(request.runId, (c) => c.renew(request));
   }
 
-  report(request: ReportRequest, outcome: Outcome, until: () => boolean): Promise<boolean | undefined> {
-    return this.routed(request.runId, (c) => c.report(request, outcome, until));
+  report(request: ReportRequest, outcome: Outcome, until: () => boolean, takeNext?: TakeNext): Promise<boolean | NextTask | undefined> {
+    return this.routed(request.runId, (c) => c.report(request, outcome, until, takeNext));
   }
 
   /**

@@ -20,6 +20,12 @@
  * pending for the lease-sweeper. On SIGTERM or SIGINT it stops reading and lets in-flight
  * tasks finish for `drainSeconds`; those still running then are aborted, report nothing,
  * and their entries stay pending for the sweeper.
+ *
+ * A report offers to take the next task (`takeNext`, docs/architecture.md §3.2) when its
+ * handler's reader is not waiting for a slot and the worker is not stopping: the slot is
+ * kept through the report, and a task the answer brings, leased to this worker in the
+ * report's own transaction, runs in it as a leased entry would, with nothing to
+ * acknowledge (its own report may bring the next); no task, and the slot is given back.
  */
 
 import { randomBytes } from "node:crypto";
@@ -35,13 +41,15 @@ import {
   type Coordinator,
   type CoordinatorOptions,
   type Lease,
+  type NextTask,
   type Outcome,
   type Presence,
+  type TakeNext,
 } from "./coordinator.js";
 import { CoordinatorUnavailable, SdkError } from "./errors.js";
 import { Handler, type HandlerFn, type HandlerOptions } from "./handler.js";
 import { DEFAULT_MAX_OUTPUT_BYTES } from "./limits.js";
-import { queueStreams, StreamQueue, type Entry, type TaskMessage } from "./queue.js";
+import { MalformedMessage, queueStreams, StreamQueue, taskMessage, type Entry, type Queue, type TaskMessage } from "./queue.js";
 import { parseCoordinators, RunRoutedCoordinators } from "./routing.js";
 import { Semaphore } from "./semaphore.js";
 import { AttemptLines, DEFAULT_LOG_MAX_BYTES, DEFAULT_LOG_MAX_LINES, TaskLogger } from "./tasklog.js";
@@ -80,6 +88,14 @@ export interface WorkerConfig {
   /** How long SIGTERM waits for in-flight tasks before aborting them, in seconds (30). */
   drainSeconds?: number;
   readBlockMs?: number;
+  /**
+   * Offer, with each report, to run a task it dispatches on the same queue: the coordinator
+   * may lease it to this worker in the report's transaction and answer with it, so it never
+   * goes through the stream (docs/architecture.md §3.2). The handler's slot is kept for it
+   * until the answer. COMPOSER_WORKER_TAKE_NEXT, else true; false: every task is read from
+   * the stream.
+   */
+  takeNext?: boolean;
   /** Lease owner and consumer name; unique per process by default. */
   owner?: string;
   /** Tries per coordinator call while it answers UNAVAILABLE (10). */
@@ -112,6 +128,14 @@ function settle(config: WorkerConfig, env: NodeJS.ProcessEnv): Settled {
     if (!Number.isFinite(value)) throw new SdkError(`${name}=${raw} is not a number`);
     return value;
   };
+  // a yes/no variable, read as the Python SDK reads it (composer_sdk._environment.flag_from_env)
+  const flag = (name: string, fallback: boolean): boolean => {
+    const value = (env[name] ?? "").trim().toLowerCase();
+    if (value === "") return fallback;
+    if (["1", "true", "yes", "on"].includes(value)) return true;
+    if (["0", "false", "no", "off"].includes(value)) return false;
+    throw new SdkError(`${name}='${value}' is neither true nor false (say true or false)`);
+  };
   return {
     redisUrl: config.redisUrl ?? (env.COMPOSER_REDIS_URL || "redis://127.0.0.1:6379/0"),
     coordinator: config.coordinator ?? (env.COMPOSER_GRPC_ADDR || "127.0.0.1:50051"),
@@ -124,6 +148,7 @@ function settle(config: WorkerConfig, env: NodeJS.ProcessEnv): Settled {
     defaultTimeout: config.defaultTimeout ?? 300,
     drainSeconds: config.drainSeconds ?? 30,
     readBlockMs: config.readBlockMs ?? 1000,
+    takeNext: config.takeNext ?? flag("COMPOSER_WORKER_TAKE_NEXT", true),
     coordinatorAttempts: config.coordinatorAttempts ?? 10,
     maxOutputBytes: config.maxOutputBytes === null ? undefined : (config.maxOutputBytes ?? number("COMPOSER_MAX_OUTPUT_BYTES") ?? DEFAULT_MAX_OUTPUT_BYTES),
     maxMessageBytes: config.maxMessageBytes ?? 64 * 1024 * 1024,
@@ -181,6 +206,23 @@ interface Held {
 /** Thrown inside an attempt when the worker gives up on it (drain past its grace): nothing is reported. */
 class Abandoned extends Error {}
 
+/**
+ * A handler slot taken from `slots`: given back once, by whoever frees it first (the
+ * handler's end, or the end of what holds it, or the last task run in it).
+ */
+class Slot {
+  held = true;
+
+  constructor(private readonly slots: Semaphore) {}
+
+  readonly free = (): void => {
+    if (this.held) {
+      this.held = false;
+      this.slots.release();
+    }
+  };
+}
+
 export class Worker {
   readonly config: Settled;
   readonly owner: string;
@@ -192,9 +234,11 @@ export class Worker {
   private readonly abandon = new AbortController();
   private readonly inFlight = new Set<Promise<void>>();
   private readonly running = new Set<string>();
+  /** The queues whose reader waits for a free slot: their handlers' reports offer nothing (`offer`). */
+  private readonly wanting = new Set<string>();
   private readonly slots: Semaphore;
   private readonly messages: Semaphore;
-  private queue: StreamQueue | undefined;
+  private queue: Queue | undefined;
   private client: Coordinator | undefined;
   private acks: Batcher<[string, string], null> | undefined;
   private beats = true;
@@ -209,8 +253,19 @@ export class Worker {
   abandoned = 0;
   parked = 0;
   misrouted = 0;
+  /** Tasks run that were leased with a report's answer, not read from a stream. */
+  takenNext = 0;
 
-  constructor(config: WorkerConfig = {}, env: NodeJS.ProcessEnv = process.env) {
+  /**
+   * `env` is where the settings not given default from; `given.queue` and
+   * `given.coordinator` replace the clients built from the settings (tests), and are not
+   * closed by `run()`.
+   */
+  constructor(
+    config: WorkerConfig = {},
+    env: NodeJS.ProcessEnv = process.env,
+    private readonly given: { queue?: Queue; coordinator?: Coordinator } = {},
+  ) {
     this.config = settle(config, env);
     this.log = config.log ?? stderrLog;
     this.owner = config.owner ?? `${hostname()}-${process.pid}-${randomBytes(3).toString("hex")}`;
@@ -247,7 +302,7 @@ export class Worker {
     const cfg = this.config;
     // the coordinator's client first: a bad COMPOSER_COORDINATORS, or a CA file it cannot
     // read, stops the worker before anything is opened or listened for
-    const client = (this.client = coordinatorClient(cfg, (level, message) => this.log(level, message)));
+    const client = (this.client = this.given.coordinator ?? coordinatorClient(cfg, (level, message) => this.log(level, message)));
     const onSignal = (signal: NodeJS.Signals): void => {
       this.log("info", `${signal}: draining (in-flight tasks get ${cfg.drainSeconds}s to finish)`);
       this.stop();
@@ -256,7 +311,7 @@ export class Worker {
       process.on("SIGTERM", onSignal);
       process.on("SIGINT", onSignal);
     }
-    const queue = (this.queue = new StreamQueue(cfg.redisUrl));
+    const queue = (this.queue = this.given.queue ?? new StreamQueue(cfg.redisUrl));
     this.acks = new Batcher((refs) => this.ackBatch(refs), 512, 1);
     try {
       if (!cfg.token) {
@@ -296,8 +351,11 @@ export class Worker {
         process.off("SIGTERM", onSignal);
         process.off("SIGINT", onSignal);
       }
-      await queue.close();
-      client.close();
+      try {
+        if (this.given.queue === undefined) await queue.close();
+      } finally {
+        if (this.given.coordinator === undefined) client.close();
+      }
     }
   }
 
@@ -497,12 +555,25 @@ export class Worker {
     }
   }
 
-  /** Wait for a free slot, then take every other slot free now: how many entries to read. */
-  private async room(): Promise<number> {
+  /**
+   * Wait for a free slot, then take every other slot free now: how many entries to read.
+   * While it waits, `queue` is among those `wanting` a slot (its handler's reports offer to
+   * take nothing); a slot free at once is taken with no wait.
+   */
+  private async room(queue: string): Promise<number> {
     const signal = this.stopping.signal;
-    await this.messages.acquire(signal);
+    const wait = async (semaphore: Semaphore): Promise<void> => {
+      if (semaphore.tryAcquire()) return;
+      this.wanting.add(queue);
+      try {
+        await semaphore.acquire(signal);
+      } finally {
+        this.wanting.delete(queue);
+      }
+    };
+    await wait(this.messages);
     try {
-      await this.slots.acquire(signal);
+      await wait(this.slots);
     } catch (err) {
       this.messages.release();
       throw err;
@@ -532,7 +603,7 @@ export class Worker {
     while (!this.isStopping) {
       let room: number;
       try {
-        room = await this.room();
+        room = await this.room(handler.queue);
       } catch {
         return; // stopping
       }
@@ -561,7 +632,11 @@ export class Worker {
     }
   }
 
-  /** Wait for in-flight tasks for `drainSeconds`; then give up on the rest (they report nothing). */
+  /**
+   * Wait for in-flight tasks for `drainSeconds`, those that join meanwhile too (a report
+   * answered during the drain may bring a task leased with it); then give up on the rest
+   * (they report nothing).
+   */
   private async drain(): Promise<void> {
     if (this.inFlight.size === 0) return;
     this.log("info", `draining: ${this.inFlight.size} task(s) in flight get ${this.config.drainSeconds}s to finish`);
@@ -569,30 +644,81 @@ export class Worker {
     const grace = new Promise<"late">((resolve) => {
       timer = setTimeout(() => resolve("late"), this.config.drainSeconds * 1000);
     });
-    const done = await Promise.race([Promise.allSettled([...this.inFlight]).then(() => "done" as const), grace]);
+    let done: "done" | "late" = "done";
+    // A task that settles has left the set, and a task run in its kept slot has joined it
+    // before then: the set is empty only once nothing is left to wait for.
+    while (this.inFlight.size > 0 && done === "done") {
+      done = await Promise.race([Promise.allSettled([...this.inFlight]).then(() => "done" as const), grace]);
+    }
     clearTimeout(timer);
     if (done === "late") {
       this.log("warning", `${this.inFlight.size} task(s) still running after the drain's ${this.config.drainSeconds}s: aborted, their entries stay pending for the sweeper`);
       this.abandon.abort(new Abandoned("the drain's grace is over"));
-      await Promise.allSettled([...this.inFlight]);
+      while (this.inFlight.size > 0) await Promise.allSettled([...this.inFlight]);
     }
   }
 
-  /** One entry, under the slot taken for it when it was read (freed when its handler ends). */
+  /**
+   * One entry, under the slot taken for it when it was read: the slot is freed when the
+   * handler ends or the entry needs no handler, or goes on to the task its report's
+   * answer brought.
+   */
   private async process(handler: Handler<never, unknown>, entry: Entry): Promise<void> {
-    let held = true;
-    const freeSlot = (): void => {
-      if (held) {
-        held = false;
-        this.slots.release();
-      }
-    };
+    const slot = new Slot(this.slots);
+    let next: NextTask | undefined;
     try {
-      await this.handleEntry(handler, entry, freeSlot);
+      next = await this.handleEntry(handler, entry, slot.free);
     } catch (err) {
       if (!(err instanceof Abandoned)) await this.park(entry, err);
     } finally {
-      freeSlot();
+      if (next === undefined || !slot.held) slot.free();
+    }
+    // the slot goes on with the task; it holds no stream message
+    if (next !== undefined && slot.held) this.track(this.runNext(handler, next, slot));
+  }
+
+  /** Count `work` in flight (the drain waits for it) until it settles. */
+  private track(work: Promise<void>): void {
+    const task: Promise<void> = work
+      .catch((err: unknown) => this.log("alert", `running a task leased with a report failed: ${(err as Error)?.stack ?? String(err)}`))
+      .finally(() => this.inFlight.delete(task));
+    this.inFlight.add(task);
+  }
+
+  /**
+   * Run the tasks leased with reports, one after the other, in the `slot` the first one's
+   * reporter kept: each report may bring the next (a chain of steps stays on this worker).
+   * A task that comes once the drain has given up is not run: its lease runs out and the
+   * lease-sweeper recovers it.
+   */
+  private async runNext(handler: Handler<never, unknown>, first: NextTask, slot: Slot): Promise<void> {
+    let next: NextTask | undefined = first;
+    try {
+      while (next !== undefined && slot.held && !this.abandon.signal.aborted) {
+        this.takenNext += 1;
+        let msg: TaskMessage;
+        try {
+          msg = taskMessage(next.fields, "a task leased with a report");
+        } catch (err) {
+          if (!(err instanceof MalformedMessage)) throw err;
+          // a coordinator's bug: its lease runs out
+          this.log("error", err.message);
+          return;
+        }
+        try {
+          next = await this.attempt(handler, undefined, msg, slot.free, next.lease);
+        } catch (err) {
+          if (err instanceof Abandoned) return;
+          this.log(
+            "alert",
+            `task ${msg.taskId} attempt ${msg.attempt} of run ${msg.runId}, leased with a report: the worker failed on it ` +
+              `(${(err as Error)?.stack ?? String(err)}); its lease runs out and the worker goes on`,
+          );
+          return;
+        }
+      }
+    } finally {
+      slot.free();
     }
   }
 
@@ -606,38 +732,58 @@ export class Worker {
     await this.ack(entry).catch(() => undefined);
   }
 
-  private async handleEntry(handler: Handler<never, unknown>, entry: Entry, handlerDone: () => void): Promise<void> {
+  private async handleEntry(handler: Handler<never, unknown>, entry: Entry, handlerDone: () => void): Promise<NextTask | undefined> {
     let msg: TaskMessage;
     try {
       msg = entry.message();
     } catch (err) {
       this.log("alert", `dropping malformed message ${entry.id} on ${entry.stream}: ${(err as Error).message}`);
       await this.ack(entry);
-      return;
+      return undefined;
     }
+    return this.attempt(handler, entry, msg, handlerDone);
+  }
+
+  /**
+   * Lease (unless `lease` was granted already, with a report: then `entry` is undefined),
+   * run and report `msg`'s attempt; the task leased with the report, if any.
+   */
+  private async attempt(
+    handler: Handler<never, unknown>,
+    entry: Entry | undefined,
+    msg: TaskMessage,
+    handlerDone: () => void,
+    lease?: Lease,
+  ): Promise<NextTask | undefined> {
     const key = `${msg.taskId}/${msg.attempt}`;
     if (this.running.has(key)) {
       this.log("info", `task ${msg.taskId} attempt ${msg.attempt} is already running here: duplicate delivery skipped`);
       this.skipped += 1;
       await this.ack(entry);
-      return;
+      return undefined;
     }
     this.running.add(key);
     try {
-      await this.leaseRunReport(handler, entry, msg, handlerDone);
+      if (lease !== undefined) return await this.runGranted(handler, entry, msg, lease, handlerDone);
+      return await this.leaseRunReport(handler, entry!, msg, handlerDone);
     } finally {
       this.running.delete(key);
     }
   }
 
-  private async leaseRunReport(handler: Handler<never, unknown>, entry: Entry, msg: TaskMessage, handlerDone: () => void): Promise<void> {
+  private async leaseRunReport(
+    handler: Handler<never, unknown>,
+    entry: Entry,
+    msg: TaskMessage,
+    handlerDone: () => void,
+  ): Promise<NextTask | undefined> {
     const cfg = this.config;
     try {
-      if (!(await this.protocolOk())) return; // a coordinator of another version: the entry stays pending
+      if (!(await this.protocolOk())) return undefined; // a coordinator of another version: the entry stays pending
     } catch (err) {
       if (!(err instanceof SdkError)) throw err;
       this.giveUp(msg, "asking the coordinator's protocol version", err);
-      return;
+      return undefined;
     }
     let lease: Lease | undefined;
     try {
@@ -659,7 +805,7 @@ export class Worker {
       if (err.code === "FAILED_PRECONDITION") {
         this.misroute(entry, msg, err.message);
         await this.ack(entry);
-        return;
+        return undefined;
       }
       if (err.code === "PERMISSION_DENIED" || err.code === MESSAGE_TOO_LARGE) {
         // not this worker's to run (its token does not cover the queue), or an answer that
@@ -667,18 +813,30 @@ export class Worker {
         this.log("error", `task ${msg.taskId} attempt ${msg.attempt}: ${err.message}; its entry on ${entry.stream} is dropped`);
         this.skipped += 1;
         await this.ack(entry);
-        return;
+        return undefined;
       }
       this.giveUp(msg, "taking the lease", err);
-      return;
+      return undefined;
     }
-    if (lease === undefined) return; // stopping with the coordinator away: the entry stays pending
+    if (lease === undefined) return undefined; // stopping with the coordinator away: the entry stays pending
     if (!lease.granted) {
       this.log("info", `task ${msg.taskId} attempt ${msg.attempt} not leased (${lease.reason}): skipping`);
       this.skipped += 1;
       await this.ack(entry);
-      return;
+      return undefined;
     }
+    return this.runGranted(handler, entry, msg, lease, handlerDone);
+  }
+
+  /** Run the attempt `lease` grants and report it (`runAndReport`); the task leased with the report, if any. */
+  private async runGranted(
+    handler: Handler<never, unknown>,
+    entry: Entry | undefined,
+    msg: TaskMessage,
+    lease: Lease,
+    handlerDone: () => void,
+  ): Promise<NextTask | undefined> {
+    const cfg = this.config;
     if (!handler.nodeTypes.has(lease.nodeType)) {
       this.misroute(
         entry,
@@ -687,7 +845,7 @@ export class Worker {
           `'${handler.queue}' runs ${[...handler.nodeTypes].sort().join(", ")} nodes only`,
       );
       await this.ack(entry);
-      return;
+      return undefined;
     }
     const ttl = lease.ttl > 0 ? Math.min(cfg.leaseTtl, lease.ttl) : cfg.leaseTtl;
     const held: Held = { msg, token: lease.token, ttl };
@@ -699,21 +857,21 @@ export class Worker {
         this.log("warning", `task ${msg.taskId} attempt ${msg.attempt}: the lease came back after its TTL and is no longer ours: not running it`);
         this.skipped += 1;
         await this.ack(entry);
-        return;
+        return undefined;
       }
       validUntil = asked + ttl * 1000;
     }
-    await this.runAndReport(handler, entry, lease, held, validUntil, handlerDone);
+    return this.runAndReport(handler, entry, lease, held, validUntil, handlerDone);
   }
 
   private async runAndReport(
     handler: Handler<never, unknown>,
-    entry: Entry,
+    entry: Entry | undefined,
     lease: Lease,
     held: Held,
     validUntil: number,
     handlerDone: () => void,
-  ): Promise<void> {
+  ): Promise<NextTask | undefined> {
     const cfg = this.config;
     const msg = held.msg;
     const timeout = lease.timeoutSeconds ?? cfg.defaultTimeout;
@@ -753,30 +911,43 @@ export class Worker {
       if (this.abandon.signal.aborted) throw new Abandoned(why); // the entry stays pending
       this.log("warning", `lost the lease on task ${msg.taskId} attempt ${msg.attempt}: handler aborted, nothing reported`);
       await this.ack(entry);
-      return;
+      return undefined;
     }
-    handlerDone();
+    const offer = this.offer(handler);
+    if (offer === undefined) handlerDone(); // else the slot is kept for the task the answer may bring
     outcome.logLines = lines.lines();
     outcome.logTruncated = lines.truncated;
-    let accepted: boolean | undefined;
+    let accepted: boolean | NextTask | undefined;
     try {
       accepted = await this.client!.report(
         { taskId: msg.taskId, runId: msg.runId, nodeId: lease.nodeId, attempt: msg.attempt, owner: this.owner, token: lease.token },
         outcome,
         () => this.isStopping,
+        offer,
       );
     } catch (err) {
       if (!(err instanceof SdkError)) throw err;
-      this.giveUp(msg, "reporting the outcome", err);
-      return;
+      this.giveUp(msg, "reporting the outcome", err, entry === undefined);
+      return undefined;
     }
     if (accepted === undefined) {
       this.log("warning", `could not report task ${msg.taskId} before shutdown: it stays pending for recovery`);
-      return;
+      return undefined;
     }
     if (outcome.status === "COMPLETED") this.completed += 1;
     else this.failed += 1;
     await this.ack(entry);
+    return typeof accepted === "object" ? accepted : undefined;
+  }
+
+  /**
+   * What a report offers to run next (`takeNext`): nothing while stopping, nor while the
+   * handler's reader waits for a slot (entries may be waiting on the stream: a freed slot
+   * goes to them, first come).
+   */
+  private offer(handler: Handler<never, unknown>): TakeNext | undefined {
+    if (!this.config.takeNext || this.isStopping || this.wanting.has(handler.queue)) return undefined;
+    return { queue: handler.queue, nodeTypes: [...handler.nodeTypes], ttl: this.config.leaseTtl };
   }
 
   /** Renew every ttl/3 while the handler runs; true if the lease was lost (or the drain gave up on it). */
@@ -829,25 +1000,25 @@ export class Worker {
     }
   }
 
-  private misroute(entry: Entry, msg: TaskMessage, why: string): void {
+  private misroute(entry: Entry | undefined, msg: TaskMessage, why: string): void {
     this.misrouted += 1;
-    this.log(
-      "alert",
-      `task ${msg.taskId} attempt ${msg.attempt} of run ${msg.runId}: entry ${entry.id} on ${entry.stream} is not run and is acknowledged away: ${why}`,
-    );
+    const what = entry === undefined ? "its lease with a report" : `entry ${entry.id} on ${entry.stream}`;
+    this.log("alert", `task ${msg.taskId} attempt ${msg.attempt} of run ${msg.runId}: ${what} is not run and is acknowledged away: ${why}`);
   }
 
-  /** Leave the entry unacknowledged: the lease-sweeper recovers its attempt. */
-  private giveUp(msg: TaskMessage, doing: string, err: SdkError): void {
+  /** Leave the entry unacknowledged (`withReport`: a task leased with a report, which has none): the lease-sweeper recovers its attempt. */
+  private giveUp(msg: TaskMessage, doing: string, err: SdkError, withReport = false): void {
     this.abandoned += 1;
+    const left = withReport ? "its lease, taken with a report, is left to run out for the lease-sweeper" : "its entry is left pending for the lease-sweeper";
     this.log(
       err instanceof CoordinatorUnavailable ? "warning" : "error",
-      `task ${msg.taskId} attempt ${msg.attempt}: ${doing} failed (${err.message}); its entry is left pending for the lease-sweeper`,
+      `task ${msg.taskId} attempt ${msg.attempt}: ${doing} failed (${err.message}); ${left}`,
     );
   }
 
-  private async ack(entry: Entry): Promise<void> {
-    await this.acks!.submit([entry.stream, entry.id]);
+  /** Acknowledge `entry` in the next batch of acknowledgements (undefined: a task leased with a report, which has no entry). */
+  private async ack(entry: Entry | undefined): Promise<void> {
+    if (entry !== undefined) await this.acks!.submit([entry.stream, entry.id]);
   }
 
   private async ackBatch(refs: Array<[string, string]>): Promise<null[]> {

@@ -7,7 +7,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import type { Capabilities, Coordinator, Lease, LeaseRequest, Outcome, Presence, RenewRequest, ReportRequest } from "../src/coordinator.js";
+import type { Capabilities, Coordinator, Lease, LeaseRequest, NextTask, Outcome, Presence, RenewRequest, ReportRequest } from "../src/coordinator.js";
 import { CoordinatorClient } from "../src/coordinator.js";
 import { CoordinatorUnavailable, SdkError } from "../src/errors.js";
 import { DOWN_SECONDS, parseCoordinators, route, RunRoutedCoordinators } from "../src/routing.js";
@@ -81,7 +81,7 @@ const never = (): boolean => false;
 const OUTCOME: Outcome = { status: "COMPLETED", outputJson: "{}", error: "", code: "", permanent: false, logLines: [], logTruncated: 0 };
 const PRESENCE: Presence = { workerId: "w", host: "host", queues: ["q"], concurrency: 1, inFlight: 0, sdkVersion: "test", state: "SERVING", startedAt: 0 };
 
-function report(client: Coordinator, runId: string): Promise<boolean | undefined> {
+function report(client: Coordinator, runId: string): Promise<boolean | NextTask | undefined> {
   return client.report({ taskId: "t", runId, nodeId: "a", attempt: 0, owner: "w", token: "token" }, OUTCOME, never);
 }
 
