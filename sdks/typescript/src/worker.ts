@@ -234,6 +234,10 @@ export class Worker {
   private readonly abandon = new AbortController();
   private readonly inFlight = new Set<Promise<void>>();
   private readonly running = new Set<string>();
+  /** Of those, the ones whose lease was granted. */
+  private readonly granted = new Set<string>();
+  /** Per running attempt: resolved once its lease is granted or its delivery is done with it. */
+  private readonly decided = new Map<string, { promise: Promise<void>; resolve: () => void }>();
   /** The queues whose reader waits for a free slot: their handlers' reports offer nothing (`offer`). */
   private readonly wanting = new Set<string>();
   private readonly slots: Semaphore;
@@ -756,18 +760,31 @@ export class Worker {
     lease?: Lease,
   ): Promise<NextTask | undefined> {
     const key = `${msg.taskId}/${msg.attempt}`;
-    if (this.running.has(key)) {
-      this.log("info", `task ${msg.taskId} attempt ${msg.attempt} is already running here: duplicate delivery skipped`);
-      this.skipped += 1;
-      await this.ack(entry);
-      return undefined;
+    while (this.running.has(key)) {
+      if (this.granted.has(key) || lease !== undefined) {
+        this.log("info", `task ${msg.taskId} attempt ${msg.attempt} is already running here: duplicate delivery skipped`);
+        this.skipped += 1;
+        await this.ack(entry);
+        return undefined;
+      }
+      // Its lease is still being asked for here. Refused (the attempt was held, as a paused
+      // run's are), this delivery may be the one that counts: a held attempt is sent again
+      // when it is released, and the two deliveries can meet here.
+      await this.decided.get(key)!.promise;
     }
     this.running.add(key);
+    let resolve!: () => void;
+    const promise = new Promise<void>((r) => (resolve = r));
+    this.decided.set(key, { promise, resolve });
+    if (lease !== undefined) this.granted.add(key);
     try {
       if (lease !== undefined) return await this.runGranted(handler, entry, msg, lease, handlerDone);
       return await this.leaseRunReport(handler, entry!, msg, handlerDone);
     } finally {
       this.running.delete(key);
+      this.granted.delete(key);
+      this.decided.delete(key);
+      resolve();
     }
   }
 
@@ -825,6 +842,9 @@ export class Worker {
       await this.ack(entry);
       return undefined;
     }
+    const key = `${msg.taskId}/${msg.attempt}`;
+    this.granted.add(key);
+    this.decided.get(key)?.resolve(); // a delivery of it waiting here is a duplicate
     return this.runGranted(handler, entry, msg, lease, handlerDone);
   }
 

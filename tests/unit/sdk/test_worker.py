@@ -22,7 +22,7 @@ from composer_queue.testing import FakeQueue
 from composer_rpc.v1 import worker_pb2 as pb
 from composer_sdk import TaskContext, Worker, WorkerConfig
 from composer_sdk.errors import SdkError
-from tests.unit.sdk.fakes import FakeStub, client
+from tests.unit.sdk.fakes import FakeStub, client, granted
 
 PREFIX = "unit"
 SHARDS = 2
@@ -366,3 +366,47 @@ async def test_the_heartbeat_keeps_a_busy_worker_alive_and_runs_out_after_it_sto
     while await queue.alive(PREFIX, [worker.owner]):
         assert asyncio.get_running_loop().time() < deadline, "the heartbeat did not run out"
         await asyncio.sleep(0.01)
+
+
+class HeldThenReleased(FakeStub):
+    """The first lease request waits for ``answer`` and is refused (its attempt was
+    held, as a paused run's are); later ones are granted: the attempt released and
+    sent again meanwhile."""
+
+    def __init__(self) -> None:
+        super().__init__(leases=[pb.AcquireTaskLeaseResponse(granted=False, reason="held")])
+        self.answer = asyncio.Event()
+
+    async def AcquireTaskLeases(self, request: pb.AcquireTaskLeasesRequest, **kw: Any) -> Any:
+        if not self.lease_requests:
+            self.lease_requests.extend(request.items)
+            await self.answer.wait()
+            return pb.AcquireTaskLeasesResponse(
+                items=[self._answer(self.leases, 0) for _ in request.items]
+            )
+        self.leases = [granted()]
+        return await super().AcquireTaskLeases(request, **kw)
+
+
+async def test_a_second_delivery_while_the_first_is_refused_its_lease_runs_the_attempt() -> None:
+    """A paused run's attempt has an entry on the stream; at the resume it is sent again.
+    When both deliveries meet in one worker, the second must not be dropped as a
+    duplicate while the first's lease is still being asked for: the first is refused,
+    and the second is then the only entry left."""
+    queue, stub = FakeQueue(), HeldThenReleased()
+    ran: list[str] = []
+
+    async def handler(ctx: TaskContext, input: Any) -> dict[str, Any]:
+        ran.append(ctx.task_id)
+        return {}
+
+    async with running(handler, stub, queue) as worker:
+        await publish(queue, message("t1"))
+        await until(lambda: len(stub.lease_requests) == 1, "the first lease was asked for")
+        await publish(queue, message("t1"))  # the same attempt, sent again
+        # the worker has read both (pending in its consumer group) before the answer
+        await until_async(lambda: pending(queue), 2, "both entries read")
+        stub.answer.set()  # the first is refused: held
+        await until(lambda: worker.completed == 1, "the second delivery ran the attempt")
+    assert ran == ["t1"] and worker.skipped == 1
+    assert await stored(queue) == 0

@@ -203,6 +203,10 @@ class Worker:
         #: Attempts this process is running: a duplicate delivery of one is skipped here,
         #: since the coordinator re-grants a lease to the owner that holds it.
         self._running: set[tuple[str, int]] = set()
+        #: Of those, the ones whose lease was granted; each one's event is set once its
+        #: lease is granted or its delivery is done with it (``_traced``).
+        self._granted: set[tuple[str, int]] = set()
+        self._decided: dict[tuple[str, int], asyncio.Event] = {}
         #: The queues whose reader waits for a free slot: a report from their handlers
         #: offers to take no task (``_offer``).
         self._wanting: set[str] = set()
@@ -830,16 +834,24 @@ class Worker:
         """Lease (unless ``lease`` was granted already, with a report), run and report
         ``msg``'s attempt in its trace span; the task leased with the report, if any."""
         key = (msg.task_id, msg.attempt)
-        if key in self._running:
-            log.info(
-                "task %s attempt %d is already running here: duplicate delivery skipped",
-                msg.task_id,
-                msg.attempt,
-            )
-            self.skipped += 1
-            await self._ack(entry)
-            return None
+        while key in self._running:
+            if key in self._granted or lease is not None:
+                log.info(
+                    "task %s attempt %d is already running here: duplicate delivery skipped",
+                    msg.task_id,
+                    msg.attempt,
+                )
+                self.skipped += 1
+                await self._ack(entry)
+                return None
+            # Its lease is still being asked for here. Refused (the attempt was held, as a
+            # paused run's are), this delivery may be the one that counts: a held attempt
+            # is sent again when it is released, and the two deliveries can meet here.
+            await self._decided[key].wait()
         self._running.add(key)
+        self._decided[key] = asyncio.Event()
+        if lease is not None:
+            self._granted.add(key)
         parent = extract({"traceparent": msg.traceparent} if msg.traceparent else {})
         attributes: dict[str, str | int] = {
             "composer.run_id": msg.run_id,
@@ -862,6 +874,8 @@ class Worker:
                 return await self._lease_run_report(handler, entry, msg, handler_done)
         finally:
             self._running.discard(key)
+            self._granted.discard(key)
+            self._decided.pop(key).set()
 
     async def _lease_run_report(
         self,
@@ -941,6 +955,10 @@ class Worker:
             self.skipped += 1
             await self._ack(entry)
             return None
+        key = (msg.task_id, msg.attempt)
+        self._granted.add(key)
+        if (decided := self._decided.get(key)) is not None:
+            decided.set()  # a delivery of it waiting here is a duplicate
         return await self._run_granted(handler, entry, msg, lease, handler_done)
 
     async def _run_granted(
