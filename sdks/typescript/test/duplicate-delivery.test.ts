@@ -11,63 +11,8 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import type { Capabilities, Coordinator, Lease, LeaseRequest, NextTask } from "../src/coordinator.js";
-import { Entry, type Queue } from "../src/queue.js";
 import { Worker } from "../src/worker.js";
-
-const STREAM = "composer:q:q:0";
-
-class FakeQueue implements Queue {
-  acked: Array<[string, string]> = [];
-  read_ = 0;
-  private entries: Entry[] = [];
-  private published = 0;
-
-  publish(taskId: string): void {
-    this.published += 1;
-    this.entries.push(new Entry(STREAM, `${this.published}-0`, { task_id: taskId, run_id: "r1", attempt: "0" }));
-  }
-
-  reader(): unknown {
-    return {};
-  }
-
-  async ensureGroups(): Promise<void> {}
-
-  async read(_c: unknown, _s: string[], _consumer: string, count: number, blockMs: number): Promise<Entry[]> {
-    if (this.entries.length === 0) await new Promise((resolve) => setTimeout(resolve, Math.min(blockMs, 20)));
-    const taken = this.entries.splice(0, count);
-    this.read_ += taken.length;
-    return taken;
-  }
-
-  async ack(refs: Array<[string, string]>): Promise<void> {
-    this.acked.push(...refs);
-  }
-
-  async heartbeat(): Promise<void> {}
-
-  interrupt(): void {}
-
-  async close(): Promise<void> {}
-}
-
-function lease(granted: boolean): Lease {
-  return {
-    granted,
-    reason: granted ? "" : "held",
-    inputJson: "{}",
-    maxAttempts: 3,
-    askedAt: performance.now(),
-    token: "token",
-    nodeId: "work",
-    nodeType: "TASK",
-    workflowId: "wf",
-    workflowVersion: 1,
-    timeoutSeconds: undefined,
-    ttl: 0,
-    contextJson: "",
-  };
-}
+import { FakeQueue, lease, until } from "./fakes.js";
 
 /** The first lease asked waits for `answer` and is refused (held); the next ones are granted. */
 class HeldThenReleased implements Coordinator {
@@ -85,9 +30,9 @@ class HeldThenReleased implements Coordinator {
     this.leases.push(request);
     if (this.leases.length === 1) {
       await this.answered;
-      return lease(false);
+      return lease(request.taskId, "held");
     }
-    return lease(true);
+    return lease(request.taskId);
   }
 
   async renew(): Promise<boolean | undefined> {
@@ -106,13 +51,6 @@ class HeldThenReleased implements Coordinator {
   close(): void {}
 }
 
-async function until(condition: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-}
 
 test("a second delivery while the first is refused its lease runs the attempt", async (t) => {
   const queue = new FakeQueue();
@@ -135,7 +73,7 @@ test("a second delivery while the first is refused its lease runs the attempt", 
   queue.publish("t1");
   await until(() => coordinator.leases.length === 1, "the first lease asked for");
   queue.publish("t1"); // the same attempt, sent again
-  await until(() => queue.read_ === 2, "both deliveries read");
+  await until(() => queue.delivered === 2, "both deliveries read");
   coordinator.answer(); // the first is refused: held
   await until(() => worker.completed === 1, "the second delivery ran the attempt");
   worker.stop();

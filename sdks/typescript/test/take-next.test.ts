@@ -23,82 +23,9 @@ import type {
   TakeNext,
 } from "../src/coordinator.js";
 import { SdkError } from "../src/errors.js";
-import { Entry, type Queue } from "../src/queue.js";
+import { FakeQueue, lease, until } from "./fakes.js";
 import { Worker, type LogLevel } from "../src/worker.js";
 import type { TaskContext } from "../src/context.js";
-
-const STREAM = "composer:q:q:0";
-
-/** A queue's streams in memory: `publish` adds an entry, `read` takes them, `ack` notes them. */
-class FakeQueue implements Queue {
-  acked: Array<[string, string]> = [];
-  private entries: Entry[] = [];
-  private waiters: Array<() => void> = [];
-  private published = 0;
-
-  publish(taskId: string): Entry {
-    this.published += 1;
-    const entry = new Entry(STREAM, `${this.published}-0`, { task_id: taskId, run_id: "r1", attempt: "0" });
-    this.entries.push(entry);
-    this.wake();
-    return entry;
-  }
-
-  private wake(): void {
-    const waiters = this.waiters;
-    this.waiters = [];
-    for (const wake of waiters) wake();
-  }
-
-  reader(): unknown {
-    return {};
-  }
-
-  async ensureGroups(): Promise<void> {}
-
-  async read(_connection: unknown, _streams: string[], _consumer: string, count: number, blockMs: number): Promise<Entry[]> {
-    if (this.entries.length === 0) {
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, blockMs);
-        this.waiters.push(() => {
-          clearTimeout(timer);
-          resolve();
-        });
-      });
-    }
-    return this.entries.splice(0, count);
-  }
-
-  async ack(refs: Array<[string, string]>): Promise<void> {
-    this.acked.push(...refs);
-  }
-
-  async heartbeat(): Promise<void> {}
-
-  interrupt(): void {
-    this.wake();
-  }
-
-  async close(): Promise<void> {}
-}
-
-function lease(taskId: string): Lease {
-  return {
-    granted: true,
-    reason: "",
-    inputJson: "{}",
-    maxAttempts: 3,
-    askedAt: performance.now(),
-    token: `token-${taskId}`,
-    nodeId: `node-${taskId}`,
-    nodeType: "TASK",
-    workflowId: "wf",
-    workflowVersion: 1,
-    timeoutSeconds: undefined,
-    ttl: 0,
-    contextJson: "",
-  };
-}
 
 /** An accepted report's answer that carries `taskId`, leased to the reporter. */
 function nextTask(taskId: string): NextTask {
@@ -156,13 +83,6 @@ class Gate {
   readonly wait = new Promise<void>((resolve) => (this.open = resolve));
 }
 
-async function until(condition: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await sleep(5);
-  }
-}
 
 /**
  * A worker of queue q serving `handler` (which gets the task id) on fakes, running until
