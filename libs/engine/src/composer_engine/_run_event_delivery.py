@@ -68,7 +68,7 @@ class RunEventDelivery:
                 # was on its way (its end gave the slot on)
                 if locked.run.status is not RunStatus.PENDING:
                     return False
-                if await start_pending(shell, tx, dag, locked, event) is not RunStatus.RUNNING:
+                if await self._start_pending(tx, dag, locked, event) is not RunStatus.RUNNING:
                     return True  # a child over its key's limit: it waits in line, or ended
                 locked = dataclasses.replace(
                     locked, run=dataclasses.replace(locked.run, status=RunStatus.RUNNING)
@@ -83,6 +83,40 @@ class RunEventDelivery:
             return transition.ignored is None
 
         return await shell.in_tx(attempt)
+
+    async def _start_pending(
+        self, tx: Tx, dag: WorkflowDAG, locked: repo.LockedRun, event: RunStarted
+    ) -> RunStatus:
+        """PENDING → RUNNING for a run handed its key's slot, or one without limits; a
+        child run of a workflow with run concurrency takes a slot of its key as it
+        starts, like any start (§4.13), or waits in its key's line, or ends CANCELLED
+        (cancel_newest, or limits its input cannot render; its end tells its parent)."""
+        flow = dag.flow
+        run = locked.run
+        shell = self._shell
+        if (
+            flow is None
+            or (flow.max_runs is None and flow.priority is None)
+            # handed its slot: its limit and priority were rendered as it joined the line
+            or (flow.max_runs is not None and await repo.holds_run_slot(tx.conn, run.run_id))
+        ):
+            await repo.start_waiting_run(tx.conn, run.run_id)  # PENDING under its lock
+            return RunStatus.RUNNING
+        opened = _opened.snapshot(shell.sealer, run)
+        try:
+            rendered = flow.render(dag.engine, opened.input, opened.config)
+        except FlowError as exc:
+            await shell.decide(tx, dag, locked, RunCancelled(f"not started: {exc}"))
+            return RunStatus.CANCELLED
+        if rendered.priority != DEFAULT_PRIORITY:  # its attempts wait by it (§4.16)
+            await repo.set_run_priority(tx.conn, run.run_id, rendered.priority)
+        if flow.max_runs is None:
+            await repo.start_waiting_run(tx.conn, run.run_id)
+            return RunStatus.RUNNING
+        seal = await shell.run_seal(tx, locked)
+        return await admit_start(
+            shell, tx, dag, locked, rendered, seal, start_node=event.start_node, by=None
+        )
 
     async def deliver_due(self, *, grace: float, limit: int = 100, retry_after: float = 5.0) -> int:
         """Deliver the events their committer did not, once they are ``grace`` seconds
@@ -133,40 +167,6 @@ class RunEventDelivery:
         task = asyncio.get_running_loop().create_task(deliver(), name="run-event-delivery")
         self._running.add(task)
         task.add_done_callback(self._running.discard)
-
-
-async def start_pending(
-    shell: Shell, tx: Tx, dag: WorkflowDAG, locked: repo.LockedRun, event: RunStarted
-) -> RunStatus:
-    """PENDING → RUNNING for a run handed its key's slot, or one without limits; a
-    child run of a workflow with run concurrency takes a slot of its key as it
-    starts, like any start (§4.13), or waits in its key's line, or ends CANCELLED
-    (cancel_newest, or limits its input cannot render; its end tells its parent)."""
-    flow = dag.flow
-    run = locked.run
-    if (
-        flow is None
-        or (flow.max_runs is None and flow.priority is None)
-        # handed its slot: its limit and priority were rendered as it joined the line
-        or (flow.max_runs is not None and await repo.holds_run_slot(tx.conn, run.run_id))
-    ):
-        await repo.start_waiting_run(tx.conn, run.run_id)  # PENDING under its lock
-        return RunStatus.RUNNING
-    opened = _opened.snapshot(shell.sealer, run)
-    try:
-        rendered = flow.render(dag.engine, opened.input, opened.config)
-    except FlowError as exc:
-        await shell.decide(tx, dag, locked, RunCancelled(f"not started: {exc}"))
-        return RunStatus.CANCELLED
-    if rendered.priority != DEFAULT_PRIORITY:  # its attempts wait by it (§4.16)
-        await repo.set_run_priority(tx.conn, run.run_id, rendered.priority)
-    if flow.max_runs is None:
-        await repo.start_waiting_run(tx.conn, run.run_id)
-        return RunStatus.RUNNING
-    seal = await shell.run_seal(tx, locked)
-    return await admit_start(
-        shell, tx, dag, locked, rendered, seal, start_node=event.start_node, by=None
-    )
 
 
 async def start_handed(shell: Shell, tx: Tx, handed: Handed) -> bool:
