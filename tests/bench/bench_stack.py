@@ -161,8 +161,8 @@ PostgreSQL backends of the scratch database and for the Redis server (with
 the machine used meanwhile (other test suites): the load these figures were
 taken under.
 
-``--profile`` runs W1 once more at the end (``--profile w2`` or ``--profile w6``:
-that workload) with py-spy attached to the coordinator, the outbox-enqueuer, the
+``--profile`` runs W1 once more at the end (``--profile w2``, ``w3`` or ``w6``:
+that workload; W3's "steps" are its starts) with py-spy attached to the coordinator, the outbox-enqueuer, the
 api-gateway and a worker, and summarises where each spent its CPU
 (tests/bench/_profile.py); those figures are kept apart (``profile_*``) since
 sampling perturbs the run.
@@ -231,7 +231,7 @@ ADMIN_URL = os.environ.get(
 )
 REDIS_URL = os.environ.get("COMPOSER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 #: The workloads ``--profile`` may run again under py-spy.
-PROFILED = ("w1", "w2", "w6")
+PROFILED = ("w1", "w2", "w3", "w6")
 WORKLOADS = ("idle", "w1", "ceiling", "w2", "w6", "w4", "w3", "sealing", "python", "w5", "w7")
 #: Seconds of quiet before reading pg_stat_database (idle backends flush after ~10 s).
 SETTLE = 11.5
@@ -1315,8 +1315,8 @@ async def python_nodes(b: Bench) -> None:
 
 
 async def profile(b: Bench, workload: str) -> None:
-    """``workload`` (w1, w2 or w6) once more with py-spy attached; its steps (W2's, W6's
-    tasks) divide the CPU."""
+    """``workload`` (w1, w2, w3 or w6) once more with py-spy attached; its steps (W2's,
+    W6's tasks; W3's starts) divide the CPU."""
     command = py_spy()
     if command is None:
         print("no py-spy (pip install py-spy, or install uv): no profile")
@@ -1326,7 +1326,17 @@ async def profile(b: Bench, workload: str) -> None:
     for name in names:
         await profiler.attach(name, b.stack.pid(name))
     await asyncio.sleep(2.0)  # py-spy attaches
-    if workload == "w1":
+    if workload == "w3":
+        n = b.n(5000)
+        cpu0 = await b.cpu_snapshot()
+        t0 = time.perf_counter()
+        await b.start_many("bench-one", n, clients=32)
+        elapsed = time.perf_counter() - t0
+        cpu1 = await b.cpu_snapshot()
+        outputs = await profiler.stop()
+        steps = float(n)
+        b.figures["profile_w3_starts_per_s"] = steps / elapsed
+    elif workload == "w1":
         in_flight = b.n(W1_IN_FLIGHT)
         loop, cpu0, cpu1 = await run_chains(
             b, runs=b.n(W1_RUNS), in_flight=in_flight, seconds=STARTING_SECONDS * b.args.scale
