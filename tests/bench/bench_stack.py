@@ -45,11 +45,16 @@ Workloads (sizes at ``--scale 1``):
   the JOIN's completion); W2 and W6 also give the CPU per task of each process (the
   services, the PostgreSQL backends, Redis) and of all of them
   (``w2_cpu_postgres_ms_per_task``, …), to tell where a MAP item and a FORK branch differ;
-- **w4** 1,000 runs of one 1-second WAIT: firing lag (completion - due);
+- **w4** 1,000 runs of one WAIT, all due at one moment 8 s after the first start
+  (each run's input says how long from its start): firing lag (completion - due),
+  ``w4_due_spread_ms`` how far apart they came due (p1 to p99);
+  ``w4_cpu_<process>_ms_per_task`` the CPU per wait fired, from just before they came due;
 - **w3** 5,000 starts of a 1-node workflow by 32 concurrent clients through
   POST /v1/runs: starts/s and start latency. Its TASK goes to a queue no worker
   serves, so W3 measures starting (the start transaction and the dispatch to
-  Redis), not running; it leaves those runs active;
+  Redis), not running; it leaves those runs active; ``w3_cpu_<process>_ms_per_task``
+  is the CPU per start of each process, ``w3_cpu_bench_client_ms_per_task`` the
+  bench's own HTTP client's, ``w3_machine_busy_cores`` how much of the machine was busy;
 - **w5** 2,000 runs of W1's chain over 20 keys with run concurrency
   ``max_runs: 2`` (docs/architecture.md §4.13), all started up front by 32
   clients: ``w5_steps_per_s`` and ``w5_steps_per_s_of_w1`` (beside W1's, when
@@ -161,8 +166,9 @@ PostgreSQL backends of the scratch database and for the Redis server (with
 the machine used meanwhile (other test suites): the load these figures were
 taken under.
 
-``--profile`` runs W1 once more at the end (``--profile w2``, ``w3`` or ``w6``:
-that workload; W3's "steps" are its starts) with py-spy attached to the coordinator, the outbox-enqueuer, the
+``--profile`` runs W1 once more at the end (``--profile w2``, ``w3``, ``w4`` or
+``w6``: that workload; W3's "steps" are its starts, W4's its waits, and W4 adds
+the timer to the processes profiled) with py-spy attached to the coordinator, the outbox-enqueuer, the
 api-gateway and a worker, and summarises where each spent its CPU
 (tests/bench/_profile.py); those figures are kept apart (``profile_*``) since
 sampling perturbs the run.
@@ -231,7 +237,7 @@ ADMIN_URL = os.environ.get(
 )
 REDIS_URL = os.environ.get("COMPOSER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 #: The workloads ``--profile`` may run again under py-spy.
-PROFILED = ("w1", "w2", "w3", "w6")
+PROFILED = ("w1", "w2", "w3", "w4", "w6")
 WORKLOADS = ("idle", "w1", "ceiling", "w2", "w6", "w4", "w3", "sealing", "python", "w5", "w7")
 #: Seconds of quiet before reading pg_stat_database (idle backends flush after ~10 s).
 SETTLE = 11.5
@@ -383,10 +389,14 @@ ONE_NODE = {
     "id": "bench-one",
     "nodes": [{"id": "only", "type": "TASK", "queue": "bench-unserved", "spec": {}}],
 }
+#: W4: each run waits as long as its input says, so that every wait comes due at once.
 ONE_WAIT = {
     "id": "bench-wait",
-    "nodes": [{"id": "nap", "type": "WAIT", "spec": {"duration_seconds": 1}}],
+    "nodes": [{"id": "nap", "type": "WAIT", "spec": {"duration_seconds": "{{input.seconds}}"}}],
 }
+#: W4: seconds from the first start to the moment every wait is due (the starts
+#: take 1-5 s on this machine; a start after it wakes at once and is counted late).
+W4_DUE_AFTER = 8.0
 #: One PYTHON node on the built-in workers, one attempt: a crash fails its run.
 ONE_PYTHON = {
     "id": "bench-python",
@@ -1115,9 +1125,14 @@ async def w6(b: Bench) -> None:
 
 async def w3(b: Bench) -> None:
     n = b.n(5000)
+    cpu0 = await b.cpu_snapshot()
     t0 = time.perf_counter()
     started = await b.start_many("bench-one", n, clients=32)
     elapsed = time.perf_counter() - t0
+    cpu1 = await b.cpu_snapshot()
+    task_cost(b, "w3", n, cpu0, cpu1)  # per start; the bench's own HTTP client apart:
+    b.figures["w3_cpu_bench_client_ms_per_task"] = (cpu1["bench"] - cpu0["bench"]) * 1000 / n
+    b.figures["w3_machine_busy_cores"] = (cpu1["machine"] - cpu0["machine"]) / elapsed
     latency = [s * 1000 for _, s in started]
     b.figures |= {
         "w3_starts": float(n),
@@ -1129,24 +1144,46 @@ async def w3(b: Bench) -> None:
 
 
 async def w4(b: Bench) -> None:
+    """W4: 1,000 runs of one WAIT, started by 32 clients, each waiting until one moment
+    ``W4_DUE_AFTER`` s after the first start (its input says how long from its start),
+    so the timer finds them all due at once: the firing lag (completion - due)."""
     n = b.n(1000)
     since = dt.datetime.now(dt.UTC)
     t0 = time.perf_counter()
-    started = await b.start_many("bench-wait", n, clients=32)
+    due_at = time.time() + W4_DUE_AFTER
+    slots = asyncio.Semaphore(32)
+
+    async def one() -> tuple[str, float]:
+        async with slots:
+            seconds = max(0.0, due_at - time.time())
+            run_id, _ = await b.start("bench-wait", {"seconds": seconds})
+            return run_id, seconds
+
+    started = list(await asyncio.gather(*(one() for _ in range(n))))
     starts = time.perf_counter() - t0
+    seconds_of = dict(started)
+    await asyncio.sleep(max(0.0, due_at - 0.2 - time.time()))
+    cpu0 = await b.cpu_snapshot()  # the firing's cost alone: from just before the due time
     await b.wait_for([r for r, _ in started], since)
+    cpu1 = await b.cpu_snapshot()
+    task_cost(b, "w4", n, cpu0, cpu1)  # per wait fired
     details = await b.runs([r for r, _ in started])
     good = succeeded(details)
-    lags = []
-    for _, tasks in good:
+    lags, dues = [], []
+    for run, tasks in good:
         nap = tasks[0]
         assert nap.started_at and nap.finished_at, nap
-        due = nap.started_at + dt.timedelta(seconds=1)
+        # the node's own clock: its wake_at is when it was reached plus its input
+        due = nap.started_at + dt.timedelta(seconds=seconds_of[run.run_id])
+        dues.append(due.timestamp() * 1000)
         lags.append((nap.finished_at - due).total_seconds() * 1000)
     b.figures |= {
         "w4_waits": float(n),
         "w4_runs_failed": float(n - len(good)),
         "w4_starts_s": starts,
+        "w4_started_after_due": float(sum(1 for _, s in started if s == 0.0)),
+        # how far apart the waits came due (the start requests' latency): p99 - p1
+        "w4_due_spread_ms": percentile(dues, 0.99) - percentile(dues, 0.01),
         "w4_timer_lag_p50_ms": percentile(lags, 0.5),
         "w4_timer_lag_p99_ms": percentile(lags, 0.99),
         "w4_timer_lag_max_ms": max(lags, default=float("nan")),
@@ -1315,7 +1352,7 @@ async def python_nodes(b: Bench) -> None:
 
 
 async def profile(b: Bench, workload: str) -> None:
-    """``workload`` (w1, w2, w3 or w6) once more with py-spy attached; its steps (W2's,
+    """``workload`` (w1, w2, w3, w4 or w6) once more with py-spy attached; its steps (W2's,
     W6's tasks; W3's starts) divide the CPU."""
     command = py_spy()
     if command is None:
@@ -1323,10 +1360,23 @@ async def profile(b: Bench, workload: str) -> None:
         return
     profiler = Profiler(command, b.stack.workdir)
     names = ["coordinator", "outbox-enqueuer", "api-gateway", "bench-worker-0"]
+    if workload == "w4":
+        names.append("timer")
     for name in names:
         await profiler.attach(name, b.stack.pid(name))
     await asyncio.sleep(2.0)  # py-spy attaches
-    if workload == "w3":
+    if workload == "w4":  # W4 once more; its figures of the first run are kept
+        kept = dict(b.figures)
+        cpu0 = await b.cpu_snapshot()
+        await w4(b)
+        cpu1 = await b.cpu_snapshot()
+        outputs = await profiler.stop()
+        steps = b.figures["w4_waits"]
+        lag = b.figures["w4_timer_lag_p99_ms"]
+        b.figures = kept
+        b.figures["profile_w4_timer_lag_p99_ms"] = lag
+        elapsed = float("nan")
+    elif workload == "w3":
         n = b.n(5000)
         cpu0 = await b.cpu_snapshot()
         t0 = time.perf_counter()

@@ -257,18 +257,17 @@ async def persist(
                     else action.not_before,
                 )
                 effects.wake_enqueuer |= action.not_before is not None
-            case ResolveWait():
-                await writes.flush(tx)
-                if not await repo.resolve_wait(
-                    conn,
-                    run_id,
-                    action.task_id,
-                    action.node_id,
-                    state=action.state,
-                    output=doc(action.output),
-                    error=text(action.error),
-                ):
-                    raise StaleSnapshot(f"task {action.task_id} is not waiting")
+            case ResolveWait():  # held: a group commit of timers resolves its waits at once
+                writes.resolved.append(
+                    repo.ResolvedWait(
+                        run_id,
+                        action.task_id,
+                        action.node_id,
+                        action.state,
+                        doc(action.output),
+                        text(action.error),
+                    )
+                )
             case BufferSignal():
                 await writes.flush(tx)
                 await repo.buffer_signal(

@@ -5,8 +5,8 @@ A group commit applies many events in one transaction (docs/architecture.md
 event by several round trips. The hot actions are gathered here instead and
 flushed before the commit — or before any other write, which keeps the
 machine's order wherever it matters — as one statement each: completions,
-then new tasks, then their outbox rows, then finished runs, then the run
-history's rows. A write that matches no row is a stale snapshot.
+then new tasks, then resolved waits, then their outbox rows, then finished runs,
+then the run history's rows. A write that matches no row is a stale snapshot.
 """
 
 from __future__ import annotations
@@ -60,6 +60,8 @@ class Tx(Protocol):
 class Writes:
     completions: list[tuple[repo.TaskRef, Json, Effects]] = field(default_factory=list)
     tasks: list[repo.NewTask] = field(default_factory=list)
+    #: Waits that complete or fail (a timer fired, a signal came, a wait timed out).
+    resolved: list[repo.ResolvedWait] = field(default_factory=list)
     #: (the row, its attempt, its stream message, due at once, through the admission step)
     dispatches: list[tuple[repo.NewDispatch, repo.TaskRef, dict[str, str], bool, bool]] = field(
         default_factory=list
@@ -190,6 +192,12 @@ class Writes:
                         if (line := self.lines.get(t.task_id)) is not None
                     ],
                 )
+        if self.resolved:  # after the new tasks: a wait created and resolved at once
+            resolved, self.resolved = self.resolved, []
+            waiting = await repo.resolve_waits(conn, resolved)
+            for wait in resolved:
+                if wait.task_id not in waiting:
+                    raise StaleSnapshot(f"task {wait.task_id} is not waiting")
         if self.starts:
             starts, self.starts = self.starts, []
             started = await repo.start_items(conn, starts)

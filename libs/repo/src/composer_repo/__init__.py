@@ -274,6 +274,7 @@ from composer_repo._signals import (
 )
 from composer_repo._tasks import (
     LeaseRequest,
+    ResolvedWait,
     acquire_lease,
     acquire_leases,
     cancel_items,
@@ -291,6 +292,7 @@ from composer_repo._tasks import (
     renew_leases,
     requeue_task,
     resolve_wait,
+    resolve_waits,
     set_map_progress,
     start_items,
     task_routing,
@@ -364,6 +366,7 @@ __all__ = [
     "Released",
     "RepoError",
     "Requeued",
+    "ResolvedWait",
     "RunAlreadyExists",
     "RunLimitKey",
     "RunPage",
@@ -529,6 +532,7 @@ __all__ = [
     "requeue_task",
     "require_schema",
     "resolve_wait",
+    "resolve_waits",
     "resume_run",
     "run_children",
     "run_depth",

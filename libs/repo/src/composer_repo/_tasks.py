@@ -240,6 +240,41 @@ async def requeue_task(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class ResolvedWait:
+    """A WAITING task that completes (timer fired, signal arrived) or fails (timed out)."""
+
+    run_id: str
+    task_id: str
+    node_id: str
+    state: TaskState
+    output: Json = None
+    error: str | None = None
+
+
+@translated
+async def resolve_waits(conn: Connection, waits: Sequence[ResolvedWait]) -> set[str]:
+    """Resolve many waits in one statement (a group commit of timers fires tens): the
+    ids of those that were still WAITING (one left out: the snapshot was stale)."""
+    if not waits:
+        return set()
+    for w in waits:
+        if w.state not in (TaskState.COMPLETED, TaskState.FAILED):
+            raise Invalid(f"a wait resolves to COMPLETED or FAILED, not {w.state}")
+    # in one order of rows, as complete_tasks (no two batches wait for each other)
+    waits = sorted(waits, key=lambda w: (w.run_id, w.task_id))
+    rows = await conn.fetch(
+        q("resolve_waits"),
+        [w.run_id for w in waits],
+        [w.task_id for w in waits],
+        [w.node_id for w in waits],
+        [w.state.value for w in waits],
+        json_texts(w.output for w in waits),
+        [w.error for w in waits],
+    )
+    return {r["id"] for r in rows}
+
+
 @translated
 async def resolve_wait(
     conn: Connection,
@@ -255,12 +290,8 @@ async def resolve_wait(
 
     False when the task is no longer waiting.
     """
-    if state not in (TaskState.COMPLETED, TaskState.FAILED):
-        raise Invalid(f"a wait resolves to COMPLETED or FAILED, not {state}")
-    done = await conn.fetchval(
-        q("resolve_wait"), run_id, task_id, node_id, state.value, output, error
-    )
-    return done is not None
+    resolved = ResolvedWait(run_id, task_id, node_id, state, output, error)
+    return task_id in await resolve_waits(conn, [resolved])  # the engine's one statement
 
 
 @translated

@@ -596,12 +596,18 @@ UPDATE task_instances
    AND state IN ('PENDING', 'QUEUED', 'RUNNING')
 RETURNING attempt, node_type, queue, input, limit_key;
 
--- name: resolve_wait
-UPDATE task_instances
-   SET state = $4, output = $5, error = $6, wake_at = NULL, finished_at = composer_now(),
-       updated_at = composer_now()
- WHERE run_id = $1 AND id = $2 AND node_id = $3 AND state = 'WAITING'
-RETURNING 1;
+-- name: resolve_waits
+-- WAITING tasks complete or fail (timers fired, signals arrived, waits timed out), many
+-- of one transaction in one statement; the node id a fence by primary key, as in
+-- complete_tasks.
+UPDATE task_instances t
+   SET state = u.state, output = u.output::jsonb, error = u.error, wake_at = NULL,
+       finished_at = composer_now(), updated_at = composer_now()
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[])
+           AS u(run_id, id, node_id, state, output, error)
+ WHERE t.run_id = u.run_id AND t.id = u.id AND t.node_id IS NOT DISTINCT FROM u.node_id
+   AND t.state = 'WAITING'
+RETURNING t.id;
 
 -- name: cancel_tasks
 -- Cancels the run's still-active tasks among $2, and takes them off every loop.
