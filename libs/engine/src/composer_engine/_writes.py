@@ -224,8 +224,24 @@ class Writes:
         if self.finishes:
             finishes, self.finishes = self.finishes, []
             freed: list[tuple[str, str, str]] = []
+            ended = await repo.finish_runs(
+                conn,
+                [
+                    repo.RunEnd(
+                        run.run_id,
+                        action.status,
+                        seal.doc(action.output),
+                        seal.text(action.error),
+                    )
+                    for run, action, _, seal in finishes
+                ],
+            )
             for run, action, effects, seal in finishes:
-                await _finish(tx, self, run, action, effects, seal)
+                finished = ended.get(run.run_id)
+                if finished is None:
+                    raise StaleSnapshot(f"run {run.run_id} is already finished")
+                effects.finished_run = finished
+                await _finished(tx, self, run, action, effects, seal)
                 if run.run_id in self.slot_holders:
                     slot = await repo.leave_run_slot(conn, run.run_id)
                     if slot is not None:
@@ -336,19 +352,13 @@ class Writes:
         return [d for d in dispatches if d[1].task_id not in held]
 
 
-async def _finish(
+async def _finished(
     tx: Tx, writes: Writes, run: Run, action: FinishRun, effects: Effects, seal: RunSeal
 ) -> None:
-    finished = await repo.finish_run(
-        tx.conn,
-        run.run_id,
-        action.status,
-        output=seal.doc(action.output),
-        error=seal.text(action.error),
-    )
-    if finished is None:
-        raise StaleSnapshot(f"run {run.run_id} is already finished")
-    effects.finished_run = finished
+    """What a run's end writes besides its row: its parent's event, its children's
+    cancels, its webhook."""
+    finished = effects.finished_run
+    assert finished is not None  # set from its row
     if finished.parent is not None:
         writes.run_events.append(
             _run_events.child_finished(finished.parent, run.run_id, action, seal)

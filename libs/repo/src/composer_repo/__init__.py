@@ -217,7 +217,9 @@ from composer_repo._run_slots import (
 )
 from composer_repo._runs import (
     NewRun,
+    RunEnd,
     finish_run,
+    finish_runs,
     get_map_items,
     get_run,
     get_run_tasks,
@@ -368,6 +370,7 @@ __all__ = [
     "Requeued",
     "ResolvedWait",
     "RunAlreadyExists",
+    "RunEnd",
     "RunLimitKey",
     "RunPage",
     "RunRecord",
@@ -437,6 +440,7 @@ __all__ = [
     "finish_backfill_claim",
     "finish_operation",
     "finish_run",
+    "finish_runs",
     "finish_schedule_claims",
     "first_child_version",
     "get_backfill",

@@ -349,14 +349,18 @@ RETURNING 1;
 DELETE FROM task_instances
  WHERE run_id = $1 AND node_id = ANY($2::text[]);
 
--- name: finish_run
+-- name: finish_runs
+-- Runs end (a terminal status, their output or error), many of one transaction in one
+-- statement; each found by its id (the partition's primary key).
 UPDATE workflow_runs r
-   SET status = $2, output = $3, error = $4, completed_at = composer_now(), updated_at = composer_now()
- WHERE id = $1 AND status IN ('PENDING', 'RUNNING', 'PAUSED')
-RETURNING workflow_id, version, created_at, completed_at,
+   SET status = u.status, output = u.output::jsonb, error = u.error,
+       completed_at = composer_now(), updated_at = composer_now()
+  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(id, status, output, error)
+ WHERE r.id = u.id AND r.status IN ('PENDING', 'RUNNING', 'PAUSED')
+RETURNING r.id, r.workflow_id, r.version, r.created_at, r.completed_at,
           (SELECT d.webhook_url FROM workflow_definitions d
             WHERE d.id = r.workflow_id AND d.version = r.version) AS webhook_url,
-          parent_run_id, parent_node_id, parent_task_id, parent_attempt;
+          r.parent_run_id, r.parent_node_id, r.parent_task_id, r.parent_attempt;
 
 -- name: get_run
 SELECT id, workflow_id, version, status, input, config, output, error, idempotency_key,
