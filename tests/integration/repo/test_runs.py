@@ -236,6 +236,32 @@ async def test_finish_run_happens_once(conn: repo.Connection) -> None:
     assert run.completed_at is not None
 
 
+async def test_finish_runs_ends_many_in_one_statement_and_leaves_out_the_finished(
+    conn: repo.Connection,
+) -> None:
+    version = await ensure_definition(conn, "hooked")
+    ended, going, done = uuid7(), uuid7(), uuid7()
+    for run_id in (ended, going, done):
+        await repo.insert_run(conn, run_id, workflow_id="hooked", version=version)
+    await repo.finish_run(conn, done, RunStatus.SUCCEEDED)
+
+    finished = await repo.finish_runs(
+        conn,
+        [
+            repo.RunEnd(going, RunStatus.FAILED, error="b was wrong"),
+            repo.RunEnd(ended, RunStatus.SUCCEEDED, output={"n": 1}),
+            repo.RunEnd(done, RunStatus.FAILED, error="late"),
+        ],
+    )
+
+    assert set(finished) == {ended, going}  # the finished one is left out, unchanged
+    assert all(f.workflow_id == "hooked" for f in finished.values())
+    runs = {r: await repo.get_run(conn, r) for r in (ended, going, done)}
+    assert (runs[ended].status, runs[ended].output) == (RunStatus.SUCCEEDED, {"n": 1})
+    assert (runs[going].status, runs[going].error) == (RunStatus.FAILED, "b was wrong")
+    assert (runs[done].status, runs[done].error) == (RunStatus.SUCCEEDED, None)
+
+
 async def test_reopen_run_resets_the_outcome_and_the_reset_tasks(conn: repo.Connection) -> None:
     run_id = await new_run(conn, input={"v": 1})
     keep = await new_worker_task(conn, run_id, "a")

@@ -230,6 +230,34 @@ async def test_resolve_wait_only_resolves_a_waiting_task(conn: repo.Connection) 
     assert all(w.task_id != task_id for w in await repo.due_waits(conn, limit=1000))
 
 
+async def test_resolve_waits_resolves_many_and_leaves_out_those_not_waiting(
+    conn: repo.Connection,
+) -> None:
+    run_id = await new_run(conn)
+    woken, timed_out, resolved = uuid7(), uuid7(), uuid7()
+    for task_id, node_id in ((woken, "nap"), (timed_out, "hear"), (resolved, "done")):
+        await repo.insert_task(
+            conn, run_id, task_id, node_id, node_type=NodeType.WAIT, state=TaskState.WAITING
+        )
+    assert await repo.resolve_wait(conn, run_id, resolved, "done", state=TaskState.COMPLETED)
+
+    waiting = await repo.resolve_waits(
+        conn,
+        [
+            repo.ResolvedWait(run_id, woken, "nap", TaskState.COMPLETED, {"woke_at": "now"}),
+            repo.ResolvedWait(run_id, timed_out, "hear", TaskState.FAILED, error="timed out"),
+            repo.ResolvedWait(run_id, resolved, "done", TaskState.FAILED, error="late"),
+            repo.ResolvedWait(run_id, uuid7(), "nap", TaskState.COMPLETED),  # a wrong id
+        ],
+    )
+
+    assert waiting == {woken, timed_out}
+    tasks = {t.task_id: t for t in await repo.get_run_tasks(conn, run_id)}
+    assert (tasks[woken].state, tasks[woken].output) == (TaskState.COMPLETED, {"woke_at": "now"})
+    assert (tasks[timed_out].state, tasks[timed_out].error) == (TaskState.FAILED, "timed out")
+    assert (tasks[resolved].state, tasks[resolved].error) == (TaskState.COMPLETED, None)
+
+
 async def test_cancel_stops_only_active_tasks_and_drops_their_dispatches(
     conn: repo.Connection,
 ) -> None:

@@ -120,7 +120,7 @@ class RunCommands:
         # clients starting runs at once share the round trips and the WAL flush. A
         # lone start goes at once, alone (no added latency when idle).
         self.start_batches: Batcher[StartInTx, Started] = Batcher(
-            self._start_batch, max_size=32, max_in_flight=4, name="starts"
+            self.start_many, max_size=32, max_in_flight=4, name="starts"
         )
 
     async def start(
@@ -157,16 +157,6 @@ class RunCommands:
             )
         )
 
-    async def _start_batch(self, starts: Sequence[StartInTx]) -> list[Started | EngineError]:
-        if len(starts) == 1:  # the idle case: the one-start statements
-            try:
-                return [await self._shell.in_tx(starts[0])]
-            except Unavailable:
-                raise
-            except EngineError as exc:
-                return [exc]
-        return await self.start_many(starts)
-
     async def start_many(self, starts: Sequence[StartInTx]) -> list[Started | EngineError]:
         """Several starts (``prepare_start``'s) in one transaction: one commit for all,
         as a timer firing a thousand schedules at once needs. When one is refused (its
@@ -185,8 +175,10 @@ class RunCommands:
                 finished[i] = await starts[i].finish(tx, planned[i], inserted[i])
             return [finished[i] for i in range(len(starts))]
 
-        # two starts naming one run id (a client's) go alone, so the second finds the first
-        if len({start.run_id for start in starts}) == len(starts):
+        # a lone start goes by the one-start statements (and a refused one is not tried
+        # twice); two starts naming one run id (a client's) go alone, so the second
+        # finds the first
+        if len(starts) > 1 and len({start.run_id for start in starts}) == len(starts):
             try:
                 return await self._shell.in_tx(together)
             except Unavailable:
