@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import signal
 import socket
 import sys
@@ -52,15 +53,27 @@ def port_free(port: int) -> bool:
     return True
 
 
+def _ephemeral_ports() -> range:
+    """The ports the kernel hands to outgoing connections (Linux; elsewhere its default)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+    except (OSError, ValueError):
+        return range(32768, 61000)
+    return range(int(low), int(high) + 1)
+
+
 def free_range(size: int) -> int:
-    """A base port with ``size`` free ports from it."""
-    for _ in range(50):
-        base = free_port()
-        if base + size > 65000:
-            continue
+    """A base port with ``size`` free ports from it, above the ephemeral ports when
+    there is room: a port there may be taken by any process's outgoing connection (the
+    first stack's, to PostgreSQL and Redis) between this check and the service's bind,
+    so a stack's service would never come up."""
+    ephemeral = _ephemeral_ports()
+    low = ephemeral.stop if ephemeral.stop + size <= 65000 else 20000
+    for _ in range(200):
+        base = random.randrange(low, 65000 - size)
         if all(port_free(p) for p in range(base, base + size)):
             return base
-    raise RuntimeError("no free port range")
+    raise RuntimeError(f"no {size} free ports in a row from {low} to 65000")
 
 
 @dataclass
@@ -146,7 +159,10 @@ async def running_stack(database_url: str, redis_url: str, tmp_path: Path) -> As
         await stack.stop()
 
 
-async def ready(session: aiohttp.ClientSession, url: str, timeout: float = 60) -> None:
+async def ready(
+    session: aiohttp.ClientSession, url: str, timeout: float = 60, stack: Stack | None = None
+) -> None:
+    """Until ``url`` answers 200; the error ends with ``stack``'s output, if given."""
     deadline = time.monotonic() + timeout
     while True:
         with contextlib.suppress(aiohttp.ClientError):
@@ -154,7 +170,8 @@ async def ready(session: aiohttp.ClientSession, url: str, timeout: float = 60) -
                 if response.status == 200:
                     return
         if time.monotonic() > deadline:
-            raise AssertionError(f"{url} not ready after {timeout}s")
+            said = "" if stack is None else f"; the stack said:\n{stack.text[-3000:]}"
+            raise AssertionError(f"{url} not ready after {timeout}s{said}")
         await asyncio.sleep(0.2)
 
 

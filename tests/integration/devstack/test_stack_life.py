@@ -203,7 +203,7 @@ async def test_two_stacks_run_side_by_side(
         async with aiohttp.ClientSession() as session:
             for stack in stacks:
                 for port in stack.admin_ports:
-                    await ready(session, f"http://127.0.0.1:{port}/readyz", timeout=90)
+                    await ready(session, f"http://127.0.0.1:{port}/readyz", timeout=90, stack=stack)
             results = await asyncio.gather(
                 run_hello(session, stacks[0], 1), run_hello(session, stacks[1], 2)
             )
