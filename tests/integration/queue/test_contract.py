@@ -53,9 +53,11 @@ async def queue(
     client = cq.connect(url, cluster=cluster)
     # entry ids carry the Redis server's clock, which is this machine's in the tests
     client.clock_ms = lambda: int((time.time() + ahead.seconds) * 1000)
-    yield client
-    await client.drop(prefix)
-    await client.close()
+    try:
+        yield client
+        await client.drop(prefix)
+    finally:  # a drop that fails (a cluster master just restarted) must not leave it open
+        await client.close()
 
 
 @pytest.fixture

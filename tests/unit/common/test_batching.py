@@ -146,3 +146,22 @@ async def test_with_linger_requests_made_together_go_in_one_batch() -> None:
     lingering: Batcher[int, int] = Batcher(run, max_size=10, max_in_flight=4, linger=True)
     assert await asyncio.gather(*(lingering.submit(i) for i in range(3))) == [0, 2, 4]
     assert seen == [[0, 1, 2]]
+
+
+async def test_settle_waits_for_the_batches_of_callers_that_gave_up() -> None:
+    """A caller cancelled (an RPC gone) leaves its batch applying; a process that closes
+    its connections waits for it with settle(), and for the batch queued behind it."""
+    run = Recorder()
+    batcher: Batcher[int, int] = Batcher(run, max_size=1, max_in_flight=1)
+    first = asyncio.create_task(batcher.submit(0))
+    second = asyncio.create_task(batcher.submit(2))
+    await settle()
+    first.cancel()
+    second.cancel()
+    settled = asyncio.create_task(batcher.settle())
+    await settle()
+    assert not settled.done()  # the first batch holds
+    run.release.set()
+    await asyncio.wait_for(settled, 5)
+    assert run.batches == [[0], [2]]  # both applied, though nobody waits for them
+    assert batcher.items == 2

@@ -71,6 +71,16 @@ class Batcher(Generic[I, R]):
         self._start()
         return await future
 
+    async def settle(self) -> None:
+        """Return once no batch is in flight and none waits to start: what a caller gave
+        up waiting for (a cancelled RPC) is still applied, and a process closing its
+        connections after this closes none a batch still uses."""
+        while self._tasks or (self._waiting and self._start_asked):
+            if self._tasks:
+                await asyncio.wait(set(self._tasks))
+            else:
+                await asyncio.sleep(0)  # a lingering start runs on the next iteration
+
     def _start(self) -> None:
         if not self._linger:
             self._start_now()

@@ -205,10 +205,17 @@ class Engine:
         self._shell.sealer = sealer
 
     async def aclose(self) -> None:
-        """Delete now the outbox rows of the dispatches published so far (their deletion
-        is batched, off the callers' path: engine/_publish.py). Call it before closing
-        the pool; a row it misses is published again by the outbox-enqueuer (a
-        duplicate message, refused a second lease). The engine stays usable."""
+        """Wait for the group commits in flight (a caller that gave up on one, a
+        cancelled RPC, leaves it running: it would go on publishing to a closed Redis
+        client, which opens its connections again), then delete now the outbox rows of
+        the dispatches published so far (their deletion is batched, off the callers'
+        path: engine/_publish.py). Call it before closing the pool and the Redis
+        client; a row it misses is published again by the outbox-enqueuer (a duplicate
+        message, refused a second lease). The engine stays usable."""
+        await self.schedules.settle()
+        await self.runs.settle()
+        await self.reports.settle()
+        await self.leases.settle()
         await self._shell.aclose()
         await self.run_events.aclose()
         await self.held.aclose()

@@ -67,6 +67,11 @@ class Leasing:
             name="renewals",
         )
 
+    async def settle(self) -> None:
+        """Return once no batch of leases or renewals is in flight (Engine.aclose)."""
+        await self._leases.settle()
+        await self._renewals.settle()
+
     async def acquire_lease(
         self,
         run_id: str,

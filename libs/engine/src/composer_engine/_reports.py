@@ -94,6 +94,10 @@ class Reports:
             key=lambda report: report.run_id,
         )
 
+    async def settle(self) -> None:
+        """Return once no group commit is in flight (Engine.aclose)."""
+        await self._batcher.settle()
+
     async def report(self, report: Report) -> bool | NextTask:
         """Apply a worker's report in the next group commit (``report_many``); False
         when it was stale (acknowledged, nothing changed), and a ``NextTask`` when it

@@ -123,6 +123,10 @@ class RunCommands:
             self.start_many, max_size=32, max_in_flight=4, name="starts"
         )
 
+    async def settle(self) -> None:
+        """Return once no batch of starts is in flight (Engine.aclose)."""
+        await self.start_batches.settle()
+
     async def start(
         self,
         workflow_id: str,

@@ -149,6 +149,11 @@ class Schedules:
             linger=True,
         )
 
+    async def settle(self) -> None:
+        """Return once none of a pass's batches is in flight (Engine.aclose)."""
+        for batcher in (self._statuses, self._starts, self._writes):
+            await batcher.settle()
+
     async def _write_all(self, writes: Sequence[_WriteBack]) -> builtins.list[bool]:
         """Several schedules' write-backs (their events, their outcomes) in one
         transaction of two statements: the pass's events, then its outcomes."""
