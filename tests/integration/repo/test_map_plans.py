@@ -118,8 +118,8 @@ async def test_items_that_go_and_the_group_commits_snapshot_read_what_they_name(
     reported = ids[:BATCH]
 
     start = await rows_read(conn, "start_items", [run_id] * BATCH, waiting)
-    snapshot = await rows_read(
-        conn, "load_task_states_of_runs", [run_id], [run_id] * BATCH, reported
+    snapshot = await rows_read(conn, "load_task_states_of_runs", [run_id]) + await rows_read(
+        conn, "load_map_items_of_runs", [run_id], [run_id] * BATCH, reported
     )
 
     assert start == BATCH

@@ -79,6 +79,7 @@ WIDER = {
     "finish_runs": "a batch of run ids",
     "lock_runs": "a batch of run ids (the group commit)",
     "load_task_states_of_runs": "a batch of run ids (the group commit)",
+    "load_map_items_of_runs": "a batch of run ids (the group commit's runs with a MAP)",
     "acquire_leases": "a batch of (run id, task id) pairs",
     "complete_tasks": "a batch of (run id, task id) pairs (the group commit)",
     "insert_tasks": "INSERT: the rows are routed to their partitions",

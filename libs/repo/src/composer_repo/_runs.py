@@ -230,12 +230,12 @@ async def try_load_run(conn: Connection, run_id: str) -> LockedRun | None:
 @translated
 async def lock_runs(conn: Connection, reports: Sequence[tuple[str, str]]) -> LockedRuns:
     """``load_run`` for a batch of reports, each a (run id, task id), in two round trips
-    whatever its size.
+    whatever its size (three when one of its runs has a MAP in progress).
 
     Locks the reports' runs that no other transaction holds (SKIP LOCKED, in id
     order) and loads their snapshots and the owners of their RUNNING attempts'
     leases. Of a MAP's items a snapshot holds only those the reports name and as
-    many of the next to go as its run has reports (``load_task_states_of_runs``),
+    many of the next to go as its run has reports (``load_map_items_of_runs``),
     not every item in flight: an item is found by the report that names it. A run
     left out is locked by another transaction or does not exist: the caller applies
     its events one at a time (``load_run``), which waits for the lock or says NotFound.
@@ -245,12 +245,21 @@ async def lock_runs(conn: Connection, reports: Sequence[tuple[str, str]]) -> Loc
         return LockedRuns({}, None, {})
     nodes: dict[str, dict[str, NodeState]] = {r["id"]: {} for r in rows}
     leases: dict[tuple[str, str, int], LeaseHolder] = {}
-    tasks = await conn.fetch(
-        q("load_task_states_of_runs"),
-        list(nodes),
-        [run_id for run_id, _ in reports],
-        [task_id for _, task_id in reports],
+    tasks = await conn.fetch(q("load_task_states_of_runs"), list(nodes))
+    mapping = sorted(
+        {
+            t["run_id"]
+            for t in tasks
+            if t["map_progress"] is not None and t["state"] == TaskState.WAITING.value
+        }
     )
+    if mapping:  # a third round trip, for the runs with a MAP in progress only
+        tasks += await conn.fetch(
+            q("load_map_items_of_runs"),
+            mapping,
+            [run_id for run_id, _ in reports],
+            [task_id for _, task_id in reports],
+        )
     by_run: dict[str, list[Any]] = {run_id: [] for run_id in nodes}
     for t in tasks:
         by_run[t["run_id"]].append(t)
