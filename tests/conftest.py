@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import os
 import signal
 from collections.abc import Iterator
@@ -28,16 +27,6 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 #: The suite's own settings (which servers to test against, where screenshots go):
 #: they choose where the tests run, not what the code under test reads.
 TEST_SETTINGS = "COMPOSER_TEST_"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _leaks_found_in_their_module() -> Iterator[None]:
-    """Collect the garbage after each module: a client a module's tests left open warns
-    (ResourceWarning, an error here) in that module's last teardown, which names it,
-    rather than in whichever test the collector happens to run in, or after the last
-    test, where pytest can only say the session failed (a CI run once ended so)."""
-    yield
-    gc.collect()
 
 
 @pytest.fixture(autouse=True)
