@@ -95,3 +95,23 @@ async def test_one_run_id_sent_twice_at_once_starts_it_once_and_refuses_the_othe
     assert created[0].run_id == run_id
     (task,) = await _tasks(pool, run_id)  # started once: one first task
     assert task.node_id == "work"
+
+
+async def test_aclose_waits_for_a_start_whose_caller_went_away(
+    engine: Engine, pool: repo.Pool
+) -> None:
+    """A client that hangs up (a cancelled request) leaves its start's batch under way:
+    a service stopping closes Redis and the pool only after that batch is done
+    (``Engine.aclose``), so the run is there, with its first task, and nothing after
+    uses a closed client."""
+    run_id = ids.new_id()
+    caller = asyncio.create_task(engine.start(WORKFLOW, input={"n": 1}, run_id=run_id))
+    await asyncio.sleep(0)  # submitted: its batch has begun
+    caller.cancel()
+
+    await engine.aclose()
+
+    (task,) = await _tasks(pool, run_id)
+    assert task.node_id == "work"
+    with pytest.raises(asyncio.CancelledError):
+        await caller
