@@ -180,6 +180,15 @@ async def test_a_group_commit_whose_outcome_stays_unknown_answers_unavailable(
         await engine.report(report)
     assert proxy.lost_commits == 1 and len(asked) == 2
     assert (await tasks(pool, run_id))["t1"].state == TaskState.COMPLETED  # it did commit
+    # the transaction asked about is the one that wrote it (its id read by the lock
+    # statement, not by a round trip of its own before COMMIT)
+    async with repo.connection(pool) as conn:
+        wrote = await conn.fetchval(
+            "SELECT xmin::text::bigint FROM task_instances WHERE run_id = $1 AND id = $2",
+            run_id,
+            t1.task_id,
+        )
+    assert int(asked[0]) % 2**32 == wrote
     monkeypatch.undo()
     assert not await engine.report(report)  # sent again: acknowledged, counted once
     assert [t.node_id for t in (await tasks(pool, run_id)).values()] == ["t1", "t2"]

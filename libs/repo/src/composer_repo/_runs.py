@@ -27,6 +27,7 @@ from composer_repo._records import (
     TaskRecord,
 )
 from composer_repo._sql import q
+from composer_repo._tx import note_transaction_id
 
 #: Sorts after every UUID text (hex digits and dashes): "no upper bound".
 _ABOVE_ALL_IDS = "~"
@@ -243,6 +244,7 @@ async def lock_runs(conn: Connection, reports: Sequence[tuple[str, str]]) -> Loc
     rows = await conn.fetch(q("lock_runs"), sorted({run_id for run_id, _ in reports}))
     if not rows:
         return LockedRuns({}, None, {})
+    note_transaction_id(conn, rows[0]["xid"])
     nodes: dict[str, dict[str, NodeState]] = {r["id"]: {} for r in rows}
     leases: dict[tuple[str, str, int], LeaseHolder] = {}
     tasks = await conn.fetch(q("load_task_states_of_runs"), list(nodes))

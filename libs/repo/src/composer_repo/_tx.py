@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Literal
 
 import asyncpg
@@ -33,22 +35,48 @@ async def transaction(pool: Pool) -> AsyncIterator[Connection]:
             yield conn
 
 
+@dataclass(slots=True)
+class _Tracking:
+    """The open tracked transaction's connection, and its id once a statement read it."""
+
+    conn: Connection
+    xid: str | None = None
+
+
+_tracking: ContextVar[_Tracking | None] = ContextVar("composer_repo.tracking", default=None)
+
+
+def note_transaction_id(conn: Connection, xid: str | None) -> None:
+    """A statement of ``conn``'s transaction read the transaction's id (``lock_runs``
+    does, after its row locks gave it one): ``tracked_transaction`` needs no round trip
+    of its own to ask for it before COMMIT."""
+    tracking = _tracking.get()
+    if xid is not None and tracking is not None and tracking.conn is conn:
+        tracking.xid = xid
+
+
 @asynccontextmanager
 async def tracked_transaction(pool: Pool) -> AsyncIterator[Connection]:
     """``transaction``, for work that must take effect once: when the connection is
     lost while COMMIT is in flight, raises CommitUnknown (naming the transaction)
     instead of a plain Transient, so the caller asks ``commit_status`` rather than
     applying the work a second time. Costs one round trip before COMMIT (the
-    transaction's id); a transaction that wrote nothing has none, and losing its
-    COMMIT is a plain Transient."""
+    transaction's id) unless a statement of the block read it already
+    (``note_transaction_id``); a transaction that wrote nothing has none, and losing
+    its COMMIT is a plain Transient."""
     xid: str | None = None
     pid = 0
     committing = False
     try:
         with translate_errors():
             async with borrow(pool) as conn, conn.transaction():
-                yield conn
-                xid = await conn.fetchval(q("transaction_id"))
+                tracking = _Tracking(conn)
+                token = _tracking.set(tracking)
+                try:
+                    yield conn
+                finally:
+                    _tracking.reset(token)
+                xid = tracking.xid or await conn.fetchval(q("transaction_id"))
                 pid = conn.get_server_pid()
                 committing = True
     except Transient as exc:

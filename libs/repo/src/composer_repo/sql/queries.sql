@@ -226,7 +226,8 @@ SELECT i.node_id, i.id, i.state, i.attempt, NULL, NULL, i.error, i.item, NULL
 -- run of the batch not locked by another transaction, in id order (so two
 -- batches never deadlock), and one clock for the whole transaction, read
 -- after the last lock was granted. A run another transaction holds is skipped:
--- its event is applied on its own, waiting for the lock.
+-- its event is applied on its own, waiting for the lock. The locks gave the
+-- transaction its id, read here too: tracked_transaction need not ask for it.
 WITH locked AS MATERIALIZED (
     SELECT r.id, r.workflow_id, r.version, r.status, r.input, r.config, r.data_key, r.context
       FROM workflow_runs r
@@ -234,11 +235,12 @@ WITH locked AS MATERIALIZED (
      ORDER BY r.id
        FOR UPDATE SKIP LOCKED
 ), clock AS MATERIALIZED (
-    SELECT set_config('composer.now', clock_timestamp()::text, true)::timestamptz AS now
+    SELECT set_config('composer.now', clock_timestamp()::text, true)::timestamptz AS now,
+           pg_current_xact_id_if_assigned()::text AS xid
       FROM (SELECT count(*) FROM locked) c
 )
 SELECT l.id, l.workflow_id, l.version, l.status, l.input, l.config, l.data_key, l.context,
-       clock.now
+       clock.now, clock.xid
   FROM clock, locked l;
 
 -- name: load_task_states_of_runs
@@ -793,13 +795,14 @@ RETURNING id;
 -- by task, and the priority band each message carries: its run's priority (V026),
 -- written into the message when it is not the default, 3 (the message's stream is
 -- its band's: docs/architecture.md §4.16). The run's row is looked up by its key
--- per dispatch (a subquery: one partition's index, the run locked already).
+-- per dispatch, by composer_run_priority (V027: a plan kept for the session, where
+-- a subquery here made every execution plan all of workflow_runs' partitions).
 INSERT INTO outbox (kind, run_id, task_id, destination, payload, next_attempt_at, created_at)
 SELECT 'dispatch', u.run_id, u.task_id, u.queue,
        CASE WHEN u.priority IS NULL OR u.priority = 3 THEN u.payload
             ELSE u.payload || jsonb_build_object('priority', u.priority::text) END,
        COALESCE(u.not_before, composer_now()), composer_now()
-  FROM (SELECT u.*, (SELECT r.priority FROM workflow_runs r WHERE r.id = u.run_id) AS priority
+  FROM (SELECT u.*, composer_run_priority(u.run_id) AS priority
           FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::timestamptz[])
                    AS u(run_id, task_id, queue, payload, not_before)
         OFFSET 0) u  -- not flattened: the look-up runs once per dispatch, not per use
