@@ -274,6 +274,7 @@ from composer_repo._signals import (
     run_signals,
     signal_key,
 )
+from composer_repo._steps import StepWritten, write_step
 from composer_repo._tasks import (
     LeaseRequest,
     ResolvedWait,
@@ -382,6 +383,7 @@ __all__ = [
     "SchemaError",
     "SchemaOutdated",
     "StartedRun",
+    "StepWritten",
     "TakenRunEvent",
     "TaskAttempt",
     "TaskLimits",
@@ -578,4 +580,5 @@ __all__ = [
     "unserved_queues",
     "uuid7_bound",
     "workflow_schedules",
+    "write_step",
 ]
