@@ -157,18 +157,26 @@ class Writes:
         tx.freed.update(freed)
 
     async def flush(self, tx: Tx) -> None:
-        """Write everything held, in one statement per kind; a plain step's
-        completions, tasks, dispatches and history in one statement together."""
+        """Write everything held, in one statement per kind."""
         conn = tx.conn
-        if self._one_statement(tx):
-            await self._write_step(tx)
         if self.completions:
             completions, self.completions = self.completions, []
             done = await repo.complete_tasks(conn, [(ref, out) for ref, out, _ in completions])
-            self._completed(tx, completions, done)
+            for ref, _, effects in completions:
+                task = done.get(ref.task_id)
+                if task is None:
+                    raise StaleSnapshot(f"task {ref.task_id} attempt {ref.attempt} is not active")
+                effects.completed.append((task.node_type.value, _seconds(task)))
+            # a node concurrency key's place, as the row names it; a watched queue's
+            self.free(tx, [task.limit_key for task in done.values() if task.limit_key])
+            if tx.gate is not None and tx.gate.policy is not None:
+                self.free(tx, [task.queue for task in done.values()])
         if self.tasks:
             tasks, self.tasks = self.tasks, []
-            _inserted(tasks, await repo.insert_tasks(conn, tasks))
+            inserted = await repo.insert_tasks(conn, tasks)
+            for t in tasks:
+                if t.task_id not in inserted:
+                    raise StaleSnapshot(f"node {t.node_id} of run {t.run_id} already has a task")
             if self.lines:  # tasks of limited nodes carry their keys (V019, V023)
                 await repo.set_task_limits(
                     conn,
@@ -207,7 +215,12 @@ class Writes:
                 dispatches = await self._admit(tx, tx.gate, dispatches)
             self.lines.clear()
             ids = await repo.enqueue_dispatches(conn, [row for row, *_ in dispatches])
-            _enqueued(tx, dispatches, ids)
+            for row, ref, fields, at_once, _ in dispatches:
+                if at_once:
+                    enqueued = ids[row.task_id]
+                    if enqueued.priority != cq.DEFAULT_BAND:  # its run's band (§4.16)
+                        fields[cq.PRIORITY] = str(enqueued.priority)
+                    tx.dispatched.append(Dispatched(enqueued.outbox_id, row.queue, ref, fields))
         if self.finishes:
             finishes, self.finishes = self.finishes, []
             freed: list[tuple[str, str, str]] = []
@@ -251,62 +264,6 @@ class Writes:
         if self.logs:
             logs, self.logs = self.logs, []
             await repo.insert_task_logs(conn, logs)
-
-    def _one_statement(self, tx: Tx) -> bool:
-        """Whether what is held is a plain step's writes (``repo.write_step``): at least
-        two of completions, tasks, dispatches and history rows, and nothing that must
-        be written between them (a limited node's keys, resolved waits, MAP items and
-        progress, finished runs, events for other runs, a paused run's or an
-        admission step's hold)."""
-        kinds = (
-            bool(self.completions) + bool(self.tasks) + bool(self.dispatches) + bool(self.history)
-        )
-        return (
-            kinds >= 2
-            and not (
-                self.lines
-                or self.resolved
-                or self.starts
-                or self.progress
-                or self.finishes
-                or self.run_events
-                or self.handed
-                or self.paused
-            )
-            and (tx.gate is None or tx.gate.policy is None)
-        )
-
-    async def _write_step(self, tx: Tx) -> None:
-        completions, self.completions = self.completions, []
-        tasks, self.tasks = self.tasks, []
-        dispatches, self.dispatches = self.dispatches, []
-        history, self.history = self.history, []
-        written = await repo.write_step(
-            tx.conn,
-            [(ref, out) for ref, out, _ in completions],
-            tasks,
-            [row for row, *_ in dispatches],
-            history,
-        )
-        self._completed(tx, completions, written.completed)
-        _inserted(tasks, written.inserted)
-        _enqueued(tx, dispatches, written.enqueued)
-
-    def _completed(
-        self,
-        tx: Tx,
-        completions: list[tuple[repo.TaskRef, Json, Effects]],
-        done: dict[str, repo.FinishedTask],
-    ) -> None:
-        for ref, _, effects in completions:
-            task = done.get(ref.task_id)
-            if task is None:
-                raise StaleSnapshot(f"task {ref.task_id} attempt {ref.attempt} is not active")
-            effects.completed.append((task.node_type.value, _seconds(task)))
-        # a node concurrency key's place, as the row names it; a watched queue's
-        self.free(tx, [task.limit_key for task in done.values() if task.limit_key])
-        if tx.gate is not None and tx.gate.policy is not None:
-            self.free(tx, [task.queue for task in done.values()])
 
     async def _hold_paused(
         self,
@@ -442,26 +399,6 @@ def task_message(ref: repo.TaskRef) -> cq.TaskMessage:
         # the current span: the decision that dispatched it
         traceparent=inject({}).get("traceparent"),
     )
-
-
-def _inserted(tasks: list[repo.NewTask], inserted: set[str]) -> None:
-    for t in tasks:
-        if t.task_id not in inserted:
-            raise StaleSnapshot(f"node {t.node_id} of run {t.run_id} already has a task")
-
-
-def _enqueued(
-    tx: Tx,
-    dispatches: list[tuple[repo.NewDispatch, repo.TaskRef, dict[str, str], bool, bool]],
-    ids: dict[str, repo.Enqueued],
-) -> None:
-    """The dispatches due at once go to ``tx.dispatched``, published after the commit."""
-    for row, ref, fields, at_once, _ in dispatches:
-        if at_once:
-            enqueued = ids[row.task_id]
-            if enqueued.priority != cq.DEFAULT_BAND:  # its run's band (§4.16)
-                fields[cq.PRIORITY] = str(enqueued.priority)
-            tx.dispatched.append(Dispatched(enqueued.outbox_id, row.queue, ref, fields))
 
 
 def _seconds(task: repo.FinishedTask) -> float | None:

@@ -274,7 +274,6 @@ from composer_repo._signals import (
     run_signals,
     signal_key,
 )
-from composer_repo._steps import StepWritten, write_step
 from composer_repo._tasks import (
     LeaseRequest,
     ResolvedWait,
@@ -383,7 +382,6 @@ __all__ = [
     "SchemaError",
     "SchemaOutdated",
     "StartedRun",
-    "StepWritten",
     "TakenRunEvent",
     "TaskAttempt",
     "TaskLimits",
@@ -580,5 +578,4 @@ __all__ = [
     "unserved_queues",
     "uuid7_bound",
     "workflow_schedules",
-    "write_step",
 ]

@@ -18,9 +18,8 @@ commits; the POSTs go out; a second short transaction deletes or postpones them.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import asyncpg
 
@@ -69,23 +68,14 @@ async def enqueue_dispatches(
     band other than 3 is written into its row's message too)."""
     if not dispatches:
         return {}
-    rows = await conn.fetch(q("enqueue_dispatches"), *enqueue_dispatches_args(dispatches))
-    return enqueued(rows)
-
-
-def enqueue_dispatches_args(dispatches: Sequence[NewDispatch]) -> tuple[list[Any], ...]:
-    """``enqueue_dispatches``' parameters."""
-    return (
+    rows = await conn.fetch(
+        q("enqueue_dispatches"),
         [d.run_id for d in dispatches],
         [d.task_id for d in dispatches],
         [d.queue for d in dispatches],
         [d.payload for d in dispatches],
         [d.not_before for d in dispatches],
     )
-
-
-def enqueued(rows: Iterable[Mapping[str, Any]]) -> dict[str, Enqueued]:
-    """``enqueue_dispatches``' rows, by task id."""
     return {
         r["task_id"]: Enqueued(
             r["id"], DEFAULT_PRIORITY if r["priority"] is None else int(r["priority"])

@@ -3,15 +3,12 @@
 Statements live in one file, each under a ``-- name: <name>`` line, so the
 whole database surface can be read (and reviewed for partition pruning and
 fencing) in one place. Code refers to them by name; no SQL is built from
-strings at run time. ``fuse`` joins named statements into one, once, as they
-are loaded: one round trip where there were several, with no second copy of
-their text to drift apart.
+strings at run time.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from importlib import resources
 from typing import Final
 
@@ -47,52 +44,3 @@ QUERIES: Final[dict[str, str]] = parse_queries(
 def q(name: str) -> str:
     """The statement called ``name``; a KeyError names a query that does not exist."""
     return QUERIES[name]
-
-
-_PARAM = re.compile(r"\$(\d+)")
-_RETURNING = re.compile(r"\bRETURNING\s+(?P<columns>.*)$", re.DOTALL)
-_COLUMN = re.compile(r"(?:\.|\bAS\s+|^)(?P<name>[a-z_][a-z0-9_]*)$")
-
-
-@dataclass(frozen=True, slots=True)
-class Fused:
-    """Named statements run as one (``fuse``): ``sql`` takes their parameters one
-    statement after another, and answers one row with a column per statement that
-    returns rows, named as the statement: the list of its rows, each a tuple of
-    ``columns[name]``."""
-
-    sql: str
-    columns: dict[str, tuple[str, ...]]
-
-
-def fuse(*names: str) -> Fused:
-    """The statements ``names`` as the data-modifying CTEs of one statement, their
-    parameters renumbered to follow each other. They all see the snapshot the
-    statement starts with (none sees another's rows): only statements that touch
-    different rows may be fused. Each runs to its end, its rows returned or not."""
-    parts: list[str] = []
-    columns: dict[str, tuple[str, ...]] = {}
-    offset = 0
-    for name in names:
-        statement = QUERIES[name]
-        used = [int(n) for n in _PARAM.findall(statement)]
-        parts.append(f"{name} AS (\n{_renumbered(statement, offset)}\n)")
-        offset += max(used, default=0)
-        returning = _RETURNING.search(statement)
-        if returning is not None:
-            columns[name] = tuple(_column(c) for c in returning["columns"].split(","))
-    if not columns:
-        raise ValueError(f"fuse: none of {', '.join(names)} returns rows")
-    arrays = ", ".join(f"ARRAY(SELECT ROW({n}.*) FROM {n}) AS {n}" for n in columns)
-    return Fused(f"WITH {', '.join(parts)}\nSELECT {arrays}", columns)
-
-
-def _renumbered(statement: str, offset: int) -> str:
-    return _PARAM.sub(lambda m: f"${int(m[1]) + offset}", statement)
-
-
-def _column(expression: str) -> str:
-    match = _COLUMN.search(expression.strip())
-    if match is None:
-        raise ValueError(f"fuse: cannot name the returned column {expression.strip()!r}")
-    return match["name"]

@@ -83,13 +83,8 @@ async def insert_tasks(conn: Connection, tasks: Sequence[NewTask]) -> set[str]:
     was not: its node already had a task)."""
     if not tasks:
         return set()
-    rows = await conn.fetch(q("insert_tasks"), *insert_tasks_args(tasks))
-    return {r["id"] for r in rows}
-
-
-def insert_tasks_args(tasks: Sequence[NewTask]) -> tuple[list[Any], ...]:
-    """``insert_tasks``' parameters."""
-    return (
+    rows = await conn.fetch(
+        q("insert_tasks"),
         [t.task_id for t in tasks],
         [t.run_id for t in tasks],
         [t.node_id for t in tasks],
@@ -108,6 +103,7 @@ def insert_tasks_args(tasks: Sequence[NewTask]) -> tuple[list[Any], ...]:
         [t.map_progress for t in tasks],
         [t.waits for t in tasks],
     )
+    return {r["id"] for r in rows}
 
 
 @translated
@@ -175,21 +171,17 @@ async def complete_tasks(
     were active (one left out was stale)."""
     if not completions:
         return {}
-    rows = await conn.fetch(q("complete_tasks"), *complete_tasks_args(completions))
-    return {r["id"]: finished_task(r) for r in rows}
-
-
-def complete_tasks_args(completions: Sequence[tuple[TaskRef, Json]]) -> tuple[list[Any], ...]:
-    """``complete_tasks``' parameters."""
     # in one order of attempts, as acquire_leases (no two batches wait for each other)
     completions = sorted(completions, key=lambda c: (c[0].run_id, c[0].task_id, c[0].attempt))
-    return (
+    rows = await conn.fetch(
+        q("complete_tasks"),
         [ref.run_id for ref, _ in completions],
         [ref.task_id for ref, _ in completions],
         [ref.node_id for ref, _ in completions],
         [ref.attempt for ref, _ in completions],
         json_texts(output for _, output in completions),
     )
+    return {r["id"]: _finished(r) for r in rows}
 
 
 @translated
@@ -210,7 +202,7 @@ async def fail_task(
     row = await conn.fetchrow(
         q("fail_task"), ref.run_id, ref.task_id, ref.node_id, ref.attempt, error, error_code
     )
-    return None if row is None else finished_task(row)
+    return None if row is None else _finished(row)
 
 
 @translated
@@ -527,8 +519,7 @@ async def lease_holder(
     return None if row is None else LeaseHolder(row["lease_token"], row["queue"])
 
 
-def finished_task(row: Any) -> FinishedTask:
-    """A row of ``complete_tasks`` (or ``fail_task``) as the engine reads it."""
+def _finished(row: Any) -> FinishedTask:
     return FinishedTask(
         node_type=NodeType(row["node_type"]),
         started_at=row["started_at"],
