@@ -167,7 +167,8 @@ the machine used meanwhile (other test suites): the load these figures were
 taken under.
 
 ``--profile`` runs W1 once more at the end (``--profile w2``, ``w3``, ``w4`` or
-``w6``: that workload; W3's "steps" are its starts, W4's its waits, and W4 adds
+``w6``: that workload; ``idle``: 100 W1 chains one at a time, the CPU of an idle
+step; W3's "steps" are its starts, W4's its waits, and W4 adds
 the timer to the processes profiled) with py-spy attached to the coordinator, the outbox-enqueuer, the
 api-gateway and a worker, and summarises where each spent its CPU
 (tests/bench/_profile.py); those figures are kept apart (``profile_*``) since
@@ -237,7 +238,7 @@ ADMIN_URL = os.environ.get(
 )
 REDIS_URL = os.environ.get("COMPOSER_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 #: The workloads ``--profile`` may run again under py-spy.
-PROFILED = ("w1", "w2", "w3", "w4", "w6")
+PROFILED = ("idle", "w1", "w2", "w3", "w4", "w6")
 WORKLOADS = ("idle", "w1", "ceiling", "w2", "w6", "w4", "w3", "sealing", "python", "w5", "w7")
 #: Seconds of quiet before reading pg_stat_database (idle backends flush after ~10 s).
 SETTLE = 11.5
@@ -1386,6 +1387,11 @@ async def profile(b: Bench, workload: str) -> None:
         outputs = await profiler.stop()
         steps = float(n)
         b.figures["profile_w3_starts_per_s"] = steps / elapsed
+    elif workload == "idle":  # chains one at a time, ten times as many: where a step waits
+        loop, cpu0, cpu1 = await run_chains(b, runs=b.n(100), in_flight=1)
+        outputs = await profiler.stop()
+        steps = await chain_figures(b, "profile_idle", loop, 1)
+        elapsed = b.figures["profile_idle_elapsed_s"]
     elif workload == "w1":
         in_flight = b.n(W1_IN_FLIGHT)
         loop, cpu0, cpu1 = await run_chains(
