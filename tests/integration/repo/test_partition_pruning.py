@@ -26,6 +26,7 @@ T = "01900000-0000-7000-8000-000000000000"  # any task id
 PRUNED: dict[str, tuple[Any, ...]] = {
     "lock_run": (),
     "load_task_states": (),
+    "load_map_items_of_run": (),
     "load_outputs": (["a"],),
     "reopen_run": (1, None, None),
     "delete_tasks": (["a"],),

@@ -274,7 +274,11 @@ async def lock_runs(conn: Connection, reports: Sequence[tuple[str, str]]) -> Loc
 
 
 async def _snapshot(conn: Connection, run_id: str, row: Any) -> LockedRun:
-    nodes = _node_states(await conn.fetch(q("load_task_states"), run_id))
+    tasks = await conn.fetch(q("load_task_states"), run_id)
+    if any(t["map_progress"] is not None and t["state"] == TaskState.WAITING.value for t in tasks):
+        # a second round trip, for a run with a MAP in progress only
+        tasks = [*tasks, *await conn.fetch(q("load_map_items_of_run"), run_id)]
+    nodes = _node_states(tasks)
     return LockedRun(
         _run(run_id, row, nodes), row["now"], data_key=row["data_key"], context=row["context"]
     )
