@@ -258,6 +258,7 @@ class Reports:
                     tx = Tx(conn, self._shell.gate)
                     tx.writes.keep_handed = True
                     await apply(tx)
+                    self._offer(tx, reports, results)
                     await tx.writes.flush(tx)
                     await self._start_handed(tx)
                     taken, refused = await self._take_next(tx, reports, results)
@@ -325,6 +326,22 @@ class Reports:
                     writes.run_events.append(h.event())
             await writes.flush(tx)
 
+    def _offer(
+        self,
+        tx: Tx,
+        reports: Sequence[Report | Fired],
+        results: list[bool | NextTask | EngineError | _Busy | _Alone | None],
+    ) -> None:
+        """Tell the writes which tasks the accepted reports offer to take
+        (``Writes.offers``): their dispatches are flushed without outbox rows until
+        ``_take_next`` knows which were leased."""
+        if self._leasing is None or self._shell.publish is None:
+            return
+        for i, r in enumerate(reports):
+            if _offers(r, results[i]):
+                assert isinstance(r, Report) and r.take_next is not None
+                tx.writes.offers[(r.run_id, r.take_next.queue)] += 1
+
     async def _take_next(
         self,
         tx: Tx,
@@ -335,37 +352,40 @@ class Reports:
         (``Report.take_next``) a task of its own run the transaction dispatched on its
         handler's queue, in one statement before the commit
         (docs/architecture.md §3.2); its ``results`` entry becomes the ``NextTask``.
-        Returns the dispatches leased, which leave ``tx.dispatched`` (no stream entry;
-        their outbox rows are deleted after the commit, as published ones'), and the
-        leases refused, whose tasks are published as they would have been. A worker's
-        next task then costs no stream entry, no read, no lease call and no lease
-        statement of its own. Never another run's task: that one waits its turn on the
-        stream, by priority, so a chain never runs on into the runs of its key that its
-        run's end started (§4.13) while other keys' runs wait."""
-        if self._leasing is None or self._shell.publish is None or not tx.dispatched:
+        Returns the dispatches leased that had outbox rows, which leave
+        ``tx.dispatched`` (no stream entry; their rows are deleted after the commit,
+        as published ones'), and the leases refused, whose tasks are published as they
+        would have been. A dispatch set aside for an offer (``Writes.offered``) has no
+        outbox row: leased, it never gets one; not, it gets it here
+        (``Writes.enqueue_offered``). A worker's next task then costs no outbox row,
+        no stream entry, no read, no lease call and no lease statement of its own.
+        Never another run's task: that one waits its turn on the stream, by priority,
+        so a chain never runs on into the runs of its key that its run's end started
+        (§4.13) while other keys' runs wait."""
+        writes = tx.writes
+        if self._leasing is None or self._shell.publish is None:
             return [], []
-        free = list(tx.dispatched)
-        matched: list[tuple[int, Dispatched]] = []
+        #: (queue, attempt, message, its committed dispatch: None when set aside)
+        free: list[tuple[str, repo.TaskRef, dict[str, str], Dispatched | None]] = [
+            (d.queue, d.ref, d.fields, d) for d in tx.dispatched
+        ] + [(row.queue, ref, fields, None) for row, ref, fields, *_ in writes.offered]
+        matched: list[tuple[int, tuple[str, repo.TaskRef, dict[str, str], Dispatched | None]]] = []
         requests: list[repo.LeaseRequest] = []
         for i, r in enumerate(reports):
-            if (
-                results[i] is not True
-                or not isinstance(r, Report)
-                or r.take_next is None
-                or r.reporter is None
-            ):
+            if not _offers(r, results[i]):
                 continue
+            assert isinstance(r, Report) and r.take_next is not None and r.reporter is not None
             offer = r.take_next
-            d = next((d for d in free if d.queue == offer.queue and d.ref.run_id == r.run_id), None)
-            if d is None:
+            c = next((c for c in free if c[0] == offer.queue and c[1].run_id == r.run_id), None)
+            if c is None:
                 continue
-            free.remove(d)
-            matched.append((i, d))
+            free.remove(c)
+            matched.append((i, c))
             requests.append(
                 repo.LeaseRequest(
-                    d.ref.run_id,
-                    d.ref.task_id,
-                    d.ref.attempt,
+                    c[1].run_id,
+                    c[1].task_id,
+                    c[1].attempt,
                     r.reporter.owner,
                     offer.ttl,
                     queues=r.reporter.queues,
@@ -373,19 +393,24 @@ class Reports:
                     node_types=offer.node_types,
                 )
             )
-        if not matched:
-            return [], []
-        answers = await self._leasing.grant_in(tx.conn, requests)
+        answers = await self._leasing.grant_in(tx.conn, requests) if matched else []
         taken: list[Dispatched] = []
+        leased: set[str] = set()
         refused: list[tuple[repo.LeaseRequest, LeaseGrant | EngineError]] = []
-        for (i, d), request, answer in zip(matched, requests, answers, strict=True):
+        for (i, (_, ref, fields, d)), request, answer in zip(
+            matched, requests, answers, strict=True
+        ):
             if isinstance(answer, LeaseGrant) and answer.granted:
-                results[i] = NextTask(d.fields, answer)
-                taken.append(d)
+                results[i] = NextTask(fields, answer)
+                leased.add(ref.task_id)
+                if d is not None:
+                    taken.append(d)
             else:
                 refused.append((request, answer))
-        leased = {id(d) for d in taken}
-        tx.dispatched = [d for d in tx.dispatched if id(d) not in leased]
+        await writes.enqueue_offered(tx, leased)
+        if taken:
+            ids = {id(d) for d in taken}
+            tx.dispatched = [d for d in tx.dispatched if id(d) not in ids]
         return taken, refused
 
     async def _report_alone(self, r: Report | Fired) -> bool | EngineError:
@@ -431,3 +456,13 @@ class Reports:
         event = NodeFailed(task_id, node_id, attempt, error, code, permanent)
         tr = await self._shell.handle(run_id, event, reporter=reporter)
         return tr.ignored is None
+
+
+def _offers(r: Report | Fired, result: object) -> bool:
+    """Whether ``r``, applied with ``result``, offers its worker's next task."""
+    return (
+        result is True
+        and isinstance(r, Report)
+        and r.take_next is not None
+        and r.reporter is not None
+    )

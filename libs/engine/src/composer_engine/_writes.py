@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+from collections import Counter
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -94,6 +95,14 @@ class Writes:
     starts: list[tuple[str, str]] = field(default_factory=list)
     #: MAP progress to store, the last of the transaction's: (run id, MAP task id) → it.
     progress: dict[tuple[str, str], Json] = field(default_factory=dict)
+    #: (run id, queue) → how many tasks the group commit's reports offer to take there
+    #: (``Report.take_next``, engine/_reports.py): as many of the run's dispatches due
+    #: at once on that queue are set aside in ``offered`` when flushed, with no outbox
+    #: row: one leased with its report never needs one (``enqueue_offered``).
+    offers: Counter[tuple[str, str]] = field(default_factory=Counter)
+    offered: list[tuple[repo.NewDispatch, repo.TaskRef, dict[str, str], bool, bool]] = field(
+        default_factory=list
+    )
 
     def keep_log(
         self, run_id: str, event: NodeCompleted | NodeFailed, log: AttemptLog, seal: RunSeal
@@ -214,13 +223,9 @@ class Writes:
             if tx.gate is not None and (tx.gate.policy is not None or self.lines):
                 dispatches = await self._admit(tx, tx.gate, dispatches)
             self.lines.clear()
-            ids = await repo.enqueue_dispatches(conn, [row for row, *_ in dispatches])
-            for row, ref, fields, at_once, _ in dispatches:
-                if at_once:
-                    enqueued = ids[row.task_id]
-                    if enqueued.priority != cq.DEFAULT_BAND:  # its run's band (§4.16)
-                        fields[cq.PRIORITY] = str(enqueued.priority)
-                    tx.dispatched.append(Dispatched(enqueued.outbox_id, row.queue, ref, fields))
+            if self.offers:
+                dispatches = self._set_aside_offered(dispatches)
+            await self._enqueue(tx, dispatches)
         if self.finishes:
             finishes, self.finishes = self.finishes, []
             freed: list[tuple[str, str, str]] = []
@@ -264,6 +269,48 @@ class Writes:
         if self.logs:
             logs, self.logs = self.logs, []
             await repo.insert_task_logs(conn, logs)
+
+    async def _enqueue(
+        self,
+        tx: Tx,
+        dispatches: list[tuple[repo.NewDispatch, repo.TaskRef, dict[str, str], bool, bool]],
+    ) -> None:
+        """Write the outbox rows of ``dispatches``; those due at once go to
+        ``tx.dispatched``, published after the commit."""
+        ids = await repo.enqueue_dispatches(tx.conn, [row for row, *_ in dispatches])
+        for row, ref, fields, at_once, _ in dispatches:
+            if at_once:
+                enqueued = ids[row.task_id]
+                if enqueued.priority != cq.DEFAULT_BAND:  # its run's band (§4.16)
+                    fields[cq.PRIORITY] = str(enqueued.priority)
+                tx.dispatched.append(Dispatched(enqueued.outbox_id, row.queue, ref, fields))
+
+    def _set_aside_offered(
+        self,
+        dispatches: list[tuple[repo.NewDispatch, repo.TaskRef, dict[str, str], bool, bool]],
+    ) -> list[tuple[repo.NewDispatch, repo.TaskRef, dict[str, str], bool, bool]]:
+        """The dispatches due at once that a report of the transaction offers to take
+        (``offers``) go to ``offered``, with no outbox row yet; the others are returned."""
+        kept = []
+        for d in dispatches:
+            row, _, _, at_once, _ = d
+            if at_once and self.offers[(row.run_id, row.queue)] > 0:
+                self.offers[(row.run_id, row.queue)] -= 1
+                self.offered.append(d)
+            else:
+                kept.append(d)
+        return kept
+
+    async def enqueue_offered(self, tx: Tx, taken: Collection[str]) -> None:
+        """The offered dispatches (``offers``) whose tasks were not leased with their
+        reports (``taken``: task ids) get their outbox rows now, in the transaction, and
+        are published after the commit as any other; a leased one writes none: its
+        task is RUNNING under a lease, which the lease sweeper watches."""
+        offered, self.offered = self.offered, []
+        self.offers.clear()
+        left = [d for d in offered if d[1].task_id not in taken]
+        if left:
+            await self._enqueue(tx, left)
 
     async def _hold_paused(
         self,
