@@ -143,6 +143,18 @@ async def test_the_next_step_comes_leased_with_the_report_and_never_goes_through
     assert [h.actor for h in leased] == ["w"]
 
 
+async def test_the_next_task_of_a_run_with_a_priority_carries_its_band(stack: Stack) -> None:
+    """The answer carries the message the entry would have been, its run's band too,
+    though no outbox row (which the band is read with) was written for it."""
+    spec = two_steps({"id": "b", "type": "TASK", "queue": "manual", "spec": {}})
+    await stack.deploy({**spec, "id": "two-steps-first", "priority": 2})
+    run_id = (await stack.engine.start("two-steps-first")).run_id
+    async with grpc.aio.insecure_channel(stack.grpc_target) as channel:
+        answer = await report_a(stack, WorkerServiceStub(channel), run_id)
+    assert answer.HasField("next") and answer.next.lease.granted
+    assert answer.next.message["priority"] == "2"
+
+
 async def test_a_next_task_on_another_queue_is_published_not_leased(stack: Stack) -> None:
     await stack.deploy(two_steps({"id": "b", "type": "TASK", "queue": "other", "spec": {}}))
     run_id = (await stack.engine.start("two-steps")).run_id

@@ -69,6 +69,8 @@ class LeaseGrant:
     #: The run's calling context (``composer_common.caller``), from the task's copy;
     #: None: the run has none, or the task is not a TASK node.
     context: Json = None
+    #: The run's priority (None: the default, 3): the band of its task's message.
+    priority: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +193,7 @@ async def grant_leases(
                 timeout_seconds=node.timeout_seconds if node is not None else None,
                 input_json=encoded,
                 context=context,
+                priority=lease.priority,
             )
         )
     return answers

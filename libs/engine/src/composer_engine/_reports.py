@@ -12,7 +12,9 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
+import composer_queue as cq
 import composer_repo as repo
 from composer_common import limits
 from composer_common.batching import Batcher
@@ -365,27 +367,26 @@ class Reports:
         writes = tx.writes
         if self._leasing is None or self._shell.publish is None:
             return [], []
-        #: (queue, attempt, message, its committed dispatch: None when set aside)
-        free: list[tuple[str, repo.TaskRef, dict[str, str], Dispatched | None]] = [
-            (d.queue, d.ref, d.fields, d) for d in tx.dispatched
-        ] + [(row.queue, ref, fields, None) for row, ref, fields, *_ in writes.offered]
-        matched: list[tuple[int, tuple[str, repo.TaskRef, dict[str, str], Dispatched | None]]] = []
+        free = [_Candidate(d.queue, d.ref, d.fields, d) for d in tx.dispatched] + [
+            _Candidate(row.queue, ref, fields, None) for row, ref, fields, *_ in writes.offered
+        ]
+        matched: list[tuple[int, _Candidate]] = []
         requests: list[repo.LeaseRequest] = []
         for i, r in enumerate(reports):
             if not _offers(r, results[i]):
                 continue
             assert isinstance(r, Report) and r.take_next is not None and r.reporter is not None
             offer = r.take_next
-            c = next((c for c in free if c[0] == offer.queue and c[1].run_id == r.run_id), None)
+            c = next((c for c in free if c.queue == offer.queue and c.ref.run_id == r.run_id), None)
             if c is None:
                 continue
             free.remove(c)
             matched.append((i, c))
             requests.append(
                 repo.LeaseRequest(
-                    c[1].run_id,
-                    c[1].task_id,
-                    c[1].attempt,
+                    c.ref.run_id,
+                    c.ref.task_id,
+                    c.ref.attempt,
                     r.reporter.owner,
                     offer.ttl,
                     queues=r.reporter.queues,
@@ -397,16 +398,17 @@ class Reports:
         taken: list[Dispatched] = []
         leased: set[str] = set()
         refused: list[tuple[repo.LeaseRequest, LeaseGrant | EngineError]] = []
-        for (i, (_, ref, fields, d)), request, answer in zip(
-            matched, requests, answers, strict=True
-        ):
-            if isinstance(answer, LeaseGrant) and answer.granted:
-                results[i] = NextTask(fields, answer)
-                leased.add(ref.task_id)
-                if d is not None:
-                    taken.append(d)
-            else:
+        for (i, c), request, answer in zip(matched, requests, answers, strict=True):
+            if not (isinstance(answer, LeaseGrant) and answer.granted):
                 refused.append((request, answer))
+                continue
+            leased.add(c.ref.task_id)
+            if c.dispatched is not None:
+                taken.append(c.dispatched)
+            elif answer.priority is not None and answer.priority != cq.DEFAULT_BAND:
+                # set aside before its outbox row gave it its band: the grant's (§4.16)
+                c.fields[cq.PRIORITY] = str(answer.priority)
+            results[i] = NextTask(c.fields, answer)
         await writes.enqueue_offered(tx, leased)
         if taken:
             ids = {id(d) for d in taken}
@@ -456,6 +458,16 @@ class Reports:
         event = NodeFailed(task_id, node_id, attempt, error, code, permanent)
         tr = await self._shell.handle(run_id, event, reporter=reporter)
         return tr.ignored is None
+
+
+class _Candidate(NamedTuple):
+    """A dispatch of the transaction a report's offer may take: its queue, attempt and
+    stream message, and its committed dispatch (None: set aside, no outbox row)."""
+
+    queue: str
+    ref: repo.TaskRef
+    fields: dict[str, str]
+    dispatched: Dispatched | None
 
 
 def _offers(r: Report | Fired, result: object) -> bool:

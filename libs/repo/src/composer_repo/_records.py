@@ -350,6 +350,8 @@ class Lease:
     workflow_version: int = 0
     #: The run's calling context, from the task's copy (None: none).
     context: Json = None
+    #: The run's priority (V026; None: the default, 3).
+    priority: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -248,13 +248,7 @@ async def lock_runs(conn: Connection, reports: Sequence[tuple[str, str]]) -> Loc
     nodes: dict[str, dict[str, NodeState]] = {r["id"]: {} for r in rows}
     leases: dict[tuple[str, str, int], LeaseHolder] = {}
     tasks = await conn.fetch(q("load_task_states_of_runs"), list(nodes))
-    mapping = sorted(
-        {
-            t["run_id"]
-            for t in tasks
-            if t["map_progress"] is not None and t["state"] == TaskState.WAITING.value
-        }
-    )
+    mapping = sorted({t["run_id"] for t in tasks if _map_in_progress(t)})
     if mapping:  # a third round trip, for the runs with a MAP in progress only
         tasks += await conn.fetch(
             q("load_map_items_of_runs"),
@@ -275,13 +269,19 @@ async def lock_runs(conn: Connection, reports: Sequence[tuple[str, str]]) -> Loc
 
 async def _snapshot(conn: Connection, run_id: str, row: Any) -> LockedRun:
     tasks = await conn.fetch(q("load_task_states"), run_id)
-    if any(t["map_progress"] is not None and t["state"] == TaskState.WAITING.value for t in tasks):
+    if any(_map_in_progress(t) for t in tasks):
         # a second round trip, for a run with a MAP in progress only
         tasks = [*tasks, *await conn.fetch(q("load_map_items_of_run"), run_id)]
     nodes = _node_states(tasks)
     return LockedRun(
         _run(run_id, row, nodes), row["now"], data_key=row["data_key"], context=row["context"]
     )
+
+
+def _map_in_progress(task: Any) -> bool:
+    """Whether a task state row is a MAP node's, WAITING with its progress: its items
+    are loaded by a statement of their own."""
+    return task["map_progress"] is not None and task["state"] == TaskState.WAITING.value
 
 
 def _node_states(rows: Sequence[Any]) -> dict[str, NodeState]:

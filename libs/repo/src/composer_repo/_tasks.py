@@ -435,6 +435,7 @@ async def acquire_leases(
                 workflow_id=row["workflow_id"],
                 workflow_version=row["version"],
                 context=row["context"],
+                priority=row["priority"],
             )
         )
     return leases

@@ -657,7 +657,8 @@ DELETE FROM outbox
 -- node type the worker's handler runs ($10, joined by '|'; NULL: not said). A new
 -- grant takes the coordinator's fresh token ($6); the same request sent again
 -- keeps the token it was given. Returns what the handler needs: the input and
--- the node from the database, never from the stream, and the run's calling context
+-- the node from the database, never from the stream, the run's priority (the band of
+-- a task leased with its report, which has no outbox row: engine/_reports.py) and the run's calling context
 -- from the task's own copy (V008: the run's row is not read for it). A new grant
 -- (started_at the statement's time, not the kept one of a request sent again) is appended to the
 -- run's history in the same statement: who leased which attempt, when (V009).
@@ -708,7 +709,8 @@ SELECT g.run_id, g.started_at, 'task.leased', g.node_id, g.id, g.attempt, g.leas
  WHERE g.started_at = statement_timestamp()
 )
 SELECT g.run_id, g.id, g.attempt, g.node_id, g.node_type, g.queue, g.input,
-       g.lease_expires_at, g.max_attempts, g.lease_token, r.workflow_id, r.version, g.context
+       g.lease_expires_at, g.max_attempts, g.lease_token, r.workflow_id, r.version, g.context,
+       r.priority
   FROM granted g
   JOIN workflow_runs r ON r.id = g.run_id;
 
