@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import composer_queue
 import composer_repo as repo
 from composer_common import limits
+from composer_core.templates import prepare_parser
 from composer_engine import DEFAULT_MAX_CHILD_DEPTH, Engine, parse_queue_concurrency
 from composer_engine.sealing import sealer_from
 from composer_service.errors import StartupError
@@ -50,12 +51,16 @@ def build_engine(
     """The engine on ``pool`` publishing to ``redis`` (None: nothing is published
     after commit; the outbox-enqueuer publishes it). StartupError for malformed
     COMPOSER_ENCRYPTION_KEYS or COMPOSER_QUEUE_CONCURRENCY. Close it (``aclose``)
-    before the pool."""
+    before the pool.
+
+    The process's CEL parser is built here too, while the service starts, so the
+    first definition an engine compiles does not pay for it (``prepare_parser``)."""
     try:
         sealer = sealer_from(config.encryption_keys)
         admission = parse_queue_concurrency(config.queue_concurrency)
     except ValueError as exc:
         raise StartupError(str(exc)) from None
+    prepare_parser()
     return Engine(
         pool,
         redis=redis,

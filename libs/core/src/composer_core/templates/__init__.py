@@ -8,7 +8,7 @@ from composer_core.templates._budget import (
     Budget,
     spending,
 )
-from composer_core.templates._cel import CelEngine, CelExpression
+from composer_core.templates._cel import CelEngine, CelExpression, prepare_parser
 from composer_core.templates._engine import (
     ROOTS,
     Expression,
@@ -46,5 +46,6 @@ __all__ = [
     "SecretReference",
     "compile_condition",
     "compile_value",
+    "prepare_parser",
     "spending",
 ]

@@ -252,6 +252,19 @@ def _environment() -> Any:
     return celpy.Environment(runner_class=_Runner)
 
 
+def prepare_parser() -> None:
+    """Build the process's CEL parser now rather than on the first template compiled.
+
+    cel-python builds its LALR parser from the grammar the first time an
+    Environment is made: ~0.4 s of CPU (1.1 s under a profiler) on this machine.
+    Left to the first use, a service pays it inside its first transaction that
+    compiles a definition: the timer's first due waits fired that much late, the
+    first start or report after a deploy stalled. A service calls this while it
+    starts, before it says it is ready.
+    """
+    _environment()
+
+
 #: A template that only names a value: a variable, or a path of fields into it.
 _PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 _ABSENT = object()
