@@ -143,9 +143,9 @@ class RunPauses:
             await tx.writes.flush(tx)
             redis, prefix = self._shell.redis, self._shell.prefix
             if redis is not None:  # timers that came due while it was paused fire now
-                tx.after_commit(lambda: cq.send_hint(redis, prefix, cq.TIMER))
+                tx.hint(redis, prefix, cq.TIMER)
                 if delayed:
-                    tx.after_commit(lambda: cq.send_hint(redis, prefix, cq.ENQUEUER))
+                    tx.hint(redis, prefix, cq.ENQUEUER)
             return True
 
         return await self._shell.in_tx(attempt)

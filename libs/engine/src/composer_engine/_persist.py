@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections import Counter
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from typing import assert_never
 
 import composer_queue as cq
@@ -354,12 +353,12 @@ def announce(
     its error only when ``log_error``: a sealed run's error is never logged)."""
     if redis is not None:
         # read after the commit: a finished run's webhook row is written at the flush
-        tx.after_commit(lambda: _wake_enqueuer(redis, prefix, effects))
+        tx.after_commit(lambda: _wake_enqueuer(tx, redis, prefix, effects))
         if effects.wake_timer:
-            tx.after_commit(lambda: cq.send_hint(redis, prefix, cq.TIMER))
+            tx.hint(redis, prefix, cq.TIMER)
         if effects.finished is not None:
-            tx.after_commit(lambda: cq.send_hint(redis, prefix, cq.RUN_FINISHED, run.run_id))
-    tx.after_commit(lambda: _record(effects))
+            tx.hint(redis, prefix, cq.RUN_FINISHED, run.run_id)
+    tx.after_commit(lambda: _record(tx, effects))
     finished = effects.finished
     if finished is not None:
         detail = f": {finished.error}" if finished.error and log_error else ""
@@ -375,30 +374,31 @@ def announce(
         )
 
 
-def _wake_enqueuer(redis: cq.Queue, prefix: str, effects: Effects) -> Awaitable[None] | None:
+def _wake_enqueuer(tx: Tx, redis: cq.Queue, prefix: str, effects: Effects) -> None:
     if effects.wrote_webhook:
-        return cq.send_hint(redis, prefix, cq.ENQUEUER, cq.WEBHOOK)
-    if effects.wake_enqueuer:
-        return cq.send_hint(redis, prefix, cq.ENQUEUER)
-    return None
+        tx.hint(redis, prefix, cq.ENQUEUER, cq.WEBHOOK)
+    elif effects.wake_enqueuer:
+        tx.hint(redis, prefix, cq.ENQUEUER)
 
 
-def _record(effects: Effects) -> None:
+def _record(tx: Tx, effects: Effects) -> None:
     m = instruments()
-    # one add per kind, not per task: a MAP's start creates 1,000
-    for (node_type, state), n in Counter(effects.created).items():
-        m.tasks_created.add(n, {"node_type": node_type, "state": state})
+    # counted by the transaction: one add per kind for the whole group commit
+    for node_type, state in effects.created:
+        tx.count(m.tasks_created, 1, {"node_type": node_type, "state": state})
     for node_type, seconds in effects.completed:
-        m.tasks_completed.add(1, {"node_type": node_type})
+        tx.count(m.tasks_completed, 1, {"node_type": node_type})
         if seconds is not None:
             m.task_duration.record(seconds, {"node_type": node_type})
-    for node_type, n in Counter(effects.failed).items():
-        m.tasks_failed.add(n, {"node_type": node_type})
+    for node_type in effects.failed:
+        tx.count(m.tasks_failed, 1, {"node_type": node_type})
     if effects.retried:
-        m.tasks_retried.add(effects.retried)
+        tx.count(m.tasks_retried, effects.retried)
     if effects.finished is not None and effects.finished_run is not None:
         status = effects.finished.status.value
-        m.runs_finished.add(1, {"status": status, "workflow_id": effects.finished_run.workflow_id})
+        tx.count(
+            m.runs_finished, 1, {"status": status, "workflow_id": effects.finished_run.workflow_id}
+        )
         m.run_duration.record(effects.finished_run.duration.total_seconds(), {"status": status})
 
 

@@ -258,9 +258,7 @@ class Shell:
                     outcome = "ignored"
                     span.set_attribute("composer.ignored", transition.ignored)
                     log.debug("run %s: %s ignored: %s", run.run_id, kind, transition.ignored)
-                tx.after_commit(
-                    lambda: instruments().events.add(1, {"event": kind, "outcome": outcome})
-                )
+                tx.count(instruments().events, 1, {"event": kind, "outcome": outcome})
         if transition is None:
             raise LeavesTheBatch
         return transition

@@ -24,6 +24,7 @@ from composer_queue._hints import (
     Waker,
     channel,
     send_hint,
+    send_hints,
 )
 from composer_queue._messages import (
     AGING_SECONDS,
@@ -89,6 +90,7 @@ __all__ = [
     "find_attempts",
     "queue_streams",
     "send_hint",
+    "send_hints",
     "shard_of",
     "stream_name",
     "streams_pattern",

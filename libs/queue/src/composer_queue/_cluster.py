@@ -499,6 +499,10 @@ class ClusterQueue(RedisQueue):
         with translated(f"publishing on {channel}"):
             await self._cluster.execute_command("SPUBLISH", channel, message)
 
+    async def notify_many(self, messages: Sequence[tuple[str, str]]) -> None:
+        # each channel's shard may be another node: sent side by side, not pipelined
+        await asyncio.gather(*(self.notify(c, m) for c, m in messages))
+
     @contextlib.asynccontextmanager
     async def subscribe(self, channels: Sequence[str]) -> AsyncIterator[Subscription]:
         what = f"subscribing to {', '.join(channels)}"

@@ -49,6 +49,24 @@ async def send_hint(queue: Queue, prefix: str, loop: str, message: str = "") -> 
         )
 
 
+async def send_hints(queue: Queue, prefix: str, hints: Sequence[tuple[str, str]]) -> None:
+    """Publish several hints, each a (loop, message), in one round trip: a group commit
+    that finished 25 runs sends its 25 RUN_FINISHED hints and one ENQUEUER hint at once,
+    not in 26 round trips one after another. A failure is logged and swallowed."""
+    if not hints:
+        return
+    try:
+        await queue.notify_many([(channel(prefix, loop), message) for loop, message in hints])
+    except QueueError as exc:
+        loops = ", ".join(sorted({loop for loop, _ in hints}))
+        log.warning(
+            "could not send %d hint(s) (%s): %s (the loops will find the work on their next poll)",
+            len(hints),
+            loops,
+            exc,
+        )
+
+
 class Subscriber:
     """Listens on ``channels`` in a task of its own, reconnecting with backoff.
 

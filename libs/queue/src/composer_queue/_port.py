@@ -141,6 +141,9 @@ class Queue(Protocol):
     async def notify(self, channel: str, message: str) -> None:
         """PUBLISH ``message`` on ``channel``."""
 
+    async def notify_many(self, messages: Sequence[tuple[str, str]]) -> None:
+        """PUBLISH each (channel, message), in order, in one round trip where it can."""
+
     def subscribe(self, channels: Sequence[str]) -> AbstractAsyncContextManager[Subscription]:
         """Subscribed once entered; ``messages()`` then yields until the connection drops."""
         ...

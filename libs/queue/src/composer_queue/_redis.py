@@ -599,6 +599,16 @@ class RedisQueue:
         with translated(f"publishing on {channel}"):
             await self._redis.publish(channel, message)
 
+    async def notify_many(self, messages: Sequence[tuple[str, str]]) -> None:
+        if len(messages) == 1:
+            await self.notify(*messages[0])
+            return
+        with translated(f"publishing {len(messages)} hints"):
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for channel, message in messages:
+                    pipe.publish(channel, message)
+                await pipe.execute()
+
     @contextlib.asynccontextmanager
     async def subscribe(self, channels: Sequence[str]) -> AsyncIterator[Subscription]:
         with translated(f"subscribing to {', '.join(channels)}"):

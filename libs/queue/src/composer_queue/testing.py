@@ -436,6 +436,10 @@ class FakeQueue:
         for q in self._subscriptions.get(channel, ()):
             q.put_nowait((channel, message))
 
+    async def notify_many(self, messages: Sequence[tuple[str, str]]) -> None:
+        for channel, message in messages:
+            await self.notify(channel, message)
+
     @contextlib.asynccontextmanager
     async def subscribe(self, channels: Sequence[str]) -> AsyncIterator[_FakeSubscription]:
         self._check(f"subscribing to {', '.join(channels)}")
