@@ -4,8 +4,10 @@ One pass reads up to a batch of due waits, oldest first (the small partial
 index on wake_at), and applies TimerFired to them through the engine in groups
 of ``group_size``, each group one transaction (``Engine.fire_timers``, the
 coordinator's group commit: the runs locked in one statement, SKIP LOCKED), a
-few groups at a time. A thousand waits due together are forty commits, not a
-thousand.
+couple of groups at a time. A thousand waits due together are ten commits, not a
+thousand: each statement of a group's transaction carries a hundred waits, so
+PostgreSQL's cost a fire is half what groups of 25 cost (W4, docs/architecture.md
+§3.1).
 
 Several replicas are safe, and none waits for another:
 
@@ -69,9 +71,9 @@ class Timer:
     prefix: str = "composer"
     batch_size: int = 200
     #: Groups of due waits fired at once, each group in one transaction.
-    concurrency: int = 8
+    concurrency: int = 2
     #: Due waits fired in one transaction (a group commit, as the coordinator's).
-    group_size: int = 25
+    group_size: int = 100
     poll_seconds: float = 5.0
     busy_retry_seconds: float = 0.05
     #: How far a wait that cannot be fired is moved on before it is tried again.

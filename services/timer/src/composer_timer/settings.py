@@ -9,9 +9,9 @@ class TimerSettings(ServiceSettings):
     #: Due waits read per pass, oldest first.
     timer_batch_size: int = 200
     #: Groups of due waits fired at once, each group one transaction (a group commit).
-    timer_concurrency: int = 8
+    timer_concurrency: int = 2
     #: Due waits fired in one transaction.
-    timer_group_size: int = 25
+    timer_group_size: int = 100
     #: The longest sleep without a hint: how late a wait can fire when its hint is lost.
     timer_poll_seconds: float = 5.0
     #: How soon to look again at a due wait whose run another transaction held.
