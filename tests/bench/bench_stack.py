@@ -495,9 +495,11 @@ class Bench:
 
     # -- driving runs ----------------------------------------------------------------
 
-    def on_hint(self, _channel: str, run_id: str) -> None:
-        self.announced.add(run_id)
-        self.announced_at.setdefault(run_id, time.time())
+    def on_hint(self, _channel: str, message: str) -> None:
+        now = time.time()
+        for run_id in cq.finished_runs(message):
+            self.announced.add(run_id)
+            self.announced_at.setdefault(run_id, now)
         self.hinted.set()
 
     def on_gap(self) -> None:

@@ -38,11 +38,21 @@ async def test_each_hint_goes_once_after_the_commit_with_those_asked_for_after_i
 
     finished, enqueuer = cq.channel("p", cq.RUN_FINISHED), cq.channel("p", cq.ENQUEUER)
     assert redis.notified == [
-        (finished, "run-1"),
-        (finished, "run-2"),
+        (finished, "run-1 run-2"),  # one message names the runs
         (enqueuer, ""),
         (enqueuer, cq.WEBHOOK),
     ]
+
+
+async def test_a_hundred_finished_runs_a_message() -> None:
+    redis, tx = FakeQueue(), a_tx()
+    run_ids = [f"run-{i}" for i in range(cq.RUN_IDS_PER_HINT * 2 + 1)]
+    for run_id in run_ids:
+        tx.hint(redis, "p", cq.RUN_FINISHED, run_id)
+    await tx.run_after_commit()
+    messages = [cq.finished_runs(m) for _, m in redis.notified]
+    assert [len(m) for m in messages] == [cq.RUN_IDS_PER_HINT, cq.RUN_IDS_PER_HINT, 1]
+    assert [r for m in messages for r in m] == run_ids
 
 
 async def test_a_failing_after_commit_function_does_not_stop_the_hints() -> None:

@@ -1,7 +1,8 @@
 """Long-poll waiters for finished runs, all woken through ONE hint subscription.
 
-The engine publishes the run id on the run-finished hint channel after the
-commit that finished a run (docs/architecture.md). One ``composer_queue.Subscriber``
+The engine publishes the run ids on the run-finished hint channel after the
+commit that finished the runs (one message names up to ``RUN_IDS_PER_HINT``,
+space-separated; docs/architecture.md). One ``composer_queue.Subscriber``
 per process routes each message to the waiters of that run, however many
 requests wait: a subscription per request would cost a Redis connection each.
 
@@ -33,7 +34,7 @@ class RunWaiters:
         self._subscriber = cq.Subscriber(
             queue,
             [cq.channel(prefix, cq.RUN_FINISHED)],
-            lambda _channel, run_id: self._wake(run_id),
+            lambda _channel, message: self._wake(cq.finished_runs(message)),
             on_gap=self._wake_all,
             name="run-finished",
         )
@@ -94,9 +95,10 @@ class RunWaiters:
                 if not events:
                     del self._waiting[run_id]
 
-    def _wake(self, run_id: str) -> None:
-        for event in self._waiting.get(run_id, ()):
-            event.set()
+    def _wake(self, run_ids: list[str]) -> None:
+        for run_id in run_ids:
+            for event in self._waiting.get(run_id, ()):
+                event.set()
 
     def _wake_all(self) -> None:
         for events in self._waiting.values():
