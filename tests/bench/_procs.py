@@ -237,12 +237,14 @@ class ProcessStack:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"not ready within {timeout:.0f} s: {', '.join(waiting)}")
                 await asyncio.sleep(0.2)
-        # the workers have no admin port: their first log line says they serve
+        # the workers have no admin port: their log says when they heard the coordinator
+        # (a worker started before it retries with backoff: a workload's first task would
+        # wait out the worker's next attempt, seconds, and count it as its latency)
         for p in self.procs:
             if p.name.startswith("bench-worker"):
-                while "serving" not in p.log_path.read_text(errors="replace"):
+                while "speaks worker protocol" not in p.log_path.read_text(errors="replace"):
                     if time.monotonic() > deadline:
-                        raise TimeoutError(f"{p.name} did not start serving")
+                        raise TimeoutError(f"{p.name} did not reach its coordinator")
                     await asyncio.sleep(0.1)
 
     def cpu(self) -> dict[str, float]:

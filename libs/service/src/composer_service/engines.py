@@ -43,6 +43,12 @@ class EngineConfig:
     queue_concurrency: str = ""
     #: COMPOSER_MAX_CHILD_DEPTH: how deep SUB_WORKFLOW child runs nest.
     max_child_depth: int = DEFAULT_MAX_CHILD_DEPTH
+    #: Build the process's CEL parser while the service starts (``prepare_parser``):
+    #: ~0.4 s of CPU, paid otherwise by the first definition compiled, inside a
+    #: transaction. For the services that decide events as they come (the
+    #: api-gateway, the coordinator, the timer); the background loops would pay it
+    #: at every start for nothing on a latency path.
+    prepare_templates: bool = False
 
 
 def build_engine(
@@ -51,16 +57,14 @@ def build_engine(
     """The engine on ``pool`` publishing to ``redis`` (None: nothing is published
     after commit; the outbox-enqueuer publishes it). StartupError for malformed
     COMPOSER_ENCRYPTION_KEYS or COMPOSER_QUEUE_CONCURRENCY. Close it (``aclose``)
-    before the pool.
-
-    The process's CEL parser is built here too, while the service starts, so the
-    first definition an engine compiles does not pay for it (``prepare_parser``)."""
+    before the pool. Builds the CEL parser first when ``config.prepare_templates``."""
     try:
         sealer = sealer_from(config.encryption_keys)
         admission = parse_queue_concurrency(config.queue_concurrency)
     except ValueError as exc:
         raise StartupError(str(exc)) from None
-    prepare_parser()
+    if config.prepare_templates:
+        prepare_parser()
     return Engine(
         pool,
         redis=redis,

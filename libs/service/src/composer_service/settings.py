@@ -124,9 +124,16 @@ class ServiceSettings(BaseSettings):
     def json_logs(self) -> bool | None:
         return None if self.log_format == "auto" else self.log_format == "json"
 
-    def engine_config(self, *, batch_size: int = 256, batches_in_flight: int = 2) -> EngineConfig:
+    def engine_config(
+        self,
+        *,
+        batch_size: int = 256,
+        batches_in_flight: int = 2,
+        prepare_templates: bool = False,
+    ) -> EngineConfig:
         """The engine these settings describe (``batch_size`` and ``batches_in_flight``:
-        the coordinator's group commit; the other services keep the defaults)."""
+        the coordinator's group commit; the other services keep the defaults;
+        ``prepare_templates``: see ``EngineConfig``)."""
         return EngineConfig(
             redis_prefix=self.redis_prefix,
             shards=self.shards,
@@ -138,6 +145,7 @@ class ServiceSettings(BaseSettings):
             batches_in_flight=batches_in_flight,
             queue_concurrency=self.queue_concurrency,
             max_child_depth=self.max_child_depth,
+            prepare_templates=prepare_templates,
         )
 
     def runtime(

@@ -62,7 +62,9 @@ async def serve(settings: GatewaySettings) -> None:
     warnings = check_settings(settings)
     async with serving(
         settings.runtime(
-            "api-gateway", pool_size=settings.pool_size, engine=settings.engine_config()
+            "api-gateway",
+            pool_size=settings.pool_size,
+            engine=settings.engine_config(prepare_templates=True),
         )
     ) as rt:
         for warning in warnings:

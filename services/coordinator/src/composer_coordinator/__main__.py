@@ -48,7 +48,9 @@ async def serve(settings: CoordinatorSettings) -> None:
     warnings = tokens.check_strength(dev_mode=settings.dev_mode)
     tls = tls_of(settings)
     engine_config = settings.engine_config(
-        batch_size=settings.batch_size, batches_in_flight=settings.batches_in_flight
+        batch_size=settings.batch_size,
+        batches_in_flight=settings.batches_in_flight,
+        prepare_templates=True,
     )
     async with serving(
         settings.runtime("coordinator", pool_size=settings.pool_size, engine=engine_config)

@@ -21,7 +21,7 @@ async def serve(settings: TimerSettings) -> None:
             # 1 status read) beside them
             "timer",
             pool_size=settings.timer_concurrency + 8,
-            engine=settings.engine_config(),
+            engine=settings.engine_config(prepare_templates=True),
         )
     ) as rt:
         engine = rt.engine
