@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import composer_queue as cq
 import composer_repo as repo
 from composer_common import limits
 from composer_common.batching import Batcher
@@ -29,6 +28,7 @@ from composer_engine._run_event_delivery import start_handed
 from composer_engine._shell import ON_LOOP_SHARE, LeavesTheBatch, Shell
 from composer_engine._transaction import committed
 from composer_engine._tx import Tx
+from composer_engine._writes import with_band
 from composer_engine.errors import EngineError, Forbidden, NotFound, Unavailable
 from composer_engine.sealing import looks_sealed
 
@@ -405,9 +405,8 @@ class Reports:
             leased.add(c.ref.task_id)
             if c.dispatched is not None:
                 taken.append(c.dispatched)
-            elif answer.priority is not None and answer.priority != cq.DEFAULT_BAND:
-                # set aside before its outbox row gave it its band: the grant's (§4.16)
-                c.fields[cq.PRIORITY] = str(answer.priority)
+            else:  # set aside before its outbox row gave it its band: the grant's
+                with_band(c.fields, answer.priority)
             results[i] = NextTask(c.fields, answer)
         await writes.enqueue_offered(tx, leased)
         if taken:

@@ -16,7 +16,7 @@ import functools
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 import composer_queue as cq
 import composer_repo as repo
@@ -57,16 +57,18 @@ class Tx(Protocol):
     def after_commit(self, fn: Callable[[], Awaitable[None] | None]) -> None: ...
 
 
+#: A dispatch held for the flush: the row, its attempt, its stream message, due at
+#: once, through the admission step.
+HeldDispatch: TypeAlias = tuple[repo.NewDispatch, repo.TaskRef, dict[str, str], bool, bool]
+
+
 @dataclass(slots=True)
 class Writes:
     completions: list[tuple[repo.TaskRef, Json, Effects]] = field(default_factory=list)
     tasks: list[repo.NewTask] = field(default_factory=list)
     #: Waits that complete or fail (a timer fired, a signal came, a wait timed out).
     resolved: list[repo.ResolvedWait] = field(default_factory=list)
-    #: (the row, its attempt, its stream message, due at once, through the admission step)
-    dispatches: list[tuple[repo.NewDispatch, repo.TaskRef, dict[str, str], bool, bool]] = field(
-        default_factory=list
-    )
+    dispatches: list[HeldDispatch] = field(default_factory=list)
     finishes: list[tuple[Run, FinishRun, Effects, RunSeal]] = field(default_factory=list)
     #: The run history rows of every event of the transaction, in order (_history.py).
     history: list[repo.NewHistory] = field(default_factory=list)
@@ -100,9 +102,7 @@ class Writes:
     #: at once on that queue are set aside in ``offered`` when flushed, with no outbox
     #: row: one leased with its report never needs one (``enqueue_offered``).
     offers: Counter[tuple[str, str]] = field(default_factory=Counter)
-    offered: list[tuple[repo.NewDispatch, repo.TaskRef, dict[str, str], bool, bool]] = field(
-        default_factory=list
-    )
+    offered: list[HeldDispatch] = field(default_factory=list)
 
     def keep_log(
         self, run_id: str, event: NodeCompleted | NodeFailed, log: AttemptLog, seal: RunSeal
@@ -273,7 +273,7 @@ class Writes:
     async def _enqueue(
         self,
         tx: Tx,
-        dispatches: list[tuple[repo.NewDispatch, repo.TaskRef, dict[str, str], bool, bool]],
+        dispatches: list[HeldDispatch],
     ) -> None:
         """Write the outbox rows of ``dispatches``; those due at once go to
         ``tx.dispatched``, published after the commit."""
@@ -281,14 +281,13 @@ class Writes:
         for row, ref, fields, at_once, _ in dispatches:
             if at_once:
                 enqueued = ids[row.task_id]
-                if enqueued.priority != cq.DEFAULT_BAND:  # its run's band (§4.16)
-                    fields[cq.PRIORITY] = str(enqueued.priority)
+                with_band(fields, enqueued.priority)
                 tx.dispatched.append(Dispatched(enqueued.outbox_id, row.queue, ref, fields))
 
     def _set_aside_offered(
         self,
-        dispatches: list[tuple[repo.NewDispatch, repo.TaskRef, dict[str, str], bool, bool]],
-    ) -> list[tuple[repo.NewDispatch, repo.TaskRef, dict[str, str], bool, bool]]:
+        dispatches: list[HeldDispatch],
+    ) -> list[HeldDispatch]:
         """The dispatches due at once that a report of the transaction offers to take
         (``offers``) go to ``offered``, with no outbox row yet; the others are returned."""
         kept = []
@@ -315,8 +314,8 @@ class Writes:
     async def _hold_paused(
         self,
         tx: Tx,
-        dispatches: list[tuple[repo.NewDispatch, repo.TaskRef, dict[str, str], bool, bool]],
-    ) -> list[tuple[repo.NewDispatch, repo.TaskRef, dict[str, str], bool, bool]]:
+        dispatches: list[HeldDispatch],
+    ) -> list[HeldDispatch]:
         """The dispatches of paused runs are held until their resume (no outbox row; a
         retry keeps its backoff's end), with a ``task.held`` row each: the others go on."""
         holding: dict[str, list[str]] = {}
@@ -343,8 +342,8 @@ class Writes:
         self,
         tx: Tx,
         gate: Gate,
-        dispatches: list[tuple[repo.NewDispatch, repo.TaskRef, dict[str, str], bool, bool]],
-    ) -> list[tuple[repo.NewDispatch, repo.TaskRef, dict[str, str], bool, bool]]:
+        dispatches: list[HeldDispatch],
+    ) -> list[HeldDispatch]:
         """The admission step (docs/architecture.md §4.12): the dispatches that go; those
         the policy holds stay PENDING with its reason, and their history says so."""
         lines = self.lines
@@ -446,6 +445,13 @@ def task_message(ref: repo.TaskRef) -> cq.TaskMessage:
         # the current span: the decision that dispatched it
         traceparent=inject({}).get("traceparent"),
     )
+
+
+def with_band(fields: dict[str, str], priority: int | None) -> None:
+    """Name its run's priority band in a task's stream message, unless it is the
+    default one (§4.16)."""
+    if priority is not None and priority != cq.DEFAULT_BAND:
+        fields[cq.PRIORITY] = str(priority)
 
 
 def _seconds(task: repo.FinishedTask) -> float | None:

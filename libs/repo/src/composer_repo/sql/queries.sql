@@ -657,11 +657,12 @@ DELETE FROM outbox
 -- node type the worker's handler runs ($10, joined by '|'; NULL: not said). A new
 -- grant takes the coordinator's fresh token ($6); the same request sent again
 -- keeps the token it was given. Returns what the handler needs: the input and
--- the node from the database, never from the stream, the run's priority (the band of
--- a task leased with its report, which has no outbox row: engine/_reports.py) and the run's calling context
--- from the task's own copy (V008: the run's row is not read for it). A new grant
--- (started_at the statement's time, not the kept one of a request sent again) is appended to the
--- run's history in the same statement: who leased which attempt, when (V009).
+-- the node from the database, never from the stream, the run's priority (the band
+-- of a task leased with its report, which has no outbox row: engine/_reports.py)
+-- and the run's calling context from the task's own copy (V008: the run's row is
+-- not read for it). A new grant (started_at the statement's time, not the kept
+-- one of a request sent again) is appended to the run's history in the same
+-- statement: who leased which attempt, when (V009).
 WITH granted AS (
 UPDATE task_instances t
    SET state = 'RUNNING', lease_owner = u.owner,
