@@ -95,6 +95,17 @@ class Proc:
         assert self.process is not None
         return self.process.pid
 
+    async def spawn(self) -> None:
+        with self.log_path.open("ab") as log:
+            self.process = await asyncio.create_subprocess_exec(
+                *self.argv,
+                env=self.env,
+                cwd=ROOT,
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+
 
 @dataclass
 class ProcessStack:
@@ -205,23 +216,25 @@ class ProcessStack:
                     self.workdir / f"{label}.log",
                 )
             )
+        # The bench's workers start once the services are ready: one started before its
+        # coordinator listens gives up asking its protocol version after ~1 s of tries and
+        # asks again only before its first lease, so it would never log that it reached
+        # the coordinator (``_ready``) and a workload's first task would pay the asking.
+        deadline = time.monotonic() + timeout
+        services = [p for p in self.procs if not p.name.startswith("bench-worker")]
+        for p in services:
+            await p.spawn()
+        await self._ready(deadline)
         for p in self.procs:
-            with p.log_path.open("ab") as log:
-                p.process = await asyncio.create_subprocess_exec(
-                    *p.argv,
-                    env=p.env,
-                    cwd=ROOT,
-                    stdout=log,
-                    stderr=asyncio.subprocess.STDOUT,
-                    start_new_session=True,
-                )
-        await self._ready(timeout)
+            if p.process is None:
+                await p.spawn()
+        await self._reached(deadline)
 
     def records_path(self, i: int) -> Path:
         return self.workdir / f"worker-{i}.records"
 
-    async def _ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
+    async def _ready(self, deadline: float) -> None:
+        """Wait until every service answers its readiness probe."""
         waiting = dict(self.admin_ports)
         async with aiohttp.ClientSession() as http:
             while waiting:
@@ -235,11 +248,12 @@ class ProcessStack:
                             if r.status == 200:
                                 del waiting[name]
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"not ready within {timeout:.0f} s: {', '.join(waiting)}")
+                    raise TimeoutError(f"services not ready in time: {', '.join(waiting)}")
                 await asyncio.sleep(0.2)
-        # the workers have no admin port: their log says when they heard the coordinator
-        # (a worker started before it retries with backoff: a workload's first task would
-        # wait out the worker's next attempt, seconds, and count it as its latency)
+
+    async def _reached(self, deadline: float) -> None:
+        """Wait until each bench worker has heard its coordinator: they have no admin
+        port, their log says so."""
         for p in self.procs:
             if p.name.startswith("bench-worker"):
                 while "speaks worker protocol" not in p.log_path.read_text(errors="replace"):
