@@ -37,7 +37,14 @@ from composer_repo._children import (
     run_depth,
     start_child_task,
 )
-from composer_repo._db import Connection, Pool, connect, create_pool, init_connection
+from composer_repo._db import (
+    PLAN_SECONDS,
+    Connection,
+    Pool,
+    connect,
+    create_pool,
+    init_connection,
+)
 from composer_repo._definitions import (
     create_definition,
     delete_definition,
@@ -317,6 +324,7 @@ from composer_repo._workers import (
 __all__ = [
     "CHILD_START_HELD",
     "PAUSED_HOLD",
+    "PLAN_SECONDS",
     "SCHEMA_VERSION",
     "BackfillRecord",
     "BufferedSignal",

@@ -39,6 +39,8 @@ class RuntimeConfig:
     #: None: the service needs no database.
     database_url: str | None = None
     pool_size: int = 4
+    #: How old a statement's plan may grow on a pooled connection (repo.create_pool).
+    plan_seconds: int = repo.PLAN_SECONDS
     #: None: the service needs no Redis.
     redis_url: str | None = None
     #: ``redis_url`` is any node of a Redis Cluster.
@@ -154,7 +156,10 @@ async def _open_pool(config: RuntimeConfig) -> repo.Pool:
     while True:
         try:
             pool = await repo.create_pool(
-                config.database_url, min_size=1, max_size=config.pool_size
+                config.database_url,
+                min_size=1,
+                max_size=config.pool_size,
+                plan_seconds=config.plan_seconds,
             )
         except (repo.Transient, OSError) as exc:
             problem: Exception = exc

@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+import composer_repo as repo
 from composer_common import limits
 from composer_queue import DEFAULT_SHARDS
 from composer_service.engines import DEFAULT_MAX_CHILD_DEPTH, EngineConfig
@@ -31,6 +32,10 @@ class ServiceSettings(BaseSettings):
     #: How long a service that starts before its database waits for it to answer (a
     #: warning each try) before it exits naming COMPOSER_DATABASE_URL.
     startup_wait_seconds: float = 60.0
+    #: COMPOSER_DB_PLAN_SECONDS: how old a statement's plan may grow on a pooled
+    #: connection before it is prepared (and planned) again; 0: kept until the
+    #: connection closes (composer_repo.create_pool).
+    db_plan_seconds: int = Field(default=repo.PLAN_SECONDS, ge=0)
     redis_url: str = "redis://127.0.0.1:6379/0"
     #: COMPOSER_REDIS_CLUSTER: COMPOSER_REDIS_URL is any node of a Redis Cluster (the
     #: client finds the others; docs/architecture.md §6 "Redis Cluster"). Every service
@@ -178,6 +183,7 @@ class ServiceSettings(BaseSettings):
             otlp_endpoint=self.otlp_endpoint,
             engine=engine,
             startup_wait_seconds=self.startup_wait_seconds,
+            plan_seconds=self.db_plan_seconds,
         )
 
 

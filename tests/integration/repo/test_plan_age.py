@@ -1,0 +1,103 @@
+"""A pooled connection's plans are made again as its tables grow.
+
+PostgreSQL keeps the generic plan of a prepared statement until the statistics of
+its tables change (ANALYZE). asyncpg prepares each statement once per connection, so
+a plan made while this month's partitions were nearly empty (a new install, a new
+month, a server whose autovacuum has not come round yet) scanned them whole as they
+filled: on W1 the lease statement took 7.1 ms a call. ``create_pool`` has each
+connection prepare a statement again ``plan_seconds`` after it first did
+(COMPOSER_DB_PLAN_SECONDS); the new plan sees the table's present size and probes
+the primary key.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import composer_repo as repo
+from composer_core.model import NodeType, TaskState
+from composer_repo._sql import QUERIES
+
+from .helpers import new_run, uuid7
+
+#: Task rows the partition grows by after the first plan was made.
+GROWTH = 20_000
+PLAN_SECONDS = 1
+
+
+def scans(plan: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """The plan's scans of task_instances partitions: (partition, node type)."""
+    if "Scan" in plan["Node Type"] and plan.get("Relation Name", "").startswith("task_instances"):
+        yield plan["Relation Name"], plan["Node Type"]
+    for child in plan.get("Plans", []):
+        yield from scans(child)
+
+
+async def prepared(conn: repo.Connection, statement: str) -> tuple[str, float] | None:
+    """The connection's prepared statement of ``statement`` (asyncpg's name), with
+    when it was prepared (the server's clock, epoch seconds)."""
+    row = await conn.fetchrow(
+        "SELECT name, extract(epoch FROM prepare_time)::float8 AS at"
+        " FROM pg_prepared_statements WHERE statement = $1 ORDER BY prepare_time DESC LIMIT 1",
+        statement,
+    )
+    return None if row is None else (row["name"], row["at"])
+
+
+async def plan_scans(conn: repo.Connection, name: str, args: list[Any]) -> dict[str, str]:
+    """How the prepared statement ``name``'s plan reads each task_instances partition."""
+    # EXECUTE takes no parameters: array literals of the test's plain values
+    params = ", ".join("'{" + ",".join(f'"{v}"' for v in values) + "}'" for values in args)
+    # EXECUTE runs the prepared statement as it is cached: its generic plan, once chosen
+    (row,) = await conn.fetch(f"EXPLAIN (FORMAT JSON) EXECUTE {name}({params})")
+    value = row[0]
+    plan = (json.loads(value) if isinstance(value, str) else value)[0]["Plan"]
+    return dict(scans(plan))
+
+
+async def test_a_statements_plan_is_made_again_after_plan_seconds(
+    conn: repo.Connection, database_url: str
+) -> None:
+    run_id = await new_run(conn)
+    partition = await conn.fetchval(
+        "SELECT tableoid::regclass::text FROM workflow_runs WHERE id = $1", run_id
+    )
+    partition = partition.replace("workflow_runs", "task_instances")
+    await conn.execute("ANALYZE task_instances")  # statistics of a nearly empty table
+    statement = QUERIES["complete_tasks"]
+    # a completion that matches no row: the statement runs, nothing changes
+    args: list[Any] = [[run_id], [uuid7()], ["a"], [0], ["{}"]]
+    pool = await repo.create_pool(database_url, min_size=1, max_size=1, plan_seconds=PLAN_SECONDS)
+    try:
+        async with pool.acquire() as pooled:
+            for _ in range(8):  # past PostgreSQL's five custom plans: the generic one is kept
+                assert await pooled.fetch(statement, *args) == []
+            first = await prepared(pooled, statement)
+            assert first is not None
+            # the plan made on the nearly empty partition reads it whole, and would go on
+            # doing so as it grows (what the setting is for)
+            assert (await plan_scans(pooled, first[0], args))[partition] == "Seq Scan"
+            await repo.insert_tasks(
+                conn,
+                [
+                    repo.NewTask(uuid7(), run_id, f"n{i}", NodeType.TASK, TaskState.COMPLETED)
+                    for i in range(GROWTH)
+                ],
+            )
+
+            deadline = time.monotonic() + 30 * PLAN_SECONDS
+            again: tuple[str, float] | None = first
+            while again == first or again is None:
+                assert time.monotonic() < deadline, "the statement was not prepared again"
+                assert await pooled.fetch(statement, *args) == []
+                again = await prepared(pooled, statement)
+            assert again[1] > first[1]
+            for _ in range(8):
+                assert await pooled.fetch(statement, *args) == []
+            # made again, the plan probes the grown partition's primary key
+            assert (await plan_scans(pooled, again[0], args))[partition] == "Index Scan"
+    finally:
+        await pool.close()
