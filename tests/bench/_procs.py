@@ -36,11 +36,21 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK")
 ROOT = Path(__file__).resolve().parents[2]
 
 
+#: The ports ``free_port`` handed out: a port is free when asked for and bound only
+#: when its process starts, so the kernel may hand it out again meanwhile (the
+#: workers' admin port once took the api-gateway's, which then could not start).
+_HANDED: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A free loopback port this process has not handed out before."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+        if port not in _HANDED:
+            _HANDED.add(port)
+            return port
 
 
 def cpu_seconds(pid: int) -> float:
