@@ -177,6 +177,36 @@ async def test_mark_published_deletes_queues_and_tells_the_next_due_at_once(
     assert nothing_left == later
 
 
+async def test_the_publisher_s_mark_published_deletes_and_queues_without_reading_the_rest(
+    conn: repo.Connection,
+) -> None:
+    """``next_due=False`` (the engine's publisher): the same deletion and PENDING →
+    QUEUED, no answer, and the rows it was not given stay."""
+    await drain(conn)
+    run_id = await new_run(conn)
+    a = await new_worker_task(conn, run_id, "a")
+    b = await new_worker_task(conn, run_id, "b")
+    c = await new_worker_task(conn, run_id, "c")
+    await repo.acquire_lease(conn, run_id, b.task_id, 0, owner="fast-worker", ttl=30, token="tok")
+    ids = [
+        await repo.enqueue_dispatch(
+            conn, run_id=run_id, task_id=ref.task_id, queue="q", payload={"task_id": ref.task_id}
+        )
+        for ref in (a, b, c)
+    ]
+    before = (await repo.outbox_size(conn)).get("dispatch", 0)
+
+    answer = await repo.mark_published(conn, ids[:2], [a, b], next_due=False)
+
+    states = {t.node_id: t.state for t in await repo.get_run_tasks(conn, run_id)}
+    assert answer is None
+    assert states == {"a": TaskState.QUEUED, "b": TaskState.RUNNING, "c": TaskState.PENDING}
+    assert (await repo.outbox_size(conn))["dispatch"] == before - 2
+    async with conn.transaction():
+        assert [m.id for m in await repo.claim_outbox(conn, "dispatch")] == [ids[2]]
+    await drain(conn)
+
+
 async def test_a_leased_webhook_keeps_its_delivery_id_across_leases(conn: repo.Connection) -> None:
     await drain(conn)
     run_id = await new_run(conn)

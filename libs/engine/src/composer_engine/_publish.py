@@ -145,7 +145,10 @@ class Publisher:
         try:
             async with repo.connection(self.pool) as conn:
                 await repo.mark_published(
-                    conn, [d.outbox_id for d in published], [d.ref for d in published]
+                    conn,
+                    [d.outbox_id for d in published],
+                    [d.ref for d in published],
+                    next_due=False,
                 )
         except repo.RepoError as exc:
             log.warning(
