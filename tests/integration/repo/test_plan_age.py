@@ -7,11 +7,13 @@ month, a server whose autovacuum has not come round yet) scanned them whole as t
 filled: on W1 the lease statement took 7.1 ms a call. ``create_pool`` has each
 connection prepare a statement again ``plan_seconds`` after it first did
 (COMPOSER_DB_PLAN_SECONDS); the new plan sees the table's present size and probes
-the primary key.
+the primary key. And with ``index_plans`` (the default, COMPOSER_DB_INDEX_PLANS)
+the plan made on the nearly empty partition probes it from the start.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 from collections.abc import Iterator
@@ -70,7 +72,10 @@ async def test_a_statements_plan_is_made_again_after_plan_seconds(
     statement = QUERIES["complete_tasks"]
     # a completion that matches no row: the statement runs, nothing changes
     args: list[Any] = [[run_id], [uuid7()], ["a"], [0], ["{}"]]
-    pool = await repo.create_pool(database_url, min_size=1, max_size=1, plan_seconds=PLAN_SECONDS)
+    # PostgreSQL's own planner settings: the plan's age alone
+    pool = await repo.create_pool(
+        database_url, min_size=1, max_size=1, plan_seconds=PLAN_SECONDS, index_plans=False
+    )
     try:
         async with pool.acquire() as pooled:
             for _ in range(8):  # past PostgreSQL's five custom plans: the generic one is kept
@@ -101,3 +106,46 @@ async def test_a_statements_plan_is_made_again_after_plan_seconds(
             assert (await plan_scans(pooled, again[0], args))[partition] == "Index Scan"
     finally:
         await pool.close()
+
+
+async def test_with_index_plans_the_plan_made_on_a_nearly_empty_partition_probes_it(
+    conn: repo.Connection, database_url: str
+) -> None:
+    # a run two months ahead: its partition holds the few rows tests put there
+    ahead = dt.datetime.now(dt.UTC) + dt.timedelta(days=62)
+    run_id = await new_run(conn, run_id=uuid7(ahead))
+    partition = await conn.fetchval(
+        "SELECT tableoid::regclass::text FROM workflow_runs WHERE id = $1", run_id
+    )
+    partition = partition.replace("workflow_runs", "task_instances")
+    await conn.execute("ANALYZE task_instances")  # statistics of a nearly empty table
+    # the statements that scanned the month's partition whole on W1 (the completions,
+    # the publisher's deletions), each matching no row here
+    cases: list[tuple[str, list[Any]]] = [
+        ("complete_tasks", [[run_id], [uuid7()], ["a"], [0], ["{}"]]),
+        ("mark_published_quietly", [[0], [run_id], [uuid7()], [0]]),
+    ]
+
+    async def plans(index_plans: bool) -> dict[str, str]:
+        """How each statement's kept plan reads the partition."""
+        pool = await repo.create_pool(
+            database_url, min_size=1, max_size=1, plan_seconds=0, index_plans=index_plans
+        )
+        try:
+            async with pool.acquire() as pooled:
+                found = {}
+                for name, args in cases:
+                    statement = QUERIES[name]
+                    for _ in range(8):  # past the five custom plans: the generic one is kept
+                        await pooled.execute(statement, *args)
+                    made = await prepared(pooled, statement)
+                    assert made is not None
+                    found[name] = (await plan_scans(pooled, made[0], args))[partition]
+                return found
+        finally:
+            await pool.close()
+
+    # PostgreSQL's defaults scan the small partition whole, and would go on doing so
+    # as it grows; index plans probe it from the start
+    assert await plans(index_plans=False) == dict.fromkeys(dict(cases), "Seq Scan")
+    assert await plans(index_plans=True) == dict.fromkeys(dict(cases), "Index Scan")

@@ -38,6 +38,7 @@ from composer_repo._children import (
     start_child_task,
 )
 from composer_repo._db import (
+    INDEX_PLANS,
     PLAN_SECONDS,
     Connection,
     Pool,
@@ -323,6 +324,7 @@ from composer_repo._workers import (
 
 __all__ = [
     "CHILD_START_HELD",
+    "INDEX_PLANS",
     "PAUSED_HOLD",
     "PLAN_SECONDS",
     "SCHEMA_VERSION",

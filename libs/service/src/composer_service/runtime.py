@@ -41,6 +41,8 @@ class RuntimeConfig:
     pool_size: int = 4
     #: How old a statement's plan may grow on a pooled connection (repo.create_pool).
     plan_seconds: int = repo.PLAN_SECONDS
+    #: Pooled connections plan with index probes and nested loops (repo.create_pool).
+    index_plans: bool = True
     #: None: the service needs no Redis.
     redis_url: str | None = None
     #: ``redis_url`` is any node of a Redis Cluster.
@@ -160,6 +162,7 @@ async def _open_pool(config: RuntimeConfig) -> repo.Pool:
                 min_size=1,
                 max_size=config.pool_size,
                 plan_seconds=config.plan_seconds,
+                index_plans=config.index_plans,
             )
         except (repo.Transient, OSError) as exc:
             problem: Exception = exc

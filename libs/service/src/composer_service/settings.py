@@ -36,6 +36,12 @@ class ServiceSettings(BaseSettings):
     #: connection before it is prepared (and planned) again; 0: kept until the
     #: connection closes (composer_repo.create_pool).
     db_plan_seconds: int = Field(default=repo.PLAN_SECONDS, ge=0)
+    #: COMPOSER_DB_INDEX_PLANS: pooled connections plan every join as a nested loop of
+    #: index probes and read no table whole where an index serves (enable_seqscan,
+    #: enable_hashjoin, enable_mergejoin off), so a plan made while this month's
+    #: partitions were small still probes them once they have grown
+    #: (composer_repo.create_pool); false: PostgreSQL's defaults.
+    db_index_plans: bool = True
     redis_url: str = "redis://127.0.0.1:6379/0"
     #: COMPOSER_REDIS_CLUSTER: COMPOSER_REDIS_URL is any node of a Redis Cluster (the
     #: client finds the others; docs/architecture.md §6 "Redis Cluster"). Every service
@@ -184,6 +190,7 @@ class ServiceSettings(BaseSettings):
             engine=engine,
             startup_wait_seconds=self.startup_wait_seconds,
             plan_seconds=self.db_plan_seconds,
+            index_plans=self.db_index_plans,
         )
 
 
