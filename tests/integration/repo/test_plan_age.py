@@ -149,3 +149,24 @@ async def test_with_index_plans_the_plan_made_on_a_nearly_empty_partition_probes
     # as it grows; index plans probe it from the start
     assert await plans(index_plans=False) == dict.fromkeys(dict(cases), "Seq Scan")
     assert await plans(index_plans=True) == dict.fromkeys(dict(cases), "Index Scan")
+
+
+async def test_with_index_plans_a_statement_that_reads_a_table_whole_is_not_jit_compiled(
+    conn: repo.Connection, database_url: str
+) -> None:
+    """``unserved_queues`` reads ``workers`` whole (no index serves ``= ANY(queues)``):
+    the cost the settings add to that read put it past ``jit_above_cost``, and each
+    call spent 150-750 ms compiling until INDEX_PLANS turned JIT off."""
+    run_id = await new_run(conn)
+    pool = await repo.create_pool(database_url, min_size=1, max_size=1)
+    try:
+        async with pool.acquire() as pooled:
+            (row,) = await pooled.fetch(
+                "EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES["unserved_queues"], run_id, 30.0
+            )
+    finally:
+        await pool.close()
+    value = row[0]
+    explained = (json.loads(value) if isinstance(value, str) else value)[0]
+    assert explained["Plan"]["Total Cost"] > 100_000  # past jit_above_cost's default
+    assert "JIT" not in explained

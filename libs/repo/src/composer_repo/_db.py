@@ -80,11 +80,15 @@ async def connect(url: str, **kwargs: Any) -> asyncpg.Connection[asyncpg.Record]
 PLAN_SECONDS = 10
 
 #: The planner settings of a pooled connection with ``index_plans`` (``create_pool``):
-#: every join a nested loop, every table read through an index where one serves.
+#: every join a nested loop, every table read through an index where one serves, and
+#: no JIT: a plan that must read a table with no index that serves (``workers``) keeps
+#: the cost the settings add to that read (10^10), far past ``jit_above_cost``, and
+#: PostgreSQL spent 150-750 ms compiling each such statement.
 INDEX_PLANS: dict[str, str] = {
     "enable_seqscan": "off",
     "enable_hashjoin": "off",
     "enable_mergejoin": "off",
+    "jit": "off",
 }
 
 
