@@ -45,6 +45,10 @@ async def test_a_killed_and_restarted_timer_neither_doubles_nor_loses_a_fire(
 ) -> None:
     async with repo.connection(pool) as conn:
         await conn.execute("DELETE FROM schedules WHERE id = 'every2'")
+        await conn.execute(  # task rows first: nothing cascades from a run (V028)
+            "DELETE FROM task_instances t USING workflow_runs r"
+            " WHERE t.run_id = r.id AND r.schedule_id = 'every2'"
+        )
         await conn.execute("DELETE FROM workflow_runs WHERE schedule_id = 'every2'")
     await Workflows(pool).create(validate_definition(WORKFLOW), deploy=True)
     engine = Engine(pool)

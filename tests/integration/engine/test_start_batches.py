@@ -28,6 +28,12 @@ ONE = {
 async def engine(pool: repo.Pool) -> AsyncIterator[Engine]:
     await Workflows(pool).create(validate_definition(ONE), deploy=True)
     async with repo.connection(pool) as conn:
+        # task rows first: nothing cascades from a run (V028)
+        await conn.execute(
+            "DELETE FROM task_instances t USING workflow_runs r"
+            " WHERE t.run_id = r.id AND r.workflow_id = $1",
+            WORKFLOW,
+        )
         await conn.execute("DELETE FROM workflow_runs WHERE workflow_id = $1", WORKFLOW)
     e = Engine(pool)
     try:
