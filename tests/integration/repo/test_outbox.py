@@ -143,7 +143,7 @@ async def test_outbox_size_counts_unpublished_messages_by_kind(conn: repo.Connec
     await drain(conn)
 
 
-async def test_mark_published_deletes_queues_and_tells_the_next_due_at_once(
+async def test_mark_published_deletes_queues_and_tells_the_next_due(
     conn: repo.Connection,
 ) -> None:
     await drain(conn)  # what is left is not due yet (other tests' backoff rows)

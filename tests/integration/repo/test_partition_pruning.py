@@ -76,7 +76,6 @@ WIDER = {
     "find_idempotent_run": "joins from the key row: pruned at run time",
     "settle_child_starts": "joins from a paused run's held child starts: pruned at run time",
     "mark_published": "a batch of (run id, task id) pairs",
-    "mark_published_quietly": "a batch of (run id, task id) pairs",
     "resolve_waits": "a batch of (run id, task id) pairs",
     "finish_runs": "a batch of run ids",
     "lock_runs": "a batch of run ids (the group commit)",

@@ -123,7 +123,7 @@ async def test_with_index_plans_the_plan_made_on_a_nearly_empty_partition_probes
     # the publisher's deletions), each matching no row here
     cases: list[tuple[str, list[Any]]] = [
         ("complete_tasks", [[run_id], [uuid7()], ["a"], [0], ["{}"]]),
-        ("mark_published_quietly", [[0], [run_id], [uuid7()], [0]]),
+        ("mark_published", [[0], [run_id], [uuid7()], [0]]),
     ]
 
     async def plans(index_plans: bool) -> dict[str, str]:

@@ -201,23 +201,23 @@ async def mark_published(
 ) -> dt.datetime | None:
     """Dispatches were published: delete their outbox rows, mark their attempts
     QUEUED (those still PENDING), and return when the next dispatch is due for
-    the enqueuer (None: none waiting; ``grace`` as for ``claim_outbox``), in one
-    round trip. The enqueuer runs it in its claiming transaction; the engine's
-    publisher on its own, for the publishes of many commits at once, with
-    ``next_due=False``: it never sleeps on the answer, and finding it reads every
-    dispatch row of the outbox (dead ones too, until a vacuum), which made this the
-    costliest statement of a W1 step's share (always None then)."""
-    args = (
+    the enqueuer (None: none waiting; ``grace`` as for ``claim_outbox``). The
+    enqueuer runs it in its claiming transaction; the engine's publisher on its
+    own, for the publishes of many commits at once, with ``next_due=False``
+    (always None then): it never sleeps on the answer, and finding it
+    (``next_outbox_due``) reads every dispatch row of the outbox, dead ones too
+    until a vacuum: asked on every flush, it made this the costliest statement of
+    a W1 step's share."""
+    await conn.execute(
+        q("mark_published"),
         list(outbox_ids),
         [r.run_id for r in refs],
         [r.task_id for r in refs],
         [r.attempt for r in refs],
     )
     if not next_due:
-        await conn.execute(q("mark_published_quietly"), *args)
         return None
-    due: dt.datetime | None = await conn.fetchval(q("mark_published"), *args, float(grace))
-    return due
+    return await next_outbox_due(conn, "dispatch", grace=grace)
 
 
 @translated

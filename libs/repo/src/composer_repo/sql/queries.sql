@@ -873,44 +873,18 @@ RETURNING attempts;
 SELECT kind, count(*) AS n FROM outbox GROUP BY kind;
 
 -- name: mark_published
--- After the outbox-enqueuer published dispatches, in one round trip: delete
--- their rows ($1), move their attempts still PENDING (and not held meanwhile by
--- a pause of their run) to QUEUED ($2-$4), and
--- say when the next dispatch is due. Every part reads the statement's snapshot,
--- so the rows being deleted are left out of the min() explicitly.
--- (mark_published_quietly is the same without the min(): the engine's publisher
--- has no use for it, and it reads every dispatch row of the outbox, dead ones
--- included until a vacuum: most of this statement's cost under load.)
+-- After dispatches were published (by the engine's publisher, for the commits of
+-- a few ms, or by the outbox-enqueuer in its claiming transaction): their rows
+-- deleted ($1), their attempts still PENDING (and not held meanwhile by a pause
+-- of their run) moved to QUEUED ($2-$4). Nothing is read back: when the next
+-- dispatch is due is next_outbox_due's, asked by the enqueuer only (it read every
+-- dispatch row of the outbox, dead ones too until a vacuum, and the publisher,
+-- which never sleeps on it, paid for it on every flush).
 -- An attempt another transaction holds is skipped, not waited for: a worker's
 -- lease (it read the entry at once) or a report is taking it past QUEUED, which
 -- only says "published" (PENDING and QUEUED are one to every other statement).
 -- Waiting deadlocked with a batch of leases that locked the same attempts in
 -- another order, a 1 s stall each time (deadlock_timeout).
-WITH deleted AS (
-    DELETE FROM outbox WHERE id = ANY($1::bigint[])
-), locked AS (
-    SELECT t.run_id, t.id, t.attempt
-      FROM task_instances t
-      JOIN unnest($2::text[], $3::text[], $4::int[]) AS u(run_id, id, attempt)
-        ON t.run_id = u.run_id AND t.id = u.id AND t.attempt = u.attempt
-     WHERE t.state = 'PENDING' AND t.held_reason IS NULL
-       FOR UPDATE OF t SKIP LOCKED
-), queued AS (
-    UPDATE task_instances t
-       SET state = 'QUEUED', updated_at = now()
-      FROM locked l
-     WHERE t.run_id = l.run_id AND t.id = l.id AND t.attempt = l.attempt
-       AND t.state = 'PENDING'
-)
-SELECT min(CASE WHEN next_attempt_at > created_at THEN next_attempt_at
-                ELSE created_at + make_interval(secs => $5) END)
-  FROM outbox
- WHERE kind = 'dispatch' AND NOT (id = ANY($1::bigint[]));
-
--- name: mark_published_quietly
--- mark_published for the engine's publisher (engine/_publish.py): the rows of
--- dispatches its commits published deleted ($1), their attempts still PENDING
--- moved to QUEUED ($2-$4) as there, and nothing read back.
 WITH deleted AS (
     DELETE FROM outbox WHERE id = ANY($1::bigint[])
 ), locked AS (
