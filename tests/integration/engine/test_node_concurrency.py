@@ -74,7 +74,8 @@ async def engine(pool: repo.Pool) -> AsyncIterator[Engine]:
     for spec in (*SHARED, *OWN, PER_CUSTOMER, ITEMS):
         await workflows.create(validate_definition(spec), deploy=True)
     async with repo.connection(pool) as conn:  # each test starts from an empty key
-        for table in ("workflow_runs", "outbox", "run_slots", "runs_waiting"):
+        # task rows first: nothing cascades from a run (V028)
+        for table in ("task_instances", "workflow_runs", "outbox", "run_slots", "runs_waiting"):
             await conn.execute(f"DELETE FROM {table}")
     e = Engine(pool)
     try:

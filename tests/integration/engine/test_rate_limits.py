@@ -60,7 +60,8 @@ async def engine(pool: repo.Pool) -> AsyncIterator[Engine]:
     for spec in (RATED, BOTH, PER_PARTNER):
         await workflows.create(validate_definition(spec), deploy=True)
     async with repo.connection(pool) as conn:  # each test starts with full buckets
-        for table in ("workflow_runs", "outbox", "run_slots", "runs_waiting", "rate_buckets"):
+        tables = ("task_instances", "workflow_runs", "outbox", "run_slots", "runs_waiting")
+        for table in (*tables, "rate_buckets"):  # task rows first: nothing cascades (V028)
             await conn.execute(f"DELETE FROM {table}")
     e = Engine(pool)
     try:

@@ -31,7 +31,8 @@ SLOW = {  # its TASK has no worker here: a run stays RUNNING until cancelled
 @pytest.fixture
 async def engine(pool: repo.Pool) -> AsyncIterator[Engine]:
     async with repo.connection(pool) as conn:
-        for table in ("workflow_runs", "schedules", "schedule_events", "run_idempotency_keys"):
+        tables = ("workflow_runs", "schedules", "schedule_events", "run_idempotency_keys")
+        for table in ("task_instances", *tables):  # task rows first: nothing cascades (V028)
             await conn.execute(f"DELETE FROM {table}")
     await Workflows(pool).create(validate_definition(SLOW), deploy=True)
     e = Engine(pool)
