@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
+from collections.abc import Iterator
+from typing import Any
 
 import composer_repo as repo
 from composer_core.model import NodeType, TaskState
 from composer_core.statemachine import MapProgress
+from composer_repo._sql import QUERIES
 
 _last_ms = 0
 _seq = 0
@@ -117,3 +121,38 @@ async def new_map_run(
         ],
     )
     return run_id, ids
+
+
+def _scans(plan: dict[str, Any], table: str) -> Iterator[dict[str, Any]]:
+    if "Scan" in plan["Node Type"] and plan.get("Relation Name", "").startswith(table):
+        yield plan
+    for child in plan.get("Plans", []):
+        yield from _scans(child, table)
+
+
+async def rows_read(
+    conn: repo.Connection, name: str, *args: Any, table: str = "task_instances"
+) -> int:
+    """The rows the scans of ``table`` (its partitions) in statement ``name`` read (kept
+    or filtered out), run under EXPLAIN ANALYZE in a transaction rolled back, with the
+    planner settings of the services' pools (composer_repo.INDEX_PLANS): as on a table
+    too big to scan whole, the choice left is between indexes."""
+    tx = conn.transaction()
+    await tx.start()
+    try:
+        for setting, value in repo.INDEX_PLANS.items():
+            await conn.execute(f"SET LOCAL {setting} = {value}")
+        (row,) = await conn.fetch("EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES[name], *args)
+    finally:
+        await tx.rollback()
+    value = row[0]
+    plan = (json.loads(value) if isinstance(value, str) else value)[0]["Plan"]
+    return sum(
+        (
+            s.get("Actual Rows", 0)
+            + s.get("Rows Removed by Filter", 0)
+            + s.get("Rows Removed by Index Recheck", 0)
+        )
+        * s.get("Actual Loops", 1)
+        for s in _scans(plan, table)
+    )
