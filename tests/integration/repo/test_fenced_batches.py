@@ -105,3 +105,23 @@ async def test_finishing_runs_reads_each_run_it_names(fresh: repo.Connection) ->
         table="workflow_runs",
     )
     assert read <= 2 * BATCH
+
+
+async def test_leasing_attempts_reads_each_attempt_it_names(fresh: repo.Connection) -> None:
+    pairs = (await runs_with_one_task(fresh, TaskState.QUEUED))[:BATCH]
+    read = await rows_read(
+        fresh,
+        "acquire_leases",
+        [r for r, _ in pairs],
+        [t for _, t in pairs],
+        [0] * BATCH,
+        ["w"] * BATCH,
+        [30.0] * BATCH,
+        [f"token-{i}" for i in range(BATCH)],
+        [""] * BATCH,
+        [None] * BATCH,
+        [None] * BATCH,
+        [None] * BATCH,
+        None,
+    )
+    assert read <= 2 * BATCH

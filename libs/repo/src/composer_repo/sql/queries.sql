@@ -707,7 +707,33 @@ DELETE FROM outbox
 -- not read for it). A new grant (started_at the statement's time, not the kept
 -- one of a request sent again) is appended to the run's history in the same
 -- statement: who leased which attempt, when (V009).
-WITH granted AS (
+WITH fenced AS MATERIALIZED (
+    -- one probe each (batched fenced updates, above)
+    SELECT u.*
+      FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::float8[], $6::text[],
+                  $7::text[], $8::text[], $9::text[], $10::text[])
+               AS u(run_id, id, attempt, owner, ttl, token, claim, queues, queue, node_types)
+     CROSS JOIN LATERAL (
+         SELECT FROM task_instances t
+          WHERE t.run_id = u.run_id AND t.id = u.id AND t.attempt = u.attempt
+            AND ((t.state IN ('PENDING', 'QUEUED') AND t.held_reason IS NULL
+                  AND (t.dispatched_at IS NULL OR t.dispatched_at <= statement_timestamp()))
+                 OR (t.state = 'RUNNING'
+                     AND ((t.lease_owner = u.owner AND u.claim <> '' AND t.lease_claim = u.claim)
+                          OR t.lease_expires_at < statement_timestamp())))
+            AND (u.queues IS NULL OR t.queue = ANY(string_to_array(u.queues, '|')))
+            AND (u.queue IS NULL OR t.queue = u.queue)
+            AND (u.node_types IS NULL OR t.node_type = ANY(string_to_array(u.node_types, '|')))
+            -- ($11) a task leased with the report that dispatched it has an input of at
+            -- most this many bytes of JSON text (NULL: any); one stored uncompressed in
+            -- under 2,000 bytes is at most ~12 KB as text (an escaped control character:
+            -- 6 bytes for 1), so only a larger or compressed one is measured as text
+            AND ($11::int IS NULL
+                 OR (pg_column_size(t.input) < 2000 AND pg_column_compression(t.input) IS NULL)
+                 OR octet_length(t.input::text) <= $11::int)
+            FOR UPDATE
+     ) found
+), granted AS (
 UPDATE task_instances t
    SET state = 'RUNNING', lease_owner = u.owner,
        lease_expires_at = statement_timestamp() + make_interval(secs => u.ttl),
@@ -725,25 +751,8 @@ UPDATE task_instances t
                               AND u.claim <> '' AND t.lease_claim = u.claim
                          THEN t.started_at ELSE statement_timestamp() END,
        updated_at = statement_timestamp()
-  FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::float8[], $6::text[],
-              $7::text[], $8::text[], $9::text[], $10::text[])
-           AS u(run_id, id, attempt, owner, ttl, token, claim, queues, queue, node_types)
- WHERE t.run_id = u.run_id AND t.id = u.id AND t.attempt = u.attempt
-   AND ((t.state IN ('PENDING', 'QUEUED') AND t.held_reason IS NULL
-         AND (t.dispatched_at IS NULL OR t.dispatched_at <= statement_timestamp()))
-        OR (t.state = 'RUNNING'
-            AND ((t.lease_owner = u.owner AND u.claim <> '' AND t.lease_claim = u.claim)
-                 OR t.lease_expires_at < statement_timestamp())))
-   AND (u.queues IS NULL OR t.queue = ANY(string_to_array(u.queues, '|')))
-   AND (u.queue IS NULL OR t.queue = u.queue)
-   AND (u.node_types IS NULL OR t.node_type = ANY(string_to_array(u.node_types, '|')))
-   -- ($11) a task leased with the report that dispatched it has an input of at most
-   -- this many bytes of JSON text (NULL: any); one stored uncompressed in under 2,000
-   -- bytes is at most ~12 KB as text (an escaped control character: 6 bytes for 1),
-   -- so only a larger or compressed one is measured as text
-   AND ($11::int IS NULL
-        OR (pg_column_size(t.input) < 2000 AND pg_column_compression(t.input) IS NULL)
-        OR octet_length(t.input::text) <= $11::int)
+  FROM fenced u
+ WHERE t.run_id = u.run_id AND t.id = u.id
 RETURNING t.run_id, t.id, t.attempt, t.node_id, t.node_type, t.queue, t.input,
           t.lease_expires_at, t.max_attempts, t.lease_token, t.context, t.started_at,
           t.lease_owner
