@@ -125,3 +125,32 @@ async def test_leasing_attempts_reads_each_attempt_it_names(fresh: repo.Connecti
         None,
     )
     assert read <= 2 * BATCH
+
+
+async def test_renewing_leases_reads_each_lease_it_names(fresh: repo.Connection) -> None:
+    pairs = (await runs_with_one_task(fresh, TaskState.RUNNING))[:BATCH]
+    read = await rows_read(
+        fresh,
+        "renew_leases",
+        [r for r, _ in pairs],
+        [t for _, t in pairs],
+        [0] * BATCH,
+        ["w"] * BATCH,
+        [30.0] * BATCH,
+        [f"token-{i}" for i in range(BATCH)],
+        [None] * BATCH,
+    )
+    assert read <= 2 * BATCH
+
+
+async def test_holding_attempts_reads_each_attempt_it_names(fresh: repo.Connection) -> None:
+    pairs = (await runs_with_one_task(fresh, TaskState.PENDING))[:BATCH]
+    read = await rows_read(
+        fresh,
+        "hold_tasks",
+        [r for r, _ in pairs],
+        [t for _, t in pairs],
+        [0] * BATCH,
+        ["limit"] * BATCH,
+    )
+    assert read <= 2 * BATCH

@@ -87,7 +87,7 @@ async def test_items_that_go_and_the_group_commits_snapshot_read_what_they_name(
         conn, "load_map_items_of_runs", [run_id], [run_id] * BATCH, reported
     )
 
-    assert start == BATCH
+    assert start <= 2 * BATCH  # a probe to lock each item, one to write it
     # the MAP's own row, the reported items and as many of the next (each read twice
     # at most: once by the run's MAP row, once by its own probe)
     assert snapshot <= 2 * (1 + 2 * BATCH)

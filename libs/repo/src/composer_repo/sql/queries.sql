@@ -334,11 +334,21 @@ SELECT item, CASE WHEN state = 'COMPLETED' THEN output END AS output
 -- name: start_items
 -- MAP items that waited for a place go: due for dispatch from now (their outbox
 -- rows are written after). Only one still waiting.
+-- Found and locked one probe each, then written (batched fenced updates, above).
+WITH fenced AS MATERIALIZED (
+    SELECT u.run_id, u.id
+      FROM unnest($1::text[], $2::text[]) AS u(run_id, id)
+     CROSS JOIN LATERAL (
+         SELECT FROM task_instances t
+          WHERE t.run_id = u.run_id AND t.id = u.id AND t.state = 'PENDING'
+            AND t.dispatched_at IS NULL AND t.held_reason IS NULL AND t.item IS NOT NULL
+            FOR UPDATE
+     ) found
+)
 UPDATE task_instances t
    SET dispatched_at = composer_now(), updated_at = composer_now()
-  FROM unnest($1::text[], $2::text[]) AS u(run_id, id)
- WHERE t.run_id = u.run_id AND t.id = u.id AND t.state = 'PENDING'
-   AND t.dispatched_at IS NULL AND t.held_reason IS NULL AND t.item IS NOT NULL
+  FROM fenced f
+ WHERE t.run_id = f.run_id AND t.id = f.id
 RETURNING t.id;
 
 -- name: set_map_progress
@@ -782,14 +792,24 @@ SELECT t.run_id, t.id, t.node_id, t.node_type, t.queue, t.attempt, t.state,
 -- name: renew_leases
 -- Renewals, many in one statement: only with the lease's token ($6) and on a
 -- queue the worker's credentials cover ($7, as in acquire_leases).
+-- Found and locked one probe each, then written (batched fenced updates, above).
+WITH fenced AS MATERIALIZED (
+    SELECT u.run_id, u.id, u.ttl
+      FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::float8[], $6::text[],
+                  $7::text[])
+               AS u(run_id, id, attempt, owner, ttl, token, queues)
+     CROSS JOIN LATERAL (
+         SELECT FROM task_instances t
+          WHERE t.run_id = u.run_id AND t.id = u.id AND t.attempt = u.attempt
+            AND t.state = 'RUNNING' AND t.lease_owner = u.owner AND t.lease_token = u.token
+            AND (u.queues IS NULL OR t.queue = ANY(string_to_array(u.queues, '|')))
+            FOR UPDATE
+     ) found
+)
 UPDATE task_instances t
-   SET lease_expires_at = statement_timestamp() + make_interval(secs => u.ttl), updated_at = now()
-  FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::float8[], $6::text[],
-              $7::text[])
-           AS u(run_id, id, attempt, owner, ttl, token, queues)
- WHERE t.run_id = u.run_id AND t.id = u.id AND t.attempt = u.attempt
-   AND t.state = 'RUNNING' AND t.lease_owner = u.owner AND t.lease_token = u.token
-   AND (u.queues IS NULL OR t.queue = ANY(string_to_array(u.queues, '|')))
+   SET lease_expires_at = statement_timestamp() + make_interval(secs => f.ttl), updated_at = now()
+  FROM fenced f
+ WHERE t.run_id = f.run_id AND t.id = f.id
 RETURNING t.run_id, t.id, t.attempt, t.lease_expires_at;
 
 -- name: lease_holder
@@ -1352,13 +1372,23 @@ SELECT count(*) FILTER (WHERE dispatched_at IS NOT NULL AND held_reason IS NULL
 -- name: hold_tasks
 -- Attempts the admission step held: PENDING with a reason, no dispatch time but a
 -- retry's backoff end still ahead, which the release keeps (release_task).
+-- Found and locked one probe each, then written (batched fenced updates, above).
+WITH fenced AS MATERIALIZED (
+    SELECT u.run_id, u.id, u.reason
+      FROM unnest($1::text[], $2::text[], $3::int[], $4::text[]) AS u(run_id, id, attempt, reason)
+     CROSS JOIN LATERAL (
+         SELECT FROM task_instances t
+          WHERE t.run_id = u.run_id AND t.id = u.id AND t.attempt = u.attempt
+            AND t.state = 'PENDING'
+            FOR UPDATE
+     ) found
+)
 UPDATE task_instances t
-   SET held_reason = u.reason,
+   SET held_reason = f.reason,
        dispatched_at = CASE WHEN t.dispatched_at > composer_now() THEN t.dispatched_at END,
        updated_at = composer_now()
-  FROM unnest($1::text[], $2::text[], $3::int[], $4::text[]) AS u(run_id, id, attempt, reason)
- WHERE t.run_id = u.run_id AND t.id = u.id AND t.attempt = u.attempt
-   AND t.state = 'PENDING'
+  FROM fenced f
+ WHERE t.run_id = f.run_id AND t.id = f.id
 RETURNING t.id;
 
 -- name: held_tasks
