@@ -334,6 +334,26 @@ async def test_lease_is_granted_once_and_returns_the_input(conn: repo.Connection
     assert (task.state, task.lease_owner) == (TaskState.RUNNING, "w1")
 
 
+async def test_a_lease_within_an_input_limit_takes_a_task_without_input(
+    conn: repo.Connection,
+) -> None:
+    """A report's answer leases the next task only within an input size (engine/_reports.py);
+    a task with no input (a MAP item of null) is within any."""
+    run_id = await new_run(conn)
+    bare = await new_worker_task(conn, run_id, "a", input=None)
+    large = await new_worker_task(conn, run_id, "b", input={"blob": "x" * 4096})
+    await repo.mark_published(conn, [], [bare, large])
+    requests = [
+        repo.LeaseRequest(run_id, ref.task_id, 0, "w", 30.0, f"tok-{ref.node_id}")
+        for ref in (bare, large)
+    ]
+
+    leases = await repo.acquire_leases(conn, requests, max_input_bytes=1024)
+
+    assert leases[0] is not None and leases[0].input is None
+    assert leases[1] is None  # over the limit: left for the worker's own lease
+
+
 async def test_lease_is_fenced_by_attempt(conn: repo.Connection) -> None:
     run_id = await new_run(conn)
     ref = await new_worker_task(conn, run_id)

@@ -737,8 +737,9 @@ WITH fenced AS MATERIALIZED (
             -- ($11) a task leased with the report that dispatched it has an input of at
             -- most this many bytes of JSON text (NULL: any); one stored uncompressed in
             -- under 2,000 bytes is at most ~12 KB as text (an escaped control character:
-            -- 6 bytes for 1), so only a larger or compressed one is measured as text
-            AND ($11::int IS NULL
+            -- 6 bytes for 1), so only a larger or compressed one is measured as text; no
+            -- input (a MAP item of null) has no size
+            AND ($11::int IS NULL OR t.input IS NULL
                  OR (pg_column_size(t.input) < 2000 AND pg_column_compression(t.input) IS NULL)
                  OR octet_length(t.input::text) <= $11::int)
             FOR UPDATE
