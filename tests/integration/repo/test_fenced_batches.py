@@ -9,12 +9,17 @@ and compared each with every key of the batch: 100 x 1,000 comparisons a stateme
 in W4, 1,600 x 1,600 in W2's publish (queries.sql, "Batched fenced updates").
 
 Here each statement runs under EXPLAIN ANALYZE on this module's fresh database, with
-``ROWS`` rows in the fenced state and no statistics, and must read at most two rows
-of its table per key of a batch of ``BATCH`` (one probe to find and lock, one to
-write).
+``ROWS`` rows in the fenced state and no statistics, on a batch of ``BATCH`` keys
+whose rows all pass the fence: it must read exactly two rows of its table per key,
+one probe to find and lock the row and one to write it (so every row named is also
+written).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -26,9 +31,83 @@ from .helpers import ensure_definition, rows_read, uuid7
 ROWS = 1000
 BATCH = 100
 
+#: (run ids, task ids) of the batch -> the statement's arguments.
+Arguments = Callable[[list[str], list[str]], tuple[Any, ...]]
 
-async def runs_with_one_task(conn: repo.Connection, state: TaskState) -> list[tuple[str, str]]:
-    """``ROWS`` RUNNING runs, each with one task "a" in ``state``: (run id, task id)."""
+
+def each(value: object) -> list[object]:
+    """``value`` for every key of the batch."""
+    return [value] * BATCH
+
+
+def tokens() -> list[str]:
+    return [f"token-{i}" for i in range(BATCH)]
+
+
+@dataclass(frozen=True)
+class Case:
+    statement: str
+    #: The state the statement's fence expects of the batch's tasks.
+    state: TaskState
+    arguments: Arguments
+    table: str = "task_instances"
+    #: The batch's attempts are leased first (to owner "w", under ``tokens()``).
+    leased: bool = False
+
+
+CASES = [
+    Case(
+        "resolve_waits",
+        TaskState.WAITING,
+        lambda runs, tasks: (runs, tasks, each("a"), each("COMPLETED"), each("{}"), each(None)),
+    ),
+    Case(
+        "complete_tasks",
+        TaskState.RUNNING,
+        lambda runs, tasks: (runs, tasks, each("a"), each(0), each("{}")),
+    ),
+    Case("mark_published", TaskState.PENDING, lambda runs, tasks: ([], runs, tasks, each(0))),
+    Case(
+        "finish_runs",
+        TaskState.COMPLETED,
+        lambda runs, _: (runs, each("SUCCEEDED"), each("{}"), each(None)),
+        table="workflow_runs",
+    ),
+    Case(
+        "acquire_leases",
+        TaskState.QUEUED,
+        lambda runs, tasks: (
+            runs,
+            tasks,
+            each(0),
+            each("w"),
+            each(30.0),
+            tokens(),
+            each(""),
+            each(None),
+            each(None),
+            each(None),
+            None,
+        ),
+    ),
+    Case(
+        "renew_leases",
+        TaskState.QUEUED,
+        lambda runs, tasks: (runs, tasks, each(0), each("w"), each(30.0), tokens(), each(None)),
+        leased=True,
+    ),
+    Case(
+        "hold_tasks",
+        TaskState.PENDING,
+        lambda runs, tasks: (runs, tasks, each(0), each("limit")),
+    ),
+]
+
+
+async def runs_with_one_task(
+    conn: repo.Connection, state: TaskState
+) -> tuple[list[str], list[str]]:
+    """``ROWS`` RUNNING runs, each with one task "a" in ``state``: their ids, the tasks'."""
     version = await ensure_definition(conn)
     runs = [uuid7() for _ in range(ROWS)]
     await repo.insert_runs(conn, [repo.NewRun(r, "wf", version) for r in runs])
@@ -41,7 +120,7 @@ async def runs_with_one_task(conn: repo.Connection, state: TaskState) -> list[tu
             for r, t in zip(runs, tasks, strict=True)
         ],
     )
-    return list(zip(runs, tasks, strict=True))
+    return runs, tasks
 
 
 @pytest.fixture
@@ -51,106 +130,22 @@ async def fresh(conn: repo.Connection) -> repo.Connection:
     return conn
 
 
-async def test_ending_waits_reads_each_wait_it_names(fresh: repo.Connection) -> None:
-    pairs = (await runs_with_one_task(fresh, TaskState.WAITING))[:BATCH]
-    read = await rows_read(
-        fresh,
-        "resolve_waits",
-        [r for r, _ in pairs],
-        [t for _, t in pairs],
-        ["a"] * BATCH,
-        [TaskState.COMPLETED.value] * BATCH,
-        ["{}"] * BATCH,
-        [None] * BATCH,
-    )
-    assert read <= 2 * BATCH
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.statement)
+async def test_a_batched_fenced_update_reads_each_row_it_names_twice(
+    fresh: repo.Connection, case: Case
+) -> None:
+    runs, tasks = await runs_with_one_task(fresh, case.state)
+    runs, tasks = runs[:BATCH], tasks[:BATCH]
+    if case.leased:
+        leases = await repo.acquire_leases(
+            fresh,
+            [
+                repo.LeaseRequest(r, t, 0, "w", 30.0, token)
+                for r, t, token in zip(runs, tasks, tokens(), strict=True)
+            ],
+        )
+        assert all(leases)
 
+    read = await rows_read(fresh, case.statement, *case.arguments(runs, tasks), table=case.table)
 
-async def test_completing_attempts_reads_each_attempt_it_names(fresh: repo.Connection) -> None:
-    pairs = (await runs_with_one_task(fresh, TaskState.RUNNING))[:BATCH]
-    read = await rows_read(
-        fresh,
-        "complete_tasks",
-        [r for r, _ in pairs],
-        [t for _, t in pairs],
-        ["a"] * BATCH,
-        [0] * BATCH,
-        ["{}"] * BATCH,
-    )
-    assert read <= 2 * BATCH
-
-
-async def test_publishing_dispatches_reads_each_task_it_names(fresh: repo.Connection) -> None:
-    pairs = (await runs_with_one_task(fresh, TaskState.PENDING))[:BATCH]
-    read = await rows_read(
-        fresh,
-        "mark_published",
-        [],
-        [r for r, _ in pairs],
-        [t for _, t in pairs],
-        [0] * BATCH,
-    )
-    assert read <= 2 * BATCH
-
-
-async def test_finishing_runs_reads_each_run_it_names(fresh: repo.Connection) -> None:
-    pairs = (await runs_with_one_task(fresh, TaskState.COMPLETED))[:BATCH]
-    read = await rows_read(
-        fresh,
-        "finish_runs",
-        [r for r, _ in pairs],
-        ["SUCCEEDED"] * BATCH,
-        ["{}"] * BATCH,
-        [None] * BATCH,
-        table="workflow_runs",
-    )
-    assert read <= 2 * BATCH
-
-
-async def test_leasing_attempts_reads_each_attempt_it_names(fresh: repo.Connection) -> None:
-    pairs = (await runs_with_one_task(fresh, TaskState.QUEUED))[:BATCH]
-    read = await rows_read(
-        fresh,
-        "acquire_leases",
-        [r for r, _ in pairs],
-        [t for _, t in pairs],
-        [0] * BATCH,
-        ["w"] * BATCH,
-        [30.0] * BATCH,
-        [f"token-{i}" for i in range(BATCH)],
-        [""] * BATCH,
-        [None] * BATCH,
-        [None] * BATCH,
-        [None] * BATCH,
-        None,
-    )
-    assert read <= 2 * BATCH
-
-
-async def test_renewing_leases_reads_each_lease_it_names(fresh: repo.Connection) -> None:
-    pairs = (await runs_with_one_task(fresh, TaskState.RUNNING))[:BATCH]
-    read = await rows_read(
-        fresh,
-        "renew_leases",
-        [r for r, _ in pairs],
-        [t for _, t in pairs],
-        [0] * BATCH,
-        ["w"] * BATCH,
-        [30.0] * BATCH,
-        [f"token-{i}" for i in range(BATCH)],
-        [None] * BATCH,
-    )
-    assert read <= 2 * BATCH
-
-
-async def test_holding_attempts_reads_each_attempt_it_names(fresh: repo.Connection) -> None:
-    pairs = (await runs_with_one_task(fresh, TaskState.PENDING))[:BATCH]
-    read = await rows_read(
-        fresh,
-        "hold_tasks",
-        [r for r, _ in pairs],
-        [t for _, t in pairs],
-        [0] * BATCH,
-        ["limit"] * BATCH,
-    )
-    assert read <= 2 * BATCH
+    assert read == 2 * BATCH
