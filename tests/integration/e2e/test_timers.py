@@ -1,10 +1,12 @@
 """Waits end to end: the timer fires WAITs on time and times WAIT_FOR_EVENTs out, a
-signal that came early is kept for its node, and timer replicas share the work
-without firing any wait twice or waiting on each other's runs."""
+signal that came early is kept for its node, timer replicas share the work
+without firing any wait twice or waiting on each other's runs, and waits due
+together are staged ahead of their time, never seen fired before it."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -193,3 +195,57 @@ async def test_a_nearer_wait_wakes_a_timer_sleeping_towards_a_later_one(timed: S
 
     assert (await timed.wait_run(near.run_id, timeout=1)).status is RunStatus.SUCCEEDED
     assert timed.timer is not None and max(timed.timer.lags) < 0.25
+
+
+async def test_waits_due_together_are_staged_ahead_and_none_is_seen_fired_early(
+    stack: Stack,
+) -> None:
+    n = 200
+    await stack.deploy(
+        {
+            "id": "nap-until",
+            "nodes": [
+                {"id": "nap", "type": "WAIT", "spec": {"duration_seconds": "{{input.seconds}}"}}
+            ],
+        }
+    )
+    due = time.time() + 4.0
+    slots = asyncio.Semaphore(16)
+
+    async def start() -> tuple[str, float]:
+        async with slots:
+            seconds = due - time.time()
+            return (
+                await stack.engine.start("nap-until", input={"seconds": seconds})
+            ).run_id, seconds
+
+    started = dict(await asyncio.gather(*(start() for _ in range(n))))
+    assert time.time() < due - 1.0, "the starts took too long for the test to mean anything"
+    timer = Timer(stack.engine, stack.redis, prefix=stack.prefix)
+    stop = asyncio.Event()
+    loop = asyncio.create_task(timer.run(stop), name="timer")
+    try:
+        # Staged a lead ahead, under the runs' locks: until their time, nobody sees one end.
+        while time.time() < due - 0.01:
+            async with repo.transaction(stack.pool) as conn:
+                ended = await conn.fetchval(
+                    "SELECT count(*) FROM workflow_runs WHERE id = ANY($1) AND status <> 'RUNNING'",
+                    list(started),
+                )
+            assert ended == 0, f"{ended} run(s) ended before their wait's time"
+            await asyncio.sleep(0.02)
+        for run_id in started:
+            assert (await stack.wait_run(run_id, timeout=15)).status is RunStatus.SUCCEEDED
+    finally:
+        stop.set()
+        await asyncio.wait_for(loop, 10)
+
+    assert timer.fired == n and timer.staged == n
+    assert min(timer.lags) >= 0  # each committed no sooner than its wake_at
+    for run_id, seconds in started.items():
+        nap = (await stack.tasks_of(run_id))["nap"]
+        assert nap.started_at is not None and nap.finished_at is not None
+        wake_at = nap.started_at + dt.timedelta(seconds=seconds)
+        # fired on a clock that reads its bucket's time: never before its own
+        assert nap.finished_at >= wake_at, (run_id, nap.finished_at, wake_at)
+        assert nap.output == {"woke_at": nap.finished_at.isoformat().replace("+00:00", "Z")}

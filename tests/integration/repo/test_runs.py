@@ -408,3 +408,27 @@ async def test_a_batch_loads_the_items_its_reports_name_and_as_many_next(
     assert {key[1] for key in locked.leases} == {ids[3], ids[7]}
     other_state = locked.runs[other].nodes["m"].map
     assert other_state is not None and sorted(other_state.items) == [2]
+
+
+async def test_a_staged_batch_reads_its_due_time_on_its_clock_until_it_is_past(
+    conn: repo.Connection,
+) -> None:
+    """A timer group staged ahead of its waits' time decides on a clock that reads that
+    time, and the database says how long until it (docs/architecture.md §3.1)."""
+    run_id, _ = await new_map_run(conn, items=1, in_flight=1)
+    async with conn.transaction():
+        now = (await repo.lock_runs(conn, [(run_id, "x")])).now
+    assert now is not None
+    ahead = now + dt.timedelta(seconds=30)
+
+    async with conn.transaction():
+        staged = await repo.lock_runs(conn, [(run_id, "x")], not_before=ahead)
+        history_at = await conn.fetchval("SELECT composer_now()")
+        left = await repo.seconds_until(conn, ahead)
+    async with conn.transaction():
+        later = (await repo.lock_runs(conn, [(run_id, "x")], not_before=now)).now
+
+    assert staged.now == history_at == ahead  # every row the batch writes carries it
+    assert 28 < left <= 30
+    assert later is not None and later > now  # a past floor leaves the clock alone
+    assert await repo.seconds_until(conn, now) < 0

@@ -362,7 +362,7 @@ def announce(
     finished = effects.finished
     if finished is not None:
         detail = f": {finished.error}" if finished.error and log_error else ""
-        tx.after_commit(
+        tx.after_hints(
             lambda: log.info(
                 "run %s of %s v%d %s%s",
                 run.run_id,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime as dt
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -137,15 +138,21 @@ class Reports:
         return [r for r in results if not isinstance(r, _Busy | _Alone)]
 
     async def fire_timers(
-        self, waits: Sequence[tuple[str, str, str]]
+        self, waits: Sequence[tuple[str, str, str]], *, at: dt.datetime | None = None
     ) -> list[bool | EngineError | None]:
         """TimerFired for many due waits, each a (run, task, node), in one transaction:
         the timer's pass, group-committed as reports are. For each: True, fired; False,
         the wait no longer needed it; None, another transaction holds its run (the
         timer comes back to it); or the error it met applied alone (a broken
-        definition, Parked)."""
+        definition, Parked).
+
+        ``at`` stages the group ahead of its time (docs/architecture.md §3.1, "Waits
+        due together"): the waits are decided now under their runs' locks, on a clock
+        that reads ``at``, and the transaction commits once the database's clock has
+        passed ``at``; nothing of it is seen before. None: they are due, and commit
+        at once."""
         fires = [Fired(run_id, task_id, node_id) for run_id, task_id, node_id in waits]
-        results = await self._group_commit(fires, defer_busy=True)
+        results = await self._group_commit(fires, defer_busy=True, at=at)
         out: list[bool | EngineError | None] = []
         for fire, result in zip(fires, results, strict=True):
             if isinstance(result, _Busy):
@@ -197,11 +204,17 @@ class Reports:
         )
 
     async def _group_commit(
-        self, reports: Sequence[Report | Fired], *, defer_busy: bool
+        self,
+        reports: Sequence[Report | Fired],
+        *,
+        defer_busy: bool,
+        at: dt.datetime | None = None,
     ) -> list[bool | NextTask | EngineError | _Busy | _Alone]:
         """``report_many``; with ``defer_busy`` a report whose run another transaction
         holds is answered ``_BUSY`` (its caller submits it again) instead of applied alone,
-        and one too heavy for the batch ``_ALONE`` (its caller applies it alone)."""
+        and one too heavy for the batch ``_ALONE`` (its caller applies it alone).
+        ``at``: the batch's clock reads no earlier than it, and it commits no sooner
+        (``fire_timers``)."""
         results: list[bool | NextTask | EngineError | _Busy | _Alone | None] = [None] * len(reports)
         #: The dispatches leased with their reports (not published), and the leases
         #: refused them (one too large fails its attempt after the commit).
@@ -211,7 +224,9 @@ class Reports:
         heavy: list[int] = []
 
         async def apply(tx: Tx) -> None:
-            locked = await repo.lock_runs(tx.conn, [(r.run_id, r.task_id) for r in reports])
+            locked = await repo.lock_runs(
+                tx.conn, [(r.run_id, r.task_id) for r in reports], not_before=at
+            )
             if locked.now is None:  # every run is held by another transaction (or gone)
                 busy.extend(range(len(reports)))
                 return
@@ -264,6 +279,8 @@ class Reports:
                     await tx.writes.flush(tx)
                     await self._start_handed(tx)
                     taken, refused = await self._take_next(tx, reports, results)
+                    if at is not None:
+                        await _hold_until(conn, at)
             except repo.CommitUnknown as lost:
                 try:
                     applied = await committed(self._shell.pool, lost, attempts=self._shell.attempts)
@@ -467,6 +484,15 @@ class _Candidate(NamedTuple):
     ref: repo.TaskRef
     fields: dict[str, str]
     dispatched: Dispatched | None
+
+
+async def _hold_until(conn: repo.Connection, at: dt.datetime) -> None:
+    """Keep a staged batch's transaction open until ``at`` has passed by the database's
+    clock, the one that set its waits' wake_at: its commit is never early."""
+    # the database's clock is read, not awaited: there is no event to wait on; the
+    # loop's timers may wake a fraction of a millisecond early, hence the margin
+    while (seconds := await repo.seconds_until(conn, at)) > 0:  # noqa: ASYNC110
+        await asyncio.sleep(seconds + 0.001)
 
 
 def _offers(r: Report | Fired, result: object) -> bool:

@@ -33,6 +33,7 @@ class Tx:
         "_counts",
         "_hints",
         "_hints_to",
+        "_last",
         "conn",
         "deciding",
         "deployed",
@@ -52,6 +53,8 @@ class Tx:
         #: The watched queues where a task finished in this transaction.
         self.freed: set[str] = set()
         self._after: list[AfterCommit] = []
+        #: What nobody waits on (a finished run's log line): after the hints.
+        self._last: list[Callable[[], None]] = []
         #: Wake-up hints to send after commit, each distinct one once (``hint``).
         self._hints: dict[tuple[str, str], None] = {}
         self._hints_to: tuple[cq.Queue, str] | None = None
@@ -78,6 +81,12 @@ class Tx:
 
     def after_commit(self, fn: AfterCommit) -> None:
         self._after.append(fn)
+
+    def after_hints(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` after commit, once the hints are sent: a log line, which a
+        thousand runs finished by one transaction would otherwise put between its
+        commit and the hints their waiters wait for."""
+        self._last.append(fn)
 
     def hint(self, redis: cq.Queue, prefix: str, loop: str, message: str = "") -> None:
         """Send a wake-up hint (composer_queue hints) after commit. A hint the
@@ -111,3 +120,8 @@ class Tx:
         if self._hints_to is not None:
             redis, prefix = self._hints_to
             await cq.send_hints(redis, prefix, list(self._hints))
+        for last in self._last:
+            try:
+                last()
+            except Exception:
+                log.exception("after-commit hook failed")

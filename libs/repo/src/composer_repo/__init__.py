@@ -106,6 +106,7 @@ from composer_repo._loops import (
     next_wake_at,
     park_wait,
     redispatch_task,
+    seconds_until,
     task_attempts,
 )
 from composer_repo._migrate import (
@@ -560,6 +561,7 @@ __all__ = [
     "schedule_backfills",
     "schedule_events",
     "schema_version",
+    "seconds_until",
     "set_data_key",
     "set_map_progress",
     "set_rate_limit",

@@ -47,6 +47,14 @@ async def next_wake_at(conn: Connection) -> dt.datetime | None:
 
 
 @translated
+async def seconds_until(conn: Connection, at: dt.datetime) -> float:
+    """Seconds from now to ``at`` by the database's clock, which set every wake_at
+    (negative: ``at`` is past)."""
+    seconds: float = await conn.fetchval(q("seconds_until"), at)
+    return seconds
+
+
+@translated
 async def expired_leases(
     conn: Connection, *, limit: int = 200, now: dt.datetime | None = None
 ) -> list[ExpiredLease]:

@@ -229,7 +229,9 @@ async def try_load_run(conn: Connection, run_id: str) -> LockedRun | None:
 
 
 @translated
-async def lock_runs(conn: Connection, reports: Sequence[tuple[str, str]]) -> LockedRuns:
+async def lock_runs(
+    conn: Connection, reports: Sequence[tuple[str, str]], *, not_before: dt.datetime | None = None
+) -> LockedRuns:
     """``load_run`` for a batch of reports, each a (run id, task id), in two round trips
     whatever its size (three when one of its runs has a MAP in progress).
 
@@ -240,8 +242,11 @@ async def lock_runs(conn: Connection, reports: Sequence[tuple[str, str]]) -> Loc
     not every item in flight: an item is found by the report that names it. A run
     left out is locked by another transaction or does not exist: the caller applies
     its events one at a time (``load_run``), which waits for the lock or says NotFound.
+
+    ``not_before``: the transaction's clock reads no earlier than it (a timer group
+    staged ahead of its due time, which commits at that time).
     """
-    rows = await conn.fetch(q("lock_runs"), sorted({run_id for run_id, _ in reports}))
+    rows = await conn.fetch(q("lock_runs"), sorted({run_id for run_id, _ in reports}), not_before)
     if not rows:
         return LockedRuns({}, None, {})
     note_transaction_id(conn, rows[0]["xid"])

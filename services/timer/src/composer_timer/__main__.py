@@ -17,10 +17,10 @@ log = logging.getLogger("composer.timer")
 async def serve(settings: TimerSettings) -> None:
     async with serving(
         settings.runtime(
-            # the waits' groups, and the schedules' batches (4 starts, 2 write-backs,
-            # 1 status read) beside them
+            # the waits' groups, the staged ones held until their time, and the
+            # schedules' batches (4 starts, 2 write-backs, 1 status read) beside them
             "timer",
-            pool_size=settings.timer_concurrency + 8,
+            pool_size=settings.timer_concurrency + settings.timer_stage_slots + 8,
             engine=settings.engine_config(prepare_templates=True),
         )
     ) as rt:
@@ -34,12 +34,17 @@ async def serve(settings: TimerSettings) -> None:
             group_size=settings.timer_group_size,
             poll_seconds=settings.timer_poll_seconds,
             busy_retry_seconds=settings.timer_busy_retry_seconds,
+            lead_seconds=settings.timer_lead_seconds,
+            stage_cost_seconds=settings.timer_stage_cost_seconds,
+            bucket_seconds=settings.timer_bucket_seconds,
+            stage_slots=settings.timer_stage_slots,
         )
         log.info(
-            "firing due timers (batches of %d, %d groups of %d at once)",
+            "firing due timers (batches of %d, %d groups of %d at once; staged up to %.2fs ahead)",
             settings.timer_batch_size,
             settings.timer_concurrency,
             settings.timer_group_size,
+            settings.timer_lead_seconds,
         )
         firer = ScheduleFirer(
             engine,

@@ -25,10 +25,22 @@ wait at a time): it is logged as an ALERT naming the run and node, and parked
 (its wake_at moved ``park_seconds`` on) so it does not come back in every batch;
 the loop goes on.
 
-Between passes it sleeps exactly until the nearest wake_at, and a TIMER hint
-(sent after commit whenever a wait with a wake_at is created) cuts the sleep
-short, so a wait created while it sleeps towards a later one still fires on
-time. The poll interval only bounds the sleep when a hint is lost.
+Waits due together are staged ahead of their time (docs/architecture.md §3.1,
+"Waits due together"): a thousand waits due at one moment take a few hundred
+milliseconds of CPU to fire, so fired from their time on, the last would fire that
+late. A pass also reads the waits due within ``lead_seconds``, cuts them into
+buckets (waits due within ``bucket_seconds`` of each other, at most
+``stage_group_size``), and starts each bucket ``stage_cost_seconds`` a wait ahead
+of its time, counting every wait before it. A staged bucket's transaction runs
+beside the passes (which pass its waits over): it locks the runs, decides on a
+clock that reads the bucket's last wake_at, writes, and commits once the
+database's clock has passed it. Nothing of it is seen before; a run of a staged
+bucket is held for the lead (a signal or a cancel for it waits that long).
+
+Between passes it sleeps until the nearest wake_at less the lead, and a TIMER
+hint (sent after commit whenever a wait with a wake_at is created) cuts the
+sleep short, so a wait created while it sleeps towards a later one still fires
+on time. The poll interval only bounds the sleep when a hint is lost.
 """
 
 from __future__ import annotations
@@ -62,6 +74,9 @@ class Pass:
     #: Due waits whose run another transaction held: looked at again shortly.
     busy: int
     next_wake_at: dt.datetime | None
+    #: When the next pass is to stage what this one read, or may not have read, ahead
+    #: of its time (None: nothing was read ahead).
+    next_stage_at: dt.datetime | None = None
 
 
 @dataclass
@@ -69,7 +84,7 @@ class Timer:
     engine: Engine
     redis: cq.Queue
     prefix: str = "composer"
-    batch_size: int = 200
+    batch_size: int = 1000
     #: Groups of due waits fired at once, each group in one transaction.
     concurrency: int = 2
     #: Due waits fired in one transaction (a group commit, as the coordinator's).
@@ -78,40 +93,109 @@ class Timer:
     busy_retry_seconds: float = 0.05
     #: How far a wait that cannot be fired is moved on before it is tried again.
     park_seconds: float = 300.0
+    #: How long before their time waits may be staged (0: never; each fires once due).
+    lead_seconds: float = 1.0
+    #: The lead a staged wait is given, with every wait due before it in the pass
+    #: (a few times what staging one takes on a loaded two-core machine).
+    stage_cost_seconds: float = 0.001
+    #: Added to every bucket's lead: its lock round trip and commit.
+    stage_margin_seconds: float = 0.02
+    #: Waits due within this of the first of a bucket are staged with it, and commit
+    #: at its last one's time: the most a staged wait commits after its own.
+    bucket_seconds: float = 0.01
+    #: Staged transactions at once, each holding a connection until its time.
+    stage_slots: int = 8
+    #: A staged bucket's waits at most (one transaction).
+    stage_group_size: int = 250
     clock: Callable[[], dt.datetime] = utcnow
-    #: Waits this replica fired (TimerFired applied), found already resolved, parked.
+    #: Waits this replica fired (TimerFired applied), found already resolved, parked;
+    #: of those fired, how many were staged ahead of their time.
     fired: int = 0
+    staged: int = 0
     stale: int = 0
     parked: int = 0
     #: Seconds between each recent wait's wake_at and its firing's commit (metrics, bench).
     lags: collections.deque[float] = field(
         default_factory=lambda: collections.deque(maxlen=100_000)
     )
+    #: Waits whose staged group failed as a whole: fired only once due, when a
+    #: failing group is fired a wait at a time (never early) and a broken one parked.
+    _unstaged: set[str] = field(default_factory=set, init=False, repr=False)
+    #: The staged transactions in flight, and their waits (passed over by the passes).
+    _staging: set[asyncio.Task[None]] = field(default_factory=set, init=False, repr=False)
+    _in_flight: set[str] = field(default_factory=set, init=False, repr=False)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Fire due waits until ``stop`` is set."""
-        await run_passes(stop, self.redis, self.prefix, "timers", self._pass)
+        try:
+            await run_passes(stop, self.redis, self.prefix, "timers", self._pass)
+        finally:
+            await self.settled()
+
+    async def settled(self) -> None:
+        """Wait until the staged transactions in flight have committed (or failed)."""
+        while self._staging:
+            await asyncio.gather(*self._staging, return_exceptions=True)
 
     async def _pass(self) -> float:
-        result = await self.fire_due()
-        if result.due >= self.batch_size and result.busy == 0:
-            return 0.0  # more is due
-        return self._sleep_for(result)
+        return self._sleep_for(await self.fire_due())
 
     def _sleep_for(self, result: Pass) -> float:
         if result.busy:
             return self.busy_retry_seconds
+        if result.next_stage_at is not None:  # waits ahead: the rest is later still
+            until = (result.next_stage_at - self.clock()).total_seconds()
+            return min(self.poll_seconds, max(0.0, until))
+        if result.due >= self.batch_size:
+            return 0.0  # more is due, or within the lead
         if result.next_wake_at is None:
             return self.poll_seconds
-        until = (result.next_wake_at - self.clock()).total_seconds()
+        wake = result.next_wake_at - dt.timedelta(seconds=self.lead_seconds)
+        until = (wake - self.clock()).total_seconds()
         if until <= 0 and result.due == 0:
-            # Due by the index but not found due: a clock edge; do not spin on it.
+            # Due by the index but not found due: a clock edge, or a staged bucket that
+            # has not committed yet; do not spin on it.
             return self.busy_retry_seconds
         return min(self.poll_seconds, max(0.0, until))
 
     async def fire_due(self) -> Pass:
-        """One pass: fire what is due now (by the engine's clock, which set wake_at)."""
-        due = await self.engine.upkeep.due_waits(limit=self.batch_size, now=self.clock())
+        """One pass: fire what is due now (by the engine's clock, which set wake_at), and
+        stage the buckets due within the lead whose time to start has come."""
+        now = self.clock()
+        lead = dt.timedelta(seconds=self.lead_seconds)
+        # twice the lead: a bucket is started up to a lead ahead of its time, and so
+        # must every bucket before it be, which this read must see to count
+        horizon = now + 2 * lead
+        read = [
+            w
+            for w in await self.engine.upkeep.due_waits(
+                limit=self.batch_size + len(self._in_flight), now=horizon
+            )
+            if w.task_id not in self._in_flight
+        ][: self.batch_size]
+        due = [w for w in read if w.wake_at <= now]
+        ahead = [w for w in read if w.wake_at > now]
+        staged, next_stage_at = self._buckets_to_stage(
+            [w for w in ahead if w.task_id not in self._unstaged],
+            before=len(due),
+            now=now,
+            slots=self.stage_slots - len(self._staging),
+        )
+        nexts = [w.wake_at for w in ahead if w.task_id in self._unstaged]  # once due
+        if next_stage_at is not None:
+            nexts.append(next_stage_at)
+        if ahead and next_stage_at != now + self._no_slot:
+            # a wait not read is due after the horizon, or after the last read
+            nexts.append((horizon if len(read) < self.batch_size else read[-1].wake_at) - lead)
+        next_stage_at = min(nexts, default=None)
+        if staged:
+            log.debug(
+                "staging %d wait(s) due %s to %s in %d transaction(s)",
+                sum(len(b) for b in staged),
+                staged[0][0].wake_at.isoformat(),
+                staged[-1][-1].wake_at.isoformat(),
+                len(staged),
+            )
         slots = asyncio.Semaphore(self.concurrency)
         chunks = [due[i : i + self.group_size] for i in range(0, len(due), self.group_size)]
 
@@ -119,6 +203,8 @@ class Timer:
             async with slots:
                 return await self._fire_group(chunk)
 
+        for bucket in staged:
+            self._stage(bucket)
         groups = await asyncio.gather(*(fire(c) for c in chunks), return_exceptions=True)
         failure = next((g for g in groups if isinstance(g, BaseException)), None)
         if failure is not None:
@@ -127,19 +213,84 @@ class Timer:
         next_wake = await self.engine.upkeep.next_wake_at()
         fired = sum(1 for o in outcomes if o is True)
         if fired:
-            log.debug("fired %d of %d due wait(s)", fired, len(due))
-        return Pass(len(due), fired, sum(1 for o in outcomes if o is None), next_wake)
+            log.debug("fired %d of %d wait(s) read", fired, len(read))
+        busy = sum(1 for o in outcomes if o is None)
+        return Pass(len(read), fired, busy, next_wake, next_stage_at)
 
-    async def _fire_group(self, waits: list[DueWait]) -> list[bool | None]:
-        """Fire ``waits`` in one transaction (the engine's group commit); for each, True:
-        fired; False: already resolved (stale) or parked; None: its run is busy."""
+    @property
+    def _no_slot(self) -> dt.timedelta:
+        """How soon to look again when every staging slot is taken."""
+        return dt.timedelta(seconds=self.busy_retry_seconds)
+
+    def _stage(self, bucket: list[DueWait]) -> None:
+        """Fire ``bucket`` in a transaction of its own that commits at its last wait's
+        time, beside the passes (which pass its waits over until it ends)."""
+        ids = [w.task_id for w in bucket]
+        self._in_flight.update(ids)
+
+        async def stage() -> None:
+            try:
+                await self._fire_group(bucket, at=bucket[-1].wake_at)
+            except Exception as exc:  # the database: its waits come back in a later pass
+                log.warning(
+                    "a staged group of %d wait(s) failed (%s): fired once due", len(ids), exc
+                )
+            finally:
+                self._in_flight.difference_update(ids)
+
+        task = asyncio.create_task(stage(), name=f"timer-stage-{bucket[-1].wake_at:%H%M%S%f}")
+        self._staging.add(task)
+        task.add_done_callback(self._staging.discard)
+
+    def _buckets_to_stage(
+        self, ahead: list[DueWait], *, before: int, now: dt.datetime, slots: int
+    ) -> tuple[list[list[DueWait]], dt.datetime | None]:
+        """The buckets of ``ahead`` (not yet due, by wake_at) to stage now, and when the
+        first left is to be (None: none is left). A bucket's lead counts ``before``
+        (the due waits fired beside it) and every wait of the buckets before it: they
+        take the same CPU first. Buckets are staged in order, so each starts no later
+        than any after it must; at most ``slots`` of them."""
+        buckets = _buckets(ahead, self.bucket_seconds, self.stage_group_size)
+        starts: list[dt.datetime] = []
+        count = before
+        for bucket in buckets:
+            count += len(bucket)
+            lead = min(
+                self.lead_seconds, self.stage_margin_seconds + count * self.stage_cost_seconds
+            )
+            starts.append(bucket[-1].wake_at - dt.timedelta(seconds=lead))
+        for i in range(len(starts) - 2, -1, -1):
+            starts[i] = min(starts[i], starts[i + 1])
+        staged: list[list[DueWait]] = []
+        for bucket, start in zip(buckets, starts, strict=True):
+            if start > now:
+                return staged, start
+            if len(staged) >= slots:  # the next pass stages it, once a slot is free
+                return staged, now + self._no_slot
+            staged.append(bucket)
+        return staged, None
+
+    async def _fire_group(
+        self, waits: list[DueWait], *, at: dt.datetime | None = None
+    ) -> list[bool | None]:
+        """Fire ``waits`` in one transaction (the engine's group commit), staged to
+        commit at ``at`` if given; for each, True: fired; False: already resolved
+        (stale) or parked; None: its run is busy."""
         try:
             outcomes = await self.engine.fire_timers(
-                [(w.run_id, w.task_id, w.node_id) for w in waits]
+                [(w.run_id, w.task_id, w.node_id) for w in waits], at=at
             )
         except Unavailable:
             raise
         except Exception:  # a bug in the batch itself: each alone, as before
+            if at is not None:  # never early: each alone once due (None: looked at again)
+                log.exception(
+                    "a staged group of %d wait(s) failed: firing each alone once due", len(waits)
+                )
+                if len(self._unstaged) > 100_000:
+                    self._unstaged.clear()
+                self._unstaged.update(w.task_id for w in waits)
+                return [None] * len(waits)
             log.exception("a group of %d due wait(s) failed: firing each alone", len(waits))
             return [await self._fire(w) for w in waits]
         done: list[bool | None] = []
@@ -151,6 +302,8 @@ class Timer:
                 done.append(False)
                 continue
             done.append(self._count(wait, outcome))
+        if at is not None:
+            self.staged += sum(1 for d in done if d is True)
         return done
 
     async def _fire(self, wait: DueWait) -> bool | None:
@@ -195,6 +348,22 @@ class Timer:
             problem,
             f"parked until {until:%Y-%m-%d %H:%M:%S}Z" if parked else "it is no longer waiting",
         )
+
+
+def _buckets(waits: list[DueWait], width: float, most: int) -> list[list[DueWait]]:
+    """``waits`` (by wake_at) cut where one is due over ``width`` seconds after its
+    bucket's first, or the bucket holds ``most``."""
+    buckets: list[list[DueWait]] = []
+    for wait in waits:
+        if (
+            buckets
+            and len(buckets[-1]) < most
+            and (wait.wake_at - buckets[-1][0].wake_at).total_seconds() <= width
+        ):
+            buckets[-1].append(wait)
+        else:
+            buckets.append([wait])
+    return buckets
 
 
 @functools.cache

@@ -247,6 +247,8 @@ SELECT i.node_id, i.id, i.state, i.attempt, NULL AS branches, NULL AS awaited_si
 -- after the last lock was granted. A run another transaction holds is skipped:
 -- its event is applied on its own, waiting for the lock. The locks gave the
 -- transaction its id, read here too: tracked_transaction need not ask for it.
+-- $2, when not NULL, is the earliest the clock may read: the due time of the waits
+-- a staged timer group fires (docs/architecture.md §3.1, "Waits due together").
 WITH locked AS MATERIALIZED (
     SELECT r.id, r.workflow_id, r.version, r.status, r.input, r.config, r.data_key, r.context
       FROM workflow_runs r
@@ -254,7 +256,8 @@ WITH locked AS MATERIALIZED (
      ORDER BY r.id
        FOR UPDATE SKIP LOCKED
 ), clock AS MATERIALIZED (
-    SELECT set_config('composer.now', clock_timestamp()::text, true)::timestamptz AS now,
+    SELECT set_config('composer.now', greatest(clock_timestamp(), $2::timestamptz)::text,
+                      true)::timestamptz AS now,
            pg_current_xact_id_if_assigned()::text AS xid
       FROM (SELECT count(*) FROM locked) c
 )
@@ -1003,6 +1006,11 @@ SELECT t.run_id, t.id, t.node_id, t.wake_at
 UPDATE task_instances SET wake_at = $3, updated_at = now()
  WHERE run_id = $1 AND id = $2 AND state = 'WAITING' AND wake_at IS NOT NULL
 RETURNING id;
+
+-- name: seconds_until
+-- How long until $1 by the database's clock (negative: past), the clock every wait's
+-- wake_at was set by: a staged timer group commits no sooner than its due time.
+SELECT extract(epoch FROM $1::timestamptz - clock_timestamp())::float8;
 
 -- name: next_wake_at
 -- The earliest pending timer of a run that is not paused: how long the timer
