@@ -272,12 +272,18 @@ SELECT l.id, l.workflow_id, l.version, l.status, l.input, l.config, l.data_key, 
 -- runs with a MAP in progress. One scan, so its plan is cheap to make: with the
 -- items' branches in the same statement, PostgreSQL spent ~2 ms making the plan
 -- (a custom plan each time, for the partitions the run ids prune to) to run it
--- in 0.1, on every group commit.
-SELECT run_id, node_id, id, state, attempt, branches, awaited_signal, error, queue,
-       CASE WHEN state = 'RUNNING' THEN lease_token END AS lease_token, NULL::int AS item,
-       map_progress
-  FROM task_instances
- WHERE run_id = ANY($1::text[]) AND item IS NULL;
+-- in 0.1, on every group commit. Each run is one probe of its run's index entries
+-- (LATERAL, not flattened: OFFSET 0): as `run_id = ANY($1)`, the plan made without
+-- the ids (the generic plan, docs/architecture.md §5) walked a nearly empty
+-- partition's (node_id, run_id, item) index whole for `item IS NULL`, cheaper than
+-- the ten probes it assumes an array holds, and went on doing so as it filled.
+SELECT t.run_id, t.node_id, t.id, t.state, t.attempt, t.branches, t.awaited_signal, t.error,
+       t.queue, CASE WHEN t.state = 'RUNNING' THEN t.lease_token END AS lease_token,
+       NULL::int AS item, t.map_progress
+  FROM unnest($1::text[]) AS u(run_id)
+ CROSS JOIN LATERAL (
+           SELECT * FROM task_instances t WHERE t.run_id = u.run_id AND t.item IS NULL
+           OFFSET 0) t;
 
 -- name: load_map_items_of_runs
 -- The MAP items a batch of reports needs ($1: the runs with a MAP node WAITING with
@@ -286,12 +292,18 @@ SELECT run_id, node_id, id, state, attempt, branches, awaited_signal, error, que
 -- frees one place at most): a batch reads what its reports touch, however many
 -- items are in flight. Each item is one probe of an index (LATERAL … LIMIT 1:
 -- never a hash of every item of the node); the one by task id is the primary
--- key's. The columns are load_task_states_of_runs's.
+-- key's; each MAP's own row, one probe of its run's (as load_task_states_of_runs).
+-- The columns are load_task_states_of_runs's.
 SELECT i.run_id, i.node_id, i.id, i.state, i.attempt, NULL AS branches,
        NULL AS awaited_signal, i.error, i.queue,
        CASE WHEN i.state = 'RUNNING' THEN i.lease_token END AS lease_token, i.item,
        NULL AS map_progress
-  FROM task_instances m
+  FROM unnest($1::text[]) AS a(run_id)
+ CROSS JOIN LATERAL (
+           SELECT * FROM task_instances m
+            WHERE m.run_id = a.run_id AND m.item IS NULL AND m.map_progress IS NOT NULL
+              AND m.state = 'WAITING'
+           OFFSET 0) m
  CROSS JOIN LATERAL (
            SELECT r.id FROM unnest($2::text[], $3::text[]) AS r(run_id, id)
             WHERE r.run_id = m.run_id) r
@@ -301,12 +313,16 @@ SELECT i.run_id, i.node_id, i.id, i.state, i.attempt, NULL AS branches,
              FROM task_instances i
             WHERE i.run_id = m.run_id AND i.id = r.id
             LIMIT 1) i
- WHERE m.run_id = ANY($1::text[]) AND m.item IS NULL AND m.map_progress IS NOT NULL
-   AND m.state = 'WAITING' AND i.node_id = m.node_id AND i.item IS NOT NULL
+ WHERE i.node_id = m.node_id AND i.item IS NOT NULL
 UNION ALL
 SELECT i.run_id, i.node_id, i.id, i.state, i.attempt, NULL, NULL, i.error, i.queue,
        CASE WHEN i.state = 'RUNNING' THEN i.lease_token END, i.item, NULL
-  FROM task_instances m
+  FROM unnest($1::text[]) AS a(run_id)
+ CROSS JOIN LATERAL (
+           SELECT * FROM task_instances m
+            WHERE m.run_id = a.run_id AND m.item IS NULL AND m.map_progress IS NOT NULL
+              AND m.state = 'WAITING'
+           OFFSET 0) m
  CROSS JOIN LATERAL generate_series(
            (m.map_progress ->> 'next')::int,
            (m.map_progress ->> 'next')::int
@@ -316,9 +332,7 @@ SELECT i.run_id, i.node_id, i.id, i.state, i.attempt, NULL, NULL, i.error, i.que
                   i.lease_token, i.item
              FROM task_instances i
             WHERE i.run_id = m.run_id AND i.node_id = m.node_id AND i.item = l.item
-            LIMIT 1) i
- WHERE m.run_id = ANY($1::text[]) AND m.item IS NULL AND m.map_progress IS NOT NULL
-   AND m.state = 'WAITING';
+            LIMIT 1) i;
 
 -- name: load_items
 -- Items of one MAP node by index ($3): those a decision asks for (the next to go).
@@ -356,10 +370,20 @@ RETURNING t.id;
 
 -- name: set_map_progress
 -- The progress of MAP nodes (their own rows), as the transaction's events left it.
+-- Found and locked one probe each, then written (batched fenced updates, above).
+WITH fenced AS MATERIALIZED (
+    SELECT u.run_id, u.id, u.progress
+      FROM unnest($1::text[], $2::text[], $3::jsonb[]) AS u(run_id, id, progress)
+     CROSS JOIN LATERAL (
+         SELECT FROM task_instances t
+          WHERE t.run_id = u.run_id AND t.id = u.id AND t.item IS NULL
+            FOR UPDATE
+     ) found
+)
 UPDATE task_instances t
-   SET map_progress = u.progress
-  FROM unnest($1::text[], $2::text[], $3::jsonb[]) AS u(run_id, id, progress)
- WHERE t.run_id = u.run_id AND t.id = u.id AND t.item IS NULL
+   SET map_progress = f.progress
+  FROM fenced f
+ WHERE t.run_id = f.run_id AND t.id = f.id
 RETURNING t.id;
 
 -- name: cancel_items
