@@ -229,14 +229,21 @@ class Timer:
         self._in_flight.update(ids)
 
         async def stage() -> None:
+            busy = False
             try:
-                await self._fire_group(bucket, at=bucket[-1].wake_at)
+                outcomes = await self._fire_group(bucket, at=bucket[-1].wake_at)
+                busy = any(o is None for o in outcomes)
             except Exception as exc:  # the database: its waits come back in a later pass
+                busy = True
                 log.warning(
-                    "a staged group of %d wait(s) failed (%s): fired once due", len(ids), exc
+                    "a staged group of %d wait(s) failed (%s): they are looked at again",
+                    len(ids),
+                    exc,
                 )
             finally:
                 self._in_flight.difference_update(ids)
+            if busy:  # a run was held elsewhere: wake the passes, which sleep towards later
+                await cq.send_hint(self.redis, self.prefix, cq.TIMER)
 
         task = asyncio.create_task(stage(), name=f"timer-stage-{bucket[-1].wake_at:%H%M%S%f}")
         self._staging.add(task)
