@@ -13,13 +13,24 @@ worker's handler span is a child of the API request that started the run.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, MutableMapping
 
 from opentelemetry import context, metrics, propagate, trace
 
 
+@functools.cache
 def tracer() -> trace.Tracer:
+    """One handle for the process: made before a provider is installed, it is the API's
+    proxy, which follows the provider once one is (``get_tracer`` made a new proxy at
+    every call)."""
     return trace.get_tracer("composer")
+
+
+def recording() -> bool:
+    """Whether this process installed a tracer provider. Without one no span is kept,
+    and a span that has no trace context to carry on is only cost."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
 def meter() -> metrics.Meter:

@@ -60,7 +60,7 @@ import composer_queue as cq
 from composer_common import limits
 from composer_common.batching import Batcher
 from composer_common.logs import ALERT, alert, log_context
-from composer_common.telemetry import extract, tracer
+from composer_common.telemetry import extract, recording, tracer
 from composer_sdk._client import (
     DEFAULT_MAX_MESSAGE_BYTES,
     MESSAGE_TOO_LARGE,
@@ -852,22 +852,21 @@ class Worker:
         self._decided[key] = asyncio.Event()
         if lease is not None:
             self._granted.add(key)
-        parent = extract({"traceparent": msg.traceparent} if msg.traceparent else {})
-        attributes: dict[str, str | int] = {
-            "composer.run_id": msg.run_id,
-            "composer.task_id": msg.task_id,
-            "composer.attempt": msg.attempt,
-        }
         try:
-            with (
-                tracer().start_as_current_span(
+            span: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
+            # no provider and no trace to carry on (no traceparent): a span would be no-op
+            if msg.traceparent or recording():
+                span = tracer().start_as_current_span(
                     f"task {handler.queue}",
-                    context=parent,
+                    context=extract({"traceparent": msg.traceparent} if msg.traceparent else {}),
                     kind=SpanKind.CONSUMER,
-                    attributes=attributes,
-                ),
-                log_context(run_id=msg.run_id, task_id=msg.task_id),
-            ):
+                    attributes={
+                        "composer.run_id": msg.run_id,
+                        "composer.task_id": msg.task_id,
+                        "composer.attempt": msg.attempt,
+                    },
+                )
+            with span, log_context(run_id=msg.run_id, task_id=msg.task_id):
                 if lease is not None:
                     return await self._run_granted(handler, entry, msg, lease, handler_done)
                 assert entry is not None  # only a task leased with a report has none
