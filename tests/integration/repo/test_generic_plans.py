@@ -33,7 +33,7 @@ SMALL_BY_DESIGN = {
     "limit_key_idx": "the tasks held for a concurrency key",
     "rate_key_created_at_idx": "the tasks held for a rate limit",
     "status_id_idx": "the runs of one status, PAUSED here (the timer passes them over)",
-    # next_wake_at's min() over every pending timer, generic or not: it has no value
+    # next_wake_at walks it in order, generic or not, and stops at the first timer
     "wake_at_idx": "the pending timers",
 }
 

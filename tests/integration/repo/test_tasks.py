@@ -11,7 +11,7 @@ import pytest
 import composer_repo as repo
 from composer_core.model import NodeType, TaskState
 
-from .helpers import new_run, new_worker_task, uuid7
+from .helpers import new_run, new_worker_task, rows_read, uuid7
 
 UTC = dt.UTC
 
@@ -491,6 +491,32 @@ async def test_due_waits_returns_due_timers_oldest_first(conn: repo.Connection) 
     assert [w.node_id for w in due] == ["early", "late"]
     assert due[0].task_id == ids["early"]
     assert await repo.next_wake_at(conn) is not None
+
+
+async def test_next_wake_at_is_the_first_timer_of_a_run_not_paused_read_from_the_index(
+    conn: repo.Connection,
+) -> None:
+    # earlier than any other test's timers: this test's are the first in the index
+    base = dt.datetime(2001, 1, 1, tzinfo=UTC)
+    paused = await new_run(conn)
+    await conn.execute("UPDATE workflow_runs SET status = 'PAUSED' WHERE id = $1", paused)
+    running = await new_run(conn)
+    for run_id, node, offset in [(paused, "kept", 0)] + [
+        (running, f"n{i}", 1 + i) for i in range(300)
+    ]:
+        await repo.insert_task(
+            conn,
+            run_id,
+            uuid7(),
+            node,
+            node_type=NodeType.WAIT,
+            state=TaskState.WAITING,
+            wake_at=base + dt.timedelta(seconds=offset),
+        )
+
+    assert await repo.next_wake_at(conn) == base + dt.timedelta(seconds=1)
+    # the paused run's timer and the first after it, not all 301 (a min() read them all)
+    assert await rows_read(conn, "next_wake_at") <= 2
 
 
 async def test_lost_dispatches_skips_tasks_that_still_have_an_outbox_row(

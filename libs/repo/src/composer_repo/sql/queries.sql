@@ -1038,11 +1038,14 @@ SELECT extract(epoch FROM $1::timestamptz - clock_timestamp())::float8;
 
 -- name: next_wake_at
 -- The earliest pending timer of a run that is not paused: how long the timer
--- loop may sleep (a resume wakes it).
-SELECT min(t.wake_at)
+-- loop may sleep (a resume wakes it). The wake_at index is walked in order and
+-- stops at the first (min() read every pending timer, at every pass).
+SELECT t.wake_at
   FROM task_instances t
  WHERE t.wake_at IS NOT NULL
-   AND NOT EXISTS (SELECT 1 FROM workflow_runs r WHERE r.id = t.run_id AND r.status = 'PAUSED');
+   AND NOT EXISTS (SELECT 1 FROM workflow_runs r WHERE r.id = t.run_id AND r.status = 'PAUSED')
+ ORDER BY t.wake_at
+ LIMIT 1;
 
 -- name: expired_leases
 SELECT run_id, id, node_id, attempt, lease_owner, lease_expires_at
