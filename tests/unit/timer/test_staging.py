@@ -60,6 +60,7 @@ class FakeEngine:
 
 
 def timer(engine: FakeEngine, now: dt.datetime, **options: Any) -> Timer:
+    options.setdefault("lead_seconds", 1.0)  # the scheduling below, with room to show it
     return Timer(engine, redis=None, clock=lambda: now, **options)  # type: ignore[arg-type]
 
 
@@ -71,22 +72,25 @@ async def one_pass(engine: FakeEngine, now: dt.datetime, **options: Any) -> tupl
     return t, result
 
 
-async def test_a_thousand_waits_due_together_are_all_staged_a_lead_ahead() -> None:
+async def test_a_thousand_waits_due_together_are_staged_back_from_their_time() -> None:
     engine = FakeEngine(waits(1000, T))
-    early = timer(engine, T - ms(1100))
+    early, first = await one_pass(engine, T - ms(1100))
 
-    first = await early.fire_due()
-
-    # 1,000 waits x 1 ms is over the 1 s cap: nothing yet, look again at T - 1 s
+    # four buckets of 250, 1 ms a wait, scheduled back from T and 20 ms more each:
+    # the last starts at T - 270 ms, the first at T - 1,020, capped at the 1 s lead
     assert engine.groups == []
     assert first.next_stage_at == T - ms(1000)
     assert early._sleep_for(first) == 0.1
 
-    on_time, _ = await one_pass(engine, T - ms(990))
-
-    assert [len(tasks) for tasks, _ in engine.groups] == [250, 250, 250, 250]
+    fired = 0
+    for n, start in enumerate((1000, 770, 520, 270), 1):
+        t, _ = await one_pass(engine, T - ms(start + 51))  # not yet: the window is 50 ms
+        assert len(engine.groups) == n - 1
+        t, _ = await one_pass(engine, T - ms(start))
+        fired += t.staged
+        assert [len(tasks) for tasks, _ in engine.groups] == [250] * n
     assert {at for _, at in engine.groups} == {T}  # each commits at its waits' time
-    assert on_time.fired == on_time.staged == 1000 and engine.pending == []
+    assert fired == 1000 and engine.pending == []
 
 
 async def test_one_wait_is_staged_only_its_own_short_lead_ahead() -> None:
@@ -134,25 +138,26 @@ async def test_due_waits_fire_at_once_and_count_in_the_lead_of_the_staged() -> N
 
 async def test_staged_transactions_are_bounded_and_the_rest_looked_at_next() -> None:
     engine = FakeEngine(waits(1000, T))
-    slow, result = await one_pass(engine, T - ms(990), stage_slots=2)
+    # late: every bucket's start has come, and two slots
+    slow, result = await one_pass(engine, T - ms(200), stage_slots=2)
 
     assert [len(tasks) for tasks, _ in engine.groups] == [250, 250]
     assert slow._sleep_for(result) == slow.busy_retry_seconds  # soon, for the other two
 
-    await one_pass(engine, T - ms(500), stage_slots=2)  # the 500 left: 520 ms ahead
+    await one_pass(engine, T - ms(150), stage_slots=2)
 
     assert [len(tasks) for tasks, _ in engine.groups] == [250] * 4 and engine.pending == []
 
 
 async def test_a_pass_does_not_wait_for_its_staged_groups_and_never_reads_them_twice() -> None:
     engine = FakeEngine(waits(500, T), hold=asyncio.Event())
-    t = timer(engine, T - ms(510))  # 500 waits: staged 520 ms ahead
+    t = timer(engine, T - ms(270))  # 500 waits: from 520 and 270 ms ahead
 
     await t.fire_due()  # stages both buckets, which wait for their time (the hold)
-    engine.pending += waits(3, T - ms(520))  # meanwhile, three waits came due
+    engine.pending += waits(3, T - ms(280))  # meanwhile, three waits came due
     await t.fire_due()
 
-    assert engine.groups == [([w.task_id for w in waits(3, T - ms(520))], None)]
+    assert engine.groups == [([w.task_id for w in waits(3, T - ms(280))], None)]
     engine.hold.set()  # type: ignore[union-attr]
     await t.settled()
     assert [len(tasks) for tasks, _ in engine.groups] == [3, 250, 250]

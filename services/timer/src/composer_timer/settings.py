@@ -18,8 +18,9 @@ class TimerSettings(ServiceSettings):
     timer_busy_retry_seconds: float = 0.05
     #: How long before their time waits due together may be staged: decided under
     #: their runs' locks and committed at their time (0: each fires once due).
-    timer_lead_seconds: float = 1.0
-    #: The lead each wait adds to its bucket's (with every wait due before it).
+    timer_lead_seconds: float = 0.25
+    #: The time a staged wait is given to be decided in (its bucket's is scheduled
+    #: back from its time, after the buckets due before it).
     timer_stage_cost_seconds: float = 0.001
     #: Waits due within this of each other are staged as one bucket, committed at the
     #: last one's time.
