@@ -248,7 +248,12 @@ class Timer:
                 )
             finally:
                 self._in_flight.difference_update(ids)
-            if busy:  # a run was held elsewhere: wake the passes, which sleep towards later
+            if busy:
+                # a run was held elsewhere (a report, or another replica's staged
+                # bucket): wake the passes, which sleep towards later, in a moment,
+                # as a due wait's busy run is looked at again; at once, two replicas
+                # would wake each other round and round until the holder commits
+                await asyncio.sleep(self.busy_retry_seconds)
                 await cq.send_hint(self.redis, self.prefix, cq.TIMER)
 
         task = asyncio.create_task(stage(), name=f"timer-stage-{bucket[-1].wake_at:%H%M%S%f}")
