@@ -52,7 +52,8 @@ Workloads (sizes at ``--scale 1``):
   for a wait staged ahead of its time reads its bucket's due time),
   ``w4_due_spread_ms`` how far apart they came due (p1 to p99);
   ``w4_cpu_<process>_ms_per_task`` the CPU per wait fired, from ``W4_CPU_FROM`` s before
-  they came due (the timer stages them up to a second ahead, and reads two);
+  they came due (the timer stages them up to its lead ahead, 0.25 s by default, and
+  reads twice that);
 - **w3** 5,000 starts of a 1-node workflow by 32 concurrent clients through
   POST /v1/runs: starts/s and start latency. Its TASK goes to a queue no worker
   serves, so W3 measures starting (the start transaction and the dispatch to
@@ -403,7 +404,8 @@ ONE_WAIT = {
 #: take 1-5 s on this machine; a start after it wakes at once and is counted late).
 W4_DUE_AFTER = 8.0
 #: W4: seconds before the due time from which the firing's CPU is counted: the timer
-#: reads the waits due within twice its lead (1 s) and stages them up to a lead ahead.
+#: reads the waits due within twice its lead (0.25 s by default) and stages them up
+#: to a lead ahead; 2.5 s leaves room for a lead set as high as 1 s.
 W4_CPU_FROM = 2.5
 #: One PYTHON node on the built-in workers, one attempt: a crash fails its run.
 ONE_PYTHON = {

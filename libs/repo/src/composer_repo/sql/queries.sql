@@ -292,18 +292,23 @@ SELECT t.run_id, t.node_id, t.id, t.state, t.attempt, t.branches, t.awaited_sign
 -- frees one place at most): a batch reads what its reports touch, however many
 -- items are in flight. Each item is one probe of an index (LATERAL … LIMIT 1:
 -- never a hash of every item of the node); the one by task id is the primary
--- key's; each MAP's own row, one probe of its run's (as load_task_states_of_runs).
+-- key's; the MAPs' own rows are read once for both (maps), one probe of each run's
+-- (as load_task_states_of_runs).
 -- The columns are load_task_states_of_runs's.
+WITH maps AS MATERIALIZED (
+    SELECT m.*
+      FROM unnest($1::text[]) AS a(run_id)
+     CROSS JOIN LATERAL (
+               SELECT * FROM task_instances m
+                WHERE m.run_id = a.run_id AND m.item IS NULL AND m.map_progress IS NOT NULL
+                  AND m.state = 'WAITING'
+               OFFSET 0) m
+)
 SELECT i.run_id, i.node_id, i.id, i.state, i.attempt, NULL AS branches,
        NULL AS awaited_signal, i.error, i.queue,
        CASE WHEN i.state = 'RUNNING' THEN i.lease_token END AS lease_token, i.item,
        NULL AS map_progress
-  FROM unnest($1::text[]) AS a(run_id)
- CROSS JOIN LATERAL (
-           SELECT * FROM task_instances m
-            WHERE m.run_id = a.run_id AND m.item IS NULL AND m.map_progress IS NOT NULL
-              AND m.state = 'WAITING'
-           OFFSET 0) m
+  FROM maps m
  CROSS JOIN LATERAL (
            SELECT r.id FROM unnest($2::text[], $3::text[]) AS r(run_id, id)
             WHERE r.run_id = m.run_id) r
@@ -317,12 +322,7 @@ SELECT i.run_id, i.node_id, i.id, i.state, i.attempt, NULL AS branches,
 UNION ALL
 SELECT i.run_id, i.node_id, i.id, i.state, i.attempt, NULL, NULL, i.error, i.queue,
        CASE WHEN i.state = 'RUNNING' THEN i.lease_token END, i.item, NULL
-  FROM unnest($1::text[]) AS a(run_id)
- CROSS JOIN LATERAL (
-           SELECT * FROM task_instances m
-            WHERE m.run_id = a.run_id AND m.item IS NULL AND m.map_progress IS NOT NULL
-              AND m.state = 'WAITING'
-           OFFSET 0) m
+  FROM maps m
  CROSS JOIN LATERAL generate_series(
            (m.map_progress ->> 'next')::int,
            (m.map_progress ->> 'next')::int
