@@ -128,8 +128,8 @@ class ProcessStack:
     workers: int = 1
     worker_concurrency: int = 64
     queues: tuple[str, ...] = ("bench",)
-    #: name → replicas: any service but the api-gateway (the one port the bench
-    #: drives); coordinator replicas each listen on a gRPC port of their own, and
+    #: name → replicas: api-gateway replicas all serve the bench's API port
+    #: (COMPOSER_API_SHARE_PORT); coordinator replicas each listen on a gRPC port of their own, and
     #: every worker process is given them all, each run's calls routed to one
     #: (``worker_addr``)
     replicas: dict[str, int] = field(default_factory=dict)
@@ -193,8 +193,6 @@ class ProcessStack:
         self.workdir.mkdir(parents=True, exist_ok=True)
         for name, module in SERVICES:
             n = self.replicas.get(name, 1)
-            if n > 1 and name == "api-gateway":
-                raise ValueError(f"{name} listens on the bench's API port: one replica only here")
             for i in range(n):
                 label = name if n == 1 else f"{name}-{i}"
                 port = free_port()
@@ -202,6 +200,8 @@ class ProcessStack:
                 env = self._env(port)
                 if name == "coordinator":
                     env["COMPOSER_GRPC_ADDR"] = self.coordinators[i]
+                elif name == "api-gateway" and n > 1:
+                    env["COMPOSER_API_SHARE_PORT"] = "true"  # every one on the bench's port
                 elif name == "workers":
                     env |= self.worker_addr(i)
                 self.procs.append(

@@ -183,7 +183,8 @@ Options (``python -m tests.bench stack [options]``, or ``make bench BENCH_ARGS=â
 ``--only w1,ceiling`` (the ceiling needs w1), ``--scale 0.1`` (every size,
 the number in flight and the 40 s limit times 0.1, for a quick run),
 ``--workers N``, ``--worker-concurrency N``, ``--replicas outbox-enqueuer=2``
-(any service but the api-gateway; ``--replicas coordinator=2`` gives each
+(``--replicas api-gateway=2`` runs two on the bench's one API port, COMPOSER_API_SHARE_PORT;
+``--replicas coordinator=2`` gives each
 coordinator a gRPC port of its own and every worker process all of them, each
 run's calls routed to one (COMPOSER_COORDINATORS); ``--coordinator-split worker``
 gives worker process ``i`` the ``i % n``-th alone instead, so give that

@@ -17,6 +17,7 @@ sits between ``persist``'s ``write_dispatch`` and the publisher (``_publish``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
 import functools
@@ -25,11 +26,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from opentelemetry.trace import INVALID_SPAN, Span
+
 import composer_queue as cq
 import composer_repo as repo
 from composer_common import limits
 from composer_common.codes import ErrorCode
-from composer_common.telemetry import tracer
+from composer_common.telemetry import recording, tracer
 from composer_core import errors as core_errors
 from composer_core.kinds.map import DEFAULT_MAX_ITEMS
 from composer_core.model import WorkflowDAG
@@ -214,14 +217,7 @@ class Shell:
         run = _opened.snapshot(self.sealer, locked.run)
         if run is not locked.run:
             locked = dataclasses.replace(locked, run=run)
-        attributes = {
-            "composer.run_id": run.run_id,
-            "composer.workflow_id": run.workflow_id,
-            "composer.event": kind,
-        }
-        if node_id:
-            attributes["composer.node_id"] = node_id
-        with tracer().start_as_current_span(f"apply {kind}", attributes=attributes) as span:
+        with _apply_span(run, kind, node_id) as span:
             tx.now = locked.now
             transition = await self._transition(tx, dag, locked, event, in_batch=in_batch)
             if transition is None:
@@ -386,3 +382,21 @@ def _input_too_large(limit: int, size: int, exact: bool) -> str:
     return limits.over_limit(
         "node input", size, limit, "COMPOSER_MAX_NODE_INPUT_BYTES", at_least=not exact
     )
+
+
+def _apply_span(
+    run: Run, kind: str, node_id: str | None
+) -> contextlib.AbstractContextManager[Span]:
+    """The span of one event's apply; without a tracer provider none is made (it would be
+    no-op: the current context, a caller's trace the dispatches carry on, is the same
+    either way)."""
+    if not recording():
+        return contextlib.nullcontext(INVALID_SPAN)
+    attributes = {
+        "composer.run_id": run.run_id,
+        "composer.workflow_id": run.workflow_id,
+        "composer.event": kind,
+    }
+    if node_id:
+        attributes["composer.node_id"] = node_id
+    return tracer().start_as_current_span(f"apply {kind}", attributes=attributes)

@@ -73,14 +73,21 @@ async def serve(settings: GatewaySettings) -> None:
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=settings.drain_seconds)
         await runner.setup()
         try:
-            site = web.TCPSite(runner, settings.api_host, settings.api_port)
+            site = web.TCPSite(
+                runner, settings.api_host, settings.api_port, reuse_port=settings.api_share_port
+            )
             try:
                 await site.start()
             except OSError as exc:
                 raise listen_error(
                     exc, settings.api_host, settings.api_port, "COMPOSER_API_PORT"
                 ) from exc
-            log.info("serving the REST API on http://%s:%d", settings.api_host, settings.api_port)
+            log.info(
+                "serving the REST API on http://%s:%d%s",
+                settings.api_host,
+                settings.api_port,
+                " (shared with the other api-gateways on it)" if settings.api_share_port else "",
+            )
             await rt.stop.wait()
             log.info(
                 "stopping: draining in-flight requests for up to %.0fs", settings.drain_seconds

@@ -36,7 +36,7 @@ from composer_api_gateway.state import (
     GatewayConfig,
 )
 from composer_api_gateway.waiters import RunWaiters
-from composer_common.telemetry import extract, tracer
+from composer_common.telemetry import extract, recording, tracer
 from composer_engine import Engine, EngineError
 
 log = logging.getLogger("composer.api")
@@ -104,6 +104,10 @@ async def tracing_middleware(request: web.Request, handler: Handler) -> web.Stre
     The engine's spans and the dispatches they write join it, so one trace runs
     from the request through the outbox and the stream into the worker's handler.
     """
+    if "traceparent" not in request.headers and not recording():
+        # no provider and no trace to carry on: the span would be no-op (a start's
+        # dispatches then carry no traceparent either way)
+        return await handler(request)
     info = request.match_info.route.resource
     route = info.canonical if info is not None else "unmatched"
     with tracer().start_as_current_span(

@@ -11,6 +11,13 @@ class GatewaySettings(ServerSettings):
     #: Bind address; containers set 0.0.0.0.
     api_host: str = "127.0.0.1"
     api_port: int = 8080
+    #: COMPOSER_API_SHARE_PORT: bind the API port with SO_REUSEPORT, so several
+    #: api-gateway processes on one host serve one port and the kernel spreads the
+    #: connections among them: a gateway's work (HTTP, the start transaction) is one
+    #: process's CPU, and starts past about a thousand a second need a second one
+    #: (docs/architecture.md §10). Each process keeps its own COMPOSER_ADMIN_PORT. Every
+    #: process on the port must set it; off, a second one exits 3 naming the port in use.
+    api_share_port: bool = False
     #: ``name=token:role,…`` with roles admin, operator, viewer (``token:role`` entries are
     #: still read: composer_api_gateway.auth names them). Empty: every /v1 call is refused.
     #: Outside COMPOSER_DEV_MODE each token must be a random secret of 128 bits or more
