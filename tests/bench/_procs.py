@@ -126,7 +126,7 @@ class ProcessStack:
     prefix: str
     workdir: Path
     workers: int = 1
-    worker_concurrency: int = 64
+    worker_concurrency: int = 256  # bench_stack.WORKER_CONCURRENCY
     queues: tuple[str, ...] = ("bench",)
     #: name → replicas: api-gateway replicas all serve the bench's API port
     #: (COMPOSER_API_SHARE_PORT); coordinator replicas each listen on a gRPC port of their own, and
