@@ -120,7 +120,7 @@ class RunCommands:
         # clients starting runs at once share the round trips and the WAL flush. A
         # lone start goes at once, alone (no added latency when idle).
         self.start_batches: Batcher[StartInTx, Started] = Batcher(
-            self.start_many, max_size=32, max_in_flight=4, name="starts"
+            self.start_many, max_size=32, max_in_flight=2, name="starts"
         )
 
     async def settle(self) -> None:
