@@ -34,6 +34,17 @@ API_TOKEN = secrets.token_urlsafe(32)
 WORKER_TOKEN = secrets.token_urlsafe(32)
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 ROOT = Path(__file__).resolve().parents[2]
+#: Tasks the no-op worker holds at once (COMPOSER_CONCURRENCY), from the read through
+#: the lease's round trip to the handler's end. Its handler is a no-op coroutine, so
+#: what a slot costs is memory, and the peers' figures are each at its best setting
+#: for this machine (``../shared/peers``: Celery prefork -c 2 for W1, -c 4 for W2).
+#: At 64 (the setting before 5be6986) W1's 200 runs waited in the stream for a slot
+#: (report → next lease 134-143 ms p50, the machine 1.6 of its 2 cores busy) and the
+#: coordinator committed small batches (0.27 commits a step); at 256 every run of W1
+#: has one, 0.09 commits a step. Measured (``--only w1,w2,w6 --worker-concurrency N``, one window):
+#: W1 1,079 / 1,210 / 1,658 / 1,366 steps/s at 64 / 128 / 256 / 512, all processes'
+#: CPU per step 1.38 / 1.21 / 0.81 / 1.00 ms, W2 1,362 / 1,496 / 1,590 / 1,700.
+WORKER_CONCURRENCY = 256
 
 
 #: The ports ``free_port`` handed out: a port is free when asked for and bound only
@@ -126,7 +137,7 @@ class ProcessStack:
     prefix: str
     workdir: Path
     workers: int = 1
-    worker_concurrency: int = 256  # bench_stack.WORKER_CONCURRENCY
+    worker_concurrency: int = WORKER_CONCURRENCY
     queues: tuple[str, ...] = ("bench",)
     #: name → replicas: api-gateway replicas all serve the bench's API port
     #: (COMPOSER_API_SHARE_PORT); coordinator replicas each listen on a gRPC port of their own, and

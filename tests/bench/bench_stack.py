@@ -182,7 +182,7 @@ sampling perturbs the run.
 Options (``python -m tests.bench stack [options]``, or ``make bench BENCH_ARGS=…``):
 ``--only w1,ceiling`` (the ceiling needs w1), ``--scale 0.1`` (every size,
 the number in flight and the 40 s limit times 0.1, for a quick run),
-``--workers N``, ``--worker-concurrency N`` (default ``WORKER_CONCURRENCY``, below),
+``--workers N``, ``--worker-concurrency N`` (default ``_procs.WORKER_CONCURRENCY``),
 ``--replicas outbox-enqueuer=2``
 (``--replicas api-gateway=2`` runs two on the bench's one API port, COMPOSER_API_SHARE_PORT;
 ``--replicas coordinator=2`` gives each
@@ -225,6 +225,7 @@ from composer_core.model import RunStatus
 from tests.bench import _sql, options
 from tests.bench._procs import (
     API_TOKEN,
+    WORKER_CONCURRENCY,
     PrivateRedis,
     ProcessStack,
     Profiler,
@@ -261,17 +262,6 @@ W1_RUNS, W1_IN_FLIGHT = 1500, 200
 W2_RUNS, W2_IN_FLIGHT = 150, 20
 #: No W1 or W2 run starts later than this after the first (times --scale).
 STARTING_SECONDS = 40.0
-#: Tasks the no-op worker holds at once (COMPOSER_CONCURRENCY), from the read through
-#: the lease's round trip to the handler's end. Its handler is a no-op coroutine, so
-#: what a slot costs is memory, and the peers' figures are each at its best setting
-#: for this machine (``../shared/peers``: Celery prefork -c 2 for W1, -c 4 for W2).
-#: At 64 (the setting until stop 47) W1's 200 runs waited in the stream for a slot
-#: (report → next lease 134-143 ms p50, the machine 1.6 of its 2 cores busy) and the
-#: coordinator committed small batches (0.27 commits a step); at 256 every run of W1
-#: has one, 0.09 commits a step. Measured (``--only w1,w2,w6``, one window, stop 47):
-#: W1 1,079 / 1,210 / 1,658 / 1,366 steps/s at 64 / 128 / 256 / 512, all processes'
-#: CPU per step 1.38 / 1.21 / 0.81 / 1.00 ms, W2 1,362 / 1,496 / 1,590 / 1,700.
-WORKER_CONCURRENCY = 256
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

@@ -14,8 +14,9 @@ class GatewaySettings(ServerSettings):
     #: COMPOSER_API_SHARE_PORT: bind the API port with SO_REUSEPORT, so several
     #: api-gateway processes on one host serve one port and the kernel spreads the
     #: connections among them: a gateway's work (HTTP, the start transaction) is one
-    #: process's CPU, and starts past about a thousand a second need a second one
-    #: (docs/architecture.md §10). Each process keeps its own COMPOSER_ADMIN_PORT. Every
+    #: process's CPU, so a host with cores to spare starts more runs with a second one
+    #: (on 2 cores it started fewer: docs/architecture.md §3.1), and one can restart
+    #: while another serves. Each process keeps its own COMPOSER_ADMIN_PORT. Every
     #: process on the port must set it; off, a second one exits 3 naming the port in use.
     api_share_port: bool = False
     #: ``name=token:role,…`` with roles admin, operator, viewer (``token:role`` entries are

@@ -224,11 +224,6 @@ class Timer:
         busy = sum(1 for o in outcomes if o is None)
         return Pass(len(read), fired, busy, next_wake, next_stage_at)
 
-    @property
-    def _no_slot(self) -> dt.timedelta:
-        """How soon to look again when every staging slot is taken."""
-        return dt.timedelta(seconds=self.busy_retry_seconds)
-
     def _stage(self, bucket: list[DueWait]) -> None:
         """Fire ``bucket`` in a transaction of its own that commits at its last wait's
         time, beside the passes (which pass its waits over until it ends)."""
@@ -292,7 +287,7 @@ class Timer:
             if start > window:  # within the window: staged with these, fewer passes
                 return staged, start
             if len(staged) >= slots:  # the next pass stages it, once a slot is free
-                return staged, now + self._no_slot
+                return staged, now + dt.timedelta(seconds=self.busy_retry_seconds)
             staged.append(bucket)
         return staged, None
 
