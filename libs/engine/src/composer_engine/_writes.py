@@ -166,11 +166,27 @@ class Writes:
         tx.freed.update(freed)
 
     async def flush(self, tx: Tx) -> None:
-        """Write everything held, in one statement per kind."""
+        """Write everything held: the completions, new tasks, history and logs held so
+        far in one statement (``repo.write_step``), then one statement per kind."""
         conn = tx.conn
-        if self.completions:
-            completions, self.completions = self.completions, []
-            done = await repo.complete_tasks(conn, [(ref, out) for ref, out, _ in completions])
+        completions, tasks = self.completions, self.tasks
+        done: dict[str, repo.FinishedTask] = {}
+        inserted: set[str] = set()
+        if completions or tasks:
+            # one round trip: with them, the history and logs held so far (those the
+            # flush adds below follow in a statement of their own)
+            self.completions, self.tasks = [], []
+            history, self.history = self.history, []
+            logs, self.logs = self.logs, []
+            written = await repo.write_step(
+                conn,
+                completions=[(ref, out) for ref, out, _ in completions],
+                tasks=tasks,
+                history=history,
+                logs=logs,
+            )
+            done, inserted = written.completed, written.inserted
+        if completions:
             for ref, _, effects in completions:
                 task = done.get(ref.task_id)
                 if task is None:
@@ -180,9 +196,7 @@ class Writes:
             self.free(tx, [task.limit_key for task in done.values() if task.limit_key])
             if tx.gate is not None and tx.gate.policy is not None:
                 self.free(tx, [task.queue for task in done.values()])
-        if self.tasks:
-            tasks, self.tasks = self.tasks, []
-            inserted = await repo.insert_tasks(conn, tasks)
+        if tasks:
             for t in tasks:
                 if t.task_id not in inserted:
                     raise StaleSnapshot(f"node {t.node_id} of run {t.run_id} already has a task")

@@ -283,6 +283,7 @@ from composer_repo._signals import (
     run_signals,
     signal_key,
 )
+from composer_repo._step_writes import StepWritten, write_step
 from composer_repo._tasks import (
     LeaseRequest,
     ResolvedWait,
@@ -393,6 +394,7 @@ __all__ = [
     "SchemaError",
     "SchemaOutdated",
     "StartedRun",
+    "StepWritten",
     "TakenRunEvent",
     "TaskAttempt",
     "TaskLimits",
@@ -590,4 +592,5 @@ __all__ = [
     "unserved_queues",
     "uuid7_bound",
     "workflow_schedules",
+    "write_step",
 ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from composer_core.templates import Json
 from composer_repo._db import Connection, translated
@@ -45,8 +46,12 @@ async def insert_history(conn: Connection, rows: Sequence[NewHistory]) -> None:
     """Append ``rows`` in one statement, in their order."""
     if not rows:
         return
-    await conn.execute(
-        q("insert_history"),
+    await conn.execute(q("insert_history"), *insert_history_args(rows))
+
+
+def insert_history_args(rows: Sequence[NewHistory]) -> tuple[Any, ...]:
+    """The parameters of ``insert_history`` (and of ``together`` statements holding it)."""
+    return (
         [r.run_id for r in rows],
         [r.kind for r in rows],
         [r.node_id for r in rows],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from composer_repo._db import Connection, translated
 from composer_repo._sql import q
@@ -42,8 +43,12 @@ async def insert_task_logs(conn: Connection, logs: Sequence[NewTaskLog]) -> None
     already keeps it)."""
     if not logs:
         return
-    await conn.execute(
-        q("insert_task_logs"),
+    await conn.execute(q("insert_task_logs"), *insert_task_logs_args(logs))
+
+
+def insert_task_logs_args(logs: Sequence[NewTaskLog]) -> tuple[Any, ...]:
+    """The parameters of ``insert_task_logs`` (and of ``together`` statements holding it)."""
+    return (
         [log.run_id for log in logs],
         [log.task_id for log in logs],
         [log.node_id for log in logs],

@@ -3,16 +3,22 @@
 Statements live in one file, each under a ``-- name: <name>`` line, so the
 whole database surface can be read (and reviewed for partition pruning and
 fencing) in one place. Code refers to them by name; no SQL is built from
-strings at run time.
+strings at run time: values always go as parameters, and the one composed
+text, ``together``, is put together from named statements alone.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from importlib import resources
 from typing import Final
 
 _NAME = re.compile(r"^-- name: (?P<name>[a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_PARAMETER = re.compile(r"\$(\d+)")
+#: The column ``together`` adds to the main statement's rows: NULL on the one row
+#: it returns when the main statement returned none.
+TOGETHER_ROW: Final = "together_row"
 
 
 def parse_queries(text: str) -> dict[str, str]:
@@ -44,3 +50,45 @@ QUERIES: Final[dict[str, str]] = parse_queries(
 def q(name: str) -> str:
     """The statement called ``name``; a KeyError names a query that does not exist."""
     return QUERIES[name]
+
+
+def _shifted(statement: str, by: int) -> str:
+    """``statement`` with each ``$n`` renumbered ``$(n + by)``."""
+    return _PARAMETER.sub(lambda m: f"${int(m[1]) + by}", statement)
+
+
+def parameters(statement: str) -> int:
+    """How many parameters ``statement`` takes (its highest ``$n``)."""
+    return max((int(n) for n in _PARAMETER.findall(statement)), default=0)
+
+
+@functools.cache
+def together(main: str, sides: tuple[tuple[str, bool], ...]) -> str:
+    """One statement that runs the named statement ``main`` and each side, a (name,
+    returns) pair, in one round trip: each side a data-modifying CTE, their
+    parameters numbered after main's, in the order given.
+
+    Its rows are main's, each with ``together_row`` (true) and, per side that
+    ``returns``, a column ``side_<i>`` (its index in ``sides``): the array of that
+    side's one returned column, NULL when it returned no row. When main returns no
+    row, there is one row, whose main columns and ``together_row`` are NULL, so a
+    side's answer is never lost. Every part sees the snapshot the statement began
+    with (PostgreSQL runs data-modifying CTEs together): none may read or write
+    what another writes, so only writes of different rows go together.
+    """
+    ctes: list[str] = []
+    arrays: list[str] = []
+    offset = parameters(q(main))
+    for i, (name, returns) in enumerate(sides):
+        text = _shifted(q(name), offset)
+        ctes.append(f"side_{i} AS (\n{text}\n)")
+        if returns:
+            arrays.append(f"(SELECT array_agg(v) FROM side_{i} AS s(v)) AS side_{i}")
+        offset += parameters(q(name))
+    ctes.append(f"main AS (\n{q(main)}\n)")
+    answers = ", ".join(arrays) if arrays else "NULL AS no_side"
+    return (
+        "WITH " + ",\n".join(ctes) + "\n"
+        f"SELECT m.*, s.* FROM (SELECT {answers}) s\n"
+        f"  LEFT JOIN (SELECT *, true AS {TOGETHER_ROW} FROM main) m ON true"
+    )

@@ -83,8 +83,13 @@ async def insert_tasks(conn: Connection, tasks: Sequence[NewTask]) -> set[str]:
     was not: its node already had a task)."""
     if not tasks:
         return set()
-    rows = await conn.fetch(
-        q("insert_tasks"),
+    rows = await conn.fetch(q("insert_tasks"), *insert_tasks_args(tasks))
+    return {r["id"] for r in rows}
+
+
+def insert_tasks_args(tasks: Sequence[NewTask]) -> tuple[Any, ...]:
+    """The parameters of ``insert_tasks`` (and of ``together`` statements holding it)."""
+    return (
         [t.task_id for t in tasks],
         [t.run_id for t in tasks],
         [t.node_id for t in tasks],
@@ -103,7 +108,6 @@ async def insert_tasks(conn: Connection, tasks: Sequence[NewTask]) -> set[str]:
         [t.map_progress for t in tasks],
         [t.waits for t in tasks],
     )
-    return {r["id"] for r in rows}
 
 
 @translated
@@ -171,16 +175,25 @@ async def complete_tasks(
     were active (one left out was stale)."""
     if not completions:
         return {}
+    rows = await conn.fetch(q("complete_tasks"), *complete_tasks_args(completions))
+    return completed(rows)
+
+
+def complete_tasks_args(completions: Sequence[tuple[TaskRef, Json]]) -> tuple[Any, ...]:
+    """The parameters of ``complete_tasks`` (and of ``together`` statements holding it)."""
     # in one order of attempts, as acquire_leases (no two batches wait for each other)
     completions = sorted(completions, key=lambda c: (c[0].run_id, c[0].task_id, c[0].attempt))
-    rows = await conn.fetch(
-        q("complete_tasks"),
+    return (
         [ref.run_id for ref, _ in completions],
         [ref.task_id for ref, _ in completions],
         [ref.node_id for ref, _ in completions],
         [ref.attempt for ref, _ in completions],
         json_texts(output for _, output in completions),
     )
+
+
+def completed(rows: Sequence[Any]) -> dict[str, FinishedTask]:
+    """``complete_tasks``' answer from its rows: by task id, the attempts completed."""
     return {r["id"]: _finished(r) for r in rows}
 
 

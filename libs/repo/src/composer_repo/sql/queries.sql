@@ -1,5 +1,7 @@
 -- Every SQL statement Composer runs, by name. Loaded once by _sql.py; a test
--- prepares each one against a migrated database.
+-- prepares each one against a migrated database. A few run together in one round
+-- trip, each a data-modifying CTE of one statement (_sql.together, write_step):
+-- only statements that write different rows and read nothing another writes.
 --
 -- Run-scoped tables (workflow_runs, task_instances, workflow_events,
 -- run_history, task_logs) are partitioned by run id: every statement on them
