@@ -43,7 +43,9 @@ COMPOSED = {
         "complete_tasks",
         (("insert_tasks", True), ("insert_history", False), ("insert_task_logs", False)),
     ),
-    "write_step (a start's)": together("insert_tasks", (("insert_history", False),)),
+    "write_step (a start's)": together(
+        "insert_tasks", (("insert_history", False), ("enqueue_dispatches", True))
+    ),
 }
 
 #: A condition names a value of the statement: a parameter, or a column of another

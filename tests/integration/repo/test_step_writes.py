@@ -9,6 +9,7 @@ import pytest
 
 import composer_repo as repo
 from composer_core.model import NodeType, TaskState
+from composer_repo._tx import _tracking
 
 from .helpers import new_run, new_worker_task, uuid7
 
@@ -102,3 +103,33 @@ async def test_a_step_with_nothing_to_return_is_refused(conn: repo.Connection) -
             history=[repo.NewHistory(run_id, "run.started")],
             logs=[],
         )
+
+
+async def test_dispatches_go_with_their_tasks_and_answer_their_outbox_rows(
+    pool: repo.Pool,
+) -> None:
+    async with repo.transaction(pool) as conn:
+        run_id = await new_run(conn)
+    a, b = next_task(run_id, "a"), next_task(run_id, "b")
+    dispatches = [
+        repo.NewDispatch(run_id, t.task_id, "http", {"task_id": t.task_id}) for t in (a, b)
+    ]
+
+    async with repo.tracked_transaction(pool) as conn:
+        written = await repo.write_step(
+            conn, completions=[], tasks=[a, b], history=[], logs=[], dispatches=dispatches
+        )
+        # the statement read the transaction's id: tracked_transaction asks no more
+        tracking = _tracking.get()
+        assert tracking is not None
+        assert tracking.xid == await conn.fetchval("SELECT pg_current_xact_id()::text")
+
+    assert set(written.enqueued) == {a.task_id, b.task_id}
+    assert {e.priority for e in written.enqueued.values()} == {3}  # the default band
+    async with repo.transaction(pool) as conn:
+        rows = await conn.fetch(
+            "SELECT id, task_id FROM outbox WHERE run_id = $1 AND kind = 'dispatch'", run_id
+        )
+    assert {r["task_id"]: r["id"] for r in rows} == {
+        task_id: e.outbox_id for task_id, e in written.enqueued.items()
+    }

@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 from collections import Counter
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
@@ -166,26 +166,37 @@ class Writes:
         tx.freed.update(freed)
 
     async def flush(self, tx: Tx) -> None:
-        """Write everything held: the completions, new tasks, history and logs held so
-        far in one statement (``repo.write_step``), then one statement per kind."""
+        """Write everything held: the completions, new tasks, history, logs and the
+        dispatches no admission step holds, as held so far, in one statement
+        (``repo.write_step``), then one statement per kind."""
         conn = tx.conn
         completions, tasks = self.completions, self.tasks
         done: dict[str, repo.FinishedTask] = {}
         inserted: set[str] = set()
+        #: The held dispatches went with them (the block below for dispatches did not run).
+        dispatched_early = False
         if completions or tasks:
-            # one round trip: with them, the history and logs held so far (those the
-            # flush adds below follow in a statement of their own)
+            # one round trip: with them, what else is held so far (what the flush adds
+            # below follows in statements of its own)
             self.completions, self.tasks = [], []
             history, self.history = self.history, []
             logs, self.logs = self.logs, []
+            plain: list[HeldDispatch] = []
+            if self.dispatches and not self._admitting(tx):
+                plain, self.dispatches = self.dispatches, []
+                dispatched_early = True
+                if self.offers:
+                    plain = self._set_aside_offered(plain)
             written = await repo.write_step(
                 conn,
                 completions=[(ref, out) for ref, out, _ in completions],
                 tasks=tasks,
                 history=history,
                 logs=logs,
+                dispatches=[row for row, *_ in plain],
             )
             done, inserted = written.completed, written.inserted
+            self._dispatched(tx, plain, written.enqueued)
         if completions:
             for ref, _, effects in completions:
                 task = done.get(ref.task_id)
@@ -215,6 +226,8 @@ class Writes:
                         if (line := self.lines.get(t.task_id)) is not None
                     ],
                 )
+        if dispatched_early:
+            self.lines.clear()  # as the block for dispatches below does, after the limits
         if self.resolved:  # after the new tasks: a wait created and resolved at once
             resolved, self.resolved = self.resolved, []
             waiting = await repo.resolve_waits(conn, resolved)
@@ -292,6 +305,22 @@ class Writes:
         """Write the outbox rows of ``dispatches``; those due at once go to
         ``tx.dispatched``, published after the commit."""
         ids = await repo.enqueue_dispatches(tx.conn, [row for row, *_ in dispatches])
+        self._dispatched(tx, dispatches, ids)
+
+    def _admitting(self, tx: Tx) -> bool:
+        """Whether the held dispatches must wait for the flush's other writes: a paused
+        run's are held (``_hold_paused``), and the admission step reads the limited
+        tasks' rows (``_admit``), which a statement that inserts them cannot see."""
+        return bool(self.paused) or (
+            tx.gate is not None and (tx.gate.policy is not None or bool(self.lines))
+        )
+
+    @staticmethod
+    def _dispatched(
+        tx: Tx, dispatches: Sequence[HeldDispatch], ids: Mapping[str, repo.Enqueued]
+    ) -> None:
+        """Those of ``dispatches`` due at once, whose outbox rows are ``ids``, go to
+        ``tx.dispatched``: published after the commit."""
         for row, ref, fields, at_once, _ in dispatches:
             if at_once:
                 enqueued = ids[row.task_id]

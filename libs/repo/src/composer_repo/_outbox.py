@@ -18,8 +18,9 @@ commits; the POSTs go out; a second short transaction deletes or postpones them.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 
@@ -68,19 +69,27 @@ async def enqueue_dispatches(
     band other than 3 is written into its row's message too)."""
     if not dispatches:
         return {}
-    rows = await conn.fetch(
-        q("enqueue_dispatches"),
+    rows = await conn.fetch(q("enqueue_dispatches"), *enqueue_dispatches_args(dispatches))
+    return enqueued(rows)
+
+
+def enqueue_dispatches_args(dispatches: Sequence[NewDispatch]) -> tuple[Any, ...]:
+    """The parameters of ``enqueue_dispatches`` (and of ``together`` statements holding it)."""
+    return (
         [d.run_id for d in dispatches],
         [d.task_id for d in dispatches],
         [d.queue for d in dispatches],
         [d.payload for d in dispatches],
         [d.not_before for d in dispatches],
     )
+
+
+def enqueued(rows: Iterable[Any]) -> dict[str, Enqueued]:
+    """``enqueue_dispatches``' answer from its rows (id, task id, priority, by position:
+    a ``together`` statement's side returns its rows as tuples)."""
     return {
-        r["task_id"]: Enqueued(
-            r["id"], DEFAULT_PRIORITY if r["priority"] is None else int(r["priority"])
-        )
-        for r in rows
+        task_id: Enqueued(outbox_id, DEFAULT_PRIORITY if priority is None else int(priority))
+        for outbox_id, task_id, priority in rows
     }
 
 
