@@ -21,6 +21,7 @@ from composer_core.statemachine import (
     RetryTask,
     Run,
     RunCancelled,
+    RunResumed,
     RunRetried,
     RunStarted,
     SignalReceived,
@@ -50,14 +51,30 @@ def test_a_start_records_its_input_by_whom_and_what_it_scheduled() -> None:
         DispatchTask("task-a", "a", NodeType.TASK, "pay", AT),
     )
     out = rows(RUN, RunStarted(), actions, PLAIN, by="ci")
+    # created and sent by one event: one row says both
     assert [(r.kind, r.node_id, r.actor) for r in out] == [
         ("run.started", None, "ci"),
         ("task.scheduled", "a", None),
-        ("task.dispatched", "a", None),
     ]
     assert out[0].detail == {"version": 3, "input": {"card": "4111"}}
-    assert out[2].detail == {"queue": "pay", "not_before": AT.isoformat()}
+    assert out[1].detail == {
+        "type": "TASK",
+        "state": "PENDING",
+        "queue": "pay",
+        "not_before": AT.isoformat(),
+    }
     assert {r.kind for r in out} <= set(KINDS)
+
+
+def test_a_dispatch_of_a_task_created_before_has_a_row_of_its_own() -> None:
+    # a MAP item's task made earlier, or any dispatch without its CreateTask beside it
+    out = rows(
+        RUN, RunResumed(), (DispatchTask("task-a", "a", NodeType.TASK, "pay", AT),), PLAIN, by=None
+    )
+    assert [(r.kind, r.task_id, r.attempt, r.detail) for r in out] == [
+        ("run.resumed", None, None, None),
+        ("task.dispatched", "task-a", 0, {"queue": "pay", "not_before": AT.isoformat()}),
+    ]
 
 
 def test_a_failed_attempt_keeps_its_error_and_when_it_is_retried() -> None:

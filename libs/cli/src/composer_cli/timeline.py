@@ -130,7 +130,9 @@ def _scheduled(detail: dict[str, Any], error: str) -> str:
         return f"{node_type} failed" + (f": {error}" if error else "")
     if state in ("COMPLETED", "SKIPPED"):
         return f"{node_type} {state.lower()}"
-    return f"scheduled ({node_type})"
+    # created and sent at once: one row says both (a dispatch of its own has its row)
+    sent = f", dispatched to queue {detail['queue']}" if detail.get("queue") else ""
+    return f"scheduled ({node_type}){sent}"
 
 
 def _took(ms: float | None) -> str:

@@ -151,6 +151,12 @@ def rows(
             pass  # the actions say what the report did (completed, failed, retried)
         case _:
             assert_never(event)
+    # A task created and sent to its queue by one event gets one row, task.scheduled
+    # with the queue: the two said one thing at one time (a quarter of a chain
+    # step's rows). task.dispatched stays for a dispatch of its own (a MAP item that
+    # waited for a place, a dispatch sent again).
+    sent = {a.task_id: a for a in actions if isinstance(a, DispatchTask)}
+    created = {a.task_id for a in actions if isinstance(a, CreateTask)}
     for action in actions:
         match action:
             case CreateTask():
@@ -158,6 +164,9 @@ def rows(
                     "type": action.node_type.value,
                     "state": action.state.value,
                 }
+                if (dispatch := sent.get(action.task_id)) is not None:
+                    scheduled["queue"] = dispatch.queue
+                    scheduled["not_before"] = dispatch.not_before.isoformat()
                 if action.branches is not None:
                     scheduled["branches"] = list(action.branches)
                 if action.wake_at is not None:
@@ -181,7 +190,7 @@ def rows(
                         detail=scheduled if action.error is None else seal.doc(scheduled),
                     )
                 )
-            case DispatchTask():
+            case DispatchTask() if action.task_id not in created:
                 add(
                     repo.NewHistory(
                         run_id,
@@ -192,6 +201,8 @@ def rows(
                         detail={"queue": action.queue, "not_before": action.not_before.isoformat()},
                     )
                 )
+            case DispatchTask():
+                pass  # its task's task.scheduled row, above, names the queue
             case CompleteTask():
                 add(
                     repo.NewHistory(

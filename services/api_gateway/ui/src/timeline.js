@@ -25,7 +25,8 @@ function scheduled(d, error) {
   if (Array.isArray(d.branches)) return `${d.type} chose ${d.branches.join(', ') || 'no branch'}`;
   if (d.state === 'FAILED') return `${d.type} failed${error ? `: ${error}` : ''}`;
   if (d.state === 'COMPLETED' || d.state === 'SKIPPED') return `${d.type} ${d.state.toLowerCase()}`;
-  return `scheduled (${d.type})`;
+  // created and sent at once: one row says both (a dispatch of its own has its row)
+  return `scheduled (${d.type})${d.queue ? `, dispatched to queue ${d.queue}` : ''}`;
 }
 
 /** One entry in words, e.g. "attempt 1 failed after 12 ms: ValueError: paid 5 of 21". */
