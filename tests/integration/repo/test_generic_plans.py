@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import composer_repo as repo
-from composer_repo._sql import QUERIES, together
+from composer_repo._sql import QUERIES, parameters, together
 
 #: The tables whose partitions grow with every run.
 RUN_TABLES = ("task_instances", "workflow_runs", "run_history", "task_logs")
@@ -77,7 +77,7 @@ def by_key(scan: dict[str, Any], relation: str) -> bool:
 
 
 async def generic_plan(conn: repo.Connection, sql: str) -> dict[str, Any]:
-    count = max((int(n) for n in re.findall(r"\$(\d+)", sql)), default=0)
+    count = parameters(sql)
     await conn.execute(f"PREPARE generic AS {sql}")
     try:
         # a generic plan is the same whatever the values: NULLs stand in for them

@@ -16,8 +16,8 @@ from typing import Final
 
 _NAME = re.compile(r"^-- name: (?P<name>[a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 _PARAMETER = re.compile(r"\$(\d+)")
-#: The column ``together`` adds to the main statement's rows: NULL on the one row
-#: it returns when the main statement returned none.
+#: The column ``together`` adds to the main statement's rows (true): NULL on the one
+#: row that carries the sides' answers and the transaction's id.
 TOGETHER_ROW: Final = "together_row"
 
 
