@@ -24,6 +24,7 @@ async def test_versions_count_up_and_one_is_deployed(conn: repo.Connection) -> N
     deployed = await repo.deploy_definition(conn, "orders", 2)
     assert deployed.deployed and deployed.spec == {"v": 2} and deployed.webhook_url == "https://h"
     assert (await repo.get_definition(conn, "orders")).version == 2
+    assert await repo.deployed_version(conn, "orders") == 2  # what a start reads
     assert (await repo.get_definition(conn, "orders", 1)).deployed is False
     assert (await repo.deploy_definition(conn, "orders", 2)).version == 2  # idempotent
 
@@ -37,6 +38,8 @@ async def test_missing_things_are_not_found(conn: repo.Connection) -> None:
     await repo.create_definition(conn, "draft", name="Draft", spec={})
     with pytest.raises(repo.NotFound, match="no deployed version"):
         await repo.get_definition(conn, "draft")
+    with pytest.raises(repo.NotFound, match="no deployed version"):
+        await repo.deployed_version(conn, "draft")
     with pytest.raises(repo.NotFound):
         await repo.get_definition(conn, "draft", 7)
     with pytest.raises(repo.NotFound):
@@ -58,6 +61,8 @@ async def test_soft_delete_stops_new_runs_but_keeps_versions_loadable(
 
     with pytest.raises(repo.NotFound):
         await repo.get_definition(conn, "temp")
+    with pytest.raises(repo.NotFound):
+        await repo.deployed_version(conn, "temp")
     assert all(w.workflow_id != "temp" for w in await repo.list_definitions(conn))
     pinned = await repo.get_definition(conn, "temp", 1, include_deleted=True)
     assert pinned.spec == {"v": 1} and pinned.deleted_at is not None

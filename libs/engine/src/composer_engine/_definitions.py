@@ -35,14 +35,10 @@ class DefinitionCache:
         return dag
 
     async def deployed(self, conn: repo.Connection, workflow_id: str) -> WorkflowDAG:
-        """The DAG of the version new runs use (always read: deploys move it)."""
-        definition = await repo.get_definition(conn, workflow_id)
-        key = (workflow_id, definition.version)
-        dag = self._dags.get(key)
-        if dag is None:
-            dag = build(definition.spec, definition.version)
-            self._dags[key] = dag
-        return dag
+        """The DAG of the version new runs use: its number always read (deploys move
+        it), its spec only when that version is not cached yet."""
+        version = await repo.deployed_version(conn, workflow_id)
+        return await self.get(conn, workflow_id, version)
 
     def __len__(self) -> int:
         return len(self._dags)

@@ -312,7 +312,8 @@ class RunCommands:
             check_input(dag, input if input is not None else {}, workflow_id)
             if parent is not None:
                 await repo.set_run_parent(tx.conn, new_run_id, parent)
-            tx.after_commit(lambda: instruments().runs_started.add(1, {"workflow_id": workflow_id}))
+            # summed over the batch: a batch of 32 starts of a workflow adds once
+            tx.count(instruments().runs_started, 1, {"workflow_id": workflow_id})
             by = None if caller is None else caller.name
             run = Run(
                 new_run_id,
@@ -342,7 +343,7 @@ class RunCommands:
                 RunStarted(start_node),
                 by=by,
             )
-            tx.after_commit(
+            tx.after_hints(
                 lambda: log.info("run %s of %s v%d started", new_run_id, workflow_id, dag.version)
             )
             return Started(new_run_id, run.status, created=True)

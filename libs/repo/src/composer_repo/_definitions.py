@@ -62,6 +62,19 @@ async def get_definition(
 
 
 @translated
+async def deployed_version(conn: Connection, workflow_id: str) -> int:
+    """The number of the version new runs of a workflow use: what a start reads, its
+    built DAG cached by (workflow, version), so that a batch of starts does not fetch
+    and decode the spec it already holds."""
+    version = await conn.fetchval(q("get_deployed_version"), workflow_id)
+    if version is None:
+        raise NotFound(
+            f"workflow {workflow_id!r} has no deployed version: deploy one, or name the version"
+        )
+    return int(version)
+
+
+@translated
 async def latest_definition(conn: Connection, workflow_id: str) -> Definition | None:
     """The newest version of a workflow that is not deleted (None: no such workflow,
     or it is deleted): what an apply compares a definition with.

@@ -65,6 +65,12 @@ SELECT id, version, name, spec, webhook_url, created_by, deployed, deployed_at, 
   FROM workflow_definitions
  WHERE id = $1 AND deployed AND deleted_at IS NULL;
 
+-- name: get_deployed_version
+-- The deployed version's number alone: a start's look-up, its DAG cached by version.
+SELECT version
+  FROM workflow_definitions
+ WHERE id = $1 AND deployed AND deleted_at IS NULL;
+
 -- name: list_definition_versions
 -- A workflow's versions without their specs, newest first.
 SELECT id, version, name, webhook_url, created_by, deployed, deployed_at, deleted_at, created_at
