@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 import composer_queue as cq
 import composer_repo as repo
-from composer_common.telemetry import inject
+from composer_common.telemetry import traceparent
 from composer_core.model import NodeLine, RenderedKeys, RunStatus
 from composer_core.statemachine import FinishRun, NodeCompleted, NodeFailed, Run
 from composer_core.templates import Json
@@ -486,7 +486,7 @@ def task_message(ref: repo.TaskRef) -> cq.TaskMessage:
         run_id=ref.run_id,
         attempt=ref.attempt,
         # the current span: the decision that dispatched it
-        traceparent=inject({}).get("traceparent"),
+        traceparent=traceparent(),
     )
 
 
