@@ -14,7 +14,6 @@ worker's handler span is a child of the API request that started the run.
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Mapping, MutableMapping
 
 from opentelemetry import context, metrics, propagate, trace
@@ -30,6 +29,8 @@ def tracer() -> trace.Tracer:
 
 #: Set once a tracer provider is found installed: the API sets one at most once.
 _installed = False
+#: Whether the public call was made once: it reads the environment's provider then.
+_asked = False
 
 
 def recording() -> bool:
@@ -39,23 +40,18 @@ def recording() -> bool:
     Asked for every task and every request, so the common answer, "none", is made
     cheap: ``get_tracer_provider()`` looks ``OTEL_PYTHON_TRACER_PROVIDER`` up in
     ``os.environ`` each time no provider is set (a failed look-up raises inside
-    ``os.environ``: 6 % of a no-op worker's CPU). Nothing set in code (the API's
-    module global, read defensively: without it the public call decides) and no such
-    variable when first asked: none. A provider set later in code is seen at once;
-    the variable, which the API reads only when a provider is first asked for, is
-    read once here too."""
-    global _installed
+    ``os.environ``: 6 % of a no-op worker's CPU). The first call asks the API, which
+    installs a provider that variable names; after it, nothing set in code (the API's
+    module global, read defensively: without it the public call decides) is none.
+    A provider set later in code is seen at once."""
+    global _installed, _asked
     if _installed:
         return True
-    if getattr(trace, "_TRACER_PROVIDER", ...) is None and not _provider_named_by_env():
+    if _asked and getattr(trace, "_TRACER_PROVIDER", ...) is None:
         return False
+    _asked = True
     _installed = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
     return _installed
-
-
-@functools.cache
-def _provider_named_by_env() -> bool:
-    return "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
 
 
 def meter() -> metrics.Meter:
