@@ -72,6 +72,24 @@ def test_a_record_still_reaches_the_process_log(caplog: pytest.LogCaptureFixture
     assert logger.attempt_lines.lines()[1] == "a printed line"
 
 
+def test_a_filter_or_a_handler_the_task_adds_to_its_logger_is_honoured() -> None:
+    logger = TaskLogger(logging.getLogger("composer.task.unit-queue"), AttemptLines())
+    seen: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    logger.addHandler(Collect())
+    logger.addFilter(lambda record: "secret" not in record.getMessage())
+    logger.info("kept")
+    logger.info("a secret")
+    logger.debug("below the level")
+
+    assert seen == ["kept"]
+    assert [line.split(" ", 1)[1] for line in logger.attempt_lines.lines()] == ["INFO kept"]
+
+
 def test_what_postgresql_or_protobuf_would_refuse_is_replaced() -> None:
     lines = AttemptLines()
     lines.write("a\x00b")

@@ -13,10 +13,9 @@ entry point by ``composer_service.logs.setup_logging``.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 
 ALERT = 60
@@ -30,15 +29,25 @@ _context: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
 )
 
 
-@contextlib.contextmanager
-def log_context(**fields: str | None) -> Iterator[None]:
-    """Attach fields (run_id, task_id, node_id) to every record logged inside the block."""
-    merged = {**_context.get(), **{k: v for k, v in fields.items() if v is not None}}
-    token = _context.set(merged)
-    try:
-        yield
-    finally:
-        _context.reset(token)
+class log_context:  # a function to its callers (lower case), a class for its cost
+    """Attach fields (run_id, task_id, node_id) to every record logged inside the block.
+
+    A class, not a ``contextlib.contextmanager``: a worker enters one for every task,
+    and the generator one cost 4 % of the W1 bench worker's CPU (py-spy)."""
+
+    __slots__ = ("_fields", "_token")
+
+    def __init__(self, **fields: str | None) -> None:
+        self._fields = fields
+        self._token: contextvars.Token[Mapping[str, str]] | None = None
+
+    def __enter__(self) -> None:
+        merged = {**_context.get(), **{k: v for k, v in self._fields.items() if v is not None}}
+        self._token = _context.set(merged)
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._token is not None
+        _context.reset(self._token)
 
 
 def alert(logger: logging.Logger, message: str, *args: object) -> None:
