@@ -16,12 +16,14 @@ ROOT = Path(__file__).resolve().parents[3]
 
 #: A service as small as one gets: ``run`` around a serve coroutine that says what it is.
 PROBE = r"""
+import gc
 import sys
 from composer_service import run
 from composer_common.process import is_dumpable
 
 async def serve():
     print("dumpable" if is_dumpable() else "non-dumpable", flush=True)
+    print(gc.get_threshold()[0], gc.get_freeze_count() > 0, flush=True)
 
 sys.exit(run("probe", serve, uvloop=False))
 """
@@ -35,7 +37,10 @@ def test_a_service_started_by_run_is_non_dumpable() -> None:
         [sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "non-dumpable"
+    dumpable, gc_tuned = done.stdout.splitlines()
+    assert dumpable == "non-dumpable"
+    # and its collector tuned (entry.tune_gc): start-up's objects frozen, fewer scans
+    assert gc_tuned == "10000 True"
 
 
 def test_a_process_is_dumpable_unless_it_asks_otherwise() -> None:
