@@ -35,9 +35,7 @@ nothing behind.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 
 from composer_core.errors import TemplateBudgetExceeded, WorkPaused
 
@@ -143,11 +141,21 @@ class Budget:
 current: ContextVar[Budget | None] = ContextVar("composer_template_budget", default=None)
 
 
-@contextmanager
-def spending(budget: Budget) -> Iterator[None]:
-    """Every template evaluated inside spends from ``budget`` (one decision's)."""
-    token = current.set(budget)
-    try:
-        yield
-    finally:
-        current.reset(token)
+class spending:  # a function to its callers (lower case), a class for its cost
+    """Every template evaluated inside spends from ``budget`` (one decision's).
+
+    A class, not a ``contextlib.contextmanager``: the machine enters one for every
+    event, and the generator's frame and wrapper were garbage to collect each time."""
+
+    __slots__ = ("_budget", "_token")
+
+    def __init__(self, budget: Budget) -> None:
+        self._budget = budget
+        self._token: Token[Budget | None] | None = None
+
+    def __enter__(self) -> None:
+        self._token = current.set(self._budget)
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._token is not None
+        current.reset(self._token)
