@@ -9,6 +9,7 @@ import asyncio
 import datetime as dt
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -35,20 +36,28 @@ def wait_workflow(workflow_id: str, seconds: float) -> dict[str, Any]:
     }
 
 
-async def test_a_two_second_wait_fires_on_time(stack: Stack) -> None:
-    await stack.deploy(wait_workflow("nap-2s", 2))
-    # It looks on its own every 10 s: on time, it slept until the wait's time.
-    timer = Timer(stack.engine, stack.redis, prefix=stack.prefix, poll_seconds=10.0)
+@asynccontextmanager
+async def running(timer: Timer) -> AsyncIterator[Timer]:
+    """``timer``'s loop for the block, stopped (and awaited) after it."""
     stop = asyncio.Event()
     loop = asyncio.create_task(timer.run(stop), name="timer")
     try:
+        yield timer
+    finally:
+        stop.set()
+        await asyncio.wait_for(loop, 10)
+
+
+async def test_a_two_second_wait_fires_on_time(stack: Stack) -> None:
+    await stack.deploy(wait_workflow("nap-2s", 2))
+    # It looks on its own every 10 s: on time, it slept until the wait's time.
+    async with running(
+        Timer(stack.engine, stack.redis, prefix=stack.prefix, poll_seconds=10.0)
+    ) as timer:
         begun = time.monotonic()
         started = await stack.engine.start("nap-2s")
         run = await stack.wait_run(started.run_id, timeout=15)
         elapsed = time.monotonic() - begun
-    finally:
-        stop.set()
-        await asyncio.wait_for(loop, 10)
 
     assert run.status is RunStatus.SUCCEEDED
     assert (await stack.tasks_of(started.run_id))["nap"].output["woke_at"]
@@ -171,22 +180,18 @@ async def test_a_busy_run_does_not_hold_up_the_other_due_waits(
     await stack.deploy(wait_workflow("nap-short", 0.3))
     busy = (await stack.engine.start("nap-short")).run_id
     free = (await stack.engine.start("nap-short")).run_id
-    timer = Timer(stack.engine, stack.redis, prefix=stack.prefix)
-    stop = asyncio.Event()
     holder = await repo.connect(database_url)
-    loop: asyncio.Task[None] | None = None
     try:
-        async with holder.transaction():
-            await repo.load_run(holder, busy)  # another transaction holds this run's lock
-            loop = asyncio.create_task(timer.run(stop), name="timer")
+        held = holder.transaction()
+        await held.start()
+        await repo.load_run(holder, busy)  # another transaction holds this run's lock
+        async with running(Timer(stack.engine, stack.redis, prefix=stack.prefix)) as timer:
             assert (await stack.wait_run(free, timeout=5)).status is RunStatus.SUCCEEDED
             assert (await stack.tasks_of(busy))["nap"].state is TaskState.WAITING
-        # The lock is released: the busy run's wait fires on the timer's next look.
-        assert (await stack.wait_run(busy, timeout=5)).status is RunStatus.SUCCEEDED
+            await held.commit()
+            # The lock is released: the busy run's wait fires on the timer's next look.
+            assert (await stack.wait_run(busy, timeout=5)).status is RunStatus.SUCCEEDED
     finally:
-        stop.set()
-        if loop is not None:
-            await asyncio.wait_for(loop, 10)
         await holder.close()
     assert timer.fired == 2
 
@@ -196,10 +201,9 @@ async def test_a_nearer_wait_wakes_a_timer_sleeping_towards_a_later_one(stack: S
     await stack.deploy(wait_workflow("nap-half", 0.5))
     # It looks on its own every 10 s: only the hint the nearer wait's start sends can
     # wake it in time (a 1 s poll left 0.3 s between the two, less than a loop pause).
-    timer = Timer(stack.engine, stack.redis, prefix=stack.prefix, poll_seconds=10.0)
-    stop = asyncio.Event()
-    loop = asyncio.create_task(timer.run(stop), name="timer")
-    try:
+    async with running(
+        Timer(stack.engine, stack.redis, prefix=stack.prefix, poll_seconds=10.0)
+    ) as timer:
         await stack.engine.start("nap-long")
         await asyncio.sleep(0.2)  # the timer now sleeps towards the 30 s wait (or its poll)
         near = await stack.engine.start("nap-half")
@@ -208,9 +212,6 @@ async def test_a_nearer_wait_wakes_a_timer_sleeping_towards_a_later_one(stack: S
 
         assert (await stack.wait_run(near.run_id, timeout=1)).status is RunStatus.SUCCEEDED
         assert max(timer.lags) < 2.0  # woken by the hint, not by its poll 9.5 s late
-    finally:
-        stop.set()
-        await asyncio.wait_for(loop, 10)
 
 
 async def test_waits_due_together_are_staged_ahead_and_none_is_seen_fired_early(
@@ -240,7 +241,7 @@ async def test_waits_due_together_are_staged_ahead_and_none_is_seen_fired_early(
     # Staged well ahead, in one bucket: this process holds the heap of the whole suite,
     # and a pause of its loop half a second long (CI saw one) past the default 20 ms
     # margin fires the waits left once due, late, not staged. Early is never allowed.
-    timer = Timer(
+    staging = Timer(
         stack.engine,
         stack.redis,
         prefix=stack.prefix,
@@ -248,9 +249,7 @@ async def test_waits_due_together_are_staged_ahead_and_none_is_seen_fired_early(
         stage_margin_seconds=1.5,
         bucket_seconds=1.0,
     )
-    stop = asyncio.Event()
-    loop = asyncio.create_task(timer.run(stop), name="timer")
-    try:
+    async with running(staging) as timer:
         # Staged a lead ahead, under the runs' locks: until their time, nobody sees one end.
         while time.time() < due - 0.01:
             async with repo.transaction(stack.pool) as conn:
@@ -262,9 +261,6 @@ async def test_waits_due_together_are_staged_ahead_and_none_is_seen_fired_early(
             await asyncio.sleep(0.02)
         for run_id in started:
             assert (await stack.wait_run(run_id, timeout=15)).status is RunStatus.SUCCEEDED
-    finally:
-        stop.set()
-        await asyncio.wait_for(loop, 10)
 
     assert timer.fired == n and timer.staged == n
     assert min(timer.lags) >= 0  # each committed no sooner than its wake_at
