@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import grpc.aio
+import pytest
 
 import composer_queue as cq
 import composer_repo as repo
@@ -141,6 +142,68 @@ async def test_the_next_step_comes_leased_with_the_report_and_never_goes_through
         history = await repo.run_history(conn, run_id)
     leased = [h for h in history if h.kind == "task.leased" and h.node_id == "b"]
     assert [h.actor for h in leased] == ["w"]
+
+
+async def test_the_next_task_is_stored_running_under_the_lease_its_answer_carries(
+    stack: Stack,
+) -> None:
+    """Leased as its row is inserted (engine/_lease_ahead.py): the row holds the lease
+    the answer names — the worker's, its token and expiry — started at the report's
+    clock, and its history says it was scheduled, then leased."""
+    await stack.deploy(two_steps({"id": "b", "type": "TASK", "queue": "manual", "spec": {}}))
+    run_id = (await stack.engine.start("two-steps")).run_id
+    async with grpc.aio.insecure_channel(stack.grpc_target) as channel:
+        answer = await report_a(stack, WorkerServiceStub(channel), run_id)
+    lease = answer.next.lease
+    assert lease.granted
+    async with repo.connection(stack.pool) as conn:
+        row = await conn.fetchrow(
+            "SELECT b.state, b.lease_owner, b.lease_token, b.lease_expires_at, b.started_at,"
+            "       b.dispatched_at, a.finished_at"
+            "  FROM task_instances b JOIN task_instances a USING (run_id)"
+            " WHERE b.run_id = $1 AND b.node_id = 'b' AND a.node_id = 'a'",
+            run_id,
+        )
+        history = await repo.run_history(conn, run_id)
+    assert row is not None
+    assert row["state"] == "RUNNING" and row["lease_owner"] == "w"
+    assert row["lease_token"] == lease.lease_token
+    assert row["lease_expires_at"].timestamp() == pytest.approx(lease.lease_expires_at, abs=1e-3)
+    # leased for the 30 s the offer asked, from the report's clock
+    assert (row["lease_expires_at"] - row["finished_at"]).total_seconds() == pytest.approx(30)
+    assert row["started_at"] == row["dispatched_at"] == row["finished_at"]
+    kinds = [h.kind for h in history if h.node_id == "b"]
+    assert kinds[-1] == "task.leased" and len(kinds) == 2, kinds
+
+
+async def test_a_next_task_that_goes_through_the_admission_step_comes_leased_too(
+    stack: Stack,
+) -> None:
+    """A node with a concurrency key is admitted in the transaction first (its row is
+    read then, after its insert): its task is leased by the lease statement, and the
+    worker hears the same answer."""
+    node = {
+        "id": "b",
+        "type": "TASK",
+        "queue": "manual",
+        "spec": {"n": 2},
+        "concurrency": {"key": "next-admitted", "max": 1, "scope": "global"},
+    }
+    await stack.deploy({**two_steps(node), "id": "two-steps-limited"})
+    run_id = (await stack.engine.start("two-steps-limited")).run_id
+    async with grpc.aio.insecure_channel(stack.grpc_target) as channel:
+        answer = await report_a(stack, WorkerServiceStub(channel), run_id)
+    assert answer.HasField("next")
+    lease = answer.next.lease
+    assert lease.granted and lease.node_id == "b" and lease.input_json == '{"n":2}'
+    task_b = (await stack.tasks_of(run_id))["b"]
+    assert task_b.state is TaskState.RUNNING
+    assert answer.next.message["task_id"] == task_b.task_id
+    async with repo.connection(stack.pool) as conn:
+        token = await conn.fetchval(
+            "SELECT lease_token FROM task_instances WHERE run_id = $1 AND node_id = 'b'", run_id
+        )
+    assert token == lease.lease_token
 
 
 async def test_the_next_task_of_a_run_with_a_priority_carries_its_band(stack: Stack) -> None:

@@ -167,7 +167,7 @@ async def grant_leases(
                 continue
         dag = await definitions.get(conn, lease.workflow_id, lease.workflow_version)
         node = dag.worker_node(lease.node_id)  # a MAP item: its inner node
-        lease_input = _with_origin(lease_input, node)
+        lease_input = with_origin(lease_input, node)
         encoded = limits.encode(
             lease_input,
             "node input",
@@ -199,7 +199,7 @@ async def grant_leases(
     return answers
 
 
-def _with_origin(lease_input: Json, node: Node | None) -> Json:
+def with_origin(lease_input: Json, node: Node | None) -> Json:
     """An input rendered before origins were recorded, given what its kind adds from
     the definition's text (an HTTP node's origin): the workers send its secrets nowhere
     else, and refuse an input that carries secrets and names none (docs/secrets.md)."""

@@ -67,6 +67,10 @@ class Leasing:
             name="renewals",
         )
 
+    def new_token(self) -> str:
+        """A fresh lease token, as a grant issues."""
+        return self._new_lease_token()
+
     async def settle(self) -> None:
         """Return once no batch of leases or renewals is in flight (Engine.aclose)."""
         await self._leases.settle()

@@ -107,6 +107,8 @@ async def persist(
                         ),
                     )
                 )
+                if worker and writes.clear_inputs is not None:
+                    writes.clear_inputs[action.task_id] = action.input
                 if action.wake_at is not None:
                     effects.wake_timer = True
                 effects.created.append((action.node_type.value, action.state.value))

@@ -21,6 +21,7 @@ from composer_common.batching import Batcher
 from composer_common.codes import ErrorCode
 from composer_core.statemachine import NodeCompleted, NodeFailed, TimerFired
 from composer_core.templates import Json
+from composer_engine._lease_ahead import Decided, lease_ahead
 from composer_engine._leases import LeaseGrant, Reporter
 from composer_engine._leasing import Leasing
 from composer_engine._publish import Dispatched
@@ -222,6 +223,8 @@ class Reports:
         refused: list[tuple[repo.LeaseRequest, LeaseGrant | EngineError]] = []
         busy: list[int] = []
         heavy: list[int] = []
+        #: run id → its definition and snapshot as locked, for each run decided
+        decided: dict[str, Decided] = {}
 
         async def apply(tx: Tx) -> None:
             locked = await repo.lock_runs(
@@ -247,6 +250,8 @@ class Reports:
                         results[i] = False
                         continue
                 dag = await self._shell.definitions.get(tx.conn, run.workflow_id, run.version)
+                if r.run_id not in decided:
+                    decided[r.run_id] = Decided(dag, run, locked.priorities.get(r.run_id))
                 # the run as the batch's earlier reports left it, with its key and context
                 this = dataclasses.replace(locked.locked(r.run_id), run=run)
                 try:
@@ -274,8 +279,11 @@ class Reports:
                 async with repo.tracked_transaction(self._shell.pool) as conn:
                     tx = Tx(conn, self._shell.gate)
                     tx.writes.keep_handed = True
+                    if self._leasing is not None and self._shell.publish is not None:
+                        tx.writes.clear_inputs = {}
                     await apply(tx)
                     self._offer(tx, reports, results)
+                    self._lease_ahead(tx, reports, results, decided)
                     await tx.writes.flush(tx)
                     await self._start_handed(tx)
                     taken, refused = await self._take_next(tx, reports, results)
@@ -360,6 +368,35 @@ class Reports:
             if _offers(r, results[i]):
                 assert isinstance(r, Report) and r.take_next is not None
                 tx.writes.offers[(r.run_id, r.take_next.queue)] += 1
+
+    def _lease_ahead(
+        self,
+        tx: Tx,
+        reports: Sequence[Report | Fired],
+        results: list[bool | NextTask | EngineError | _Busy | _Alone | None],
+        decided: dict[str, Decided],
+    ) -> None:
+        """Lease the next tasks the accepted reports offer to take as their rows are
+        inserted, where nothing may hold them (engine/_lease_ahead.py); each one
+        leased, its report's ``results`` entry becomes its ``NextTask``. The other
+        offers are ``_take_next``'s, after the flush."""
+        if self._leasing is None or not tx.writes.offers:
+            return
+        offers = [
+            (i, r)
+            for i, r in enumerate(reports)
+            if isinstance(r, Report) and _offers(r, results[i])
+        ]
+        answers = lease_ahead(
+            tx,
+            offers,
+            decided,
+            new_token=self._leasing.new_token,
+            sealer=self._shell.sealer,
+            max_input_bytes=self._leasing.max_node_input_bytes,
+        )
+        for i, answer in answers.items():
+            results[i] = answer
 
     async def _take_next(
         self,

@@ -103,6 +103,10 @@ class Writes:
     #: row: one leased with its report never needs one (``enqueue_offered``).
     offers: Counter[tuple[str, str]] = field(default_factory=Counter)
     offered: list[HeldDispatch] = field(default_factory=list)
+    #: task id → the input of each worker task created in the transaction, as rendered
+    #: (``tasks`` holds it sealed when its run is): a group commit's, which may lease a
+    #: task as it is inserted (engine/_lease_ahead.py). None: not kept.
+    clear_inputs: dict[str, Json] | None = None
 
     def keep_log(
         self, run_id: str, event: NodeCompleted | NodeFailed, log: AttemptLog, seal: RunSeal
@@ -182,7 +186,7 @@ class Writes:
             history, self.history = self.history, []
             logs, self.logs = self.logs, []
             plain: list[HeldDispatch] = []
-            if self.dispatches and not self._admitting(tx):
+            if self.dispatches and not self.admitting(tx):
                 plain, self.dispatches = self.dispatches, []
                 dispatched_early = True
                 if self.offers:
@@ -307,7 +311,7 @@ class Writes:
         ids = await repo.enqueue_dispatches(tx.conn, [row for row, *_ in dispatches])
         self._dispatched(tx, dispatches, ids)
 
-    def _admitting(self, tx: Tx) -> bool:
+    def admitting(self, tx: Tx) -> bool:
         """Whether the held dispatches must wait for the flush's other writes: a paused
         run's are held (``_hold_paused``), and the admission step reads the limited
         tasks' rows (``_admit``), which a statement that inserts them cannot see."""

@@ -139,6 +139,18 @@ class NewTask:
     waits: bool = False
     #: A MAP's own task: its progress (MapProgress.as_json()).
     map_progress: Json = None
+    #: A task inserted RUNNING, leased to a worker as it is created (None: not leased).
+    lease: NewLease | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewLease:
+    """The lease a task is inserted with (``NewTask.lease``): the next task a report's
+    worker takes with its answer (engine/_lease_ahead.py)."""
+
+    owner: str
+    token: str
+    expires_at: dt.datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +179,8 @@ class LockedRuns:
     data_keys: dict[str, str | None] = field(default_factory=dict)
     #: run id → its calling context, for the locked runs that have one.
     contexts: dict[str, Json] = field(default_factory=dict)
+    #: run id → its priority, for the locked runs that have one (None: the default).
+    priorities: dict[str, int] = field(default_factory=dict)
 
     def locked(self, run_id: str) -> LockedRun:
         """One run of the batch as ``load_run`` would have returned it (it must be locked)."""

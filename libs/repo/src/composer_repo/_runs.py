@@ -269,7 +269,8 @@ async def lock_runs(
     runs = {r["id"]: _run(r["id"], r, _node_states(by_run[r["id"]])) for r in rows}
     contexts = {r["id"]: r["context"] for r in rows if r["context"] is not None}
     data_keys = {r["id"]: r["data_key"] for r in rows}
-    return LockedRuns(runs, rows[0]["now"], leases, data_keys, contexts)
+    priorities = {r["id"]: r["priority"] for r in rows if r["priority"] is not None}
+    return LockedRuns(runs, rows[0]["now"], leases, data_keys, contexts, priorities)
 
 
 async def _snapshot(conn: Connection, run_id: str, row: Any) -> LockedRun:

@@ -107,6 +107,9 @@ def insert_tasks_args(tasks: Sequence[NewTask]) -> tuple[Any, ...]:
         [t.item for t in tasks],
         [t.map_progress for t in tasks],
         [t.waits for t in tasks],
+        [None if t.lease is None else t.lease.owner for t in tasks],
+        [None if t.lease is None else t.lease.token for t in tasks],
+        [None if t.lease is None else t.lease.expires_at for t in tasks],
     )
 
 

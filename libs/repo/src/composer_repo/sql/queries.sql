@@ -258,7 +258,8 @@ SELECT i.node_id, i.id, i.state, i.attempt, NULL AS branches, NULL AS awaited_si
 -- $2, when not NULL, is the earliest the clock may read: the due time of the waits
 -- a staged timer group fires (docs/architecture.md §3.1, "Waits due together").
 WITH locked AS MATERIALIZED (
-    SELECT r.id, r.workflow_id, r.version, r.status, r.input, r.config, r.data_key, r.context
+    SELECT r.id, r.workflow_id, r.version, r.status, r.input, r.config, r.data_key, r.context,
+           r.priority
       FROM workflow_runs r
      WHERE r.id = ANY($1::text[])
      ORDER BY r.id
@@ -270,7 +271,7 @@ WITH locked AS MATERIALIZED (
       FROM (SELECT count(*) FROM locked) c
 )
 SELECT l.id, l.workflow_id, l.version, l.status, l.input, l.config, l.data_key, l.context,
-       clock.now, clock.xid
+       l.priority, clock.now, clock.xid
   FROM clock, locked l;
 
 -- name: load_task_states_of_runs
@@ -624,22 +625,31 @@ RETURNING 1;
 -- list value for a dimension of the array (a list output flattened, or refused).
 -- A MAP's item ($15: its index) that waits for a place ($17) gets no dispatch
 -- time until it goes (start_items); a MAP's own task carries its progress ($16).
+-- A task leased as it is inserted (RUNNING: the next task a report's worker takes
+-- with its answer, engine/_lease_ahead.py) carries its lease ($18-$20: owner,
+-- token, expiry) and starts at the transaction's clock, as acquire_leases would
+-- have leased it in the same transaction, without the second write of its row.
 INSERT INTO task_instances
        (id, run_id, node_id, node_type, state, input, output, error, error_code, wake_at,
         awaited_signal, queue, max_attempts, context, item, map_progress, created_at,
-        updated_at, dispatched_at, started_at, finished_at)
+        updated_at, dispatched_at, started_at, finished_at, lease_owner, lease_token,
+        lease_expires_at, lease_claim)
 SELECT u.id, u.run_id, u.node_id, u.node_type, u.state, u.input::jsonb, u.output::jsonb, u.error,
        u.error_code, u.wake_at, u.awaited_signal, u.queue, u.max_attempts, u.context::jsonb,
        u.item, u.map_progress, composer_now(), composer_now(),
-       CASE WHEN u.state = 'PENDING' AND NOT u.waits THEN composer_now() END,
-       CASE WHEN u.state IN ('WAITING', 'COMPLETED', 'FAILED') THEN composer_now() END,
-       CASE WHEN u.state IN ('COMPLETED', 'FAILED', 'SKIPPED') THEN composer_now() END
+       CASE WHEN (u.state = 'PENDING' AND NOT u.waits) OR u.state = 'RUNNING'
+            THEN composer_now() END,
+       CASE WHEN u.state IN ('WAITING', 'COMPLETED', 'FAILED', 'RUNNING') THEN composer_now() END,
+       CASE WHEN u.state IN ('COMPLETED', 'FAILED', 'SKIPPED') THEN composer_now() END,
+       u.lease_owner, u.lease_token, u.lease_expires_at,
+       CASE WHEN u.lease_token IS NOT NULL THEN '' END
   FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
               $7::text[], $8::text[], $9::timestamptz[], $10::text[], $11::text[], $12::int[],
-              $13::text[], $14::text[], $15::int[], $16::jsonb[], $17::bool[])
+              $13::text[], $14::text[], $15::int[], $16::jsonb[], $17::bool[], $18::text[],
+              $19::text[], $20::timestamptz[])
            AS u(id, run_id, node_id, node_type, state, input, output, error, wake_at,
                 awaited_signal, queue, max_attempts, context, error_code, item, map_progress,
-                waits)
+                waits, lease_owner, lease_token, lease_expires_at)
 ON CONFLICT (run_id, node_id, item) DO NOTHING
 RETURNING id;
 
