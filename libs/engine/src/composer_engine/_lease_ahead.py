@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
 import composer_repo as repo
@@ -70,25 +71,21 @@ def lease_ahead(
     }
     if not new:
         return {}
+    # the dispatches due at once, by run and queue, in order: _take_next's candidates
+    candidates: dict[tuple[str, str], deque[int]] = {}
+    for j, (row, _, _, at_once, _) in enumerate(writes.dispatches):
+        if at_once:
+            candidates.setdefault((row.run_id, row.queue), deque()).append(j)
     answers: dict[int, NextTask] = {}
     taken: set[int] = set()
     for i, report in offers:
         offer, reporter = report.take_next, report.reporter
         assert offer is not None and reporter is not None
         # the dispatch _take_next would have matched: the run's first on the queue
-        found = next(
-            (
-                j
-                for j, (row, _, _, at_once, _) in enumerate(writes.dispatches)
-                if j not in taken
-                and at_once
-                and row.run_id == report.run_id
-                and row.queue == offer.queue
-            ),
-            None,
-        )
-        if found is None:
+        left = candidates.get((report.run_id, offer.queue))
+        if not left:
             continue
+        found = left.popleft()
         row, ref, fields, _, _ = writes.dispatches[found]
         k = new.get(ref.task_id)
         decided = runs.get(report.run_id)
@@ -107,7 +104,7 @@ def lease_ahead(
             max_bytes=max_input_bytes,
             setting="COMPOSER_MAX_NODE_INPUT_BYTES",
         )
-        if isinstance(encoded, limits.Refusal) or len(encoded.encode()) > NEXT_TASK_MAX_INPUT:
+        if isinstance(encoded, limits.Refusal) or _bytes(encoded) > NEXT_TASK_MAX_INPUT:
             continue  # too large for an answer, or for any worker: as it always went
         context = _opened(sealer, report.run_id, task.context)
         if isinstance(context, SealingError):
@@ -163,3 +160,10 @@ def _opened(sealer: Sealer, run_id: str, context: Json) -> Json | SealingError:
         return sealer.open(run_id, context)
     except SealingError as exc:
         return exc
+
+
+def _bytes(text: str) -> int:
+    """``text``'s length in UTF-8, encoded only when it may matter (at most 4 a character)."""
+    return (
+        len(text) if len(text) * 4 <= NEXT_TASK_MAX_INPUT or text.isascii() else len(text.encode())
+    )
