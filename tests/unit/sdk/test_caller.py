@@ -20,6 +20,17 @@ def test_the_lease_document_becomes_a_typed_caller() -> None:
         caller.metadata["ticket"] = "changed"  # type: ignore[index]
 
 
+def test_a_plain_context_is_parsed_once_and_a_nested_one_for_each_task() -> None:
+    plain = json.dumps({"caller": {"name": "ci", "role": "operator"}, "metadata": {"n": 1}})
+    assert caller_of(plain) is caller_of(plain)
+    nested = json.dumps({"caller": {"name": "ci", "role": "operator"}, "metadata": {"l": [1]}})
+    first = caller_of(nested)
+    assert first is not None
+    first.metadata["l"].append(2)  # a handler may change what a list holds
+    second = caller_of(nested)
+    assert second is not None and second is not first and second.metadata["l"] == [1]
+
+
 @pytest.mark.parametrize(
     "text",
     ["", "not json", "[]", '{"metadata": {}}', '{"caller": {"name": "ci"}}', '{"caller": 1}'],

@@ -6,7 +6,8 @@ a timer) and each effect the machine decided (a task scheduled, dispatched,
 completed, failed, retried, cancelled; the run finished). The rows go with the
 transaction's other held writes (``Writes.history``, one statement per
 transaction); leases are recorded by the lease statement itself
-(``task.leased``, libs/repo queries.sql acquire_leases).
+(``task.leased``, libs/repo queries.sql acquire_leases), or, for a task leased as
+it is inserted, with the transaction's other rows (engine/_lease_ahead.py).
 
 A row's ``detail`` holds the values a user may consider data — an error, a
 reason, an input — sealed as one document when the run is sealed; the rest

@@ -86,15 +86,35 @@ class TaskContext:
         return self.attempt + 1 >= self.max_attempts
 
 
+#: Callers by their context's text (``caller_of``): a worker's tasks mostly come from
+#: a few callers, and parsing each lease's context was 2.6 % of the no-op bench
+#: worker's CPU.
+_CALLERS: dict[str, Caller] = {}
+_CALLERS_KEPT = 256
+
+
 def caller_of(context_json: str) -> Caller | None:
-    """The caller a lease's calling context names (None: none, or not one we read)."""
+    """The caller a lease's calling context names (None: none, or not one we read).
+    One whose metadata holds only plain values is kept and handed to every task with
+    that context (a ``Caller`` and its metadata cannot be changed); one with lists or
+    objects in it is parsed for each task, so no handler sees another's changes."""
     if not context_json:
         return None
+    kept = _CALLERS.get(context_json)
+    if kept is not None:
+        return kept
     try:
         document = json.loads(context_json)
     except ValueError:
         return None
-    return Caller.from_document(document)
+    caller = Caller.from_document(document)
+    if caller is not None and all(
+        v is None or isinstance(v, str | int | float) for v in caller.metadata.values()
+    ):
+        if len(_CALLERS) >= _CALLERS_KEPT:
+            _CALLERS.clear()
+        _CALLERS[context_json] = caller
+    return caller
 
 
 @dataclass(frozen=True, slots=True)
