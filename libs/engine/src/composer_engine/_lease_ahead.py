@@ -28,7 +28,7 @@ from composer_common import limits
 from composer_core.model import TaskState, WorkflowDAG
 from composer_core.statemachine import Run
 from composer_core.templates import Json
-from composer_engine._leases import LeaseGrant, with_origin
+from composer_engine._leases import LeaseGrant, worker_input
 from composer_engine._leasing import NEXT_TASK_MAX_INPUT
 from composer_engine._reported import NextTask, Report
 from composer_engine._tx import Tx
@@ -62,6 +62,11 @@ def lease_ahead(
     leave ``tx.writes.dispatches`` and their offers ``tx.writes.offers``."""
     writes = tx.writes
     now = tx.now
+    max_bytes = (
+        NEXT_TASK_MAX_INPUT
+        if max_input_bytes is None
+        else min(max_input_bytes, NEXT_TASK_MAX_INPUT)
+    )
     if not offers or now is None or writes.clear_inputs is None or writes.admitting(tx):
         return {}
     new = {
@@ -97,15 +102,11 @@ def lease_ahead(
         if offer.node_types is not None and task.node_type not in offer.node_types:
             continue  # published, as the lease statement would have it
         node = decided.dag.worker_node(task.node_id)
-        lease_input = with_origin(writes.clear_inputs.get(task.task_id), node)
-        encoded = limits.encode(
-            lease_input,
-            "node input",
-            max_bytes=max_input_bytes,
-            setting="COMPOSER_MAX_NODE_INPUT_BYTES",
-        )
-        if isinstance(encoded, limits.Refusal) or _bytes(encoded) > NEXT_TASK_MAX_INPUT:
-            continue  # too large for an answer, or for any worker: as it always went
+        # within the node input limit and the 16 KiB of an answer; a task over either
+        # goes as it always went (the lease statement refuses it, or fails it)
+        lease_input, encoded = worker_input(writes.clear_inputs.get(task.task_id), node, max_bytes)
+        if isinstance(encoded, limits.Refusal):
+            continue
         context = _opened(sealer, report.run_id, task.context)
         if isinstance(context, SealingError):
             continue  # parked by the lease statement's grant, which says why
@@ -160,10 +161,3 @@ def _opened(sealer: Sealer, run_id: str, context: Json) -> Json | SealingError:
         return sealer.open(run_id, context)
     except SealingError as exc:
         return exc
-
-
-def _bytes(text: str) -> int:
-    """``text``'s length in UTF-8, encoded only when it may matter (at most 4 a character)."""
-    return (
-        len(text) if len(text) * 4 <= NEXT_TASK_MAX_INPUT or text.isascii() else len(text.encode())
-    )

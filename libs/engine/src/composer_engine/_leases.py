@@ -167,13 +167,7 @@ async def grant_leases(
                 continue
         dag = await definitions.get(conn, lease.workflow_id, lease.workflow_version)
         node = dag.worker_node(lease.node_id)  # a MAP item: its inner node
-        lease_input = with_origin(lease_input, node)
-        encoded = limits.encode(
-            lease_input,
-            "node input",
-            max_bytes=max_input_bytes,
-            setting="COMPOSER_MAX_NODE_INPUT_BYTES",
-        )
+        lease_input, encoded = worker_input(lease_input, node, max_input_bytes)
         if isinstance(encoded, limits.Refusal):
             answers.append(
                 LeaseGrant(False, encoded.message, node_id=lease.node_id, too_large=True)
@@ -199,7 +193,19 @@ async def grant_leases(
     return answers
 
 
-def with_origin(lease_input: Json, node: Node | None) -> Json:
+def worker_input(
+    lease_input: Json, node: Node | None, max_bytes: int | None
+) -> tuple[Json, str | limits.Refusal]:
+    """The input a worker is handed (``_with_origin``) and its JSON text, or why no
+    worker may be handed it: over ``max_bytes`` (the node input limit), or unstorable."""
+    lease_input = _with_origin(lease_input, node)
+    encoded = limits.encode(
+        lease_input, "node input", max_bytes=max_bytes, setting="COMPOSER_MAX_NODE_INPUT_BYTES"
+    )
+    return lease_input, encoded
+
+
+def _with_origin(lease_input: Json, node: Node | None) -> Json:
     """An input rendered before origins were recorded, given what its kind adds from
     the definition's text (an HTTP node's origin): the workers send its secrets nowhere
     else, and refuse an input that carries secrets and names none (docs/secrets.md)."""
